@@ -1,0 +1,1 @@
+// Anchor source for the precompiled-header target; see pch.h.
