@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds deepspeed-cpp into build/ (every executable lands in build/bin/). Incremental and ccache'd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${DS_BUILD_DIR:-build}
+jobs=${DS_BUILD_JOBS:-$(nproc)}
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+cmake --build "$build_dir" -j "$jobs"

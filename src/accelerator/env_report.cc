@@ -1,0 +1,98 @@
+#include "deepspeed/env_report.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <link.h>
+#include <stdlib.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "deepspeed/accelerator.h"
+
+#ifndef DS_VERSION
+#define DS_VERSION "unknown"
+#endif
+
+namespace deepspeed {
+namespace {
+
+int find_blas(struct dl_phdr_info* info, size_t, void* out) {
+  const char* name = info->dlpi_name;
+  if (name == nullptr || *name == '\0') return 0;
+  const char* base = std::strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (std::strncmp(base, "libblas", 7) == 0 || std::strncmp(base, "libopenblas", 11) == 0 ||
+      std::strncmp(base, "libmkl_rt", 9) == 0) {
+    // libblas.so.3 is a symlink chain through /etc/alternatives; the real file says which BLAS it is.
+    char* real = realpath(name, nullptr);
+    *static_cast<std::string*>(out) = real ? real : name;
+    free(real);
+    return 1;
+  }
+  return 0;
+}
+
+// The alternatives system hides OpenBLAS behind libblas.so.3; the directory it lives in tells which one it is.
+std::string describe_blas(const std::string& path) {
+  if (path.empty()) return "unknown (no BLAS library loaded)";
+  if (path.find("openblas") != std::string::npos) return path + " (OpenBLAS)";
+  if (path.find("mkl") != std::string::npos) return path + " (MKL)";
+  if (path.find("/blas/") != std::string::npos)
+    return path + " (reference BLAS: ~20x slower matmul; install libopenblas0-pthread)";
+  return path;
+}
+
+std::string cpu_features() {
+  std::string out;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) out += "avx512f ";
+  if (__builtin_cpu_supports("avx2")) out += "avx2 ";
+  if (__builtin_cpu_supports("fma")) out += "fma ";
+  if (__builtin_cpu_supports("avx")) out += "avx ";
+  if (__builtin_cpu_supports("sse4.2")) out += "sse4.2 ";
+  if (out.empty()) return "scalar only";
+  out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::string loaded_blas_library() {
+  std::string path;
+  dl_iterate_phdr(find_blas, &path);
+  return path;
+}
+
+std::vector<ReportLine> environment_report() {
+  auto& acc = accelerator::get_accelerator();
+  std::vector<ReportLine> lines;
+  lines.emplace_back("deepspeed-cpp version", DS_VERSION);
+  lines.emplace_back("torch version", TORCH_VERSION);
+  lines.emplace_back("accelerator", acc.name() + " (available: " + accelerator::available_accelerators() + ")");
+  lines.emplace_back("communication backend", acc.communication_backend_name());
+  lines.emplace_back("BLAS library", describe_blas(loaded_blas_library()));
+  lines.emplace_back("intra-op threads", std::to_string(at::get_num_threads()) + " now, " +
+                                              std::to_string(accelerator::host_threads_per_rank(1)) +
+                                              " cores available to this process");
+  lines.emplace_back("CPU SIMD", cpu_features());
+  auto mem = acc.memory_stats();
+  lines.emplace_back("device memory", std::to_string(mem.total_bytes >> 20) + " MiB total, " +
+                                          std::to_string(mem.available_bytes >> 20) + " MiB available");
+  return lines;
+}
+
+std::string format_environment_report() {
+  std::ostringstream os;
+  os << "--------------------------------------------------\n"
+     << "DeepSpeed C++ general environment info:\n";
+  for (const auto& [name, value] : environment_report()) {
+    std::string dots(name.size() < 24 ? 24 - name.size() : 1, '.');
+    os << name << " " << dots << " " << value << "\n";
+  }
+  os << "--------------------------------------------------\n";
+  return os.str();
+}
+
+}  // namespace deepspeed
