@@ -1,0 +1,111 @@
+// A DeepSpeed JSON config as typed, validated C++ structs.
+//
+//   auto cfg = deepspeed::Config::from_file("ds_config.json");  // parse + validate, defaults
+//   filled cfg.resolve_batch(dp_world_size);                              // after comm init if
+//   (cfg.zero.stage == 3 && cfg.zero.offload_param.enabled()) ...
+//
+// Keys, defaults and "auto" semantics are DeepSpeed's. Every problem is a deepspeed::ConfigError
+// whose message starts with the JSON path (`zero_optimization.stage: expected an integer in 0..3,
+// got 5`); an unknown key is an error with a did-you-mean suggestion, never silently ignored.
+// DeepSpeed features this build does not implement are accepted only when absent or `"enabled":
+// false`.
+//
+// "auto" (HuggingFace's integration): the batch keys treat it as "not given" and the arithmetic
+// solves them; elsewhere the field keeps DeepSpeed's default and its JSON path is listed in
+// `auto_keys()`, so initialize (which knows the model) can resolve it with `clear_auto()`.
+// A Config is a plain value: copy it freely; do not mutate one from several threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "deepspeed/config/autotuning_config.h"
+#include "deepspeed/config/batch_config.h"
+#include "deepspeed/config/feature_config.h"
+#include "deepspeed/config/optimizer_config.h"
+#include "deepspeed/config/params.h"
+#include "deepspeed/config/precision_config.h"
+#include "deepspeed/config/zero_config.h"
+#include "deepspeed/error.h"
+
+namespace deepspeed::config {
+
+struct Config {
+  // Batch keys as given (unset or "auto": solved by resolve_batch).
+  std::optional<int64_t> train_batch_size;
+  std::optional<int64_t> train_micro_batch_size_per_gpu;
+  std::optional<int64_t> gradient_accumulation_steps;
+  int dp_world_size = 0;  // set by resolve_batch; 0 until then
+
+  int steps_per_print = 10;
+  double gradient_clipping = 0.0;  // 0 disables clipping
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  bool dump_state = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  bool sparse_gradients = false;
+  bool disable_allgather = false;
+  bool dataloader_drop_last = false;
+  bool graph_harvesting = false;
+  bool use_data_before_expert_parallelism = false;
+  std::optional<int64_t> seed;  // not a DeepSpeed key: deepspeed-cpp seeds its RNGs with it
+  std::optional<int64_t> vocabulary_size;
+  std::optional<DataType> communication_data_type;  // unset: decided by the precision in use
+  DataType seq_parallel_communication_data_type = DataType::kFp32;
+  bool zero_allow_untested_optimizer = false;
+  bool zero_force_ds_cpu_optimizer = true;
+
+  std::optional<OptimizerConfig> optimizer;
+  std::optional<SchedulerConfig> scheduler;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  DataTypesConfig data_types;
+  ZeroConfig zero;  // JSON: zero_optimization
+  AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
+  CheckpointConfig checkpoint;
+  CommsLoggerConfig comms_logger;
+  MonitorConfig monitor;  // JSON: tensorboard, csv_monitor, wandb
+  FlopsProfilerConfig flops_profiler;
+  AutotuningConfig autotuning;
+
+  // Parse and validate. `from_file` names the file in I/O and JSON syntax errors
+  // (`ds_config.json:3:14: invalid JSON: ...`); from_string uses `<string>`.
+  static Config from_file(const std::string& path);
+  static Config from_string(const std::string& json_text);
+
+  // Solves the batch arithmetic for a data-parallel world size (known after comm init) and fills
+  // all three batch keys. Throws ConfigError on missing, inconsistent or non-divisible values.
+  void resolve_batch(int dp_world_size);
+  Config resolved(int dp_world_size) const;
+  bool batch_resolved() const { return dp_world_size > 0; }
+
+  // JSON paths still set to "auto" (not counting batch keys or optimizer/scheduler params,
+  // whose "auto" lives in ParamValue), e.g. "zero_optimization.reduce_bucket_size".
+  const std::set<std::string>& auto_keys() const { return auto_keys_; }
+  bool is_auto(const std::string& json_path) const { return auto_keys_.count(json_path) != 0; }
+  // Call after setting the field to its resolved value.
+  void clear_auto(const std::string& json_path) { auto_keys_.erase(json_path); }
+  void mark_auto(const std::string& json_path) { auto_keys_.insert(json_path); }
+
+  // The whole config as DeepSpeed JSON with every default filled and keys still "auto" written as
+  // "auto"; `from_string(dump())` gives back an equal config. indent < 0 gives one line.
+  std::string dump(int indent = 2) const;
+
+  // Convenience views DeepSpeed's engine also offers.
+  int zero_optimization_stage() const { return zero.stage; }
+  bool zero_enabled() const { return zero.stage > 0; }
+
+ private:
+  std::set<std::string> auto_keys_;
+};
+
+}  // namespace deepspeed::config
+
+namespace deepspeed {
+using config::Config;
+}  // namespace deepspeed

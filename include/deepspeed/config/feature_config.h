@@ -1,0 +1,90 @@
+// Smaller runtime sections: `aio` (NVMe swap I/O), `activation_checkpointing`, `pipeline`,
+// `checkpoint`, `comms_logger`, the monitors (`tensorboard`, `csv_monitor`, `wandb`) and
+// `flops_profiler`. Defaults equal DeepSpeed's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deepspeed::config {
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int queue_depth = 8;
+  int thread_count = 1;  // newer DeepSpeed calls it `intra_op_parallelism`; both keys accepted
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  bool cpu_checkpointing = false;
+  std::optional<int> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct PipelineConfig {
+  std::optional<int> stages;  // unset: "auto" (taken from the PipelineModule)
+  std::string partition = "best";
+  bool seed_layers = false;
+  int activation_checkpoint_interval = 0;
+  bool pipe_partitioned = true;
+  bool grad_partitioned = true;
+};
+
+enum class TagValidation { kIgnore, kWarn, kFail };
+const char* to_string(TagValidation mode);  // "Ignore", "Warn", "Fail"
+
+struct CheckpointConfig {
+  TagValidation tag_validation = TagValidation::kWarn;
+  bool load_universal = false;
+  bool use_node_local_storage = false;
+  bool parallel_write_pipeline_stage = false;  // JSON: parallel_write.pipeline_stage
+};
+
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  bool debug = false;
+  std::vector<std::string> prof_ops;
+};
+
+// `tensorboard` and `csv_monitor` share this shape.
+struct FileMonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct WandbConfig {
+  bool enabled = false;
+  std::optional<std::string> group;
+  std::optional<std::string> team;
+  std::string project = "deepspeed";
+};
+
+struct MonitorConfig {
+  FileMonitorConfig tensorboard;
+  FileMonitorConfig csv_monitor;
+  WandbConfig wandb;
+
+  bool enabled() const { return tensorboard.enabled || csv_monitor.enabled || wandb.enabled; }
+};
+
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  double recompute_fwd_factor = 0.0;
+  int profile_step = 1;
+  int module_depth = -1;
+  int top_modules = 1;
+  bool detailed = true;
+  std::optional<std::string> output_file;  // unset: stdout
+};
+
+}  // namespace deepspeed::config

@@ -1,0 +1,41 @@
+// Mixed precision sections: `fp16` (with its dynamic loss-scaling knobs), `bf16` (also accepted
+// under its old name `bfloat16`), `data_types`, and the data-type enum shared with
+// `communication_data_type`. Defaults equal DeepSpeed's. fp16 and bf16 both enabled is a
+// ConfigError.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace deepspeed::config {
+
+enum class DataType { kFp16, kBf16, kFp32 };
+const char* to_string(DataType type);  // "fp16", "bf16", "fp32"
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;  // 0 selects dynamic loss scaling
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+  bool fp16_master_weights_and_grads = false;
+
+  bool dynamic_loss_scale() const { return loss_scale == 0.0; }
+};
+
+struct Bf16Config {
+  bool enabled = false;
+  bool immediate_grad_update = false;
+  bool check_grad_overflow = false;
+  bool bf16_master_weights_and_grads = false;
+  bool bf16_optimizer_states = false;
+};
+
+struct DataTypesConfig {
+  std::optional<DataType> grad_accum_dtype;  // unset: follows the model's precision
+};
+
+}  // namespace deepspeed::config

@@ -1,0 +1,91 @@
+// The `zero_optimization` section: ZeRO stage, bucket sizes, stage-3 prefetch / persistence limits,
+// and CPU / NVMe offload of optimizer state and parameters.
+//
+// Field names follow DeepSpeed's DeepSpeedZeroConfig (e.g. `prefetch_bucket_size`, whose JSON key
+// is `stage3_prefetch_bucket_size`; both spellings are accepted as in DeepSpeed). Defaults equal
+// DeepSpeed's. Deprecated keys (`cpu_offload`, `cpu_offload_param`, `cpu_offload_use_pin_memory`,
+// `stage3_gather_fp16_weights_on_model_save`) are accepted and mapped onto their replacements.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace deepspeed::config {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* to_string(OffloadDevice device);  // "none", "cpu", "nvme"
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::optional<std::string> nvme_path;  // required when device is nvme
+  int buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;  // fraction of optimizer states offloaded; < 1 only with stage 3
+
+  // DeepSpeed derives `pipeline` from the two flags.
+  bool pipeline() const { return pipeline_read || pipeline_write; }
+  bool enabled() const { return device != OffloadDevice::kNone; }
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::optional<std::string> nvme_path;  // required when device is nvme
+  int buffer_count = 5;
+  int64_t buffer_size = 100000000;  // 1e8 elements
+  int64_t max_in_cpu = 1000000000;  // 1e9 elements
+  bool pin_memory = false;
+
+  bool enabled() const { return device != OffloadDevice::kNone; }
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;  // 5e8 elements
+  bool use_multi_rank_bucket_allreduce = true;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;  // 5e8 elements
+  // DeepSpeed's default is "true for stage 3, false otherwise"; resolved at load time.
+  bool overlap_comm = false;
+  bool load_from_fp32_weights = true;
+  bool elastic_checkpoint = false;
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
+  int64_t sub_group_size = 1000000000;  // 1e9 elements
+
+  // Stage-3 knobs (JSON keys carry the `stage3_` prefix).
+  int64_t prefetch_bucket_size = 50000000;                                    // 5e7
+  int64_t param_persistence_threshold = 100000;                               // 1e5
+  int64_t model_persistence_threshold = std::numeric_limits<int64_t>::max();  // sys.maxsize
+  int64_t max_live_parameters = 1000000000;                                   // 1e9
+  int64_t max_reuse_distance = 1000000000;                                    // 1e9
+  bool gather_16bit_weights_on_model_save = false;
+  int64_t module_granularity_threshold = 0;
+  bool use_all_reduce_for_fetch_params = false;
+  bool allgather_sequential = false;
+
+  bool ignore_unused_parameters = true;
+  bool legacy_stage1 = false;
+  bool round_robin_gradients = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
+  int mics_shard_size = -1;
+  bool mics_hierarchical_params_gather = false;
+  bool memory_efficient_linear = true;
+  bool pipeline_loading_checkpoint = false;
+  bool override_module_apply = true;
+  bool log_trace_cache_warnings = false;
+  bool enable_sanity_checks = false;
+
+  bool enabled() const { return stage > 0; }
+};
+
+}  // namespace deepspeed::config

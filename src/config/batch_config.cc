@@ -1,0 +1,81 @@
+// Batch-size arithmetic with DeepSpeed's solving rules (runtime/config.py,
+// _set_batch_related_parameters and _batch_assertion), but where DeepSpeed floors a division and
+// then fails the equality check, we say which division did not come out even.
+#include "deepspeed/config/batch_config.h"
+
+#include <string>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::config {
+
+namespace {
+
+const char kTrain[] = "train_batch_size";
+const char kMicro[] = "train_micro_batch_size_per_gpu";
+const char kGas[] = "gradient_accumulation_steps";
+
+void check_given(const char* key, const std::optional<int64_t>& value) {
+  if (value && *value < 1) {
+    throw ConfigError(std::string(key) + ": expected an integer >= 1, got " +
+                      std::to_string(*value));
+  }
+}
+
+// `train` must split evenly into `parts`; otherwise the message shows the arithmetic.
+int64_t divide(int64_t train, int64_t parts, const char* solved, const std::string& parts_text) {
+  if (train % parts != 0 || train / parts < 1) {
+    throw ConfigError(std::string(solved) + ": cannot be solved: " + kTrain + " " +
+                      std::to_string(train) + " is not a positive multiple of " + parts_text +
+                      " = " + std::to_string(parts));
+  }
+  return train / parts;
+}
+
+}  // namespace
+
+BatchSizes resolve_batch_sizes(std::optional<int64_t> train, std::optional<int64_t> micro,
+                               std::optional<int64_t> gas, int ws) {
+  if (ws < 1) {
+    throw ConfigError("data-parallel world size: expected an integer >= 1, got " +
+                      std::to_string(ws));
+  }
+  check_given(kTrain, train);
+  check_given(kMicro, micro);
+  check_given(kGas, gas);
+  const std::string world = "world size " + std::to_string(ws);
+
+  BatchSizes b;
+  if (train && micro && gas) {
+    b = {*train, *micro, *gas};
+  } else if (train && micro) {
+    b = {*train, *micro,
+         divide(*train, *micro * ws, kGas,
+                std::string(kMicro) + " " + std::to_string(*micro) + " * " + world)};
+  } else if (train && gas) {
+    b = {*train,
+         divide(*train, *gas * ws, kMicro,
+                std::string(kGas) + " " + std::to_string(*gas) + " * " + world),
+         *gas};
+  } else if (micro && gas) {
+    b = {*micro * *gas * ws, *micro, *gas};
+  } else if (train) {
+    b = {*train, divide(*train, ws, kMicro, world), 1};
+  } else if (micro) {
+    b = {*micro * ws, *micro, 1};
+  } else {
+    throw ConfigError(std::string(kTrain) + ": either " + kTrain + " or " + kMicro +
+                      " must be given (" + kGas + " alone cannot fix the batch size)");
+  }
+
+  const int64_t product = b.train_micro_batch_size_per_gpu * b.gradient_accumulation_steps * ws;
+  if (b.train_batch_size != product) {
+    throw ConfigError(std::string(kTrain) + " " + std::to_string(b.train_batch_size) +
+                      " != " + kMicro + " " + std::to_string(b.train_micro_batch_size_per_gpu) +
+                      " * " + kGas + " " + std::to_string(b.gradient_accumulation_steps) + " * " +
+                      world + " = " + std::to_string(product));
+  }
+  return b;
+}
+
+}  // namespace deepspeed::config

@@ -1,0 +1,327 @@
+#include "config/json_reader.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "config/suggest.h"
+#include "deepspeed/error.h"
+
+namespace deepspeed::config {
+
+void fail_at(const std::string& path, const std::string& message) {
+  throw ConfigError(path.empty() ? message : path + ": " + message);
+}
+
+std::string describe(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+namespace {
+
+std::string int_expectation(int64_t lo, int64_t hi) {
+  // Bounds at the edge of int or int64 are the type's limits, not the key's: leave them out.
+  const bool has_lo = lo > std::numeric_limits<int>::min();
+  const bool has_hi = hi < std::numeric_limits<int>::max();
+  std::ostringstream os;
+  os << "expected an integer";
+  if (has_lo && has_hi) {
+    os << " in " << lo << ".." << hi;
+  } else if (has_lo) {
+    os << " >= " << lo;
+  } else if (has_hi) {
+    os << " <= " << hi;
+  }
+  return os.str();
+}
+
+std::string number_expectation(double lo, double hi) {
+  const bool has_lo = std::isfinite(lo);
+  const bool has_hi = std::isfinite(hi);
+  std::ostringstream os;
+  os << "expected a number";
+  if (has_lo && has_hi) {
+    os << " in " << lo << ".." << hi;
+  } else if (has_lo) {
+    os << " >= " << lo;
+  } else if (has_hi) {
+    os << " <= " << hi;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+int64_t ObjectReader::to_int(const Json& value, const std::string& path, int64_t lo, int64_t hi) {
+  int64_t result = 0;
+  if (value.is_number_integer() && !value.is_number_unsigned()) {
+    result = value.get<int64_t>();
+  } else if (value.is_number_unsigned()) {
+    uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      fail_at(path, int_expectation(lo, hi) + ", got " + describe(value));
+    }
+    result = static_cast<int64_t>(u);
+  } else if (value.is_number_float()) {
+    // DeepSpeed configs write sizes as 5e8; accept floats that hold an integer exactly.
+    double d = value.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) >= 9.2e18) {
+      fail_at(path, int_expectation(lo, hi) + ", got " + describe(value));
+    }
+    result = static_cast<int64_t>(d);
+  } else {
+    fail_at(path, int_expectation(lo, hi) + ", got " + describe(value));
+  }
+  if (result < lo || result > hi)
+    fail_at(path, int_expectation(lo, hi) + ", got " + describe(value));
+  return result;
+}
+
+double ObjectReader::to_number(const Json& value, const std::string& path, double lo, double hi) {
+  if (!value.is_number()) fail_at(path, number_expectation(lo, hi) + ", got " + describe(value));
+  double d = value.get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    fail_at(path, number_expectation(lo, hi) + ", got " + describe(value));
+  }
+  return d;
+}
+
+ObjectReader::ObjectReader(const Json& node, std::string path, std::set<std::string>* autos)
+    : node_(node), path_(std::move(path)), autos_(autos) {
+  if (!node_.is_object()) {
+    fail_at(path_.empty() ? "config" : path_, "expected an object, got " + describe(node_));
+  }
+}
+
+const Json* ObjectReader::find(const std::string& key) {
+  known_.insert(key);
+  auto it = node_.find(key);
+  return it == node_.end() ? nullptr : &*it;
+}
+
+bool ObjectReader::take_auto(const std::string& key, const Json& value, AutoPolicy policy) {
+  if (policy != AutoPolicy::kAllowAuto || !value.is_string() ||
+      value.get<std::string>() != "auto") {
+    return false;
+  }
+  if (autos_) autos_->insert(path_of(key));
+  return true;
+}
+
+bool ObjectReader::read_bool(const std::string& key, bool* out, AutoPolicy policy) {
+  const Json* v = find(key);
+  if (!v || take_auto(key, *v, policy)) return false;
+  if (!v->is_boolean()) fail_at(path_of(key), "expected true or false, got " + describe(*v));
+  *out = v->get<bool>();
+  return true;
+}
+
+bool ObjectReader::read_int(const std::string& key, int64_t* out, int64_t lo, int64_t hi,
+                            AutoPolicy policy) {
+  const Json* v = find(key);
+  if (!v || take_auto(key, *v, policy)) return false;
+  *out = to_int(*v, path_of(key), lo, hi);
+  return true;
+}
+
+bool ObjectReader::read_int(const std::string& key, int* out, int lo, int hi, AutoPolicy policy) {
+  int64_t wide = 0;
+  if (!read_int(key, &wide, lo, hi, policy)) return false;
+  *out = static_cast<int>(wide);
+  return true;
+}
+
+bool ObjectReader::read_number(const std::string& key, double* out, double lo, double hi,
+                               AutoPolicy policy) {
+  const Json* v = find(key);
+  if (!v || take_auto(key, *v, policy)) return false;
+  *out = to_number(*v, path_of(key), lo, hi);
+  return true;
+}
+
+bool ObjectReader::read_string(const std::string& key, std::string* out) {
+  const Json* v = find(key);
+  if (!v) return false;
+  if (!v->is_string()) fail_at(path_of(key), "expected a string, got " + describe(*v));
+  *out = v->get<std::string>();
+  return true;
+}
+
+bool ObjectReader::read_optional_string(const std::string& key, std::optional<std::string>* out) {
+  const Json* v = find(key);
+  if (!v) return false;
+  if (v->is_null()) {
+    out->reset();
+    return true;
+  }
+  if (!v->is_string()) fail_at(path_of(key), "expected a string or null, got " + describe(*v));
+  *out = v->get<std::string>();
+  return true;
+}
+
+bool ObjectReader::read_optional_int(const std::string& key, std::optional<int64_t>* out,
+                                     int64_t lo, int64_t hi) {
+  const Json* v = find(key);
+  if (!v) return false;
+  if (v->is_null()) {
+    out->reset();
+    return true;
+  }
+  *out = to_int(*v, path_of(key), lo, hi);
+  return true;
+}
+
+bool ObjectReader::read_optional_int(const std::string& key, std::optional<int>* out, int lo,
+                                     int hi) {
+  std::optional<int64_t> wide;
+  if (!read_optional_int(key, &wide, lo, hi)) return false;
+  if (wide) {
+    *out = static_cast<int>(*wide);
+  } else {
+    out->reset();
+  }
+  return true;
+}
+
+bool ObjectReader::read_string_list(const std::string& key, std::vector<std::string>* out) {
+  const Json* v = find(key);
+  if (!v) return false;
+  if (!v->is_array()) fail_at(path_of(key), "expected a list of strings, got " + describe(*v));
+  std::vector<std::string> items;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& item = (*v)[i];
+    if (!item.is_string()) {
+      fail_at(path_of(key) + "[" + std::to_string(i) + "]",
+              "expected a string, got " + describe(item));
+    }
+    items.push_back(item.get<std::string>());
+  }
+  *out = std::move(items);
+  return true;
+}
+
+bool ObjectReader::read_choice(const std::string& key, std::string* out,
+                               const std::vector<std::string>& choices, bool case_insensitive) {
+  const Json* v = find(key);
+  if (!v) return false;
+  const std::string allowed = "expected one of " + join(choices, ", ");
+  if (!v->is_string()) fail_at(path_of(key), allowed + ", got " + describe(*v));
+  const std::string given = v->get<std::string>();
+  for (const std::string& choice : choices) {
+    if (given == choice || (case_insensitive && to_lower(given) == to_lower(choice))) {
+      *out = choice;
+      return true;
+    }
+  }
+  fail_at(path_of(key), allowed + ", got " + describe(*v));
+}
+
+std::string ObjectReader::pick_alias(const std::string& name, const std::string& alias) {
+  const bool has_name = find(name) != nullptr;
+  const bool has_alias = find(alias) != nullptr;
+  if (has_name && has_alias) {
+    fail_at(path_of(alias), "given together with its alias '" + name + "'; keep one");
+  }
+  return has_alias ? alias : name;
+}
+
+void ObjectReader::finish() const {
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (known_.count(it.key())) continue;
+    std::vector<std::string> valid(known_.begin(), known_.end());
+    std::string suggestion = did_you_mean(it.key(), valid);
+    if (!suggestion.empty()) {
+      fail_at(path_of(it.key()), "unknown key (did you mean '" + suggestion + "'?)");
+    }
+    fail_at(path_of(it.key()), "unknown key; valid keys here: " + join(valid, ", "));
+  }
+}
+
+namespace {
+
+// Tracks object keys while nlohmann parses, to reject duplicates (nlohmann keeps the last one
+// silently; DeepSpeed raises, and a silently dropped value is the worst kind of config bug).
+class DuplicateKeyChecker {
+ public:
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames_.push_back(Frame{true, {}, ""});
+        break;
+      case Json::parse_event_t::array_start:
+        frames_.push_back(Frame{false, {}, "[]"});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case Json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        std::string key = parsed.get<std::string>();
+        top.current = key;
+        if (!top.keys.insert(key).second) fail_at(current_path(), "duplicate key");
+        break;
+      }
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::set<std::string> keys;
+    std::string current;
+  };
+
+  std::string current_path() const {
+    std::string path;
+    for (const Frame& f : frames_) {
+      if (!f.is_object) {
+        path += "[]";
+      } else {
+        path = join_path(path, f.current);
+      }
+    }
+    return path;
+  }
+
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
+Json parse_json_text(const std::string& text, const std::string& source) {
+  DuplicateKeyChecker checker;
+  try {
+    return Json::parse(text, std::ref(checker), /*allow_exceptions=*/true,
+                       /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    // nlohmann reports a byte offset (1-based, at the offending character); turn it into line and
+    // column so editors can jump there.
+    size_t line = 1, column = 1;
+    size_t end = std::min(text.size(), e.byte > 0 ? e.byte - 1 : 0);
+    for (size_t i = 0; i < end; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string reason = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+    size_t colon = reason.find(": ");
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                      ": invalid JSON: " + reason);
+  }
+}
+
+}  // namespace deepspeed::config
