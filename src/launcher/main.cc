@@ -1,0 +1,34 @@
+// deepspeed::launcher::main(): the whole `deepspeed` command, mapping each kind of failure to an
+// exit code.
+#include <cstdio>
+
+#include "deepspeed/launcher.h"
+#include "launcher/launcher_args.h"
+
+namespace deepspeed::launcher {
+
+int main(int argc, char** argv) {
+  try {
+    const LauncherArgs args = parse_args(std::vector<std::string>(argv, argv + argc));
+    const std::optional<ResourcePool> pool = fetch_hostfile(args.hostfile);
+    if (!pool.has_value() && args.hostfile != kDefaultHostfile) {
+      // DeepSpeed silently falls back to local resources; an explicit path that is missing is
+      // likely a typo.
+      std::fprintf(stderr,
+                   "deepspeed: warning: hostfile %s not found; using local resources only\n",
+                   args.hostfile.c_str());
+    }
+    return run_local(plan_launch(args, pool));
+  } catch (const HelpRequested& help) {
+    std::fputs(help.what(), stdout);
+    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "deepspeed: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepspeed: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace deepspeed::launcher

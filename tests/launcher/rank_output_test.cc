@@ -1,0 +1,80 @@
+// RankOutput: whole prefixed lines, partial lines kept until completed or flushed, long lines
+// split.
+#include "launcher/rank_output.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace deepspeed::launcher {
+namespace {
+
+// Captures what a RankOutput writes, through a temporary file (a pipe would block on long lines).
+class Capture {
+ public:
+  Capture() : file_(std::tmpfile()) { EXPECT_NE(file_, nullptr); }
+  ~Capture() { std::fclose(file_); }
+  int fd() const { return fileno(file_); }
+  std::string take() {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    off_t off = 0;
+    while ((n = pread(fd(), buf, sizeof(buf), off)) > 0) {
+      out.append(buf, n);
+      off += n;
+    }
+    return out;
+  }
+
+ private:
+  FILE* file_;
+};
+
+TEST(RankOutput, PrefixesEachCompleteLine) {
+  Capture c;
+  RankOutput out(rank_prefix(3), c.fd());
+  out.append("a\nbb\n", 5);
+  EXPECT_EQ(c.take(), "[rank3]: a\n[rank3]: bb\n");
+}
+
+TEST(RankOutput, JoinsLinesSplitAcrossReads) {
+  Capture c;
+  RankOutput out(rank_prefix(0), c.fd());
+  out.append("hel", 3);
+  out.append("lo\nwor", 6);
+  out.append("ld\n", 3);
+  EXPECT_EQ(c.take(), "[rank0]: hello\n[rank0]: world\n");
+}
+
+TEST(RankOutput, FlushWritesPartialLastLineWithNewline) {
+  Capture c;
+  RankOutput out(rank_prefix(1), c.fd());
+  out.append("done\ntail", 9);
+  out.flush();
+  out.flush();  // nothing left: writes nothing
+  EXPECT_EQ(c.take(), "[rank1]: done\n[rank1]: tail\n");
+}
+
+TEST(RankOutput, EmptyLinesKeepTheirPrefix) {
+  Capture c;
+  RankOutput out(rank_prefix(2), c.fd());
+  out.append("\n\n", 2);
+  EXPECT_EQ(c.take(), "[rank2]: \n[rank2]: \n");
+}
+
+TEST(RankOutput, OverlongLinesAreSplit) {
+  Capture c;
+  RankOutput out("p:", c.fd());
+  const std::string big(RankOutput::kMaxLine + 10, 'x');
+  out.append(big.data(), big.size());
+  out.flush();
+  const std::string got = c.take();
+  EXPECT_EQ(got,
+            "p:" + std::string(RankOutput::kMaxLine, 'x') + "\np:" + std::string(10, 'x') + "\n");
+}
+
+}  // namespace
+}  // namespace deepspeed::launcher
