@@ -263,6 +263,7 @@ class Supervisor {
 
   void begin_stop(int sig) {
     stopping_ = true;
+    stop_signal_ = sig;
     signal_running(sig);
     kill_deadline_ = now_ms() + launch_.kill_grace_seconds * 1000;
   }
@@ -370,7 +371,8 @@ class Supervisor {
       }
       if (kill_deadline_ >= 0 && now_ms() >= kill_deadline_ && running_ > 0) {
         say(std::to_string(running_) + " ranks still running " +
-            std::to_string(launch_.kill_grace_seconds) + " s after SIGTERM; sending SIGKILL");
+            std::to_string(launch_.kill_grace_seconds) + " s after " + signal_name(stop_signal_) +
+            "; sending SIGKILL");
         signal_running(SIGKILL);
         kill_deadline_ = -1;
       }
@@ -420,6 +422,7 @@ class Supervisor {
   std::vector<Rank> ranks_;
   int running_ = 0;
   bool stopping_ = false;
+  int stop_signal_ = SIGTERM;
   int exit_code_ = 0;
   int64_t kill_deadline_ = -1;
 };
