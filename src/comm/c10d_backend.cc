@@ -1,0 +1,254 @@
+// c10d adapter for LibTorch 1.13: ProcessGroupGloo, TCPStore/HashStore/PrefixStore and c10d::Work.
+// Everything LibTorch-version-dependent in deepspeed::comm lives in this file (see c10d_backend.h).
+#include "comm/c10d_backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace deepspeed::comm::detail {
+namespace {
+
+// c10::Error::what() carries a C++ backtrace; users need the first line.
+std::string short_message(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+bool contains(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// Gloo reports timeouts and lost peers as gloo::IoException and c10d as c10::Error; only their text
+// tells them apart, so classify by it.
+[[noreturn]] void rethrow_classified(const std::exception& e) {
+  std::string msg = short_message(e);
+  if (contains(msg, "Timed out") || contains(msg, "timed out") || contains(msg, "Timeout") ||
+      contains(msg, "timeout")) {
+    throw CommTimeoutError(msg);
+  }
+  if (contains(msg, "Connection closed") || contains(msg, "Connection reset") ||
+      contains(msg, "Broken pipe") || contains(msg, "Connection refused")) {
+    throw PeerLostError(msg);
+  }
+  throw CommError(msg);
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg:
+      return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kProduct:
+      return c10d::ReduceOp::PRODUCT;
+  }
+  DS_ASSERT(false, "unknown ReduceOp");
+}
+
+class C10dWork : public BackendWork {
+ public:
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout)
+      : work_(std::move(work)), timeout_(timeout) {}
+
+  void wait() override {
+    try {
+      // Gloo enforces the group timeout itself; passing it here too guards any path that would not.
+      work_->wait(timeout_);
+    } catch (const std::exception& e) {
+      rethrow_classified(e);
+    }
+  }
+
+  bool is_completed() override {
+    try {
+      return work_->isCompleted();
+    } catch (const std::exception& e) {
+      rethrow_classified(e);
+    }
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::chrono::milliseconds timeout_;
+};
+
+class C10dStore : public KeyValueStore {
+ public:
+  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::string get(const std::string& key) override {
+    try {
+      std::vector<uint8_t> v = store_->get(key);
+      return std::string(v.begin(), v.end());
+    } catch (const std::exception& e) {
+      rethrow_classified(e);
+    }
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  void remove(const std::string& key) override { store_->deleteKey(key); }
+  std::shared_ptr<KeyValueStore> with_prefix(const std::string& prefix) override {
+    return std::make_shared<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(prefix, store_));
+  }
+
+  const c10::intrusive_ptr<c10d::Store>& raw() const { return store_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+bool is_loopback(const std::string& addr) {
+  return addr.empty() || addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+class GlooBackend : public Backend {
+ public:
+  GlooBackend(const BackendOptions& o, const c10::intrusive_ptr<c10d::Store>& store)
+      : timeout_(o.timeout) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+    // Like torch: GLOO_SOCKET_IFNAME picks the interface; a local master means every rank is on
+    // this host.
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (is_loopback(o.master_addr)) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.size, opts);
+  }
+
+  std::string name() const override { return "gloo"; }
+
+  // Measured on LibTorch 1.13 (see FACTS.md): AVG throws; so do bfloat16, int16 and bool in every
+  // collective.
+  bool supports_reduce_op(ReduceOp op) const override { return op != ReduceOp::kAvg; }
+  bool supports_reduce_dtype(at::ScalarType t) const override {
+    return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar ||
+           t == at::kByte || t == at::kInt || t == at::kLong;
+  }
+  bool supports_flat_collectives() const override { return false; }
+
+  BackendWorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    std::vector<at::Tensor> v{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    return wrap([&] { return pg_->allreduce(v, opts); });
+  }
+  BackendWorkPtr reduce(const at::Tensor& tensor, int root, ReduceOp op) override {
+    std::vector<at::Tensor> v{tensor};
+    c10d::ReduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    opts.rootRank = root;
+    return wrap([&] { return pg_->reduce(v, opts); });
+  }
+  BackendWorkPtr broadcast(const at::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> v{tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    return wrap([&] { return pg_->broadcast(v, opts); });
+  }
+  BackendWorkPtr all_gather(const std::vector<at::Tensor>& outputs,
+                            const at::Tensor& input) override {
+    std::vector<std::vector<at::Tensor>> outs{outputs};
+    std::vector<at::Tensor> ins{input};
+    return wrap([&] { return pg_->allgather(outs, ins); });
+  }
+  BackendWorkPtr all_gather_base(const at::Tensor& output, const at::Tensor& input) override {
+    at::Tensor out = output, in = input;
+    return wrap([&] { return pg_->_allgather_base(out, in); });
+  }
+  BackendWorkPtr reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                     ReduceOp op) override {
+    at::Tensor out = output, in = input;
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = to_c10d(op);
+    return wrap([&] { return pg_->_reduce_scatter_base(out, in, opts); });
+  }
+  BackendWorkPtr all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                   const std::vector<int64_t>& output_splits,
+                                   const std::vector<int64_t>& input_splits) override {
+    at::Tensor out = output, in = input;
+    std::vector<int64_t> os = output_splits, is = input_splits;
+    return wrap([&] { return pg_->alltoall_base(out, in, os, is); });
+  }
+  BackendWorkPtr send(const at::Tensor& tensor, int dst, int tag) override {
+    std::vector<at::Tensor> v{tensor};
+    return wrap([&] { return pg_->send(v, dst, tag); });
+  }
+  BackendWorkPtr recv(const at::Tensor& tensor, int src, int tag) override {
+    std::vector<at::Tensor> v{tensor};
+    return wrap([&] { return pg_->recv(v, src, tag); });
+  }
+  BackendWorkPtr barrier() override {
+    return wrap([&] { return pg_->barrier(); });
+  }
+
+ private:
+  // c10d validates arguments when an op is issued; report those failures as ours.
+  template <typename F>
+  BackendWorkPtr wrap(F&& issue) {
+    try {
+      return std::make_unique<C10dWork>(issue(), timeout_);
+    } catch (const std::exception& e) {
+      rethrow_classified(e);
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::shared_ptr<KeyValueStore> create_tcp_store(const std::string& host, int port, bool is_server,
+                                                int world_size, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = is_server;
+  opts.numWorkers = static_cast<size_t>(world_size);
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  try {
+    return std::make_shared<C10dStore>(c10::make_intrusive<c10d::TCPStore>(host, opts));
+  } catch (const std::exception& e) {
+    std::string msg = ::deepspeed::detail::str_cat(
+        is_server ? "could not host the rendezvous store on port "
+                  : "could not reach the rendezvous store at ",
+        host, ":", port, " (MASTER_ADDR/MASTER_PORT): ", short_message(e));
+    if (contains(msg, "imeout") || contains(msg, "imed out")) throw CommTimeoutError(msg);
+    throw CommError(msg);
+  }
+}
+
+std::shared_ptr<KeyValueStore> create_local_store() {
+  return std::make_shared<C10dStore>(c10::make_intrusive<c10d::HashStore>());
+}
+
+std::unique_ptr<Backend> create_backend(const BackendOptions& options,
+                                        const std::shared_ptr<KeyValueStore>& store) {
+  auto* c10d_store = dynamic_cast<C10dStore*>(store.get());
+  DS_ASSERT(c10d_store != nullptr, "store was not made by this adapter");
+  DS_CHECK_T(CommError, options.name == "gloo", "comm backend '", options.name,
+             "' is not available in this build (LibTorch 1.13 CPU); use \"gloo\"");
+  try {
+    return std::make_unique<GlooBackend>(options, c10d_store->raw());
+  } catch (const std::exception& e) {
+    throw CommError(::deepspeed::detail::str_cat("could not connect gloo group of ", options.size,
+                                                 " ranks (this is rank ", options.rank,
+                                                 "): ", short_message(e)));
+  }
+}
+
+}  // namespace deepspeed::comm::detail

@@ -1,0 +1,79 @@
+// See env_init.h.
+#include "comm/env_init.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::comm::detail {
+namespace {
+
+constexpr const char* kVars[] = {"RANK",        "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                 "MASTER_ADDR", "MASTER_PORT"};
+
+int parse_int(const char* name, const char* value, long lo, long hi) {
+  DS_CHECK(
+      value != nullptr && *value, "init_distributed: environment variable ", name,
+      " is not set (the launcher sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(value, &end, 10);
+  DS_CHECK(errno == 0 && end != value && *end == '\0', "init_distributed: ", name, "='", value,
+           "' is not an integer");
+  DS_CHECK(v >= lo && v <= hi, "init_distributed: ", name, "=", v, " is out of range [", lo, ", ",
+           hi, "]");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
+}
+
+DistEnv read_dist_env(const EnvLookup& env) {
+  DistEnv d;
+  bool any = false;
+  for (const char* v : kVars) any = any || env(v) != nullptr;
+  if (!any) return d;  // plain single-process run
+  d.single_process = false;
+  d.world_size = parse_int("WORLD_SIZE", env("WORLD_SIZE"), 1, 1 << 20);
+  d.rank = parse_int("RANK", env("RANK"), 0, d.world_size - 1);
+  d.local_rank = parse_int("LOCAL_RANK", env("LOCAL_RANK"), 0, d.world_size - 1);
+  d.local_world_size = env("LOCAL_WORLD_SIZE")
+                           ? parse_int("LOCAL_WORLD_SIZE", env("LOCAL_WORLD_SIZE"), 1, d.world_size)
+                           : d.world_size;
+  DS_CHECK(d.local_rank < d.local_world_size, "init_distributed: LOCAL_RANK=", d.local_rank,
+           " must be below LOCAL_WORLD_SIZE=", d.local_world_size);
+  const char* addr = env("MASTER_ADDR");
+  DS_CHECK(addr != nullptr && *addr,
+           "init_distributed: environment variable MASTER_ADDR is not set",
+           " (the launcher sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  d.master_addr = addr;
+  d.master_port = parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65535);
+  return d;
+}
+
+std::optional<std::chrono::milliseconds> read_timeout_env(const EnvLookup& env) {
+  const char* v = env("DS_COMM_TIMEOUT");
+  if (v == nullptr || !*v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  double s = std::strtod(v, &end);
+  DS_CHECK(errno == 0 && end != v && *end == '\0' && std::isfinite(s) && s > 0, "DS_COMM_TIMEOUT='",
+           v, "' must be a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+}
+
+std::optional<bool> read_check_env(const EnvLookup& env) {
+  const char* v = env("DS_COMM_CHECK");
+  if (v == nullptr || !*v) return std::nullopt;
+  std::string s = v;
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw Error(::deepspeed::detail::str_cat("DS_COMM_CHECK='", s, "' must be 1/0/true/false"));
+}
+
+}  // namespace deepspeed::comm::detail

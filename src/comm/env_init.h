@@ -1,0 +1,35 @@
+// Reading the distributed environment (torchrun's and our launcher's variables) into a validated
+// struct, with a one-line error naming the variable and value when one is missing or malformed.
+// Pure functions of the lookup they are given, so tests need not touch the real environment.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace deepspeed::comm::detail {
+
+// Returns the variable's value, or nullptr when unset (std::getenv's contract).
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup process_env();
+
+struct DistEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  bool single_process = true;  // none of the variables set: a world of one without a TCP store
+};
+
+// Throws deepspeed::Error, e.g. "init_distributed: RANK='x' is not an integer".
+DistEnv read_dist_env(const EnvLookup& env);
+
+// DS_COMM_TIMEOUT in seconds (fractions allowed), or nullopt when unset.
+std::optional<std::chrono::milliseconds> read_timeout_env(const EnvLookup& env);
+// DS_COMM_CHECK: "1"/"true"/"yes"/"on" or "0"/"false"/"no"/"off"; nullopt when unset.
+std::optional<bool> read_check_env(const EnvLookup& env);
+
+}  // namespace deepspeed::comm::detail

@@ -1,0 +1,155 @@
+// Single-process pieces of deepspeed::comm: environment parsing, message formatting, the logger's
+// arithmetic and table, and a world of one started without any environment.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "comm/collective_check.h"
+#include "comm/comms_logger.h"
+#include "comm/env_init.h"
+#include "deepspeed/comm.h"
+
+namespace dc = deepspeed::comm;
+namespace dd = deepspeed::comm::detail;
+
+namespace {
+
+dd::EnvLookup fake_env(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::map<std::string, std::string> full_env() {
+  return {{"RANK", "2"},
+          {"LOCAL_RANK", "0"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "10.0.0.1"},
+          {"MASTER_PORT", "29500"}};
+}
+
+std::string error_of(const std::map<std::string, std::string>& vars) {
+  try {
+    dd::read_dist_env(fake_env(vars));
+  } catch (const deepspeed::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(EnvInit, ReadsAllVariables) {
+  dd::DistEnv d = dd::read_dist_env(fake_env(full_env()));
+  EXPECT_FALSE(d.single_process);
+  EXPECT_EQ(d.rank, 2);
+  EXPECT_EQ(d.local_rank, 0);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "10.0.0.1");
+  EXPECT_EQ(d.master_port, 29500);
+}
+
+TEST(EnvInit, NoVariablesMeansSingleProcess) {
+  dd::DistEnv d = dd::read_dist_env(fake_env({}));
+  EXPECT_TRUE(d.single_process);
+  EXPECT_EQ(d.world_size, 1);
+  EXPECT_EQ(d.rank, 0);
+}
+
+TEST(EnvInit, MissingAndMalformedVariablesAreNamed) {
+  auto env = full_env();
+  env.erase("MASTER_PORT");
+  EXPECT_NE(error_of(env).find("MASTER_PORT is not set"), std::string::npos) << error_of(env);
+  env = full_env();
+  env["RANK"] = "two";
+  EXPECT_NE(error_of(env).find("RANK='two' is not an integer"), std::string::npos) << error_of(env);
+  env = full_env();
+  env["RANK"] = "4";
+  EXPECT_NE(error_of(env).find("RANK=4 is out of range [0, 3]"), std::string::npos)
+      << error_of(env);
+  env = full_env();
+  env["MASTER_PORT"] = "70000";
+  EXPECT_NE(error_of(env).find("MASTER_PORT=70000"), std::string::npos) << error_of(env);
+  env = full_env();
+  env.erase("MASTER_ADDR");
+  EXPECT_NE(error_of(env).find("MASTER_ADDR is not set"), std::string::npos) << error_of(env);
+}
+
+TEST(EnvInit, TimeoutAndCheckVariables) {
+  EXPECT_FALSE(dd::read_timeout_env(fake_env({})).has_value());
+  EXPECT_EQ(dd::read_timeout_env(fake_env({{"DS_COMM_TIMEOUT", "2"}}))->count(), 2000);
+  EXPECT_EQ(dd::read_timeout_env(fake_env({{"DS_COMM_TIMEOUT", "0.25"}}))->count(), 250);
+  EXPECT_THROW(dd::read_timeout_env(fake_env({{"DS_COMM_TIMEOUT", "-1"}})), deepspeed::Error);
+  EXPECT_THROW(dd::read_timeout_env(fake_env({{"DS_COMM_TIMEOUT", "soon"}})), deepspeed::Error);
+  EXPECT_TRUE(*dd::read_check_env(fake_env({{"DS_COMM_CHECK", "1"}})));
+  EXPECT_FALSE(*dd::read_check_env(fake_env({{"DS_COMM_CHECK", "false"}})));
+  EXPECT_THROW(dd::read_check_env(fake_env({{"DS_COMM_CHECK", "maybe"}})), deepspeed::Error);
+}
+
+TEST(Describe, TensorsAndDurations) {
+  EXPECT_EQ(dd::tensor_desc(at::zeros({4, 8}, at::kBFloat16)), "bfloat16[4, 8]");
+  EXPECT_EQ(dd::tensor_desc(at::zeros({1024})), "float[1024]");
+  EXPECT_EQ(dd::format_duration(std::chrono::milliseconds(2000)), "2s");
+  EXPECT_EQ(dd::format_duration(std::chrono::milliseconds(1500)), "1.5s");
+  EXPECT_EQ(dd::format_duration(std::chrono::milliseconds(250)), "250ms");
+  EXPECT_EQ(dd::format_duration(std::chrono::minutes(30)), "30min");
+}
+
+TEST(CommsLogger, BusBandwidthFactorsAreDeepSpeeds) {
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("all_gather_into_tensor", 4), 0.75);
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("reduce_scatter_tensor", 2), 0.5);
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("all_to_all_single", 4), 0.75);
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("broadcast", 4), 1.0);
+  EXPECT_DOUBLE_EQ(dd::busbw_factor("send", 2), 1.0);
+}
+
+TEST(CommsLogger, AggregatesByOpAndSize) {
+  dd::CommsLogger logger;
+  dc::CommsLoggerOptions o;
+  o.enabled = true;
+  logger.configure(o);
+  logger.record("all_reduce", 1 << 20, 2.0, 2, "");
+  logger.record("all_reduce", 1 << 20, 4.0, 2, "");
+  logger.record("all_reduce", 1 << 10, 1.0, 2, "");
+  std::vector<dc::CommsStat> s = logger.stats();
+  ASSERT_EQ(s.size(), 2u);
+  // Sorted by (op, size): the 1 KiB entry first.
+  EXPECT_EQ(s[1].msg_bytes, 1 << 20);
+  EXPECT_EQ(s[1].count, 2);
+  EXPECT_DOUBLE_EQ(s[1].total_latency_ms, 6.0);
+  EXPECT_DOUBLE_EQ(s[1].avg_latency_ms, 3.0);
+  EXPECT_DOUBLE_EQ(s[1].algbw_gbps, (1 << 20) / 3.0 * 1e-6);
+  EXPECT_DOUBLE_EQ(s[1].busbw_gbps, s[1].algbw_gbps * 1.0);  // 2(n-1)/n = 1 at n = 2
+  std::string table = logger.summary();
+  EXPECT_NE(table.find("1.00 MiB"), std::string::npos) << table;
+  EXPECT_NE(table.find("Avg Latency(ms)"), std::string::npos) << table;
+  o.prof_all = false;
+  o.prof_ops = {"broadcast"};
+  logger.configure(o);
+  EXPECT_FALSE(logger.should_log("all_reduce"));
+  EXPECT_TRUE(logger.should_log("broadcast"));
+  o.enabled = false;
+  logger.configure(o);
+  EXPECT_FALSE(logger.should_log("broadcast"));
+}
+
+TEST(SingleProcess, WorldOfOneWithoutEnvironment) {
+  if (std::getenv("WORLD_SIZE") != nullptr) GTEST_SKIP() << "runs without launcher variables";
+  EXPECT_THROW(dc::get_rank(), deepspeed::CommError);
+  dc::init_distributed();
+  EXPECT_EQ(dc::get_world_size(), 1);
+  EXPECT_THROW(dc::init_distributed(), deepspeed::CommError);
+  at::Tensor x = at::full({3}, 5.0, at::kBFloat16);
+  dc::get_world_group().all_reduce(x, dc::ReduceOp::kAvg);
+  EXPECT_TRUE(at::equal(x, at::full({3}, 5.0, at::kBFloat16)));
+  dc::ProcessGroup g = dc::get_world_group();
+  dc::destroy_process_group();
+  EXPECT_FALSE(dc::is_initialized());
+  EXPECT_THROW(g.barrier(), deepspeed::CommError);
+}
+
+}  // namespace
