@@ -78,12 +78,13 @@ void check_positive(const char* op, const char* name, double value) {
 template <typename Tile>
 void for_each_tile(int64_t n, const Tile& tile) {
   const int64_t tiles = (n + kTileElements - 1) / kTileElements;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), tiles);
+  const int threads = static_cast<int>(std::min<int64_t>(at::get_num_threads(), tiles));
   if (threads <= 1 || at::in_parallel_region()) {
     if (n > 0) tile(0, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast <int>(threads)) schedule(static)
+  // Dynamic: on a shared box one thread is often descheduled, and the others should take its tiles.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t begin = t * kTileElements;
     tile(begin, std::min(kTileElements, n - begin));
