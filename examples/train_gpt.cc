@@ -1,0 +1,122 @@
+// Trains the reference GPT with deepspeed-cpp on byte-level text, as a DeepSpeed user's training script would:
+//
+//   deepspeed --num_procs 2 train_gpt --deepspeed_config examples/configs/gpt_zero0.json --steps 100
+//
+// Rank 0 prints the engine's step log, then one summary line that scripts and benchmarks compare runs by:
+//   final step=<N> loss=<float> params_l2=<float> tokens_per_s=<float> peak_rss_mb=<float>
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "corpus.h"
+#include "deepspeed/accelerator.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/data.h"
+#include "deepspeed/deepspeed.h"
+#include "gpt.h"
+
+namespace {
+
+struct Args {
+  std::string config_path;
+  std::string data_path;
+  int64_t steps = 100;
+  int64_t seed = 1234;
+  deepspeed::models::GPTConfig model;
+  bool untied_head = false;
+};
+
+int train(const Args& args) {
+  deepspeed::comm::init_distributed();
+  const int rank = deepspeed::comm::get_rank();
+  auto config = deepspeed::Config::from_file(args.config_path);
+
+  at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
+  deepspeed::models::GPTConfig model_cfg = args.model;
+  model_cfg.tied_head = !args.untied_head;
+  deepspeed::models::GPT model(model_cfg);
+
+  deepspeed::InitializeOptions options;
+  options.total_steps = args.steps;
+  auto engine = deepspeed::initialize(model, config, options);
+
+  at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), model_cfg.seq_len);
+  deepspeed::DataParallelSampler sampler(windows.size(0), engine.train_micro_batch_size_per_gpu(),
+                                         engine.gradient_accumulation_steps(), engine.global_rank(),
+                                         engine.world_size(), static_cast<uint64_t>(args.seed));
+  if (rank == 0) {
+    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d ranks, global batch %lld\n",
+                static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
+                static_cast<long long>(model_cfg.seq_len), engine.world_size(),
+                static_cast<long long>(engine.train_batch_size()));
+    std::fflush(stdout);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  double last_loss = 0.0;
+  for (int64_t step = 0; step < args.steps; ++step) {
+    double step_loss = 0.0;
+    for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
+      auto idx = sampler.micro_batch(step, m);
+      at::Tensor batch = windows.index_select(0, at::tensor(idx, at::kLong));
+      at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
+      at::Tensor loss = engine.forward(x, y);
+      engine.backward(loss);
+      engine.step();
+      step_loss += loss.item<double>();
+    }
+    last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // The summary: last step's loss averaged over ranks, the parameters' norm, throughput, the largest peak RSS.
+  auto world = deepspeed::comm::get_world_group();
+  at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
+  world.all_reduce(loss_t, deepspeed::comm::ReduceOp::kAvg);
+  double sq = 0.0;
+  for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
+  at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
+  world.all_reduce(peak, deepspeed::comm::ReduceOp::kMax);
+  const double tokens = static_cast<double>(args.steps * engine.train_batch_size() * model_cfg.seq_len);
+  if (rank == 0) {
+    std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
+                static_cast<long long>(engine.global_steps()), loss_t.item<double>(), std::sqrt(sq),
+                tokens / seconds, peak.item<double>() / (1024.0 * 1024.0));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"Train the reference GPT with deepspeed-cpp"};
+  app.add_option("--deepspeed_config", args.config_path, "DeepSpeed JSON config")->required();
+  app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
+  app.add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--seed", args.seed, "model and data-order seed");
+  app.add_option("--layers", args.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", args.model.hidden, "hidden size")->check(CLI::PositiveNumber);
+  app.add_option("--heads", args.model.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--seq-len,--seq_len", args.model.seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", args.model.vocab_size, "vocabulary size (>= 256 for byte tokens)")
+      ->check(CLI::Range(int64_t{256}, int64_t{1} << 20));
+  app.add_option("--dropout", args.model.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+  app.add_flag("--untied_head", args.untied_head, "give the LM head its own weight");
+  int local_rank = 0;  // the deepspeed launcher passes it, as DeepSpeed's does; LOCAL_RANK in the env is used
+  app.add_option("--local_rank", local_rank, "set by the launcher");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return train(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 1;
+  }
+}

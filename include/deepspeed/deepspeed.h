@@ -1,0 +1,132 @@
+// deepspeed-cpp's front door: wrap a LibTorch model into a training Engine configured by a DeepSpeed JSON config.
+//
+//   auto engine = deepspeed::initialize(model, deepspeed::Config::from_file("ds_config.json"));
+//   for (...) {
+//     auto loss = engine.forward(input, target);  // the model's own forward signature
+//     engine.backward(loss);                      // scaled by 1/gradient_accumulation_steps, grads reduced
+//     engine.step();                              // optimizer + LR schedule at the accumulation boundary only
+//   }
+//
+// initialize() starts the communication layer from the environment the launcher set (or a single-process world),
+// resolves the batch arithmetic for the data-parallel world size, broadcasts rank 0's parameters so every rank
+// starts identical, and builds the optimizer and LR scheduler the config names (or the caller's own, via
+// InitializeOptions). Config features this build does not implement yet are rejected here with a message saying so.
+//
+// Thread-safety: an Engine is driven from one thread, in the same order on every rank, like any collective code.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/container/any.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepspeed/config.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace deepspeed {
+
+namespace runtime {
+class LrScheduler;
+}  // namespace runtime
+
+// A caller-defined parameter group; unset values come from the config's optimizer params.
+struct ParamGroup {
+  std::vector<at::Tensor> params;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+struct InitializeOptions {
+  // Empty: one group holding every parameter of the model that requires a gradient.
+  std::vector<ParamGroup> param_groups;
+  // A client optimizer used instead of the config's `optimizer` section (which must then be absent). It must
+  // have been built over the model's parameters (or `param_groups`); the engine calls its step() at boundaries.
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  // A client LR scheduler used instead of the config's `scheduler` section (which must then be absent).
+  std::shared_ptr<runtime::LrScheduler> lr_scheduler;
+  // Optimizer steps the run will take, if known: the step log then shows progress (`step 40/200 (20%)`).
+  int64_t total_steps = 0;
+};
+
+class EngineImpl;
+
+class Engine {
+ public:
+  Engine(torch::nn::AnyModule module, std::shared_ptr<EngineImpl> impl);
+
+  // Runs the model's forward with its own arguments; returns what it returns (a tensor, usually the loss).
+  template <typename... Args>
+  at::Tensor forward(Args&&... args) {
+    begin_forward();
+    at::Tensor out = module_.forward(std::forward<Args>(args)...);
+    end_forward();
+    return out;
+  }
+
+  // Backward of `loss` scaled by 1/gradient_accumulation_steps. At the accumulation boundary the gradients are
+  // averaged across data-parallel ranks, in buckets launched while backward is still running (overlap_comm).
+  void backward(const at::Tensor& loss);
+  // At the accumulation boundary: clip, optimizer step, LR schedule step, zero gradients. Otherwise only counts the
+  // micro-step.
+  void step();
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const;
+
+  // True when the next step() will update the parameters.
+  bool is_gradient_accumulation_boundary() const;
+  int64_t global_steps() const;
+  int64_t micro_steps() const;
+  // Samples consumed across all ranks (global_steps * train_batch_size).
+  int64_t global_samples() const;
+  // Current learning rate of each parameter group.
+  std::vector<double> get_lr() const;
+  // L2 norm of the averaged gradients at the last boundary (before clipping); -1 before the first step.
+  double get_global_grad_norm() const;
+
+  int local_rank() const;
+  int global_rank() const;
+  int world_size() const;
+  int dp_world_size() const;
+  int64_t train_batch_size() const;
+  int64_t train_micro_batch_size_per_gpu() const;
+  int64_t gradient_accumulation_steps() const;
+
+  const Config& config() const;
+  std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
+  // Parameters as the engine trains them (views into its flat buffers), in the model's order.
+  std::vector<at::Tensor> parameters() const;
+
+ private:
+  void begin_forward();
+  void end_forward();
+
+  torch::nn::AnyModule module_;
+  std::shared_ptr<EngineImpl> impl_;
+};
+
+// The non-template entry point the overloads below forward to.
+Engine initialize(torch::nn::AnyModule model, const Config& config, InitializeOptions options = {});
+
+template <typename ModuleType>
+Engine initialize(std::shared_ptr<ModuleType> model, const Config& config, InitializeOptions options = {}) {
+  return initialize(torch::nn::AnyModule(std::move(model)), config, std::move(options));
+}
+
+// For TORCH_MODULE holders (e.g. `GPT model(cfg); initialize(model, cfg)`).
+template <typename ModuleImpl>
+Engine initialize(torch::nn::ModuleHolder<ModuleImpl>& model, const Config& config,
+                  InitializeOptions options = {}) {
+  return initialize(torch::nn::AnyModule(model.ptr()), config, std::move(options));
+}
+
+}  // namespace deepspeed

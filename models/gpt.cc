@@ -1,0 +1,125 @@
+#include "gpt.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace deepspeed::models {
+namespace {
+
+void check_config(const GPTConfig& c) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("GPTConfig: " + what); };
+  if (c.vocab_size < 1) fail("vocab_size must be >= 1, got " + std::to_string(c.vocab_size));
+  if (c.seq_len < 1) fail("seq_len must be >= 1, got " + std::to_string(c.seq_len));
+  if (c.layers < 1) fail("layers must be >= 1, got " + std::to_string(c.layers));
+  if (c.heads < 1 || c.hidden % c.heads != 0)
+    fail("hidden (" + std::to_string(c.hidden) + ") must be a multiple of heads (" + std::to_string(c.heads) + ")");
+  if (c.dropout < 0 || c.dropout >= 1) fail("dropout must be in [0, 1), got " + std::to_string(c.dropout));
+}
+
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
+  return p > 0 ? at::dropout(x, p, training) : x;
+}
+
+}  // namespace
+
+int64_t GPTConfig::num_parameters() const {
+  int64_t h = hidden;
+  const int64_t b = bias ? 1 : 0;
+  int64_t per_block = 2 * (2 * h)              // two LayerNorms
+                      + (h * 3 * h + 3 * h * b)  // qkv
+                      + (h * h + h * b)          // attention projection
+                      + (h * 4 * h + 4 * h * b)  // MLP up
+                      + (4 * h * h + h * b);     // MLP down
+  int64_t total = vocab_size * h + seq_len * h + layers * per_block + 2 * h;
+  if (!tied_head) total += vocab_size * h;
+  return total;
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
+    : heads_(cfg.heads), dropout_(cfg.dropout) {
+  qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, 3 * cfg.hidden).bias(cfg.bias)));
+  proj_ = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.hidden).bias(cfg.bias)));
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
+  auto qkv = qkv_->forward(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // [3, b, h, t, d]
+  auto q = qkv[0], k = qkv[1], v = qkv[2];
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  auto future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  auto att = maybe_dropout(at::softmax(scores, -1), dropout_, is_training());
+  auto y = at::matmul(att, v).transpose(1, 2).reshape({b, t, c});
+  return maybe_dropout(proj_->forward(y), dropout_, is_training());
+}
+
+GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
+  attn_ = register_module("attn", CausalSelfAttention(cfg));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
+  fc_ = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, 4 * cfg.hidden).bias(cfg.bias)));
+  fc_proj_ =
+      register_module("fc_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * cfg.hidden, cfg.hidden).bias(cfg.bias)));
+}
+
+at::Tensor GPTBlockImpl::forward(const at::Tensor& x) {
+  auto h = x + attn_->forward(ln1_->forward(x));
+  auto m = fc_proj_->forward(at::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+  return h + maybe_dropout(m, dropout_, is_training());
+}
+
+GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
+  check_config(cfg_);
+  wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden));
+  wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.layers; ++i) blocks_->push_back(GPTBlock(cfg));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
+  if (!cfg.tied_head) {
+    lm_head_ = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false)));
+  }
+  init_weights();
+}
+
+void GPTImpl::init_weights() {
+  // GPT-2's scheme: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 * layers).
+  at::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
+  for (auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (name.find("ln") != std::string::npos) continue;  // LayerNorm keeps weight 1, bias 0
+    if (p.dim() == 1) {
+      p.zero_();
+    } else if (name.find("proj.weight") != std::string::npos) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  if (t > cfg_.seq_len) {
+    throw std::invalid_argument("GPT: sequence of " + std::to_string(t) + " tokens exceeds seq_len " +
+                                std::to_string(cfg_.seq_len));
+  }
+  auto pos = at::arange(t, tokens.options().dtype(at::kLong));
+  auto x = maybe_dropout(wte_->forward(tokens) + wpe_->forward(pos), cfg_.dropout, is_training());
+  for (const auto& block : *blocks_) x = block->as<GPTBlockImpl>()->forward(x);
+  x = ln_f_->forward(x);
+  return cfg_.tied_head ? at::matmul(x, wte_->weight.t()) : lm_head_->forward(x);
+}
+
+at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  auto out = logits(tokens);
+  return at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace deepspeed::models

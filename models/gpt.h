@@ -1,0 +1,84 @@
+// The reference GPT-2-style decoder used by the examples, tests and benchmarks: token + position embeddings, N
+// pre-LayerNorm blocks of causal self-attention and MLP, a final LayerNorm and an LM head tied to the token
+// embedding (or untied, to match the parameter count of other frameworks' references).
+//
+// Only the public LibTorch API is used here, as a user's model would. Dropout defaults to 0 so runs of different
+// parallel layouts are comparable number for number.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
+
+namespace deepspeed::models {
+
+struct GPTConfig {
+  int64_t vocab_size = 256;  // byte-level tokens by default
+  int64_t seq_len = 128;     // context length (position embeddings)
+  int64_t layers = 4;
+  int64_t hidden = 128;
+  int64_t heads = 4;
+  double dropout = 0.0;
+  bool tied_head = true;  // LM head shares the token embedding's weight
+  // Biases in the Linear layers, as GPT-2 has. Without them no parameter has a structurally zero gradient (the
+  // attention's key bias does: softmax ignores a constant added to every key), which exact comparisons need.
+  bool bias = true;
+  // Number of parameters this configuration creates (tied weights counted once).
+  int64_t num_parameters() const;
+};
+
+// Causal multi-head self-attention over [batch, seq, hidden].
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GPTConfig& cfg);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  int64_t heads_;
+  double dropout_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+// One pre-LayerNorm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+class GPTBlockImpl : public torch::nn::Module {
+ public:
+  explicit GPTBlockImpl(const GPTConfig& cfg);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  double dropout_;
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
+};
+TORCH_MODULE(GPTBlock);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  explicit GPTImpl(const GPTConfig& cfg);
+
+  // Mean next-token cross-entropy of `tokens` [batch, seq] (int64) against `targets` [batch, seq].
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // Logits [batch, seq, vocab].
+  at::Tensor logits(const at::Tensor& tokens);
+
+  const GPTConfig& config() const { return cfg_; }
+
+ private:
+  void init_weights();
+
+  GPTConfig cfg_;
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  torch::nn::ModuleList blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // only when the head is untied
+};
+TORCH_MODULE(GPT);
+
+}  // namespace deepspeed::models

@@ -1,0 +1,260 @@
+// deepspeed::initialize and the Engine's stage-0 training step: forward, backward with overlapped bucketed
+// gradient averaging, and the boundary step (clip, optimizer, LR schedule, zero grads, log).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_set>
+
+#include "deepspeed/accelerator.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/error.h"
+#include "runtime/engine_impl.h"
+#include "runtime/feature_gate.h"
+#include "runtime/scheduler_factory.h"
+
+namespace deepspeed {
+namespace {
+
+std::vector<runtime::FlatGroup> make_groups(torch::nn::Module& module, std::vector<ParamGroup> given) {
+  std::vector<runtime::FlatGroup> groups;
+  if (given.empty()) {
+    runtime::FlatGroup g;
+    std::unordered_set<const void*> seen;  // tied weights appear once
+    for (const auto& p : module.parameters(/*recurse=*/true))
+      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) g.params.push_back(p);
+    DS_CHECK(!g.params.empty(), "initialize: the model has no parameters that require a gradient");
+    groups.push_back(std::move(g));
+    return groups;
+  }
+  for (auto& pg : given) {
+    runtime::FlatGroup g;
+    g.params = std::move(pg.params);
+    g.lr = pg.lr;
+    g.weight_decay = pg.weight_decay;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+void configure_threads() {
+  // LibTorch's intra-op pool starts with 1 thread on Debian's build; share this host's cores among its ranks,
+  // unless the user chose a count explicitly.
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  at::set_num_threads(accelerator::host_threads_per_rank(comm::get_local_world_size()));
+}
+
+comm::CommsLoggerOptions comms_logger_options(const config::CommsLoggerConfig& c) {
+  comm::CommsLoggerOptions o;
+  o.enabled = c.enabled;
+  o.verbose = c.verbose;
+  o.prof_all = c.prof_all;
+  o.prof_ops = c.prof_ops;
+  o.debug = c.debug;
+  return o;
+}
+
+}  // namespace
+
+EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options)
+    : module_(std::move(module)), config_(config) {
+  DS_CHECK(module_ != nullptr, "initialize: model is null");
+  if (!comm::is_initialized()) comm::init_distributed();
+  world_ = comm::get_world_group();
+  config_.resolve_batch(world_.size());
+  runtime::check_supported_features(config_);
+  DS_CHECK_T(ConfigError, !(options.optimizer && config_.optimizer.has_value()),
+             "optimizer: the config names an optimizer and initialize() was given one too; remove one");
+  DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
+             "scheduler: the config names a scheduler and initialize() was given one too; remove one");
+  configure_threads();
+  if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
+  comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
+  breakdown_ = config_.wall_clock_breakdown;
+  total_steps_ = options.total_steps;
+
+  groups_ = make_groups(*module_, std::move(options.param_groups));
+  runtime::flatten_into(groups_);
+  // Every rank starts from rank 0's parameters, whatever its own initialization drew.
+  if (world_.size() > 1)
+    for (auto& g : groups_) world_.broadcast(g.params_flat, /*src=*/0);
+
+  runtime::GradReducerOptions ro;
+  ro.bucket_elems = config_.zero.reduce_bucket_size;
+  ro.overlap_comm = config_.zero.overlap_comm;
+  ro.prescale_gradients = config_.prescale_gradients;
+  ro.gradient_predivide_factor = config_.gradient_predivide_factor;
+  reducer_ = std::make_unique<runtime::GradReducer>(groups_, world_, ro);
+
+  if (options.optimizer) {
+    optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
+  } else if (config_.optimizer.has_value()) {
+    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_);
+  }
+  if (options.lr_scheduler) {
+    scheduler_ = std::move(options.lr_scheduler);
+  } else if (config_.scheduler.has_value()) {
+    DS_CHECK_T(ConfigError, optimizer_ != nullptr, "scheduler: a scheduler needs an optimizer to drive");
+    std::vector<double> base_lrs;
+    for (size_t g = 0; g < groups_.size(); ++g) base_lrs.push_back(optimizer_->lr(g));
+    scheduler_ = runtime::make_scheduler_from_config(*config_.scheduler, base_lrs);
+    // DeepSpeed's OneCycle writes its starting lr and momentum into the optimizer when built; the warmup schedules
+    // leave the optimizer's own lr for the first step and take over after it.
+    if (config_.scheduler->type == runtime::kOneCycle) apply_schedule();
+  }
+  if (scheduler_ && optimizer_)
+    DS_CHECK(scheduler_->num_groups() == groups_.size(), "lr scheduler has ", scheduler_->num_groups(),
+             " groups, the optimizer ", groups_.size());
+
+  if (config_.dump_state && world_.rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
+  last_log_time_ = std::chrono::steady_clock::now();
+}
+
+void EngineImpl::begin_forward() {
+  if (breakdown_) timers_.start("fwd");
+}
+
+void EngineImpl::end_forward() {
+  if (breakdown_) timers_.stop("fwd");
+}
+
+void EngineImpl::backward(const at::Tensor& loss) {
+  DS_CHECK(loss.defined() && loss.numel() == 1, "backward: expected a scalar loss, got ",
+           loss.defined() ? loss.sizes() : at::IntArrayRef{});
+  DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
+  if (breakdown_) timers_.start("bwd");
+  runtime::ensure_grad_views(groups_);
+  const int64_t gas = config_.gradient_accumulation_steps.value();
+  reducer_->begin_backward(is_boundary());
+  at::Tensor scaled = gas > 1 ? loss / static_cast<double>(gas) : loss;
+  scaled.backward();
+  reducer_->finish_backward();
+  loss_sum_ += loss.item<double>();
+  ++loss_count_;
+  if (breakdown_) timers_.stop("bwd");
+}
+
+void EngineImpl::step() {
+  const bool boundary = is_boundary();
+  ++micro_steps_;
+  if (!boundary) return;
+  DS_CHECK(optimizer_ != nullptr, "step: no optimizer (the config has no `optimizer` section and none was passed "
+                                  "to initialize)");
+  if (breakdown_) timers_.start("step");
+  clip_and_record_norm();
+  optimizer_->step(groups_);
+  if (scheduler_) {
+    scheduler_->step();
+    apply_schedule();
+  }
+  runtime::zero_grads(groups_);
+  ++global_steps_;
+  if (breakdown_) timers_.stop("step");
+  if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
+}
+
+void EngineImpl::apply_schedule() {
+  const auto& lrs = scheduler_->get_lr();
+  for (size_t g = 0; g < lrs.size() && g < groups_.size(); ++g) optimizer_->set_lr(g, lrs[g]);
+  if (const auto& mom = scheduler_->get_momentum()) {
+    for (size_t g = 0; g < mom->size() && g < groups_.size(); ++g) optimizer_->set_momentum(g, (*mom)[g]);
+  }
+}
+
+void EngineImpl::clip_and_record_norm() {
+  // In stage 0 every rank holds the same averaged gradients, so the local norm is the global one.
+  double sq = 0.0;
+  for (const auto& g : groups_) sq += g.grads_flat.pow(2).sum().item<double>();
+  global_grad_norm_ = std::sqrt(sq);
+  const double clip = config_.gradient_clipping;
+  if (clip > 0.0) {
+    double coef = clip / (global_grad_norm_ + 1e-6);
+    if (coef < 1.0)
+      for (auto& g : groups_) g.grads_flat.mul_(coef);
+  }
+}
+
+void EngineImpl::log_step() {
+  // The mean loss across ranks over the logging window: one small all-reduce, at print steps only.
+  at::Tensor loss = at::tensor({loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0}, at::kDouble);
+  if (world_.size() > 1) world_.all_reduce(loss, comm::ReduceOp::kAvg);
+  loss_sum_ = 0.0;
+  loss_count_ = 0;
+  auto now = std::chrono::steady_clock::now();
+  double seconds = std::chrono::duration<double>(now - last_log_time_).count();
+  double samples = static_cast<double>((global_steps_ - last_log_step_) * config_.train_batch_size.value());
+  last_log_time_ = now;
+  last_log_step_ = global_steps_;
+  std::string timers = breakdown_ ? " | " + timers_.log({"fwd", "bwd", "step"}) + " (ms)" : "";
+  if (world_.rank() != 0) return;
+  std::string progress;
+  if (total_steps_ > 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "/%lld (%.0f%%)", static_cast<long long>(total_steps_),
+                  100.0 * global_steps_ / total_steps_);
+    progress = buf;
+  }
+  std::string lrs;
+  for (double lr : get_lr()) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%s%.4g", lrs.empty() ? "" : ",", lr);
+    lrs += buf;
+  }
+  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s\n",
+              static_cast<long long>(global_steps_), progress.c_str(), loss.item<double>(), lrs.c_str(),
+              global_grad_norm_, seconds > 0 ? samples / seconds : 0.0, timers.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<double> EngineImpl::get_lr() const {
+  std::vector<double> lrs;
+  if (optimizer_)
+    for (size_t g = 0; g < groups_.size(); ++g) lrs.push_back(optimizer_->lr(g));
+  return lrs;
+}
+
+std::vector<at::Tensor> EngineImpl::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+// ---- Engine: the public handle ----
+
+Engine::Engine(torch::nn::AnyModule module, std::shared_ptr<EngineImpl> impl)
+    : module_(std::move(module)), impl_(std::move(impl)) {}
+
+void Engine::begin_forward() { impl_->begin_forward(); }
+void Engine::end_forward() { impl_->end_forward(); }
+void Engine::backward(const at::Tensor& loss) { impl_->backward(loss); }
+void Engine::step() { impl_->step(); }
+void Engine::train(bool on) { impl_->module_->train(on); }
+bool Engine::is_training() const { return impl_->module_->is_training(); }
+bool Engine::is_gradient_accumulation_boundary() const { return impl_->is_boundary(); }
+int64_t Engine::global_steps() const { return impl_->global_steps_; }
+int64_t Engine::micro_steps() const { return impl_->micro_steps_; }
+int64_t Engine::global_samples() const { return impl_->global_steps_ * train_batch_size(); }
+std::vector<double> Engine::get_lr() const { return impl_->get_lr(); }
+double Engine::get_global_grad_norm() const { return impl_->global_grad_norm_; }
+int Engine::local_rank() const { return comm::get_local_rank(); }
+int Engine::global_rank() const { return comm::get_rank(); }
+int Engine::world_size() const { return comm::get_world_size(); }
+int Engine::dp_world_size() const { return impl_->config_.dp_world_size; }
+int64_t Engine::train_batch_size() const { return impl_->config_.train_batch_size.value(); }
+int64_t Engine::train_micro_batch_size_per_gpu() const {
+  return impl_->config_.train_micro_batch_size_per_gpu.value();
+}
+int64_t Engine::gradient_accumulation_steps() const { return impl_->config_.gradient_accumulation_steps.value(); }
+const Config& Engine::config() const { return impl_->config_; }
+std::vector<at::Tensor> Engine::parameters() const { return impl_->parameters(); }
+
+Engine initialize(torch::nn::AnyModule model, const Config& config, InitializeOptions options) {
+  DS_CHECK(!model.is_empty(), "initialize: model is empty");
+  auto impl = std::make_shared<EngineImpl>(model.ptr(), config, std::move(options));
+  return Engine(std::move(model), std::move(impl));
+}
+
+}  // namespace deepspeed

@@ -1,0 +1,58 @@
+// The engine's state and the stage-0 training step behind deepspeed::Engine (include/deepspeed/deepspeed.h).
+// The engine orchestrates; flat buffers, gradient reduction, optimizers, schedules and timers live in their own
+// files beside this one.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/lr_schedules.h"
+#include "runtime/flat_params.h"
+#include "runtime/grad_reducer.h"
+#include "runtime/optimizer.h"
+#include "runtime/timers.h"
+
+namespace deepspeed {
+
+class EngineImpl {
+ public:
+  EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options);
+
+  void begin_forward();
+  void end_forward();
+  void backward(const at::Tensor& loss);
+  void step();
+
+  bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
+  std::vector<double> get_lr() const;
+  std::vector<at::Tensor> parameters() const;
+
+  std::shared_ptr<torch::nn::Module> module_;
+  Config config_;
+  comm::ProcessGroup world_;
+  std::vector<runtime::FlatGroup> groups_;
+  std::unique_ptr<runtime::GradReducer> reducer_;
+  std::unique_ptr<runtime::EngineOptimizer> optimizer_;
+  std::shared_ptr<runtime::LrScheduler> scheduler_;
+  runtime::Timers timers_;
+  int64_t micro_steps_ = 0;
+  int64_t global_steps_ = 0;
+  int64_t total_steps_ = 0;
+  double global_grad_norm_ = -1.0;
+
+ private:
+  void apply_schedule();
+  void clip_and_record_norm();
+  void log_step();
+
+  bool breakdown_ = false;
+  double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line
+  int64_t loss_count_ = 0;
+  std::chrono::steady_clock::time_point last_log_time_;
+  int64_t last_log_step_ = 0;
+};
+
+}  // namespace deepspeed

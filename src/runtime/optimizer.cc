@@ -1,0 +1,210 @@
+#include "runtime/optimizer.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "deepspeed/error.h"
+#include "deepspeed/ops.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+using config::Params;
+
+// Per-group optimizer state: up to two flat fp32 tensors shaped like the group's buffer.
+struct GroupState {
+  at::Tensor first, second;
+};
+
+class FusedOptimizer final : public EngineOptimizer {
+ public:
+  enum class Kind { kAdam, kSgd, kAdagrad, kLion };
+
+  FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, std::vector<FlatGroup>& groups)
+      : kind_(kind), type_(cfg.type) {
+    const Params& p = cfg.params;
+    switch (kind_) {
+      case Kind::kAdam: {
+        std::vector<double> betas = p.get_number_list("betas", {0.9, 0.999});
+        DS_CHECK_T(ConfigError, betas.size() == 2, "optimizer.params.betas: expected 2 numbers, got ",
+                   betas.size());
+        adam_.beta1 = betas[0];
+        adam_.beta2 = betas[1];
+        adam_.eps = p.get_number("eps", 1e-8);
+        adam_.weight_decay = p.get_number("weight_decay", 0.0);
+        // DeepSpeed's "Adam" defaults to decoupled decay (adam_w_mode true); "AdamW" always decouples.
+        adam_.adamw_mode = cfg.type == "adamw" ? true : p.get_bool("adam_w_mode", true);
+        adam_.bias_correction = p.get_bool("bias_correction", true);
+        DS_CHECK_T(ConfigError, !p.get_bool("amsgrad", false),
+                   "optimizer.params.amsgrad: true is not supported by the fused CPU Adam (as in DeepSpeed)");
+        break;
+      }
+      case Kind::kSgd:
+        sgd_.momentum = p.get_number("momentum", 0.0);
+        sgd_.dampening = p.get_number("dampening", 0.0);
+        sgd_.weight_decay = p.get_number("weight_decay", 0.0);
+        sgd_.nesterov = p.get_bool("nesterov", false);
+        break;
+      case Kind::kAdagrad:
+        adagrad_.eps = p.get_number("eps", 1e-10);
+        adagrad_.weight_decay = p.get_number("weight_decay", 0.0);
+        adagrad_.lr_decay = p.get_number("lr_decay", 0.0);
+        adagrad_.initial_accumulator_value = p.get_number("initial_accumulator_value", 0.0);
+        DS_CHECK_T(ConfigError, !p.get_bool("amsgrad", false), "optimizer.params.amsgrad: not supported by Adagrad");
+        break;
+      case Kind::kLion: {
+        std::vector<double> betas = p.get_number_list("betas", {0.9, 0.99});
+        DS_CHECK_T(ConfigError, betas.size() == 2, "optimizer.params.betas: expected 2 numbers, got ",
+                   betas.size());
+        lion_.beta1 = betas[0];
+        lion_.beta2 = betas[1];
+        lion_.weight_decay = p.get_number("weight_decay", 0.0);
+        break;
+      }
+    }
+    double lr = configured_lr(cfg);
+    for (auto& g : groups) {
+      lrs_.push_back(g.lr.value_or(lr));
+      decays_.push_back(g.weight_decay.value_or(default_weight_decay()));
+      momenta_.push_back(kind_ == Kind::kSgd ? sgd_.momentum : kind_ == Kind::kAdam ? adam_.beta1 : lion_.beta1);
+      GroupState s;
+      // Step 1 of every kernel ignores the incoming state, so uninitialized memory is fine.
+      bool needs_second = kind_ == Kind::kAdam;
+      bool needs_first = kind_ != Kind::kSgd || sgd_.momentum != 0.0;
+      if (needs_first) s.first = at::empty_like(g.params_flat);
+      if (needs_second) s.second = at::empty_like(g.params_flat);
+      state_.push_back(s);
+    }
+  }
+
+  void step(std::vector<FlatGroup>& groups) override {
+    ++step_;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      FlatGroup& g = groups[i];
+      GroupState& s = state_[i];
+      switch (kind_) {
+        case Kind::kAdam: {
+          ops::AdamParams hp = adam_;
+          hp.lr = lrs_[i];
+          hp.beta1 = momenta_[i];
+          hp.weight_decay = decays_[i];
+          ops::adam_step(g.params_flat, g.grads_flat, s.first, s.second, hp, step_);
+          break;
+        }
+        case Kind::kSgd: {
+          ops::SgdParams hp = sgd_;
+          hp.lr = lrs_[i];
+          hp.momentum = momenta_[i];
+          hp.weight_decay = decays_[i];
+          ops::sgd_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          break;
+        }
+        case Kind::kAdagrad: {
+          ops::AdagradParams hp = adagrad_;
+          hp.lr = lrs_[i];
+          hp.weight_decay = decays_[i];
+          ops::adagrad_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          break;
+        }
+        case Kind::kLion: {
+          ops::LionParams hp = lion_;
+          hp.lr = lrs_[i];
+          hp.beta1 = momenta_[i];
+          hp.weight_decay = decays_[i];
+          ops::lion_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          break;
+        }
+      }
+    }
+  }
+
+  double lr(size_t group) const override { return lrs_.at(group); }
+  void set_lr(size_t group, double lr) override { lrs_.at(group) = lr; }
+  bool set_momentum(size_t group, double momentum) override {
+    if (kind_ == Kind::kAdagrad) return false;
+    momenta_.at(group) = momentum;
+    return true;
+  }
+  std::string name() const override { return "fused cpu " + type_; }
+
+ private:
+  double default_weight_decay() const {
+    switch (kind_) {
+      case Kind::kAdam: return adam_.weight_decay;
+      case Kind::kSgd: return sgd_.weight_decay;
+      case Kind::kAdagrad: return adagrad_.weight_decay;
+      case Kind::kLion: return lion_.weight_decay;
+    }
+    return 0.0;
+  }
+
+  Kind kind_;
+  std::string type_;
+  ops::AdamParams adam_;
+  ops::SgdParams sgd_;
+  ops::AdagradParams adagrad_;
+  ops::LionParams lion_;
+  std::vector<double> lrs_, decays_, momenta_;
+  std::vector<GroupState> state_;
+  int64_t step_ = 0;
+};
+
+class ClientOptimizer final : public EngineOptimizer {
+ public:
+  explicit ClientOptimizer(std::shared_ptr<torch::optim::Optimizer> opt) : opt_(std::move(opt)) {
+    DS_CHECK(opt_ != nullptr, "initialize: options.optimizer is null");
+  }
+  void step(std::vector<FlatGroup>&) override { opt_->step(); }
+  double lr(size_t group) const override { return opt_->param_groups().at(group).options().get_lr(); }
+  void set_lr(size_t group, double lr) override { opt_->param_groups().at(group).options().set_lr(lr); }
+  bool set_momentum(size_t group, double momentum) override {
+    auto& options = opt_->param_groups().at(group).options();
+    if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) {
+      adam->betas({momentum, std::get<1>(adam->betas())});
+      return true;
+    }
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) {
+      adamw->betas({momentum, std::get<1>(adamw->betas())});
+      return true;
+    }
+    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) {
+      sgd->momentum(momentum);
+      return true;
+    }
+    return false;
+  }
+  std::string name() const override { return "client torch::optim optimizer"; }
+
+ private:
+  std::shared_ptr<torch::optim::Optimizer> opt_;
+};
+
+}  // namespace
+
+double configured_lr(const config::OptimizerConfig& cfg) {
+  double fallback = cfg.type == "adagrad" ? 1e-2 : 1e-3;
+  return cfg.params.get_number("lr", fallback);
+}
+
+std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
+                                                      std::vector<FlatGroup>& groups) {
+  using Kind = FusedOptimizer::Kind;
+  if (cfg.type == "adam" || cfg.type == "adamw")
+    return std::make_unique<FusedOptimizer>(Kind::kAdam, cfg, groups);
+  if (cfg.type == "SGD") return std::make_unique<FusedOptimizer>(Kind::kSgd, cfg, groups);
+  if (cfg.type == "adagrad") return std::make_unique<FusedOptimizer>(Kind::kAdagrad, cfg, groups);
+  if (cfg.type == "lion") return std::make_unique<FusedOptimizer>(Kind::kLion, cfg, groups);
+  throw ConfigError("optimizer.type: '" + cfg.type +
+                    "' is not implemented in deepspeed-cpp yet (available: Adam, AdamW, SGD, Adagrad, Lion)");
+}
+
+std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  return std::make_unique<ClientOptimizer>(std::move(optimizer));
+}
+
+}  // namespace deepspeed::runtime

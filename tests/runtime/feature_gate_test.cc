@@ -1,0 +1,54 @@
+// Features the config parses but this build does not implement are rejected by name, never ignored.
+#include "runtime/feature_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "deepspeed/config.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+std::string rejection(const std::string& json) {
+  auto cfg = Config::from_string(json);
+  try {
+    check_supported_features(cfg);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FeatureGate, PlainDataParallelConfigPasses) {
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "gradient_clipping": 1.0, "zero_optimization": {"stage": 0},
+                          "optimizer": {"type": "Adam", "params": {"lr": 0.001}}})"),
+            "");
+}
+
+TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
+  struct Case {
+    const char* json;
+    const char* key;
+  } cases[] = {
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})", "zero_optimization.stage"},
+      {R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "fp16.enabled"},
+      {R"({"train_batch_size": 8, "bf16": {"enabled": true}})", "bf16.enabled"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}})",
+       "zero_optimization.offload_optimizer"},
+      {R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled"},
+      {R"({"train_batch_size": 8, "csv_monitor": {"enabled": true}})", "csv_monitor.enabled"},
+      {R"({"train_batch_size": 8, "flops_profiler": {"enabled": true}})", "flops_profiler.enabled"},
+      {R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}})",
+       "activation_checkpointing"},
+      {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
+  };
+  for (const auto& c : cases) {
+    std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind(c.key, 0), 0u) << "for " << c.json << " got: " << msg;
+    EXPECT_NE(msg.find("not implemented"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace deepspeed::runtime
