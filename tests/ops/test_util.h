@@ -6,10 +6,16 @@
 
 #include <cstdlib>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "deepspeed/ops/simd.h"
+
+namespace deepspeed::ops {
+// So CTest names read "... GetParam() = avx2" instead of a byte dump.
+inline void PrintTo(SimdLevel level, std::ostream* os) { *os << simd_level_name(level); }
+}  // namespace deepspeed::ops
 
 namespace deepspeed::ops::testing {
 
