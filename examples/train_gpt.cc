@@ -98,6 +98,8 @@ int train(const Args& args) {
 int main(int argc, char** argv) {
   Args args;
   CLI::App app{"Train the reference GPT with deepspeed-cpp"};
+  // A flag given twice (a script's default, then the user's) takes the last value, as Python's argparse does.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--deepspeed_config", args.config_path, "DeepSpeed JSON config")->required();
   app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
   app.add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Black-box tests of the example training program through the launcher, as a user runs it.
+#   usage: train_gpt_test.sh <case> <bin-dir> <configs-dir> <port>
+set -uo pipefail
+case_name=$1 bin=$2 configs=$3 port=$4
+small=(--layers 2 --hidden 64 --heads 4 --seq-len 32)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+fail() { echo "FAIL: $*"; echo "--- output ---"; cat "$log"; exit 1; }
+
+run() {  # run <procs> <config> <extra args...>; output in $log, returns the launcher's status
+  local procs=$1 config=$2
+  shift 2
+  "$bin/deepspeed" --num_procs "$procs" --master_port "$port" "$bin/train_gpt" \
+    --deepspeed_config "$configs/$config" "${small[@]}" "$@" > "$log" 2>&1
+}
+
+final_field() {  # final_field <name>: the value of <name>= in rank 0's final line
+  grep -o "final step=.*" "$log" | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+case "$case_name" in
+  layouts)
+    # The same global batches whatever the layout: 1x8, 2 ranks x 4, 1 x (2 micro x 4 accumulation).
+    declare -A loss l2
+    for layout in "1 micro8.json" "2 micro4.json" "1 micro2_gas4.json"; do
+      set -- $layout
+      run "$1" "$2" --steps 6 || fail "layout $layout exited with $?"
+      loss[$layout]=$(final_field loss)
+      l2[$layout]=$(final_field params_l2)
+      echo "layout $layout: loss=${loss[$layout]} params_l2=${l2[$layout]}"
+    done
+    python3 - "${loss[@]}" "${l2[@]}" <<'PY' || fail "layouts disagree"
+import sys
+v = [float(x) for x in sys.argv[1:]]
+losses, norms = v[:3], v[3:]
+for group in (losses, norms):
+    for x in group[1:]:
+        assert abs(x - group[0]) <= 1e-4 * abs(group[0]), (losses, norms)
+PY
+    ;;
+  loss_falls)
+    run 2 micro4.json --steps 30 || fail "exited with $?"
+    first=$(grep -o "step 2/30 ([0-9]*%) | loss [0-9.]*" "$log" | sed 's/.*loss //')
+    last=$(final_field loss)
+    [ -n "$first" ] && [ -n "$last" ] || fail "missing step log or final line"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "loss did not fall: $first -> $last"
+    grep -Eq "^\[rank0\]: final step=30 loss=[0-9.]+ params_l2=[0-9.]+ tokens_per_s=[0-9.]+ peak_rss_mb=[0-9.]+$" \
+      "$log" || fail "final line malformed"
+    ;;
+  breakdown)
+    run 2 breakdown.json --steps 4 || fail "exited with $?"
+    grep -Eq "step 4/4 \(100%\) \| loss [0-9.]+ \| lr \[0\] \| grad_norm [0-9.]+ \| [0-9.]+ samples/s \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+ \(ms\)" \
+      "$log" || fail "no wall-clock breakdown in the step log"
+    [ "$(grep -c 'samples/s' "$log")" -eq 4 ] || fail "expected one log line per step (steps_per_print 1) on rank 0 only"
+    ;;
+  unsupported_feature)
+    run 1 zero2.json --steps 2 && fail "stage 2 must be rejected until it is implemented"
+    grep -q "train_gpt: zero_optimization.stage: ZeRO stage 2 .*not implemented" "$log" || fail "unclear rejection"
+    ;;
+  config_typo)
+    run 1 typo.json --steps 2 && fail "a misspelt key must be rejected"
+    grep -q "gradient_clippin: unknown key (did you mean 'gradient_clipping'?)" "$log" || fail "no suggestion"
+    ;;
+  bad_cli)
+    run 1 micro8.json --steps 0 && fail "--steps 0 must be rejected"
+    grep -q "steps" "$log" || fail "the error should name --steps"
+    ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+echo "PASS: $case_name"
