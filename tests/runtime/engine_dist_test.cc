@@ -10,6 +10,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/lr_schedules.h"
 #include "gpt.h"
 
 namespace {
@@ -291,6 +292,86 @@ TEST(EngineStage0, BadUseIsRejectedClearly) {
   }
   engine.eval();
   EXPECT_THROW(engine.backward(engine.forward(x, y)), deepspeed::Error);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(EngineOptions, ClientOptimizerAndSchedulerDriveTheSteps) {
+  RunSpec r;
+  GPT model = make_model();
+  auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.3));
+  deepspeed::runtime::WarmupLRParams warmup;
+  warmup.warmup_min_lr = 0.05;
+  warmup.warmup_max_lr = 0.3;
+  warmup.warmup_num_steps = 3;
+  warmup.warmup_type = "linear";
+  deepspeed::InitializeOptions options;
+  options.optimizer = sgd;
+  options.lr_scheduler = deepspeed::runtime::make_warmup_lr(warmup, {0.3});
+  auto cfg = deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2})");
+  auto engine = deepspeed::initialize(model, cfg, options);
+  deepspeed::DataParallelSampler sampler(kSamples, r.micro, 1, engine.global_rank(), engine.world_size(), kDataSeed);
+  std::vector<double> lrs;
+  for (int step = 0; step < r.steps; ++step) {
+    at::Tensor x, y;
+    forward_batch(sampler.micro_batch(step, 0), &x, &y);
+    engine.backward(engine.forward(x, y));
+    engine.step();
+    lrs.push_back(engine.get_lr().at(0));
+  }
+  // Linear warmup: after step k the scheduler is at iteration k - 1, so lr = min + (max - min) * (k - 1) / 3,
+  // capped at max.
+  for (int k = 1; k <= r.steps; ++k)
+    EXPECT_NEAR(lrs[k - 1], k - 1 >= 3 ? 0.3 : 0.05 + 0.25 * (k - 1) / 3.0, 1e-12) << "after step " << k;
+  std::vector<at::Tensor> got;
+  for (const auto& p : model->parameters()) got.push_back(p.detach().clone());
+  auto want = run_reference(r, [&](std::vector<at::Tensor>& params) -> StepFn {
+    auto opt = std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.3));
+    return [opt, lrs](int step) {
+      opt->param_groups()[0].options().set_lr(step == 0 ? 0.3 : lrs[step - 1]);
+      opt->step();
+    };
+  });
+  expect_close(got, want);
+}
+
+TEST(EngineOptions, ParamGroupsCarryTheirOwnLearningRate) {
+  GPT model = make_model();
+  std::vector<at::Tensor> frozen_lr, rest;
+  for (const auto& item : model->named_parameters()) {
+    (item.key().find("wte") != std::string::npos ? frozen_lr : rest).push_back(item.value());
+  }
+  ASSERT_FALSE(frozen_lr.empty());
+  at::Tensor wte_before = frozen_lr[0].detach().clone();
+  deepspeed::InitializeOptions options;
+  options.param_groups.push_back({frozen_lr, 0.0, std::nullopt});
+  options.param_groups.push_back({rest, std::nullopt, std::nullopt});
+  auto cfg = deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
+  auto engine = deepspeed::initialize(model, cfg, options);
+  EXPECT_EQ(engine.get_lr(), (std::vector<double>{0.0, 0.5}));
+  at::Tensor x, y;
+  forward_batch({0, 1}, &x, &y);
+  engine.backward(engine.forward(x, y));
+  engine.step();
+  EXPECT_TRUE(at::equal(frozen_lr[0], wte_before)) << "lr 0 group must not move";
+  EXPECT_GT(engine.get_global_grad_norm(), 0.0);
+}
+
+TEST(EngineOptions, ClientOptimizerWithConfigOptimizerIsAnError) {
+  GPT model = make_model();
+  deepspeed::InitializeOptions options;
+  options.optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto cfg = deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
+  try {
+    deepspeed::initialize(model, cfg, options);
+    FAIL() << "expected a ConfigError";
+  } catch (const deepspeed::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer: the config names an optimizer"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
