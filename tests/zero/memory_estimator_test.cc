@@ -1,0 +1,2 @@
+// placeholder until the estimator lands
+#include <gtest/gtest.h>
