@@ -56,6 +56,17 @@ struct InitializeOptions {
   int64_t total_steps = 0;
 };
 
+// What this rank holds for the model states, from the engine's own buffers (bytes). ZeRO shrinks the optimizer
+// state and masters (stage 1) and the gradients (stage 2) to this rank's partition.
+struct ModelStateBytes {
+  int64_t params = 0;            // the model's parameters (full, in the model's dtype)
+  int64_t gradients = 0;         // fp32 gradients kept across the step (full at stages 0/1, partition at stage 2)
+  int64_t master_weights = 0;    // fp32 master copies (0 when the fp32 parameters are their own masters)
+  int64_t optimizer_states = 0;  // e.g. Adam's exp_avg and exp_avg_sq
+  int64_t working_buffers = 0;   // stage 2's gradient staging buckets currently held
+  int64_t total() const { return params + gradients + master_weights + optimizer_states + working_buffers; }
+};
+
 class EngineImpl;
 
 class Engine {
@@ -71,11 +82,13 @@ class Engine {
     return out;
   }
 
-  // Backward of `loss` scaled by 1/gradient_accumulation_steps. At the accumulation boundary the gradients are
-  // averaged across data-parallel ranks, in buckets launched while backward is still running (overlap_comm).
+  // Backward of `loss` scaled by 1/gradient_accumulation_steps (and the fp16 loss scale). Gradients are averaged
+  // across data-parallel ranks in buckets launched while backward is still running (overlap_comm): at the
+  // accumulation boundary for stages 0/1, every micro-step into this rank's partition for stage 2.
   void backward(const at::Tensor& loss);
-  // At the accumulation boundary: clip, optimizer step, LR schedule step, zero gradients. Otherwise only counts the
-  // micro-step.
+  // At the accumulation boundary: fp16 overflow check (skip on every rank), unscale, clip, optimizer step on this
+  // rank's partition, all-gather of the updated parameters (stages 1/2), LR schedule, zero gradients. Otherwise
+  // only counts the micro-step.
   void step();
 
   void train(bool on = true);
@@ -92,6 +105,11 @@ class Engine {
   std::vector<double> get_lr() const;
   // L2 norm of the averaged gradients at the last boundary (before clipping); -1 before the first step.
   double get_global_grad_norm() const;
+  // fp16: the current loss scale (1 without fp16) and the steps skipped because gradients overflowed.
+  double loss_scale() const;
+  int64_t skipped_steps() const;
+  int zero_optimization_stage() const;
+  ModelStateBytes model_state_bytes() const;
 
   int local_rank() const;
   int global_rank() const;

@@ -1,5 +1,6 @@
-// deepspeed::initialize and the Engine's stage-0 training step: forward, backward with overlapped bucketed
-// gradient averaging, and the boundary step (clip, optimizer, LR schedule, zero grads, log).
+// deepspeed::initialize and the Engine's training step: forward, backward with overlapped bucketed gradient
+// reduction, and the boundary step (overflow check, unscale, clip, optimizer on this rank's partition, parameter
+// all-gather, LR schedule, zero grads, log), for ZeRO stages 0-2 in fp32, bf16 and fp16.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <unordered_set>
 
 #include "deepspeed/accelerator.h"
@@ -57,6 +59,17 @@ comm::CommsLoggerOptions comms_logger_options(const config::CommsLoggerConfig& c
   return o;
 }
 
+runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
+  runtime::LossScalerOptions o;
+  o.loss_scale = c.loss_scale;
+  o.initial_scale_power = c.initial_scale_power;
+  o.loss_scale_window = c.loss_scale_window;
+  o.hysteresis = c.hysteresis;
+  o.consecutive_hysteresis = c.consecutive_hysteresis;
+  o.min_loss_scale = c.min_loss_scale;
+  return o;
+}
+
 }  // namespace
 
 EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options)
@@ -70,14 +83,25 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
              "optimizer: the config names an optimizer and initialize() was given one too; remove one");
   DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
              "scheduler: the config names a scheduler and initialize() was given one too; remove one");
+  const int stage = config_.zero.stage;
+  dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
+  DS_CHECK_T(ConfigError, !options.optimizer || (stage == 0 && dtype_ == at::kFloat),
+             "optimizer: a client torch::optim optimizer steps the model's own parameters, so it works only with "
+             "zero_optimization.stage 0 in fp32; name the optimizer in the config instead");
   configure_threads();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
   breakdown_ = config_.wall_clock_breakdown;
   total_steps_ = options.total_steps;
+  if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
   groups_ = make_groups(*module_, std::move(options.param_groups));
-  runtime::flatten_into(groups_);
+  runtime::FlattenOptions fo;
+  fo.dtype = dtype_;
+  fo.world_size = stage >= 1 ? world_.size() : 1;
+  fo.rank = stage >= 1 ? world_.rank() : 0;
+  fo.full_grads = stage < 2;
+  runtime::flatten_into(groups_, fo);
   // Every rank starts from rank 0's parameters, whatever its own initialization drew.
   if (world_.size() > 1)
     for (auto& g : groups_) world_.broadcast(g.params_flat, /*src=*/0);
@@ -87,12 +111,23 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   ro.overlap_comm = config_.zero.overlap_comm;
   ro.prescale_gradients = config_.prescale_gradients;
   ro.gradient_predivide_factor = config_.gradient_predivide_factor;
+  ro.storage = stage == 2 ? runtime::GradStorage::kPartitioned
+               : dtype_ == at::kFloat ? runtime::GradStorage::kViews
+                                      : runtime::GradStorage::kAccumulate;
+  ro.reduction = stage == 0 || !config_.zero.reduce_scatter ? runtime::Reduction::kAllReduce
+                                                            : runtime::Reduction::kReduceToOwner;
   reducer_ = std::make_unique<runtime::GradReducer>(groups_, world_, ro);
+
+  runtime::MasterWeightsOptions mo;
+  mo.partitioned = stage >= 1;
+  mo.allgather_bucket_elems = config_.zero.allgather_bucket_size;
+  mo.allgather_partitions = config_.zero.allgather_partitions;
+  masters_ = std::make_unique<runtime::MasterWeights>(groups_, world_, mo);
 
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
   } else if (config_.optimizer.has_value()) {
-    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_);
+    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, masters_->masters());
   }
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
@@ -127,9 +162,10 @@ void EngineImpl::backward(const at::Tensor& loss) {
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
   if (breakdown_) timers_.start("bwd");
   runtime::ensure_grad_views(groups_);
-  const int64_t gas = config_.gradient_accumulation_steps.value();
+  const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
+                        static_cast<double>(config_.gradient_accumulation_steps.value());
   reducer_->begin_backward(is_boundary());
-  at::Tensor scaled = gas > 1 ? loss / static_cast<double>(gas) : loss;
+  at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
   scaled.backward();
   reducer_->finish_backward();
   loss_sum_ += loss.item<double>();
@@ -144,16 +180,56 @@ void EngineImpl::step() {
   DS_CHECK(optimizer_ != nullptr, "step: no optimizer (the config has no `optimizer` section and none was passed "
                                   "to initialize)");
   if (breakdown_) timers_.start("step");
-  clip_and_record_norm();
-  optimizer_->step(groups_);
-  if (scheduler_) {
+  const bool stepped = take_model_step();
+  if (stepped && scheduler_) {
     scheduler_->step();
     apply_schedule();
   }
   runtime::zero_grads(groups_);
+  reducer_->zero_partition_grads();
   ++global_steps_;
   if (breakdown_) timers_.stop("step");
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
+}
+
+bool EngineImpl::take_model_step() {
+  std::vector<at::Tensor> grads;
+  for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
+  double unscale = 1.0;
+  if (scaler_) {
+    // The scale that produced these gradients; update() may grow it for the next window.
+    const double used_scale = scaler_->loss_scale();
+    auto overflow = masters_->first_overflow(grads);
+    std::string name = overflow ? parameter_name(overflow->first, overflow->second) : "";
+    if (scaler_->update(overflow.has_value(), name)) {
+      if (world_.rank() == 0) {
+        std::printf("%s\n", scaler_->last_message().c_str());
+        std::fflush(stdout);
+      }
+      global_grad_norm_ = std::numeric_limits<double>::infinity();
+      return false;
+    }
+    unscale = 1.0 / used_scale;
+  }
+  global_grad_norm_ = masters_->global_norm(grads) * unscale;
+  double coef = unscale;
+  const double clip = config_.gradient_clipping;
+  if (clip > 0.0) {
+    const double clip_coef = clip / (global_grad_norm_ + 1e-6);
+    if (clip_coef < 1.0) coef *= clip_coef;
+  }
+  if (coef != 1.0)
+    for (auto& g : grads) g.mul_(coef);
+  optimizer_->step(masters_->masters(), grads);
+  masters_->publish();
+  return true;
+}
+
+std::string EngineImpl::parameter_name(size_t group, size_t index) const {
+  const at::Tensor& p = groups_.at(group).params.at(index);
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return item.key();
+  return "group " + std::to_string(group) + " parameter " + std::to_string(index);
 }
 
 void EngineImpl::apply_schedule() {
@@ -161,19 +237,6 @@ void EngineImpl::apply_schedule() {
   for (size_t g = 0; g < lrs.size() && g < groups_.size(); ++g) optimizer_->set_lr(g, lrs[g]);
   if (const auto& mom = scheduler_->get_momentum()) {
     for (size_t g = 0; g < mom->size() && g < groups_.size(); ++g) optimizer_->set_momentum(g, (*mom)[g]);
-  }
-}
-
-void EngineImpl::clip_and_record_norm() {
-  // In stage 0 every rank holds the same averaged gradients, so the local norm is the global one.
-  double sq = 0.0;
-  for (const auto& g : groups_) sq += g.grads_flat.pow(2).sum().item<double>();
-  global_grad_norm_ = std::sqrt(sq);
-  const double clip = config_.gradient_clipping;
-  if (clip > 0.0) {
-    double coef = clip / (global_grad_norm_ + 1e-6);
-    if (coef < 1.0)
-      for (auto& g : groups_) g.grads_flat.mul_(coef);
   }
 }
 
@@ -203,9 +266,16 @@ void EngineImpl::log_step() {
     std::snprintf(buf, sizeof(buf), "%s%.4g", lrs.empty() ? "" : ",", lr);
     lrs += buf;
   }
-  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s\n",
+  std::string fp16;
+  if (scaler_) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " | loss_scale %g | skipped %lld", scaler_->loss_scale(),
+                  static_cast<long long>(scaler_->skipped_steps()));
+    fp16 = buf;
+  }
+  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s%s\n",
               static_cast<long long>(global_steps_), progress.c_str(), loss.item<double>(), lrs.c_str(),
-              global_grad_norm_, seconds > 0 ? samples / seconds : 0.0, timers.c_str());
+              global_grad_norm_, fp16.c_str(), seconds > 0 ? samples / seconds : 0.0, timers.c_str());
   std::fflush(stdout);
 }
 
@@ -220,6 +290,19 @@ std::vector<at::Tensor> EngineImpl::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& g : groups_) out.insert(out.end(), g.params.begin(), g.params.end());
   return out;
+}
+
+ModelStateBytes EngineImpl::model_state_bytes() const {
+  ModelStateBytes b;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    b.params += groups_[g].params_flat.nbytes();
+    b.gradients += groups_[g].grads_flat.defined() ? groups_[g].grads_flat.nbytes()
+                                                   : reducer_->partition_grads(g).nbytes();
+  }
+  b.master_weights = masters_->copy_bytes();
+  b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
+  b.working_buffers = reducer_->staging_bytes();
+  return b;
 }
 
 // ---- Engine: the public handle ----
@@ -239,6 +322,10 @@ int64_t Engine::micro_steps() const { return impl_->micro_steps_; }
 int64_t Engine::global_samples() const { return impl_->global_steps_ * train_batch_size(); }
 std::vector<double> Engine::get_lr() const { return impl_->get_lr(); }
 double Engine::get_global_grad_norm() const { return impl_->global_grad_norm_; }
+double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss_scale() : 1.0; }
+int64_t Engine::skipped_steps() const { return impl_->scaler_ ? impl_->scaler_->skipped_steps() : 0; }
+int Engine::zero_optimization_stage() const { return impl_->config_.zero.stage; }
+ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_bytes(); }
 int Engine::local_rank() const { return comm::get_local_rank(); }
 int Engine::global_rank() const { return comm::get_rank(); }
 int Engine::world_size() const { return comm::get_world_size(); }

@@ -1,10 +1,11 @@
-// The engine's state and the stage-0 training step behind deepspeed::Engine (include/deepspeed/deepspeed.h).
-// The engine orchestrates; flat buffers, gradient reduction, optimizers, schedules and timers live in their own
-// files beside this one.
+// The engine's state and training step behind deepspeed::Engine (include/deepspeed/deepspeed.h), for ZeRO stages
+// 0, 1 and 2 in fp32, bf16 and fp16. The engine orchestrates; flat buffers, gradient reduction, master weights,
+// optimizers, loss scaling, schedules and timers live in their own files beside this one.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -12,6 +13,8 @@
 #include "deepspeed/lr_schedules.h"
 #include "runtime/flat_params.h"
 #include "runtime/grad_reducer.h"
+#include "runtime/loss_scaler.h"
+#include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
 #include "runtime/timers.h"
 
@@ -29,14 +32,18 @@ class EngineImpl {
   bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
   std::vector<double> get_lr() const;
   std::vector<at::Tensor> parameters() const;
+  ModelStateBytes model_state_bytes() const;
 
   std::shared_ptr<torch::nn::Module> module_;
   Config config_;
   comm::ProcessGroup world_;
+  at::ScalarType dtype_ = at::kFloat;  // the model's compute dtype
   std::vector<runtime::FlatGroup> groups_;
   std::unique_ptr<runtime::GradReducer> reducer_;
+  std::unique_ptr<runtime::MasterWeights> masters_;
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
+  std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
   runtime::Timers timers_;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
@@ -44,8 +51,10 @@ class EngineImpl {
   double global_grad_norm_ = -1.0;
 
  private:
+  // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
+  bool take_model_step();
+  std::string parameter_name(size_t group, size_t index) const;
   void apply_schedule();
-  void clip_and_record_norm();
   void log_step();
 
   bool breakdown_ = false;

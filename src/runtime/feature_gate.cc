@@ -15,12 +15,30 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 
 void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
-  reject_if(z.stage != 0, "zero_optimization.stage",
-            "ZeRO stage " + std::to_string(z.stage) + " (stage 0, plain data parallelism, is available)");
+  reject_if(z.stage == 3, "zero_optimization.stage", "ZeRO stage 3 (stages 0, 1 and 2 are available)");
   reject_if(z.offload_optimizer.enabled(), "zero_optimization.offload_optimizer", "optimizer offload");
   reject_if(z.offload_param.enabled(), "zero_optimization.offload_param", "parameter offload");
-  reject_if(cfg.fp16.enabled, "fp16.enabled", "fp16 mixed precision with loss scaling");
-  reject_if(cfg.bf16.enabled, "bf16.enabled", "bf16 mixed precision");
+  // Stage 1/2 keys: honoured unless listed here.
+  reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
+            "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "
+            "buckets; remove the key or set it to true)");
+  reject_if(z.round_robin_gradients, "zero_optimization.round_robin_gradients",
+            "round-robin gradient partitioning (it only pays off with optimizer offload)");
+  reject_if(z.sub_group_size != 1000000000, "zero_optimization.sub_group_size",
+            "sub-grouping the optimizer step (used by offload and stage 3)");
+  reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
+  reject_if(z.zero_hpz_partition_size > 1, "zero_optimization.zero_hpz_partition_size",
+            "hierarchical partitioning (ZeRO++ hpZ)");
+  reject_if(z.zero_quantized_weights || z.zero_quantized_nontrainable_weights, "zero_optimization.zero_quantized_weights",
+            "quantized weight communication (ZeRO++ qwZ)");
+  reject_if(z.zero_quantized_gradients, "zero_optimization.zero_quantized_gradients",
+            "quantized gradient communication (ZeRO++ qgZ)");
+  reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
+  reject_if(cfg.fp16.enabled && cfg.fp16.fp16_master_weights_and_grads, "fp16.fp16_master_weights_and_grads",
+            "fp16 master weights");
+  reject_if(cfg.bf16.enabled && (cfg.bf16.bf16_master_weights_and_grads || cfg.bf16.bf16_optimizer_states),
+            "bf16.bf16_master_weights_and_grads", "bf16 master weights or optimizer states");
+  reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   reject_if(cfg.communication_data_type.has_value() && *cfg.communication_data_type != config::DataType::kFp32,
             "communication_data_type", "reducing gradients in a lower precision");
   reject_if(cfg.data_types.grad_accum_dtype.has_value() &&

@@ -21,7 +21,11 @@ at::Tensor view_of(const at::Tensor& flat, int64_t offset, const at::Tensor& lik
 
 }  // namespace
 
-void flatten_into(std::vector<FlatGroup>& groups) {
+bool grads_are_views(const FlatGroup& group) {
+  return group.grads_flat.defined() && group.params_flat.scalar_type() == at::kFloat;
+}
+
+void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options) {
   std::unordered_set<const void*> seen;
   for (size_t g = 0; g < groups.size(); ++g) {
     FlatGroup& group = groups[g];
@@ -32,16 +36,23 @@ void flatten_into(std::vector<FlatGroup>& groups) {
       const at::Tensor& p = group.params[i];
       DS_CHECK(p.defined(), "parameter group ", g, ": parameter ", i, " is undefined");
       DS_CHECK(p.requires_grad(), "parameter group ", g, ": parameter ", i, " does not require grad");
-      DS_CHECK(p.scalar_type() == at::kFloat, "parameter group ", g, ": parameter ", i, " is ",
-               p.scalar_type(), "; the fp32 engine needs float parameters (use bf16/fp16 config for mixed precision)");
+      DS_CHECK(at::isFloatingType(p.scalar_type()), "parameter group ", g, ": parameter ", i, " is ",
+               p.scalar_type(), "; only floating-point parameters can be trained");
+      DS_CHECK(options.dtype != at::kFloat || p.scalar_type() == at::kFloat, "parameter group ", g,
+               ": parameter ", i, " is ", p.scalar_type(),
+               "; an fp32 run needs float parameters (enable bf16 or fp16 in the config for half precision)");
       DS_CHECK(seen.insert(p.unsafeGetTensorImpl()).second, "parameter group ", g, ": parameter ", i,
                " appears twice (in this or an earlier group)");
       group.offsets.push_back(total);
       total = align_up(total + p.numel());
     }
-    auto options = group.params[0].options().dtype(at::kFloat).requires_grad(false);
-    group.params_flat = at::zeros({total}, options);  // padding stays zero: no gradient, no update
-    group.grads_flat = at::zeros({total}, options);
+    group.layout = zero::PartitionLayout(total, options.world_size, options.rank);
+    const int64_t padded = group.layout.padded_numel();  // == total when not partitioned (already aligned)
+    auto device = group.params[0].device();
+    // Padding stays zero: no gradient reaches it, so no update moves it.
+    group.params_flat = at::zeros({padded}, at::TensorOptions().dtype(options.dtype).device(device));
+    group.grads_flat = options.full_grads ? at::zeros({padded}, at::TensorOptions().dtype(at::kFloat).device(device))
+                                          : at::Tensor();
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < group.params.size(); ++i) {
       at::Tensor& p = group.params[i];
@@ -49,18 +60,20 @@ void flatten_into(std::vector<FlatGroup>& groups) {
       view.copy_(p);
       // set_data keeps the parameter's identity (autograd node, module registration) while its storage moves.
       p.set_data(view);
-      p.mutable_grad() = view_of(group.grads_flat, group.offsets[i], p);
+      p.mutable_grad() = grads_are_views(group) ? view_of(group.grads_flat, group.offsets[i], p) : at::Tensor();
     }
   }
 }
 
 void zero_grads(std::vector<FlatGroup>& groups) {
-  for (auto& group : groups) group.grads_flat.zero_();
+  for (auto& group : groups)
+    if (group.grads_flat.defined()) group.grads_flat.zero_();
   ensure_grad_views(groups);
 }
 
 void ensure_grad_views(std::vector<FlatGroup>& groups) {
   for (auto& group : groups) {
+    if (!grads_are_views(group)) continue;
     for (size_t i = 0; i < group.params.size(); ++i) {
       at::Tensor& p = group.params[i];
       const at::Tensor& grad = p.grad();

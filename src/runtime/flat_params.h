@@ -1,7 +1,11 @@
-// Flat parameter groups: each group's parameters live in one contiguous fp32 buffer and their gradients in
-// another, with every parameter and its .grad a view into them (ARCHITECTURE.md "Flat buffers"). One buffer per
-// group lets the optimizer run one fused kernel per group, lets gradient buckets be plain ranges to all-reduce,
-// and is the layout ZeRO partitions later.
+// Flat parameter groups: each group's parameters live in one contiguous buffer (in the model's dtype), with every
+// parameter a view into it (ARCHITECTURE.md "Flat buffers"). One buffer per group lets the optimizer run one fused
+// kernel per group or partition, lets gradient buckets be plain ranges, and is the layout ZeRO partitions: with
+// partitioning the buffer is padded so each data-parallel rank owns one equal, aligned slice.
+//
+// Gradients: stages 0 and 1 keep a full fp32 gradient buffer `grads_flat` with the same layout. When the model is
+// fp32 the parameters' .grad are views into it, so autograd accumulates in place; otherwise (bf16/fp16) autograd's
+// gradients are added into it by the gradient hooks. Stage 2 keeps no full buffer (see grad_reducer.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,25 +14,39 @@
 #include <optional>
 #include <vector>
 
+#include "zero/partition.h"
+
 namespace deepspeed::runtime {
 
 struct FlatGroup {
-  std::vector<at::Tensor> params;  // the model's parameters, now views into `params_flat`
-  std::vector<int64_t> offsets;    // element offset of each parameter (64-byte aligned) in the flat buffers
-  at::Tensor params_flat;          // fp32, contiguous
-  at::Tensor grads_flat;           // fp32, contiguous, same layout; each param's .grad views it
+  std::vector<at::Tensor> params;      // the model's parameters, now views into `params_flat`
+  std::vector<int64_t> offsets;        // element offset of each parameter (64-byte aligned) in the flat buffers
+  at::Tensor params_flat;              // model dtype, contiguous, padded
+  at::Tensor grads_flat;               // fp32, same layout; undefined at stage 2
+  zero::PartitionLayout layout;        // this rank's slice; the whole buffer when not partitioned
   std::optional<double> lr;            // caller's override of the optimizer's lr
   std::optional<double> weight_decay;  // caller's override of the optimizer's weight decay
 
   int64_t numel() const { return params_flat.numel(); }
 };
 
-// Moves each group's parameters into a fresh flat buffer (values preserved) and points every parameter and its
-// gradient at views of the group's buffers. Parameters must be fp32 CPU/device tensors requiring grad, each in
-// at most one group. Throws deepspeed::Error naming the offending parameter index otherwise.
-void flatten_into(std::vector<FlatGroup>& groups);
+struct FlattenOptions {
+  at::ScalarType dtype = at::kFloat;  // parameters are converted to it (bf16/fp16 for mixed precision)
+  int world_size = 1;                 // partitions: 1 = not partitioned
+  int rank = 0;
+  bool full_grads = true;             // allocate grads_flat (stages 0 and 1)
+};
 
-// Zeroes every gradient in place (the views stay attached, so autograd keeps accumulating into the buffers).
+// Moves each group's parameters into a fresh flat buffer (values kept, converted to options.dtype) and points
+// every parameter at a view of it; with fp32 parameters and full_grads, .grad becomes a view of grads_flat.
+// Parameters must be floating-point tensors requiring grad, each in at most one group; otherwise throws
+// deepspeed::Error naming the offending parameter index.
+void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options = {});
+
+// True when autograd accumulates straight into grads_flat (fp32 model with a full gradient buffer).
+bool grads_are_views(const FlatGroup& group);
+
+// Zeroes the full gradient buffers in place and re-attaches the views a user may have dropped.
 void zero_grads(std::vector<FlatGroup>& groups);
 
 // Re-attaches gradient views a user may have dropped (e.g. by assigning p.grad() = {}).

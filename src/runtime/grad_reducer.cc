@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "deepspeed/error.h"
@@ -12,19 +13,34 @@
 namespace deepspeed::runtime {
 
 struct Bucket {
-  at::Tensor grads;  // a range of one group's grads_flat
+  size_t group = 0;
+  int64_t begin = 0, end = 0;  // range of the group's flat buffer
   int pending_init = 0;
   int pending = 0;
   bool launched = false;
-  comm::Work work;
+  at::Tensor staging;  // kPartitioned: the bucket's gradients, fp32
+  std::vector<comm::Work> works;
+  int64_t size() const { return end - begin; }
 };
 
+struct ParamSlot {
+  size_t group, index;
+  int bucket;
+};
+
+// Free staging buffers kept for reuse between buckets and micro-steps.
+constexpr size_t kMaxPooled = 2;
+
 struct GradReducer::State {
+  std::vector<FlatGroup>* groups = nullptr;
   comm::ProcessGroup group;
   GradReducerOptions options;
   std::vector<Bucket> buckets;
-  std::vector<int> bucket_of_param;  // flat parameter index -> bucket
-  std::vector<char> fired;           // flat parameter index -> hook fired this pass
+  std::vector<ParamSlot> slots;      // flat parameter index -> where it lives
+  std::vector<char> fired;           // flat parameter index -> counted this pass
+  std::vector<at::Tensor> partition; // kPartitioned: this rank's fp32 gradient partition per group
+  std::vector<at::Tensor> pool;      // kPartitioned: free staging buffers
+  std::vector<size_t> in_flight;     // kPartitioned: launched buckets not yet completed, oldest first
   size_t next_launch = 0;
   size_t launched_in_hooks = 0;
   bool armed = false;
@@ -33,20 +49,107 @@ struct GradReducer::State {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> hook_keys;
 
+  int world() const { return group.size(); }
   double pre_factor() const {
-    int n = group.size();
-    return options.prescale_gradients ? 1.0 / n : 1.0 / options.gradient_predivide_factor;
+    return options.prescale_gradients ? 1.0 / world() : 1.0 / options.gradient_predivide_factor;
   }
   double post_factor() const {
-    int n = group.size();
-    return options.prescale_gradients ? 1.0 : options.gradient_predivide_factor / n;
+    return options.prescale_gradients ? 1.0 : options.gradient_predivide_factor / world();
+  }
+  const zero::PartitionLayout& layout(const Bucket& b) const { return (*groups)[b.group].layout; }
+
+  at::Tensor source(Bucket& b) {
+    if (options.storage == GradStorage::kPartitioned) {
+      if (!b.staging.defined()) b.staging = acquire(b.size());  // a bucket of unused parameters
+      return b.staging;
+    }
+    return (*groups)[b.group].grads_flat.narrow(0, b.begin, b.size());
+  }
+
+  at::Tensor acquire(int64_t n) {
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].numel() >= n) {
+        at::Tensor t = pool[i].narrow(0, 0, n);
+        pool.erase(pool.begin() + static_cast<long>(i));
+        return t.zero_();
+      }
+    }
+    // Keep the pool small: finish the oldest reduction in flight rather than allocating another buffer, and
+    // drop pooled buffers too small for this bucket instead of keeping one per size.
+    if (!in_flight.empty()) {
+      complete(buckets[in_flight.front()]);
+      return acquire(n);
+    }
+    pool.clear();
+    return at::zeros({n}, at::kFloat);
+  }
+
+  void release(at::Tensor buffer) {
+    pool.push_back(std::move(buffer));
+    if (pool.size() > kMaxPooled) {
+      auto smallest = std::min_element(pool.begin(), pool.end(),
+                                       [](const at::Tensor& a, const at::Tensor& b) { return a.numel() < b.numel(); });
+      pool.erase(smallest);
+    }
   }
 
   void launch(Bucket& b) {
-    double pre = pre_factor();
-    if (pre != 1.0) b.grads.mul_(pre);
-    b.work = group.all_reduce(b.grads, comm::ReduceOp::kSum, /*async_op=*/true);
+    at::Tensor src = source(b);
     b.launched = true;
+    if (world() == 1) {
+      // Nothing to communicate; stage 2 moves the bucket into its partition right away.
+      if (options.storage == GradStorage::kPartitioned) complete(b);
+      return;
+    }
+    double pre = pre_factor();
+    if (pre != 1.0) src.mul_(pre);
+    if (options.reduction == Reduction::kAllReduce) {
+      b.works.push_back(group.all_reduce(src, comm::ReduceOp::kSum, /*async_op=*/true));
+    } else {
+      for (const auto& seg : layout(b).owner_segments(b.begin, b.end)) {
+        at::Tensor piece = src.narrow(0, seg.begin - b.begin, seg.end - seg.begin);
+        b.works.push_back(group.reduce(piece, group.ranks()[seg.owner], comm::ReduceOp::kSum, /*async_op=*/true));
+      }
+    }
+    if (options.storage == GradStorage::kPartitioned) in_flight.push_back(&b - buckets.data());
+  }
+
+  // Waits for a launched bucket and leaves its result where the optimizer reads it.
+  void complete(Bucket& b) {
+    for (auto& w : b.works) w.wait();
+    b.works.clear();
+    const double post = world() > 1 ? post_factor() : 1.0;
+    const zero::PartitionLayout& lay = layout(b);
+    const int me = lay.rank();
+    at::Tensor src = source(b);
+    if (options.storage != GradStorage::kPartitioned) {
+      if (post == 1.0) return;
+      if (options.reduction == Reduction::kAllReduce) {
+        src.mul_(post);
+      } else {
+        for (const auto& seg : lay.owner_segments(b.begin, b.end))
+          if (seg.owner == me) src.narrow(0, seg.begin - b.begin, seg.end - seg.begin).mul_(post);
+      }
+      return;
+    }
+    for (const auto& seg : lay.owner_segments(b.begin, b.end)) {
+      if (seg.owner != me) continue;
+      at::Tensor piece = src.narrow(0, seg.begin - b.begin, seg.end - seg.begin);
+      at::Tensor target = partition[b.group].narrow(0, seg.begin - lay.begin(me), seg.end - seg.begin);
+      if (post == 1.0) {
+        target.add_(piece);
+      } else {
+        target.add_(piece, post);
+      }
+    }
+    release(b.staging);
+    b.staging = at::Tensor();
+    for (size_t i = 0; i < in_flight.size(); ++i) {
+      if (&buckets[in_flight[i]] == &b) {
+        in_flight.erase(in_flight.begin() + static_cast<long>(i));
+        break;
+      }
+    }
   }
 
   // Launch, in the fixed order, every bucket that is complete and whose predecessors are launched.
@@ -58,13 +161,34 @@ struct GradReducer::State {
     }
   }
 
-  void on_grad_ready(size_t param_index) {
+  void on_grad_ready(size_t index) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!armed || fired[param_index]) return;
-    fired[param_index] = 1;
-    Bucket& b = buckets[bucket_of_param[param_index]];
+    const ParamSlot& slot = slots[index];
+    FlatGroup& fg = (*groups)[slot.group];
+    at::Tensor& p = fg.params[slot.index];
+    Bucket& b = buckets[slot.bucket];
+    if (options.storage != GradStorage::kViews && p.grad().defined()) {
+      const int64_t offset = fg.offsets[slot.index];
+      at::Tensor grad = p.grad().reshape({-1});
+      if (options.storage == GradStorage::kAccumulate) {
+        fg.grads_flat.narrow(0, offset, grad.numel()).add_(grad);
+      } else {
+        if (!b.staging.defined()) b.staging = acquire(b.size());
+        b.staging.narrow(0, offset - b.begin, grad.numel()).add_(grad);
+      }
+      p.mutable_grad() = at::Tensor();  // the whole point: no full-size gradient survives the hook
+    }
+    if (!armed || fired[index]) return;
+    fired[index] = 1;
     --b.pending;
-    if (options.overlap_comm) launch_ready_in_order();
+    // Stage 2 reduces each full bucket right away even without overlap_comm (as DeepSpeed does), so staging
+    // never holds more than a few buckets; without overlap it waits for each reduction before going on.
+    const bool partitioned = options.storage == GradStorage::kPartitioned;
+    if (!options.overlap_comm && !partitioned) return;
+    const size_t first_new = next_launch;
+    launch_ready_in_order();
+    if (!options.overlap_comm)
+      for (size_t i = first_new; i < next_launch; ++i) complete(buckets[i]);
   }
 };
 
@@ -88,51 +212,56 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 
 GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup group, GradReducerOptions options)
     : state_(std::make_shared<State>()) {
-  DS_CHECK(options.bucket_elems >= 1, "allreduce_bucket_size must be >= 1, got ", options.bucket_elems);
+  DS_CHECK(options.bucket_elems >= 1, "reduce_bucket_size must be >= 1, got ", options.bucket_elems);
   DS_CHECK(options.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
            options.gradient_predivide_factor);
-  state_->group = std::move(group);
-  state_->options = options;
+  State& s = *state_;
+  s.groups = &groups;
+  s.group = std::move(group);
+  s.options = options;
+  for (auto& g : groups) {
+    DS_ASSERT(options.storage == GradStorage::kPartitioned || g.grads_flat.defined(), "no gradient buffer");
+    if (options.storage == GradStorage::kPartitioned)
+      s.partition.push_back(at::zeros({g.layout.partition_size()}, at::kFloat));
+  }
 
   // Flat parameter index: groups in order, parameters in order. Buckets: from the last group's end backwards.
-  std::vector<std::pair<size_t, size_t>> index_of;  // flat index -> (group, param)
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t i = 0; i < groups[g].params.size(); ++i) index_of.emplace_back(g, i);
-  state_->bucket_of_param.assign(index_of.size(), -1);
-  state_->fired.assign(index_of.size(), 0);
-
-  size_t flat_index = index_of.size();
+  size_t total = 0;
+  for (auto& g : groups) total += g.params.size();
+  s.slots.resize(total);
+  s.fired.assign(total, 0);
+  size_t flat_index = total;
   for (size_t g = groups.size(); g-- > 0;) {
     FlatGroup& fg = groups[g];
     int64_t end = fg.numel();
-    int64_t start = end;
     int count = 0;
     for (size_t i = fg.params.size(); i-- > 0;) {
       --flat_index;
-      start = fg.offsets[i];
-      state_->bucket_of_param[flat_index] = static_cast<int>(state_->buckets.size());
+      const int64_t start = i == 0 ? 0 : fg.offsets[i];
+      s.slots[flat_index] = {g, i, static_cast<int>(s.buckets.size())};
       ++count;
-      bool close = (end - start >= options.bucket_elems) || i == 0;
-      if (close) {
+      if (end - start >= options.bucket_elems || i == 0) {
         Bucket b;
-        b.grads = fg.grads_flat.narrow(0, start, end - start);
+        b.group = g;
+        b.begin = start;
+        b.end = end;
         b.pending_init = count;
-        state_->buckets.push_back(std::move(b));
+        s.buckets.push_back(std::move(b));
         end = start;
         count = 0;
       }
     }
   }
 
-  if (state_->group.size() <= 1) return;  // nothing to reduce: no hooks needed
+  // fp32 stages 0/1 on one rank have nothing to move and nothing to reduce: no hooks needed.
+  if (options.storage == GradStorage::kViews && s.group.size() <= 1) return;
   flat_index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params.size(); ++i, ++flat_index) {
       auto acc = torch::autograd::impl::grad_accumulator(groups[g].params[i]);
       DS_ASSERT(acc != nullptr, "parameter without a gradient accumulator");
-      state_->hook_keys.push_back(
-          acc->add_post_hook(std::make_unique<GradReadyHook>(state_, flat_index)));
-      state_->accumulators.push_back(std::move(acc));
+      s.hook_keys.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(state_, flat_index)));
+      s.accumulators.push_back(std::move(acc));
     }
   }
 }
@@ -145,34 +274,52 @@ GradReducer::~GradReducer() {
 void GradReducer::begin_backward(bool reduce) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   State& s = *state_;
-  s.armed = reduce && s.group.size() > 1;
+  const bool partitioned = s.options.storage == GradStorage::kPartitioned;
+  s.armed = partitioned || (reduce && s.group.size() > 1);
   s.next_launch = 0;
   s.launched_in_hooks = 0;
   std::fill(s.fired.begin(), s.fired.end(), 0);
   for (auto& b : s.buckets) {
     b.pending = b.pending_init;
     b.launched = false;
-    b.work = comm::Work();
+    b.works.clear();
   }
 }
 
 void GradReducer::finish_backward() {
   State& s = *state_;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.armed) return;
-    s.armed = false;
-    for (; s.next_launch < s.buckets.size(); ++s.next_launch) s.launch(s.buckets[s.next_launch]);
-  }
-  double post = s.post_factor();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.armed) return;
+  s.armed = false;
+  for (; s.next_launch < s.buckets.size(); ++s.next_launch) s.launch(s.buckets[s.next_launch]);
   for (auto& b : s.buckets) {
-    b.work.wait();
-    if (post != 1.0) b.grads.mul_(post);
+    if (s.options.storage == GradStorage::kPartitioned && !b.staging.defined()) continue;  // completed early
+    s.complete(b);
   }
+  s.in_flight.clear();
+}
+
+at::Tensor GradReducer::partition_grads(size_t g) const {
+  const State& s = *state_;
+  if (s.options.storage == GradStorage::kPartitioned) return s.partition.at(g);
+  const FlatGroup& fg = s.groups->at(g);
+  return fg.grads_flat.narrow(0, fg.layout.begin(fg.layout.rank()), fg.layout.partition_size());
+}
+
+void GradReducer::zero_partition_grads() {
+  for (auto& t : state_->partition) t.zero_();
 }
 
 size_t GradReducer::num_buckets() const { return state_->buckets.size(); }
 
 size_t GradReducer::buckets_launched_during_backward() const { return state_->launched_in_hooks; }
+
+int64_t GradReducer::staging_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& t : state_->pool) bytes += t.numel() * 4;
+  for (const auto& b : state_->buckets)
+    if (b.staging.defined()) bytes += b.staging.numel() * 4;
+  return bytes;
+}
 
 }  // namespace deepspeed::runtime

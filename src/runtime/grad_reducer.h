@@ -1,12 +1,22 @@
-// Data-parallel gradient averaging in buckets, overlapped with backward (stage 0).
+// Data-parallel gradient reduction in buckets, overlapped with backward, for ZeRO stages 0, 1 and 2.
 //
-// Each flat group's gradient buffer is cut into buckets of about `bucket_elems` elements: contiguous ranges taken
-// from the end of the buffer, because backward produces the last layers' gradients first. A post-accumulation hook
-// on every parameter's AccumulateGrad node counts a bucket down; when a bucket is complete (and overlap is on) its
-// all-reduce starts asynchronously while autograd continues with earlier layers. Buckets are always launched in
-// the same fixed order on every rank (a bucket waits for those before it), so ranks never issue collectives in a
-// different order even if autograd visits parameters differently. finish_backward() launches what is left (unused
-// parameters never fire their hook), waits for every bucket and applies DeepSpeed's averaging factors.
+// Each flat group is cut into buckets of about `bucket_elems` elements: contiguous ranges taken from the end of the
+// buffer, because backward produces the last layers' gradients first. A post-accumulation hook on every parameter's
+// AccumulateGrad node moves the gradient where it belongs and counts its bucket down; when a bucket is complete (and
+// overlap_comm is on) its collectives start asynchronously while autograd continues with earlier layers. Buckets
+// are always launched in the same fixed order on every rank (a bucket waits for those before it), so ranks never
+// issue collectives in different orders. finish_backward() launches what is left (unused parameters never fire
+// their hook), waits, and applies DeepSpeed's averaging factors.
+//
+// Where gradients live (GradStorage):
+//   kViews       fp32 model, stages 0/1: .grad are views of the group's grads_flat; autograd accumulates in place.
+//   kAccumulate  bf16/fp16 model, stages 0/1: the hook adds .grad (in fp32) into grads_flat and frees it.
+//   kPartitioned stage 2: the hook adds .grad into a pooled staging buffer for its bucket and frees it; every pass is
+//                reduced, and this rank keeps only its partition, accumulated across micro-steps in fp32. Full
+//                buckets are reduced from the hooks even without overlap_comm (then synchronously), so staging
+//                holds a few buckets, never the whole gradient.
+// How a bucket is reduced (Reduction): kAllReduce (stage 0, or reduce_scatter=false) or kReduceToOwner, where each
+// rank's partition of the bucket is reduced to that rank only.
 //
 // Not thread-safe beyond autograd's own use: hooks run on the autograd thread while backward() blocks the caller.
 #pragma once
@@ -22,29 +32,43 @@
 
 namespace deepspeed::runtime {
 
+enum class GradStorage { kViews, kAccumulate, kPartitioned };
+enum class Reduction { kAllReduce, kReduceToOwner };
+
 struct GradReducerOptions {
-  int64_t bucket_elems = 500000000;  // DeepSpeed's allreduce_bucket_size default (elements)
-  bool overlap_comm = true;          // start bucket all-reduces from the hooks
-  bool prescale_gradients = false;   // divide by the world size before the all-reduce instead of after
+  int64_t bucket_elems = 500000000;  // DeepSpeed's reduce_bucket_size default (elements)
+  bool overlap_comm = true;          // start bucket reductions from the hooks
+  bool prescale_gradients = false;   // divide by the world size before reducing instead of after
   double gradient_predivide_factor = 1.0;
+  GradStorage storage = GradStorage::kViews;
+  Reduction reduction = Reduction::kAllReduce;
 };
 
 class GradReducer {
  public:
-  // Registers hooks on every parameter of `groups` (whose flat buffers must outlive the reducer).
+  // Registers hooks on every parameter of `groups` (whose buffers must outlive the reducer).
   GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup group, GradReducerOptions options);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  // Arms the hooks for one backward pass; only a boundary pass reduces.
+  // Arms the hooks for one backward pass. `reduce`: this pass ends a gradient-accumulation window (stages 0/1
+  // reduce only then; stage 2 reduces every pass regardless).
   void begin_backward(bool reduce);
-  // Launches the buckets not yet launched, waits for all, applies the averaging factor. No-op unless armed to reduce.
+  // Launches the buckets not yet launched, waits for all, applies the averaging factor.
   void finish_backward();
 
+  // This rank's averaged fp32 gradients for its partition of group `g` (valid after a reducing pass): a view of
+  // grads_flat at stages 0/1, the accumulated partition buffer at stage 2.
+  at::Tensor partition_grads(size_t g) const;
+  // Clears stage 2's partition buffers (stages 0/1 clear grads_flat through zero_grads).
+  void zero_partition_grads();
+
   size_t num_buckets() const;
-  // Buckets whose all-reduce was started from a hook during the last backward (for tests of overlap).
+  // Buckets whose reduction was started from a hook during the last backward (for tests of overlap).
   size_t buckets_launched_during_backward() const;
+  // Bytes held in stage 2's staging pool right now (for memory accounting).
+  int64_t staging_bytes() const;
 
   struct State;
 

@@ -25,7 +25,8 @@ class FusedOptimizer final : public EngineOptimizer {
  public:
   enum class Kind { kAdam, kSgd, kAdagrad, kLion };
 
-  FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, std::vector<FlatGroup>& groups)
+  FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, const std::vector<FlatGroup>& groups,
+                 const std::vector<at::Tensor>& masters)
       : kind_(kind), type_(cfg.type) {
     const Params& p = cfg.params;
     switch (kind_) {
@@ -68,7 +69,8 @@ class FusedOptimizer final : public EngineOptimizer {
       }
     }
     double lr = configured_lr(cfg);
-    for (auto& g : groups) {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const FlatGroup& g = groups[i];
       lrs_.push_back(g.lr.value_or(lr));
       decays_.push_back(g.weight_decay.value_or(default_weight_decay()));
       momenta_.push_back(kind_ == Kind::kSgd ? sgd_.momentum : kind_ == Kind::kAdam ? adam_.beta1 : lion_.beta1);
@@ -76,16 +78,17 @@ class FusedOptimizer final : public EngineOptimizer {
       // Step 1 of every kernel ignores the incoming state, so uninitialized memory is fine.
       bool needs_second = kind_ == Kind::kAdam;
       bool needs_first = kind_ != Kind::kSgd || sgd_.momentum != 0.0;
-      if (needs_first) s.first = at::empty_like(g.params_flat);
-      if (needs_second) s.second = at::empty_like(g.params_flat);
+      if (needs_first) s.first = at::empty_like(masters[i]);
+      if (needs_second) s.second = at::empty_like(masters[i]);
       state_.push_back(s);
     }
   }
 
-  void step(std::vector<FlatGroup>& groups) override {
+  void step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads) override {
     ++step_;
-    for (size_t i = 0; i < groups.size(); ++i) {
-      FlatGroup& g = groups[i];
+    for (size_t i = 0; i < masters.size(); ++i) {
+      const at::Tensor& master = masters[i];
+      const at::Tensor& grad = grads[i];
       GroupState& s = state_[i];
       switch (kind_) {
         case Kind::kAdam: {
@@ -93,7 +96,7 @@ class FusedOptimizer final : public EngineOptimizer {
           hp.lr = lrs_[i];
           hp.beta1 = momenta_[i];
           hp.weight_decay = decays_[i];
-          ops::adam_step(g.params_flat, g.grads_flat, s.first, s.second, hp, step_);
+          ops::adam_step(master, grad, s.first, s.second, hp, step_);
           break;
         }
         case Kind::kSgd: {
@@ -101,14 +104,14 @@ class FusedOptimizer final : public EngineOptimizer {
           hp.lr = lrs_[i];
           hp.momentum = momenta_[i];
           hp.weight_decay = decays_[i];
-          ops::sgd_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          ops::sgd_step(master, grad, s.first, hp, step_);
           break;
         }
         case Kind::kAdagrad: {
           ops::AdagradParams hp = adagrad_;
           hp.lr = lrs_[i];
           hp.weight_decay = decays_[i];
-          ops::adagrad_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          ops::adagrad_step(master, grad, s.first, hp, step_);
           break;
         }
         case Kind::kLion: {
@@ -116,7 +119,7 @@ class FusedOptimizer final : public EngineOptimizer {
           hp.lr = lrs_[i];
           hp.beta1 = momenta_[i];
           hp.weight_decay = decays_[i];
-          ops::lion_step(g.params_flat, g.grads_flat, s.first, hp, step_);
+          ops::lion_step(master, grad, s.first, hp, step_);
           break;
         }
       }
@@ -131,6 +134,14 @@ class FusedOptimizer final : public EngineOptimizer {
     return true;
   }
   std::string name() const override { return "fused cpu " + type_; }
+  int64_t state_bytes() const override {
+    int64_t bytes = 0;
+    for (const auto& s : state_) {
+      if (s.first.defined()) bytes += s.first.nbytes();
+      if (s.second.defined()) bytes += s.second.nbytes();
+    }
+    return bytes;
+  }
 
  private:
   double default_weight_decay() const {
@@ -159,7 +170,9 @@ class ClientOptimizer final : public EngineOptimizer {
   explicit ClientOptimizer(std::shared_ptr<torch::optim::Optimizer> opt) : opt_(std::move(opt)) {
     DS_CHECK(opt_ != nullptr, "initialize: options.optimizer is null");
   }
-  void step(std::vector<FlatGroup>&) override { opt_->step(); }
+  void step(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) override { opt_->step(); }
+  // torch::optim keeps its state behind type-erased per-parameter objects; it is not accounted.
+  int64_t state_bytes() const override { return 0; }
   double lr(size_t group) const override { return opt_->param_groups().at(group).options().get_lr(); }
   void set_lr(size_t group, double lr) override { opt_->param_groups().at(group).options().set_lr(lr); }
   bool set_momentum(size_t group, double momentum) override {
@@ -192,15 +205,24 @@ double configured_lr(const config::OptimizerConfig& cfg) {
 }
 
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
-                                                      std::vector<FlatGroup>& groups) {
+                                                      const std::vector<FlatGroup>& groups,
+                                                      const std::vector<at::Tensor>& masters) {
   using Kind = FusedOptimizer::Kind;
-  if (cfg.type == "adam" || cfg.type == "adamw")
-    return std::make_unique<FusedOptimizer>(Kind::kAdam, cfg, groups);
-  if (cfg.type == "SGD") return std::make_unique<FusedOptimizer>(Kind::kSgd, cfg, groups);
-  if (cfg.type == "adagrad") return std::make_unique<FusedOptimizer>(Kind::kAdagrad, cfg, groups);
-  if (cfg.type == "lion") return std::make_unique<FusedOptimizer>(Kind::kLion, cfg, groups);
-  throw ConfigError("optimizer.type: '" + cfg.type +
-                    "' is not implemented in deepspeed-cpp yet (available: Adam, AdamW, SGD, Adagrad, Lion)");
+  DS_ASSERT(groups.size() == masters.size(), "one master tensor per group");
+  Kind kind;
+  if (cfg.type == "adam" || cfg.type == "adamw") {
+    kind = Kind::kAdam;
+  } else if (cfg.type == "SGD") {
+    kind = Kind::kSgd;
+  } else if (cfg.type == "adagrad") {
+    kind = Kind::kAdagrad;
+  } else if (cfg.type == "lion") {
+    kind = Kind::kLion;
+  } else {
+    throw ConfigError("optimizer.type: '" + cfg.type +
+                      "' is not implemented in deepspeed-cpp yet (available: Adam, AdamW, SGD, Adagrad, Lion)");
+  }
+  return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters);
 }
 
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {

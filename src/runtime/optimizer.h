@@ -1,6 +1,8 @@
-// The engine's view of an optimizer: step the flat groups, read and set each group's learning rate (and beta1 /
-// momentum, which OneCycle cycles). Two kinds: the fused CPU kernels of src/ops built from the config's
-// `optimizer` section, and a client torch::optim::Optimizer passed to initialize().
+// The engine's view of an optimizer: step each group's fp32 master weights (the whole flat buffer at stage 0, this
+// rank's partition at stages 1 and 2) from their fp32 gradients, read and set each group's learning rate (and
+// beta1 / momentum, which OneCycle cycles). Two kinds: the fused CPU kernels of src/ops built from the config's
+// `optimizer` section (state sized like the masters, so it is partitioned with them), and a client
+// torch::optim::Optimizer passed to initialize() (stage 0 fp32 only: it steps the model's own parameters).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,10 @@ namespace deepspeed::runtime {
 class EngineOptimizer {
  public:
   virtual ~EngineOptimizer() = default;
-  // One update of every group from its gradients (already averaged and clipped).
-  virtual void step(std::vector<FlatGroup>& groups) = 0;
+  // One update of every group's master weights from its gradients (already averaged, unscaled and clipped).
+  virtual void step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads) = 0;
+  // Bytes of optimizer state this rank holds (for memory accounting).
+  virtual int64_t state_bytes() const = 0;
   virtual double lr(size_t group) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
   // beta1 for Adam-like optimizers, momentum for SGD; false when the optimizer has neither.
@@ -30,10 +34,11 @@ class EngineOptimizer {
   virtual std::string name() const = 0;
 };
 
-// Builds the config's optimizer over `groups` (group lr / weight_decay override the config's when set).
+// Builds the config's optimizer for fp32 `masters`, one per group; `groups` supply lr / weight_decay overrides.
 // Throws ConfigError for an optimizer type this build does not implement.
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
-                                                      std::vector<FlatGroup>& groups);
+                                                      const std::vector<FlatGroup>& groups,
+                                                      const std::vector<at::Tensor>& masters);
 
 // Wraps a caller's torch optimizer. Its param groups are matched to ours by position.
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);

@@ -50,14 +50,15 @@ PY
       "$log" || fail "final line malformed"
     ;;
   breakdown)
+    # WarmupDecayLR (total 4, warmup 2): after step 4 the schedule is at iteration 3, lr = 0.001 * (4 - 3) / (4 - 2).
     run 2 breakdown.json --steps 4 || fail "exited with $?"
-    grep -Eq "step 4/4 \(100%\) \| loss [0-9.]+ \| lr \[0\] \| grad_norm [0-9.]+ \| [0-9.]+ samples/s \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+ \(ms\)" \
+    grep -Eq "step 4/4 \(100%\) \| loss [0-9.]+ \| lr \[0\.0005\] \| grad_norm [0-9.]+ \| [0-9.]+ samples/s \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+ \(ms\)" \
       "$log" || fail "no wall-clock breakdown in the step log"
     [ "$(grep -c 'samples/s' "$log")" -eq 4 ] || fail "expected one log line per step (steps_per_print 1) on rank 0 only"
     ;;
   unsupported_feature)
-    run 1 zero2.json --steps 2 && fail "stage 2 must be rejected until it is implemented"
-    grep -q "train_gpt: zero_optimization.stage: ZeRO stage 2 .*not implemented" "$log" || fail "unclear rejection"
+    run 1 zero3.json --steps 2 && fail "stage 3 must be rejected until it is implemented"
+    grep -q "train_gpt: zero_optimization.stage: ZeRO stage 3 .*not implemented" "$log" || fail "unclear rejection"
     ;;
   config_typo)
     run 1 typo.json --steps 2 && fail "a misspelt key must be rejected"

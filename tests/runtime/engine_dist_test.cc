@@ -12,45 +12,27 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/lr_schedules.h"
 #include "gpt.h"
+#include "tiny_gpt.h"
 
 namespace {
 
 using deepspeed::models::GPT;
 using deepspeed::models::GPTConfig;
 
-constexpr int64_t kSamples = 64;
-constexpr uint64_t kDataSeed = 5;
+using tiny_gpt::kDataSeed;
+using tiny_gpt::kSamples;
 
-GPTConfig small_gpt() {
-  GPTConfig c;
-  c.vocab_size = 64;
-  c.seq_len = 16;
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  // No Linear biases: the attention's key bias has a zero true gradient, and Adam, Adagrad and Lion would turn
-  // its rounding noise into full-size updates that no two implementations share (see gpt.h).
-  c.bias = false;
-  return c;
-}
+GPTConfig small_gpt() { return tiny_gpt::config(); }
 
 at::Tensor dataset() {
-  static at::Tensor data = [] {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-    return at::randint(small_gpt().vocab_size, {kSamples, small_gpt().seq_len + 1}, gen, at::kLong);
-  }();
+  static at::Tensor data = tiny_gpt::dataset(small_gpt());
   return data;
 }
 
-GPT make_model() {
-  at::manual_seed(77);
-  return GPT(small_gpt());
-}
+GPT make_model() { return tiny_gpt::make_model(small_gpt()); }
 
 void forward_batch(const std::vector<int64_t>& idx, at::Tensor* x, at::Tensor* y) {
-  at::Tensor batch = dataset().index_select(0, at::tensor(idx, at::kLong));
-  *x = batch.narrow(1, 0, small_gpt().seq_len);
-  *y = batch.narrow(1, 1, small_gpt().seq_len);
+  tiny_gpt::split_batch(dataset(), idx, x, y);
 }
 
 struct RunSpec {
@@ -274,6 +256,7 @@ TEST(EngineStage0, TwoRunsAreBitIdenticalAndRanksAgree) {
 }
 
 TEST(EngineStage0, BadUseIsRejectedClearly) {
+  tiny_gpt::ensure_comm();
   GPT model = make_model();
   auto cfg = deepspeed::Config::from_string(R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu": 3})");
   if (deepspeed::comm::get_world_size() > 1) {

@@ -26,14 +26,30 @@ TEST(FeatureGate, PlainDataParallelConfigPasses) {
             "");
 }
 
+TEST(FeatureGate, ZeroStagesOneAndTwoWithMixedPrecisionPass) {
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                          "zero_optimization": {"stage": 2, "reduce_scatter": false, "overlap_comm": true}})"),
+            "");
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                          "zero_optimization": {"stage": 1, "allgather_partitions": false}})"),
+            "");
+}
+
 TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   struct Case {
     const char* json;
     const char* key;
   } cases[] = {
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})", "zero_optimization.stage"},
-      {R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "fp16.enabled"},
-      {R"({"train_batch_size": 8, "bf16": {"enabled": true}})", "bf16.enabled"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", "zero_optimization.stage"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
+       "zero_optimization.round_robin_gradients"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "contiguous_gradients": false}})",
+       "zero_optimization.contiguous_gradients"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "sub_group_size": 1000}})",
+       "zero_optimization.sub_group_size"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
+       "zero_optimization.zero_quantized_gradients"},
+      {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
       {R"({"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}})",
        "zero_optimization.offload_optimizer"},
       {R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled"},

@@ -1,0 +1,118 @@
+#include "runtime/master_weights.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "deepspeed/error.h"
+#include "runtime/loss_scaler.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+at::Tensor my_slice(const FlatGroup& g) {
+  return g.params_flat.narrow(0, g.layout.begin(g.layout.rank()), g.layout.partition_size());
+}
+
+// Encodes (group, element offset) so that a MIN all-reduce finds the first overflow in group order.
+constexpr int64_t kGroupStride = int64_t{1} << 40;
+
+}  // namespace
+
+MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup world, MasterWeightsOptions options)
+    : groups_(groups), world_(std::move(world)), options_(options) {
+  DS_CHECK(options_.allgather_bucket_elems >= 1, "allgather_bucket_size must be >= 1, got ",
+           options_.allgather_bucket_elems);
+  for (const auto& g : groups_) {
+    at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;
+    if (slice.scalar_type() == at::kFloat) {
+      masters_.push_back(slice);
+    } else {
+      masters_.push_back(slice.to(at::kFloat));  // fp32 master of a bf16/fp16 model
+      copies_ = true;
+    }
+  }
+}
+
+int64_t MasterWeights::copy_bytes() const {
+  int64_t bytes = 0;
+  if (copies_)
+    for (const auto& m : masters_) bytes += m.nbytes();
+  return bytes;
+}
+
+double MasterWeights::global_norm(const std::vector<at::Tensor>& grads) const {
+  double sq = 0.0;
+  for (const auto& g : grads) {
+    // norm() streams once with no temporary; g.pow(2).sum() would allocate a gradient-sized buffer every step.
+    const double n = g.norm().item<double>();
+    sq += n * n;
+  }
+  if (options_.partitioned && world_.size() > 1) {
+    at::Tensor t = at::tensor({sq}, at::kDouble);
+    world_.all_reduce(t, comm::ReduceOp::kSum);
+    sq = t.item<double>();
+  }
+  return std::sqrt(sq);
+}
+
+std::optional<std::pair<size_t, size_t>> MasterWeights::first_overflow(const std::vector<at::Tensor>& grads) const {
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (size_t g = 0; g < grads.size() && first == std::numeric_limits<int64_t>::max(); ++g) {
+    const int64_t local = first_nonfinite(grads[g]);
+    if (local < 0) continue;
+    const FlatGroup& fg = groups_[g];
+    int64_t offset = options_.partitioned ? fg.layout.begin(fg.layout.rank()) + local : local;
+    first = static_cast<int64_t>(g) * kGroupStride + offset;
+  }
+  if (options_.partitioned && world_.size() > 1) {
+    at::Tensor t = at::tensor({first}, at::kLong);
+    world_.all_reduce(t, comm::ReduceOp::kMin);
+    first = t.item<int64_t>();
+  }
+  if (first == std::numeric_limits<int64_t>::max()) return std::nullopt;
+  size_t g = static_cast<size_t>(first / kGroupStride);
+  int64_t offset = first % kGroupStride;
+  const auto& offsets = groups_[g].offsets;
+  size_t index = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), offset) - offsets.begin());
+  return std::make_pair(g, index == 0 ? 0 : index - 1);
+}
+
+void MasterWeights::publish() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    FlatGroup& g = groups_[i];
+    if (!options_.partitioned) {
+      if (copies_) g.params_flat.copy_(masters_[i]);
+      continue;
+    }
+    at::Tensor mine = my_slice(g);
+    if (copies_) mine.copy_(masters_[i]);
+    const int world = g.layout.world_size();
+    if (world == 1) continue;
+    const int64_t part = g.layout.partition_size();
+    if (!options_.allgather_partitions) {
+      for (int r = 0; r < world; ++r)
+        world_.broadcast(g.params_flat.narrow(0, g.layout.begin(r), part), world_.ranks()[r]);
+      continue;
+    }
+    if (options_.allgather_bucket_elems >= part * world) {
+      // One all-gather straight into the padded buffer, which is exactly world x partition.
+      world_.all_gather_into_tensor(g.params_flat, mine.clone());
+      continue;
+    }
+    const int64_t chunk = std::max<int64_t>(1, options_.allgather_bucket_elems / world);
+    at::Tensor gathered = at::empty({chunk * world}, g.params_flat.options());
+    for (int64_t pos = 0; pos < part; pos += chunk) {
+      const int64_t len = std::min(chunk, part - pos);
+      at::Tensor out = gathered.narrow(0, 0, len * world);
+      world_.all_gather_into_tensor(out, mine.narrow(0, pos, len).clone());
+      for (int r = 0; r < world; ++r)
+        g.params_flat.narrow(0, g.layout.begin(r) + pos, len).copy_(out.narrow(0, r * len, len));
+    }
+  }
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,54 @@
+// The fp32 master weights the optimizer updates, and the way back to the model's parameters.
+//
+// Stage 0 with an fp32 model: the master of a group is its flat parameter buffer itself. Stages 1 and 2: each rank's
+// master is its partition of the buffer (a view when the model is fp32, an fp32 copy when it runs in bf16/fp16), and
+// publish() all-gathers the updated partitions into every rank's full parameters, in chunks of at most
+// `allgather_bucket_elems` (DeepSpeed's allgather_bucket_size) or by one broadcast per owner when
+// allgather_partitions is false. Norms and overflow checks over partitioned gradients are combined across ranks, so
+// every rank takes the same decision.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "runtime/flat_params.h"
+
+namespace deepspeed::runtime {
+
+struct MasterWeightsOptions {
+  bool partitioned = false;  // stages 1 and 2
+  int64_t allgather_bucket_elems = 500000000;
+  bool allgather_partitions = true;
+};
+
+class MasterWeights {
+ public:
+  MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup world, MasterWeightsOptions options);
+
+  // fp32 master weights, one per group (whole buffer or this rank's partition).
+  const std::vector<at::Tensor>& masters() const { return masters_; }
+  // Bytes of master weights that are copies (0 when the masters are views of fp32 parameters).
+  int64_t copy_bytes() const;
+
+  // L2 norm over every group's gradients `grads` (matching masters()), combined across ranks when partitioned.
+  double global_norm(const std::vector<at::Tensor>& grads) const;
+  // The name index of the first parameter (in group order) whose gradient holds inf/NaN on any rank, or nullopt.
+  // Collective when partitioned: every rank must call it.
+  std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
+  // Copies the updated masters into the model's parameters on every rank. Collective when partitioned.
+  void publish();
+
+ private:
+  std::vector<FlatGroup>& groups_;
+  mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
+  MasterWeightsOptions options_;
+  std::vector<at::Tensor> masters_;
+  bool copies_ = false;
+};
+
+}  // namespace deepspeed::runtime
