@@ -59,6 +59,20 @@ comm::CommsLoggerOptions comms_logger_options(const config::CommsLoggerConfig& c
   return o;
 }
 
+// LibTorch 1.13 has no fp16 matrix multiply on CPU; say so up front rather than leave users with LibTorch's
+// "addmm_impl_cpu_ not implemented for 'Half'" from deep inside their first forward.
+void warn_if_no_half_matmul(const c10::Device& device, int rank) {
+  if (device.type() != c10::kCPU || rank != 0) return;
+  try {
+    at::Tensor a = at::ones({2, 2}, at::TensorOptions().dtype(at::kHalf));
+    (void)at::mm(a, a);
+  } catch (const std::exception&) {
+    std::fprintf(stderr,
+                 "deepspeed: warning: fp16.enabled on CPU, but this LibTorch has no fp16 matmul on CPU; models with "
+                 "Linear layers will fail in LibTorch. Use \"bf16\": {\"enabled\": true} on CPU.\n");
+  }
+}
+
 runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
   runtime::LossScalerOptions o;
   o.loss_scale = c.loss_scale;
@@ -96,6 +110,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
   groups_ = make_groups(*module_, std::move(options.param_groups));
+  if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), world_.rank());
   runtime::FlattenOptions fo;
   fo.dtype = dtype_;
   fo.world_size = stage >= 1 ? world_.size() : 1;
