@@ -137,6 +137,8 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   mo.partitioned = stage >= 1;
   mo.allgather_bucket_elems = config_.zero.allgather_bucket_size;
   mo.allgather_partitions = config_.zero.allgather_partitions;
+  mo.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
+  mo.pin_memory = config_.zero.offload_optimizer.pin_memory;
   masters_ = std::make_unique<runtime::MasterWeights>(groups_, world_, mo);
 
   if (options.optimizer) {
@@ -210,6 +212,7 @@ void EngineImpl::step() {
 bool EngineImpl::take_model_step() {
   std::vector<at::Tensor> grads;
   for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
+  grads = masters_->stage_grads(grads);  // offload: the CPU optimizer reads host copies
   double unscale = 1.0;
   if (scaler_) {
     // The scale that produced these gradients; update() may grow it for the next window.
@@ -317,6 +320,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
   b.master_weights = masters_->copy_bytes();
   b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
   b.working_buffers = reducer_->staging_bytes();
+  if (masters_->offloaded()) b.offloaded_to_host = b.master_weights + b.optimizer_states + masters_->host_grad_bytes();
   return b;
 }
 

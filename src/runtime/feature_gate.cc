@@ -16,7 +16,15 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
   reject_if(z.stage == 3, "zero_optimization.stage", "ZeRO stage 3 (stages 0, 1 and 2 are available)");
-  reject_if(z.offload_optimizer.enabled(), "zero_optimization.offload_optimizer", "optimizer offload");
+  const auto& oo = z.offload_optimizer;
+  reject_if(oo.device == config::OffloadDevice::kNvme, "zero_optimization.offload_optimizer.device",
+            "optimizer offload to nvme (\"cpu\" is available)");
+  DS_CHECK_T(ConfigError, !oo.enabled() || z.stage >= 1,
+             "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1 or 2, "
+             "got stage ", z.stage);
+  DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kCpu || !(oo.pipeline() || oo.fast_init),
+             "zero_optimization.offload_optimizer: pipeline_read, pipeline_write and fast_init apply to device "
+             "\"nvme\" only; remove them for device \"cpu\"");
   reject_if(z.offload_param.enabled(), "zero_optimization.offload_param", "parameter offload");
   // Stage 1/2 keys: honoured unless listed here.
   reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "runtime/loss_scaler.h"
 
@@ -25,9 +26,15 @@ MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup 
     : groups_(groups), world_(std::move(world)), options_(options) {
   DS_CHECK(options_.allgather_bucket_elems >= 1, "allgather_bucket_size must be >= 1, got ",
            options_.allgather_bucket_elems);
+  auto& acc = accelerator::get_accelerator();
   for (const auto& g : groups_) {
     at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;
-    if (slice.scalar_type() == at::kFloat) {
+    if (options_.offload_to_host) {
+      auto host = [&](const at::Tensor& t) { return options_.pin_memory ? acc.pin_memory(t) : t; };
+      masters_.push_back(host(slice.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true)));
+      host_grads_.push_back(host(at::zeros({slice.numel()}, at::kFloat)));
+      copies_ = true;
+    } else if (slice.scalar_type() == at::kFloat) {
       masters_.push_back(slice);
     } else {
       masters_.push_back(slice.to(at::kFloat));  // fp32 master of a bf16/fp16 model
@@ -41,6 +48,18 @@ int64_t MasterWeights::copy_bytes() const {
   if (copies_)
     for (const auto& m : masters_) bytes += m.nbytes();
   return bytes;
+}
+
+int64_t MasterWeights::host_grad_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : host_grads_) bytes += g.nbytes();
+  return bytes;
+}
+
+std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>& grads) {
+  if (!options_.offload_to_host) return grads;
+  for (size_t i = 0; i < grads.size(); ++i) host_grads_[i].copy_(grads[i]);
+  return host_grads_;
 }
 
 double MasterWeights::global_norm(const std::vector<at::Tensor>& grads) const {

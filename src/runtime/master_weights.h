@@ -6,6 +6,11 @@
 // `allgather_bucket_elems` (DeepSpeed's allgather_bucket_size) or by one broadcast per owner when
 // allgather_partitions is false. Norms and overflow checks over partitioned gradients are combined across ranks, so
 // every rank takes the same decision.
+//
+// ZeRO-Offload (offload_optimizer.device "cpu"): masters are always separate fp32 copies in host memory (pinned when
+// the accelerator has pinned memory), gradients are copied into a host buffer before the step, and the CPU kernels
+// update them there; publish() copies the result back to the device. On a CPU-only build host and device are the
+// same memory, but the same copies run, so the path a GPU build takes is the one tested here.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +29,8 @@ struct MasterWeightsOptions {
   bool partitioned = false;  // stages 1 and 2
   int64_t allgather_bucket_elems = 500000000;
   bool allgather_partitions = true;
+  bool offload_to_host = false;  // offload_optimizer.device == "cpu"
+  bool pin_memory = false;       // offload_optimizer.pin_memory
 };
 
 class MasterWeights {
@@ -34,6 +41,12 @@ class MasterWeights {
   const std::vector<at::Tensor>& masters() const { return masters_; }
   // Bytes of master weights that are copies (0 when the masters are views of fp32 parameters).
   int64_t copy_bytes() const;
+  // Bytes the offload keeps in host memory for gradients (0 without offload).
+  int64_t host_grad_bytes() const;
+  bool offloaded() const { return options_.offload_to_host; }
+
+  // The gradients the optimizer should read: `grads` itself, or (offload) their copies in host memory.
+  std::vector<at::Tensor> stage_grads(const std::vector<at::Tensor>& grads);
 
   // L2 norm over every group's gradients `grads` (matching masters()), combined across ranks when partitioned.
   double global_norm(const std::vector<at::Tensor>& grads) const;
@@ -48,6 +61,7 @@ class MasterWeights {
   mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
   MasterWeightsOptions options_;
   std::vector<at::Tensor> masters_;
+  std::vector<at::Tensor> host_grads_;  // offload only
   bool copies_ = false;
 };
 

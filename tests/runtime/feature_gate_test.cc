@@ -35,6 +35,20 @@ TEST(FeatureGate, ZeroStagesOneAndTwoWithMixedPrecisionPass) {
             "");
 }
 
+TEST(FeatureGate, CpuOffloadNeedsZeroAndRejectsNvmeOnlyKeys) {
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                          "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
+            "");
+  EXPECT_NE(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
+                          "offload_optimizer": {"device": "cpu"}}})")
+                .find("needs zero_optimization.stage 1 or 2, got stage 0"),
+            std::string::npos);
+  EXPECT_NE(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                          "offload_optimizer": {"device": "cpu", "pipeline_read": true}}})")
+                .find("apply to device \"nvme\" only"),
+            std::string::npos);
+}
+
 TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   struct Case {
     const char* json;
@@ -50,8 +64,9 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
        "zero_optimization.zero_quantized_gradients"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}})",
-       "zero_optimization.offload_optimizer"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+          "nvme_path": "/tmp"}}})",
+       "zero_optimization.offload_optimizer.device"},
       {R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled"},
       {R"({"train_batch_size": 8, "csv_monitor": {"enabled": true}})", "csv_monitor.enabled"},
       {R"({"train_batch_size": 8, "flops_profiler": {"enabled": true}})", "flops_profiler.enabled"},
