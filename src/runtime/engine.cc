@@ -139,10 +139,16 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   mo.allgather_partitions = config_.zero.allgather_partitions;
   mo.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
   mo.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
+  mo.external_masters = nvme;
   masters_ = std::make_unique<runtime::MasterWeights>(groups_, world_, mo);
 
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
+  } else if (nvme) {
+    DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
+               "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
+    build_nvme_optimizer(*config_.optimizer);
   } else if (config_.optimizer.has_value()) {
     optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, masters_->masters());
   }
@@ -209,6 +215,22 @@ void EngineImpl::step() {
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
 }
 
+void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
+  const auto& oo = config_.zero.offload_optimizer;
+  std::vector<at::Tensor> initial;
+  for (size_t g = 0; g < groups_.size(); ++g) initial.push_back(masters_->initial_master(g));
+  optimizer_ = runtime::make_fused_optimizer(cfg, groups_, initial, /*resident_state=*/false);
+  swap::OptimizerSwapperOptions so;
+  so.dir = oo.nvme_path.value() + "/zero_stage_" + std::to_string(config_.zero.stage) + "/optimizer/rank" +
+           std::to_string(world_.rank());
+  so.num_states = optimizer_->num_states();
+  so.sub_group_size = config_.zero.sub_group_size;
+  so.buffer_count = oo.buffer_count;
+  so.pipeline = oo.pipeline();
+  so.aio = swap::aio_options_from_config(config_.aio);
+  swapper_ = std::make_unique<swap::OptimizerSwapper>(so, initial);
+}
+
 bool EngineImpl::take_model_step() {
   std::vector<at::Tensor> grads;
   for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
@@ -238,7 +260,18 @@ bool EngineImpl::take_model_step() {
   }
   if (coef != 1.0)
     for (auto& g : grads) g.mul_(coef);
-  optimizer_->step(masters_->masters(), grads);
+  if (swapper_) {
+    // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers.
+    optimizer_->begin_step();
+    swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
+      at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
+      at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
+      optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second);
+      masters_->write_slice(g, offset, master);
+    });
+  } else {
+    optimizer_->step(masters_->masters(), grads);
+  }
   masters_->publish();
   return true;
 }
@@ -319,6 +352,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
   }
   b.master_weights = masters_->copy_bytes();
   b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
+  if (swapper_) b.optimizer_states = swapper_->resident_bytes();  // masters and states stream through this pool
   b.working_buffers = reducer_->staging_bytes();
   if (masters_->offloaded()) b.offloaded_to_host = b.master_weights + b.optimizer_states + masters_->host_grad_bytes();
   return b;

@@ -17,6 +17,7 @@
 #include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
 #include "runtime/timers.h"
+#include "swap/optimizer_swapper.h"
 
 namespace deepspeed {
 
@@ -44,6 +45,7 @@ class EngineImpl {
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
+  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
   runtime::Timers timers_;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
@@ -56,6 +58,7 @@ class EngineImpl {
   std::string parameter_name(size_t group, size_t index) const;
   void apply_schedule();
   void log_step();
+  void build_nvme_optimizer(const config::OptimizerConfig& cfg);
 
   bool breakdown_ = false;
   double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line

@@ -17,8 +17,6 @@ void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
   reject_if(z.stage == 3, "zero_optimization.stage", "ZeRO stage 3 (stages 0, 1 and 2 are available)");
   const auto& oo = z.offload_optimizer;
-  reject_if(oo.device == config::OffloadDevice::kNvme, "zero_optimization.offload_optimizer.device",
-            "optimizer offload to nvme (\"cpu\" is available)");
   DS_CHECK_T(ConfigError, !oo.enabled() || z.stage >= 1,
              "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1 or 2, "
              "got stage ", z.stage);
@@ -32,8 +30,8 @@ void check_supported_features(const config::Config& cfg) {
             "buckets; remove the key or set it to true)");
   reject_if(z.round_robin_gradients, "zero_optimization.round_robin_gradients",
             "round-robin gradient partitioning (it only pays off with optimizer offload)");
-  reject_if(z.sub_group_size != 1000000000, "zero_optimization.sub_group_size",
-            "sub-grouping the optimizer step (used by offload and stage 3)");
+  reject_if(z.sub_group_size != 1000000000 && oo.device != config::OffloadDevice::kNvme,
+            "zero_optimization.sub_group_size", "sub-grouping the optimizer step without nvme offload");
   reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
   reject_if(z.zero_hpz_partition_size > 1, "zero_optimization.zero_hpz_partition_size",
             "hierarchical partitioning (ZeRO++ hpZ)");

@@ -27,6 +27,7 @@ MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup 
   DS_CHECK(options_.allgather_bucket_elems >= 1, "allgather_bucket_size must be >= 1, got ",
            options_.allgather_bucket_elems);
   auto& acc = accelerator::get_accelerator();
+  if (options_.external_masters) return;
   for (const auto& g : groups_) {
     at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;
     if (options_.offload_to_host) {
@@ -97,6 +98,16 @@ std::optional<std::pair<size_t, size_t>> MasterWeights::first_overflow(const std
   const auto& offsets = groups_[g].offsets;
   size_t index = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), offset) - offsets.begin());
   return std::make_pair(g, index == 0 ? 0 : index - 1);
+}
+
+void MasterWeights::write_slice(size_t group, int64_t offset, const at::Tensor& master) {
+  at::NoGradGuard no_grad;
+  my_slice(groups_.at(group)).narrow(0, offset, master.numel()).copy_(master);
+}
+
+at::Tensor MasterWeights::initial_master(size_t group) const {
+  const FlatGroup& g = groups_.at(group);
+  return (options_.partitioned ? my_slice(g) : g.params_flat).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 void MasterWeights::publish() {

@@ -31,6 +31,7 @@ struct MasterWeightsOptions {
   bool allgather_partitions = true;
   bool offload_to_host = false;  // offload_optimizer.device == "cpu"
   bool pin_memory = false;       // offload_optimizer.pin_memory
+  bool external_masters = false; // offload_optimizer "nvme": masters live in swap files, written back by slice
 };
 
 class MasterWeights {
@@ -55,6 +56,11 @@ class MasterWeights {
   std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
   // Copies the updated masters into the model's parameters on every rank. Collective when partitioned.
   void publish();
+  // With external masters: this rank's updated master values for elements [offset, offset + master.numel()) of
+  // group g's partition, copied into the parameters before publish() gathers them.
+  void write_slice(size_t group, int64_t offset, const at::Tensor& master);
+  // This rank's slice of group g's parameters as fp32 (the initial masters for a swapper).
+  at::Tensor initial_master(size_t group) const;
 
  private:
   std::vector<FlatGroup>& groups_;

@@ -26,7 +26,7 @@ class FusedOptimizer final : public EngineOptimizer {
   enum class Kind { kAdam, kSgd, kAdagrad, kLion };
 
   FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, const std::vector<FlatGroup>& groups,
-                 const std::vector<at::Tensor>& masters)
+                 const std::vector<at::Tensor>& masters, bool resident_state)
       : kind_(kind), type_(cfg.type) {
     const Params& p = cfg.params;
     switch (kind_) {
@@ -78,50 +78,61 @@ class FusedOptimizer final : public EngineOptimizer {
       // Step 1 of every kernel ignores the incoming state, so uninitialized memory is fine.
       bool needs_second = kind_ == Kind::kAdam;
       bool needs_first = kind_ != Kind::kSgd || sgd_.momentum != 0.0;
-      if (needs_first) s.first = at::empty_like(masters[i]);
-      if (needs_second) s.second = at::empty_like(masters[i]);
+      if (resident_state && needs_first) s.first = at::empty_like(masters[i]);
+      if (resident_state && needs_second) s.second = at::empty_like(masters[i]);
       state_.push_back(s);
     }
   }
 
   void step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads) override {
-    ++step_;
-    for (size_t i = 0; i < masters.size(); ++i) {
-      const at::Tensor& master = masters[i];
-      const at::Tensor& grad = grads[i];
-      GroupState& s = state_[i];
-      switch (kind_) {
-        case Kind::kAdam: {
-          ops::AdamParams hp = adam_;
-          hp.lr = lrs_[i];
-          hp.beta1 = momenta_[i];
-          hp.weight_decay = decays_[i];
-          ops::adam_step(master, grad, s.first, s.second, hp, step_);
-          break;
-        }
-        case Kind::kSgd: {
-          ops::SgdParams hp = sgd_;
-          hp.lr = lrs_[i];
-          hp.momentum = momenta_[i];
-          hp.weight_decay = decays_[i];
-          ops::sgd_step(master, grad, s.first, hp, step_);
-          break;
-        }
-        case Kind::kAdagrad: {
-          ops::AdagradParams hp = adagrad_;
-          hp.lr = lrs_[i];
-          hp.weight_decay = decays_[i];
-          ops::adagrad_step(master, grad, s.first, hp, step_);
-          break;
-        }
-        case Kind::kLion: {
-          ops::LionParams hp = lion_;
-          hp.lr = lrs_[i];
-          hp.beta1 = momenta_[i];
-          hp.weight_decay = decays_[i];
-          ops::lion_step(master, grad, s.first, hp, step_);
-          break;
-        }
+    begin_step();
+    for (size_t i = 0; i < masters.size(); ++i)
+      step_slice(i, masters[i], grads[i], state_[i].first, state_[i].second);
+  }
+
+  int num_states() const override {
+    switch (kind_) {
+      case Kind::kAdam: return 2;
+      case Kind::kSgd: return sgd_.momentum != 0.0 ? 1 : 0;
+      default: return 1;
+    }
+  }
+
+  void begin_step() override { ++step_; }
+
+  void step_slice(size_t i, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+                  const at::Tensor& second) override {
+    switch (kind_) {
+      case Kind::kAdam: {
+        ops::AdamParams hp = adam_;
+        hp.lr = lrs_[i];
+        hp.beta1 = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::adam_step(master, grad, first, second, hp, step_);
+        break;
+      }
+      case Kind::kSgd: {
+        ops::SgdParams hp = sgd_;
+        hp.lr = lrs_[i];
+        hp.momentum = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::sgd_step(master, grad, first, hp, step_);
+        break;
+      }
+      case Kind::kAdagrad: {
+        ops::AdagradParams hp = adagrad_;
+        hp.lr = lrs_[i];
+        hp.weight_decay = decays_[i];
+        ops::adagrad_step(master, grad, first, hp, step_);
+        break;
+      }
+      case Kind::kLion: {
+        ops::LionParams hp = lion_;
+        hp.lr = lrs_[i];
+        hp.beta1 = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::lion_step(master, grad, first, hp, step_);
+        break;
       }
     }
   }
@@ -206,7 +217,7 @@ double configured_lr(const config::OptimizerConfig& cfg) {
 
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
                                                       const std::vector<FlatGroup>& groups,
-                                                      const std::vector<at::Tensor>& masters) {
+                                                      const std::vector<at::Tensor>& masters, bool resident_state) {
   using Kind = FusedOptimizer::Kind;
   DS_ASSERT(groups.size() == masters.size(), "one master tensor per group");
   Kind kind;
@@ -222,7 +233,7 @@ std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerCon
     throw ConfigError("optimizer.type: '" + cfg.type +
                       "' is not implemented in deepspeed-cpp yet (available: Adam, AdamW, SGD, Adagrad, Lion)");
   }
-  return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters);
+  return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters, resident_state);
 }
 
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "deepspeed/config.h"
+#include "deepspeed/error.h"
 #include "runtime/flat_params.h"
 
 namespace torch::optim {
@@ -32,13 +33,24 @@ class EngineOptimizer {
   // beta1 for Adam-like optimizers, momentum for SGD; false when the optimizer has neither.
   virtual bool set_momentum(size_t group, double momentum) = 0;
   virtual std::string name() const = 0;
+
+  // Slice-wise stepping for a caller that owns the state (NVMe offload streams it through buffers). Only the
+  // fused optimizers support it. num_states(): state tensors per element (Adam 2, SGD with momentum 1, ...).
+  virtual int num_states() const { return -1; }
+  virtual void begin_step() {}
+  virtual void step_slice(size_t group, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+                          const at::Tensor& second) {
+    DS_ASSERT(false, "step_slice is not supported by ", name());
+  }
 };
 
 // Builds the config's optimizer for fp32 `masters`, one per group; `groups` supply lr / weight_decay overrides.
+// `resident_state` false: no state is allocated (the caller streams it through step_slice).
 // Throws ConfigError for an optimizer type this build does not implement.
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
                                                       const std::vector<FlatGroup>& groups,
-                                                      const std::vector<at::Tensor>& masters);
+                                                      const std::vector<at::Tensor>& masters,
+                                                      bool resident_state = true);
 
 // Wraps a caller's torch optimizer. Its param groups are matched to ours by position.
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);

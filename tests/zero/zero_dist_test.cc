@@ -4,7 +4,10 @@
 // bytes follow the ZeRO formula.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "deepspeed/comm.h"
@@ -120,6 +123,54 @@ TEST(ZeroOffload, CpuOffloadMatchesStageZero) {
   b.precision = "bf16";
   auto bf16_reference = train_stage(Variant{"bf16", 2, 2, 0.1, true, "bf16"}, 0);
   EXPECT_LE(tiny_gpt::max_relative_error(train_stage(b, 2), bf16_reference), 1e-2) << "bf16 + cpu offload";
+}
+
+std::string nvme_dir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/ds_nvme_test_XXXXXX";
+    std::string d = mkdtemp(tmpl);
+    return d;
+  }();
+  return dir;
+}
+
+TEST(ZeroOffload, NvmeOffloadMatchesStageZero) {
+  tiny_gpt::ensure_comm();
+  // sub_group_size 1000 (rounded to 1024 elements) splits each partition into several sub-groups.
+  for (bool pipeline : {false, true}) {
+    Variant v{"offload nvme"};
+    v.uneven = true;
+    v.gas = 2;
+    v.clip = 0.1;
+    v.zero_extra = std::string(", \"sub_group_size\": 1000, \"offload_optimizer\": {\"device\": \"nvme\", ") +
+                   "\"nvme_path\": \"" + nvme_dir() + "\", \"buffer_count\": " + (pipeline ? "9" : "3") +
+                   ", \"pipeline_read\": " + (pipeline ? "true" : "false") + "}";
+    auto reference = train_stage(Variant{"plain", 2, 2, 0.1, true}, 0);
+    for (int stage : {1, 2}) {
+      deepspeed::ModelStateBytes bytes;
+      double err = tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference);
+      EXPECT_LE(err, 1e-5) << "stage " << stage << " nvme offload (pipeline " << pipeline << ") vs stage 0";
+      // Resident optimizer state is the buffer pool: (1 or 3) sets of master + 2 Adam states, 1024 floats each.
+      EXPECT_EQ(bytes.optimizer_states, (pipeline ? 3 : 1) * 3 * 1024 * 4) << "stage " << stage;
+    }
+  }
+  deepspeed::comm::barrier();  // every rank's swapper is gone before the directory goes
+  std::filesystem::remove_all(nvme_dir());  // each rank made its own
+}
+
+TEST(ZeroOffload, NvmePathThatCannotBeCreatedIsAClearError) {
+  tiny_gpt::ensure_comm();
+  auto cfg = tiny_gpt::config();
+  auto model = tiny_gpt::make_model(cfg);
+  auto json = R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Adam"},
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/proc/no_such_dir"}}})";
+  try {
+    deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    FAIL() << "expected an error for an nvme_path under /proc";
+  } catch (const deepspeed::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/no_such_dir"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nvme_path"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ZeroMemory, ModelStateBytesFollowTheFormula) {
