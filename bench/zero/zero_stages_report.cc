@@ -1,0 +1,196 @@
+// Rows and the side-by-side table of the ZeRO stages benchmark (see zero_stages_report.h).
+#include "zero_stages_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::bench {
+namespace {
+
+// The reference points on this machine kind (same model, 2 ranks, micro 8, fp32).
+constexpr double kDeepSpeedStage1Seconds = 1.59;
+constexpr double kDeepSpeedStage2Seconds = 1.65;
+constexpr double kDeepSpeedPeakMiB = 950.0;
+constexpr double kDdpSeconds = 1.41;
+constexpr double kDdpPeakMiB = 934.0;
+// Stage 2 may be this much slower than stage 0 (the bound).
+constexpr double kStage2TimeLimit = 1.10;
+
+const Row* find_row(const std::vector<Row>& rows, int stage, const std::string& precision) {
+  for (const auto& r : rows)
+    if (r.stage == stage && r.precision == precision) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string Row::to_tsv() const {
+  std::ostringstream o;
+  o << stage << '\t' << precision << '\t' << world << '\t' << tokens_per_step << '\t' << median_s
+    << '\t' << min_s << '\t' << fwd_s << '\t' << bwd_s << '\t' << step_s << '\t' << baseline_mib
+    << '\t' << peak_mib << '\t' << states_mib << '\t' << estimate_mib << '\t' << loss << '\t'
+    << load1 << '\t' << hwm_reset << '\t' << interleaved;
+  return o.str();
+}
+
+bool Row::from_tsv(const std::string& line, Row* r) {
+  std::istringstream in(line);
+  return static_cast<bool>(in >> r->stage >> r->precision >> r->world >> r->tokens_per_step >>
+                           r->median_s >> r->min_s >> r->fwd_s >> r->bwd_s >> r->step_s >>
+                           r->baseline_mib >> r->peak_mib >> r->states_mib >> r->estimate_mib >>
+                           r->loss >> r->load1 >> r->hwm_reset >> r->interleaved);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One row per configuration from the rows of several rounds: times are the median over rounds of
+// each process's median (a round that met a busy spell on this shared machine does not decide), the
+// best step the minimum; memory is the largest round's (it is what a run must be sized for).
+std::vector<Row> merge_rounds(const std::vector<Row>& rows) {
+  std::map<std::pair<int, std::string>, std::vector<Row>> by_config;
+  for (const auto& r : rows) by_config[{r.stage, r.precision}].push_back(r);
+  std::vector<Row> merged;
+  for (const auto& item : by_config) {
+    const std::vector<Row>& runs = item.second;
+    bool any_interleaved = false, any_memory = false;
+    for (const auto& r : runs) (r.interleaved ? any_interleaved : any_memory) = true;
+    Row m = runs.front();
+    m.min_s = 1e300;
+    m.baseline_mib = m.peak_mib = m.states_mib = 0.0;
+    m.hwm_reset = 1;
+    std::vector<double> med, fwd, bwd, stp;
+    double load = 0.0;
+    for (const auto& r : runs) {
+      load += r.load1;
+      if (!r.interleaved || !any_memory) {
+        m.baseline_mib = std::max(m.baseline_mib, r.baseline_mib);
+        m.peak_mib = std::max(m.peak_mib, r.peak_mib);
+        m.states_mib = std::max(m.states_mib, r.states_mib);
+        if (!r.interleaved) m.hwm_reset = std::min(m.hwm_reset, r.hwm_reset);
+      }
+      if (any_interleaved && !r.interleaved) continue;
+      med.push_back(r.median_s);
+      fwd.push_back(r.fwd_s);
+      bwd.push_back(r.bwd_s);
+      stp.push_back(r.step_s);
+      m.min_s = std::min(m.min_s, r.min_s);
+    }
+    m.median_s = median(med);
+    m.fwd_s = median(fwd);
+    m.bwd_s = median(bwd);
+    m.step_s = median(stp);
+    m.load1 = load / static_cast<double>(runs.size());
+    m.runs = static_cast<int>(runs.size());
+    m.interleaved = any_interleaved ? 1 : 0;
+    merged.push_back(m);
+  }
+  // fp32 first, then bf16; stages ascending within each.
+  std::stable_sort(merged.begin(), merged.end(), [](const Row& a, const Row& b) {
+    if (a.precision != b.precision) return a.precision == "fp32";
+    return a.stage < b.stage;
+  });
+  return merged;
+}
+
+std::vector<Row> read_rows(const std::string& path) {
+  std::ifstream in(path);
+  DS_CHECK(static_cast<bool>(in), "--report: cannot open '", path, "'");
+  std::vector<Row> rows;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    Row r;
+    DS_CHECK(Row::from_tsv(line, &r), "--report: ", path, ":", line_no,
+             ": expected 17 tab-separated fields, got '", line, "'");
+    rows.push_back(r);
+  }
+  DS_CHECK(!rows.empty(), "--report: no rows in '", path, "'");
+  return merge_rounds(rows);
+}
+
+void print_report(const std::vector<Row>& rows, const ReportOptions& options) {
+  const Row* ref = find_row(rows, 0, "fp32");
+  std::printf("\n%-12s %8s %9s %8s %7s | %7s %7s %7s | %9s %9s %9s %10s | %5s %4s\n", "config",
+              "median s", "tokens/s", "vs s0f32", "best s", "fwd", "bwd", "step", "peak RSS",
+              "states", "estimate", "RSS-states", "load", "runs");
+  std::printf("%-12s %8s %9s %8s %7s | %7s %7s %7s | %9s %9s %9s %10s | %5s %4s\n", "", "", "", "",
+              "", "s", "s", "s", "MiB", "MiB", "MiB", "MiB", "1min", "");
+  for (const auto& r : rows) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "stage %d %s", r.stage, r.precision.c_str());
+    char vs[16] = "-";
+    if (ref) std::snprintf(vs, sizeof(vs), "%.3f", r.median_s / ref->median_s);
+    std::printf(
+        "%-12s %8.4f %9.0f %8s %7.4f | %7.4f %7.4f %7.4f | %9.1f %9.1f %9.1f %10.1f | %5.2f "
+        "%4d%s\n",
+        name, r.median_s, static_cast<double>(r.tokens_per_step) / r.median_s, vs, r.min_s, r.fwd_s,
+        r.bwd_s, r.step_s, r.peak_mib, r.states_mib, r.estimate_mib, r.peak_mib - r.states_mib,
+        r.load1, r.runs, r.hwm_reset ? "" : "  (sampled peak)");
+  }
+  std::printf(
+      "(median s: step time of the slowest rank, median over the timed steps and then over runs; "
+      "best s: fastest "
+      "step; fwd/bwd/step: medians of the engine's phases, bwd includes the "
+      "overlapped bucket reduction; peak RSS: peak resident memory during the timed steps minus "
+      "the resident memory "
+      "before the model was built, max over ranks; states: engine.model_state_bytes().total(); "
+      "estimate: "
+      "estimate_model_states_mem_needs per rank incl. stage 2's two fp32 reduce buckets; "
+      "RSS-states: the "
+      "activation / working-set allowance actually used)\n");
+  std::printf(
+      "reference points (same model, 2 ranks, micro 8, fp32, this machine kind): DeepSpeed Python "
+      "engine stage 1 "
+      "~%.2f s, stage 2 ~%.2f s, ~%.0f MiB peak resident per rank (whole process); PyTorch DDP "
+      "~%.2f s, ~%.0f MiB\n",
+      kDeepSpeedStage1Seconds, kDeepSpeedStage2Seconds, kDeepSpeedPeakMiB, kDdpSeconds,
+      kDdpPeakMiB);
+  for (const char* p : {"fp32", "bf16"}) {
+    const Row* s0 = find_row(rows, 0, p);
+    const Row* s1 = find_row(rows, 1, p);
+    const Row* s2 = find_row(rows, 2, p);
+    if (!s0 || !s2) continue;
+    const double ratio = s2->median_s / s0->median_s;
+    const double allowance =
+        std::string(p) == "fp32" ? options.allowance_fp32_mib : options.allowance_bf16_mib;
+    const double bound = s2->estimate_mib + allowance;
+    std::printf(
+        "%s: stage 2 / stage 0 time %.3f (limit %.2f: %s); stage 2 RSS %.1f vs stage 0 %.1f MiB "
+        "(%s, %.1f "
+        "MiB saved); stage 2 RSS <= estimate %.1f + allowance %.0f = %.1f MiB: %s\n",
+        p, ratio, kStage2TimeLimit, ratio <= kStage2TimeLimit ? "ok" : "OVER", s2->peak_mib,
+        s0->peak_mib, s2->peak_mib < s0->peak_mib ? "lower" : "NOT LOWER",
+        s0->peak_mib - s2->peak_mib, s2->estimate_mib, allowance, bound,
+        s2->peak_mib <= bound ? "ok" : "OVER");
+    if (std::string(p) == "fp32") {
+      std::printf(
+          "fp32 vs references: stage 1 %.3f x DeepSpeed stage 1, stage 2 %.3f x DeepSpeed stage 2, "
+          "stage 0 "
+          "%.3f x DDP (< 1: ours is faster)\n",
+          s1 ? s1->median_s / kDeepSpeedStage1Seconds : 0.0, s2->median_s / kDeepSpeedStage2Seconds,
+          s0->median_s / kDdpSeconds);
+      std::printf(
+          "whole-process peak RSS per rank (baseline + peak): stage 0 %.1f, stage 1 %.1f, stage 2 "
+          "%.1f MiB "
+          "(DeepSpeed ~%.0f at stages 1 and 2, DDP ~%.0f)\n",
+          s0->baseline_mib + s0->peak_mib, s1 ? s1->baseline_mib + s1->peak_mib : 0.0,
+          s2->baseline_mib + s2->peak_mib, kDeepSpeedPeakMiB, kDdpPeakMiB);
+    }
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace deepspeed::bench
