@@ -30,6 +30,9 @@ struct ParamSlot {
 
 // Free staging buffers kept for reuse between buckets and micro-steps.
 constexpr size_t kMaxPooled = 2;
+// Staging buffers alive at once (in flight, being filled or pooled): enough for a few reductions to overlap the
+// rest of backward, few enough that stage 2 never approaches a full gradient.
+constexpr int kMaxLiveStaging = 4;
 
 struct GradReducer::State {
   std::vector<FlatGroup>* groups = nullptr;
@@ -41,6 +44,7 @@ struct GradReducer::State {
   std::vector<at::Tensor> partition; // kPartitioned: this rank's fp32 gradient partition per group
   std::vector<at::Tensor> pool;      // kPartitioned: free staging buffers
   std::vector<size_t> in_flight;     // kPartitioned: launched buckets not yet completed, oldest first
+  int live_staging = 0;              // kPartitioned: staging buffers allocated and not dropped
   size_t next_launch = 0;
   size_t launched_in_hooks = 0;
   bool armed = false;
@@ -74,13 +78,15 @@ struct GradReducer::State {
         return t.zero_();
       }
     }
-    // Keep the pool small: finish the oldest reduction in flight rather than allocating another buffer, and
-    // drop pooled buffers too small for this bucket instead of keeping one per size.
-    if (!in_flight.empty()) {
+    // Past the live limit, finish the oldest reduction in flight rather than allocating another buffer; drop
+    // pooled buffers too small for this bucket instead of keeping one per size.
+    if (live_staging >= kMaxLiveStaging && !in_flight.empty()) {
       complete(buckets[in_flight.front()]);
       return acquire(n);
     }
+    live_staging -= static_cast<int>(pool.size());
     pool.clear();
+    ++live_staging;
     return at::zeros({n}, at::kFloat);
   }
 
@@ -90,6 +96,7 @@ struct GradReducer::State {
       auto smallest = std::min_element(pool.begin(), pool.end(),
                                        [](const at::Tensor& a, const at::Tensor& b) { return a.numel() < b.numel(); });
       pool.erase(smallest);
+      --live_staging;
     }
   }
 
