@@ -8,4 +8,4 @@ bash scripts/setup.sh
 bash scripts/build.sh
 build_dir=${DS_BUILD_DIR:-build}
 exec "$build_dir/bin/deepspeed" --num_procs 2 "$build_dir/bin/train_gpt" \
-  --deepspeed_config examples/configs/gpt_zero2.json --steps 120 "$@"
+  --deepspeed_config examples/configs/gpt_zero2.json --steps 250 "$@"
