@@ -33,11 +33,14 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "gpt.h"
+#include "bench_util.h"
 
 namespace {
 
 namespace dc = deepspeed::comm;
 using Clock = std::chrono::steady_clock;
+using deepspeed::bench::max_over_ranks;
+using deepspeed::bench::seconds_since;
 
 struct Args {
   int64_t steps = 20;  // timed steps per side
@@ -47,24 +50,10 @@ struct Args {
   int64_t micro = 8;         // micro-batch per rank
   int64_t bucket = 2000000;  // reduce_bucket_size (elements)
   double lr = 1e-3;
-  deepspeed::models::GPTConfig model = reference_model();
+  deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
   bool untied_head = true;
 
-  // The "Engine" issue's reference: 13.8M parameters with the untied head.
-  static deepspeed::models::GPTConfig reference_model() {
-    deepspeed::models::GPTConfig m;
-    m.vocab_size = 4096;
-    m.hidden = 384;
-    m.layers = 6;
-    m.heads = 6;
-    m.seq_len = 128;
-    return m;
-  }
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Per-step phase times (seconds) of one side; phases a side does not have stay 0.
 struct StepTimes {
@@ -89,14 +78,6 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
-// Element-wise maximum over ranks: a data-parallel step is as slow as its slowest rank.
-void max_over_ranks(std::vector<double>& v) {
-  if (v.empty() || dc::get_world_size() == 1) return;
-  at::Tensor t = at::tensor(v, at::kDouble);
-  dc::get_world_group().all_reduce(t, dc::ReduceOp::kMax);
-  auto acc = t.accessor<double, 1>();
-  for (size_t i = 0; i < v.size(); ++i) v[i] = acc[static_cast<int64_t>(i)];
-}
 
 std::string engine_config_json(const Args& args) {
   char buf[1024];

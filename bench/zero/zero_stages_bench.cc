@@ -43,6 +43,7 @@
 #include "deepspeed/error.h"
 #include "deepspeed/zero/memory_estimator.h"
 #include "gpt.h"
+#include "bench_util.h"
 #include "zero_stages_report.h"
 
 namespace {
@@ -50,6 +51,8 @@ namespace {
 namespace dc = deepspeed::comm;
 namespace dz = deepspeed::zero;
 using Clock = std::chrono::steady_clock;
+using deepspeed::bench::max_over_ranks;
+using deepspeed::bench::seconds_since;
 
 using deepspeed::bench::kMiB;
 using deepspeed::bench::median;
@@ -72,34 +75,10 @@ struct Args {
   int64_t allgather_bucket = 2000000;
   double lr = 1e-3;
   deepspeed::bench::ReportOptions report_options;
-  deepspeed::models::GPTConfig model = reference_model();
+  deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
 
-  // The reference: 13.8M parameters with an untied head.
-  static deepspeed::models::GPTConfig reference_model() {
-    deepspeed::models::GPTConfig m;
-    m.vocab_size = 4096;
-    m.hidden = 384;
-    m.layers = 6;
-    m.heads = 6;
-    m.seq_len = 128;
-    m.tied_head = false;
-    return m;
-  }
 };
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Element-wise maximum over ranks: a data-parallel step is as slow as its slowest rank, and memory
-// is sized for the largest rank.
-void max_over_ranks(std::vector<double>& v) {
-  if (v.empty() || dc::get_world_size() == 1) return;
-  at::Tensor t = at::tensor(v, at::kDouble);
-  dc::get_world_group().all_reduce(t, dc::ReduceOp::kMax);
-  auto acc = t.accessor<double, 1>();
-  for (size_t i = 0; i < v.size(); ++i) v[i] = acc[static_cast<int64_t>(i)];
-}
 
 double rss_bytes() {
   return static_cast<double>(
