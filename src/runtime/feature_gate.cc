@@ -63,6 +63,10 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(cfg.flops_profiler.enabled, "flops_profiler.enabled", "the flops profiler");
   reject_if(cfg.autotuning.enabled, "autotuning.enabled", "the autotuner");
   reject_if(cfg.checkpoint.load_universal, "checkpoint.load_universal", "universal checkpoint loading");
+  reject_if(cfg.memory_breakdown, "memory_breakdown", "the per-step memory breakdown log");
+  reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
+            "zero_optimization.allgather_partitions false)");
+  reject_if(z.elastic_checkpoint, "zero_optimization.elastic_checkpoint", "elastic checkpoints");
 }
 
 }  // namespace deepspeed::runtime

@@ -72,6 +72,8 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}})",
        "activation_checkpointing"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
+      {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
+      {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
   };
   for (const auto& c : cases) {
     std::string msg = rejection(c.json);
