@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "deepspeed/error.h"
+#include "ops/convert_kernels.h"
 #include "ops/optimizer_kernels.h"
 
 namespace deepspeed::ops {
@@ -94,14 +95,65 @@ void for_each_tile(int64_t n, const Tile& tile) {
 float* ptr(at::Tensor& t) { return t.data_ptr<float>(); }
 const float* ptr(const at::Tensor& t) { return t.data_ptr<float>(); }
 
-const detail::KernelTable& table_for(SimdLevel simd) {
-  return detail::kernel_table(resolve_simd_level(simd));
+// Elements updated before the copy-back converts them: small enough that the updated params are
+// still in L1 when the converter reads them, large enough that the two calls per chunk cost
+// nothing.
+constexpr int64_t kCopyChunkElements = 2048;
+
+// Where a step writes its bf16/fp16 copy of the updated params, and with which converter; `fn` is
+// null when the caller passed no param_copy.
+struct CopyBack {
+  detail::ConvertFn fn = nullptr;
+  uint16_t* out = nullptr;
+};
+
+// Checks a half-precision tensor paired with fp32 `src` (named `src_name`) and picks its converter.
+CopyBack make_copy_back(const char* op, const char* name, const at::Tensor& copy,
+                        const char* src_name, const at::Tensor& src, SimdLevel level) {
+  const bool bf16 = copy.scalar_type() == at::kBFloat16;
+  DS_CHECK(
+      (bf16 || copy.scalar_type() == at::kHalf) && copy.device().is_cpu() && copy.is_contiguous(),
+      op, ": ", name,
+      " must be a contiguous bfloat16 or float16 CPU tensor, got dtype=", copy.scalar_type(),
+      " device=", copy.device(), " contiguous=", copy.is_contiguous() ? "true" : "false");
+  DS_CHECK(copy.numel() == src.numel(), op, ": ", name, " has ", copy.numel(), " elements but ",
+           src_name, " has ", src.numel());
+  const auto* c = static_cast<const char*>(copy.data_ptr());
+  const auto* p = static_cast<const char*>(src.data_ptr());
+  const int64_t n = src.numel();
+  DS_CHECK(n == 0 || c + 2 * n <= p || p + 4 * n <= c, op, ": ", name, " and ", src_name,
+           " overlap in memory; each must be its own buffer");
+  const detail::ConvertTable& table = detail::convert_table(level);
+  return {bf16 ? table.to_bf16 : table.to_fp16, static_cast<uint16_t*>(copy.data_ptr())};
+}
+
+CopyBack copy_back_for(const char* op, const at::Tensor& param, const at::Tensor& param_copy,
+                       SimdLevel level) {
+  if (!param_copy.defined()) return {};
+  return make_copy_back(op, "param_copy", param_copy, "param", param, level);
+}
+
+// One tile of a step: `update(begin, length)` runs the kernel; with a copy-back it runs chunk by
+// chunk, each chunk converted right after its update.
+template <typename Update>
+void run_tile(const CopyBack& copy, const float* p, int64_t begin, int64_t len,
+              const Update& update) {
+  if (copy.fn == nullptr) {
+    update(begin, len);
+    return;
+  }
+  for (int64_t c = begin; c < begin + len; c += kCopyChunkElements) {
+    const int64_t n = std::min(kCopyChunkElements, begin + len - c);
+    update(c, n);
+    copy.fn(p + c, copy.out + c, n);
+  }
 }
 
 }  // namespace
 
 void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
-               const AdamParams& params, int64_t step, SimdLevel simd) {
+               const AdamParams& params, int64_t step, SimdLevel simd,
+               const at::Tensor& param_copy) {
   constexpr const char* kOp = "adam_step";
   DS_CHECK(!params.amsgrad, kOp,
            ": amsgrad=true is not supported by the fused CPU Adam (as in DeepSpeed's cpu_adam)");
@@ -114,7 +166,9 @@ void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at:
   check_tensors(
       kOp,
       {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
-  const auto kernel = table_for(simd).adam;
+  const SimdLevel level = resolve_simd_level(simd);
+  const auto kernel = detail::kernel_table(level).adam;
+  const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
 
   const double bc1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
   const double bc2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
@@ -135,12 +189,13 @@ void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at:
   float* m = ptr(exp_avg);
   float* v = ptr(exp_avg_sq);
   for_each_tile(param.numel(), [&](int64_t begin, int64_t len) {
-    kernel(p + begin, g + begin, m + begin, v + begin, len, s);
+    run_tile(copy, p, begin, len,
+             [&](int64_t b, int64_t n) { kernel(p + b, g + b, m + b, v + b, n, s); });
   });
 }
 
 void sgd_step(at::Tensor param, const at::Tensor& grad, at::Tensor momentum_buffer,
-              const SgdParams& params, int64_t step, SimdLevel simd) {
+              const SgdParams& params, int64_t step, SimdLevel simd, const at::Tensor& param_copy) {
   constexpr const char* kOp = "sgd_step";
   check_nonnegative(kOp, "lr", params.lr);
   check_nonnegative(kOp, "momentum", params.momentum);
@@ -156,8 +211,10 @@ void sgd_step(at::Tensor param, const at::Tensor& grad, at::Tensor momentum_buff
   } else {
     check_tensors(kOp, {{"param", &param}, {"grad", &grad}});
   }
-  const detail::KernelTable& table = table_for(simd);
+  const SimdLevel level = resolve_simd_level(simd);
+  const detail::KernelTable& table = detail::kernel_table(level);
   const auto kernel = use_momentum ? table.sgd_momentum : table.sgd;
+  const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
 
   detail::SgdScalars s;
   s.lr = static_cast<float>(params.lr);
@@ -171,12 +228,15 @@ void sgd_step(at::Tensor param, const at::Tensor& grad, at::Tensor momentum_buff
   const float* g = ptr(grad);
   float* buf = use_momentum ? ptr(momentum_buffer) : nullptr;
   for_each_tile(param.numel(), [&](int64_t begin, int64_t len) {
-    kernel(p + begin, g + begin, buf == nullptr ? nullptr : buf + begin, len, s);
+    run_tile(copy, p, begin, len, [&](int64_t b, int64_t n) {
+      kernel(p + b, g + b, buf == nullptr ? nullptr : buf + b, n, s);
+    });
   });
 }
 
 void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_sq,
-                  const AdagradParams& params, int64_t step, SimdLevel simd) {
+                  const AdagradParams& params, int64_t step, SimdLevel simd,
+                  const at::Tensor& param_copy) {
   constexpr const char* kOp = "adagrad_step";
   check_nonnegative(kOp, "lr", params.lr);
   check_nonnegative(kOp, "lr_decay", params.lr_decay);
@@ -185,7 +245,9 @@ void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_s
   check_positive(kOp, "eps", params.eps);
   check_step(kOp, step);
   check_tensors(kOp, {{"param", &param}, {"grad", &grad}, {"exp_avg_sq", &exp_avg_sq}});
-  const auto kernel = table_for(simd).adagrad;
+  const SimdLevel level = resolve_simd_level(simd);
+  const auto kernel = detail::kernel_table(level).adagrad;
+  const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
 
   detail::AdagradScalars s;
   s.clr = static_cast<float>(params.lr / (1.0 + static_cast<double>(step - 1) * params.lr_decay));
@@ -198,12 +260,14 @@ void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_s
   const float* g = ptr(grad);
   float* sum = ptr(exp_avg_sq);
   for_each_tile(param.numel(), [&](int64_t begin, int64_t len) {
-    kernel(p + begin, g + begin, sum + begin, len, s);
+    run_tile(copy, p, begin, len,
+             [&](int64_t b, int64_t n) { kernel(p + b, g + b, sum + b, n, s); });
   });
 }
 
 void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
-               const LionParams& params, int64_t step, SimdLevel simd) {
+               const LionParams& params, int64_t step, SimdLevel simd,
+               const at::Tensor& param_copy) {
   constexpr const char* kOp = "lion_step";
   check_nonnegative(kOp, "lr", params.lr);
   check_beta(kOp, "beta1", params.beta1);
@@ -211,7 +275,9 @@ void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
   check_nonnegative(kOp, "weight_decay", params.weight_decay);
   check_step(kOp, step);
   check_tensors(kOp, {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}});
-  const auto kernel = table_for(simd).lion;
+  const SimdLevel level = resolve_simd_level(simd);
+  const auto kernel = detail::kernel_table(level).lion;
+  const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
 
   detail::LionScalars s;
   s.lr = static_cast<float>(params.lr);
@@ -226,8 +292,18 @@ void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
   const float* g = ptr(grad);
   float* m = ptr(exp_avg);
   for_each_tile(param.numel(), [&](int64_t begin, int64_t len) {
-    kernel(p + begin, g + begin, m + begin, len, s);
+    run_tile(copy, p, begin, len, [&](int64_t b, int64_t n) { kernel(p + b, g + b, m + b, n, s); });
   });
+}
+
+void convert_fp32_to(at::Tensor dst, const at::Tensor& src, SimdLevel simd) {
+  constexpr const char* kOp = "convert_fp32_to";
+  DS_CHECK(src.defined() && dst.defined(), kOp, ": src and dst must be defined tensors");
+  check_tensors(kOp, {{"src", &src}});
+  const CopyBack copy = make_copy_back(kOp, "dst", dst, "src", src, resolve_simd_level(simd));
+  const float* s = ptr(src);
+  for_each_tile(src.numel(),
+                [&](int64_t begin, int64_t len) { copy.fn(s + begin, copy.out + begin, len); });
 }
 
 }  // namespace deepspeed::ops

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deepspeed/error.h"
+#include "ops/convert_kernels.h"
 #include "ops/optimizer_kernels.h"
 
 namespace deepspeed::ops {
@@ -18,8 +19,11 @@ constexpr const char* kSimdEnv = "DS_SIMD";
 // Best first, so the first supported one is the default.
 constexpr SimdLevel kConcreteLevels[] = {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kScalar};
 
-// The kernels ds_report lists; every one of them exists for every level this build compiles.
+// The kernels ds_report lists; every one of them exists for every level this build compiles. The
+// copy-back converters run inside any of the optimizer kernels when a caller passes param_copy.
 constexpr const char* kKernelNames[] = {"cpu_adam", "cpu_sgd", "cpu_adagrad", "cpu_lion"};
+constexpr const char* kCopyBf16Name = "cpu_copy_bf16";
+constexpr const char* kCopyFp16Name = "cpu_copy_fp16";
 constexpr size_t kReportColumn = 16;
 
 bool cpu_has(SimdLevel level) {
@@ -30,7 +34,8 @@ bool cpu_has(SimdLevel level) {
   __builtin_cpu_init();
   switch (level) {
     case SimdLevel::kAvx2:
-      return __builtin_cpu_supports("avx2");
+      // The AVX2 variant converts fp16 with F16C, which every AVX2 CPU has; check it all the same.
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     case SimdLevel::kAvx512:
       return __builtin_cpu_supports("avx512f");
     default:
@@ -68,7 +73,8 @@ SimdLevel parse_simd_level(const std::string& name, const std::string& what) {
 
 bool simd_level_supported(SimdLevel level) {
   if (level == SimdLevel::kAuto) return true;
-  return ops::detail::kernel_table(level).adam != nullptr && cpu_has(level);
+  return ops::detail::kernel_table(level).adam != nullptr &&
+         ops::detail::convert_table(level).to_fp16 != nullptr && cpu_has(level);
 }
 
 std::vector<SimdLevel> supported_simd_levels() {
@@ -123,13 +129,20 @@ std::vector<std::string> kernel_report() {
     others += simd_level_name(level);
   }
   const std::string tail = others.empty() ? "no other variant" : others + " available";
-  std::vector<std::string> lines;
-  for (const char* name : kKernelNames) {
+  auto line = [&](const char* name, const char* how) {
     // Dots pad every name to one column, as ds_report aligns DeepSpeed's op table.
     const std::string dots(std::max<size_t>(3, kReportColumn - std::strlen(name)), '.');
-    lines.push_back(
-        ::deepspeed::detail::str_cat(name, " ", dots, " ", active, " (", note, tail, ")"));
-  }
+    return ::deepspeed::detail::str_cat(name, " ", dots, " ", active, " (", note, tail, ")", how);
+  };
+  std::vector<std::string> lines;
+  for (const char* name : kKernelNames) lines.push_back(line(name, ""));
+  const bool hardware_fp16 = active == "avx2" || active == "avx512";
+  lines.push_back(
+      line(kCopyBf16Name, ": fused fp32 -> bf16 param copy-back, round to nearest even"));
+  lines.push_back(
+      line(kCopyFp16Name, hardware_fp16 ? ": fused fp32 -> fp16 param copy-back, F16C vcvtps2ph"
+                                        : ": fused fp32 -> fp16 param copy-back, round to nearest "
+                                          "even in software"));
   return lines;
 }
 

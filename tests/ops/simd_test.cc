@@ -86,14 +86,21 @@ TEST(SimdTest, UnsupportedLevelsAreRejected) {
 TEST(SimdTest, KernelReportNamesEveryKernelAndTheActiveVariant) {
   ScopedEnv env("DS_SIMD", std::nullopt);
   const std::vector<std::string> lines = kernel_report();
-  const std::vector<std::string> kernels = {"cpu_adam ", "cpu_sgd ", "cpu_adagrad ", "cpu_lion "};
+  const std::vector<std::string> kernels = {"cpu_adam ", "cpu_sgd ",       "cpu_adagrad ",
+                                            "cpu_lion ", "cpu_copy_bf16 ", "cpu_copy_fp16 "};
   ASSERT_EQ(lines.size(), kernels.size());
   const std::string best = simd_level_name(supported_simd_levels().front());
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].rfind(kernels[i], 0), 0u) << lines[i];
     EXPECT_NE(lines[i].find("... " + best + " ("), std::string::npos) << lines[i];
     EXPECT_NE(lines[i].find("scalar"), std::string::npos) << lines[i];
+    // The copy-back lines say what they are and how fp16 is converted on this level.
+    if (kernels[i].rfind("cpu_copy", 0) == 0) {
+      EXPECT_NE(lines[i].find("copy-back"), std::string::npos) << lines[i];
+    }
   }
+  EXPECT_NE(lines.back().find(best == "scalar" ? "in software" : "F16C"), std::string::npos)
+      << lines.back();
 }
 
 TEST(SimdTest, KernelReportShowsForcedAndBadDsSimdWithoutThrowing) {

@@ -15,6 +15,13 @@
 // Accuracy: against torch.optim (float math, FMA in its vector kernels) the results agree to ~1e-7
 // relative per step; the tests hold them to 1e-6 (relative where |value| > 1) over 20+ steps.
 //
+// Fused copy-back (DeepSpeed's `fp16_param`): every step function takes an optional `param_copy`, a
+// contiguous bf16 or fp16 CPU tensor of param's numel that receives the updated fp32 param rounded
+// to its dtype in the same pass, bit for bit what `param.to(param_copy.scalar_type())` would give
+// (round to nearest even; NaN stays NaN, payload unspecified). It is how a mixed-precision model's
+// parameters get their new values without a second trip through memory over the fp32 master: the
+// kernel converts each small chunk right after updating it, while it is still in L1.
+//
 // Inputs must be contiguous fp32 CPU tensors of the same numel (any shape); bad inputs or
 // hyper-parameters throw deepspeed::Error naming the argument and value. Thread-safety: calls on
 // disjoint tensors may run concurrently; the caller owns the tensors for the duration of a call.
@@ -76,22 +83,30 @@ struct LionParams {
 // Adam/AdamW: m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), with bc_i = 1 - b_i^step when bias_correction.
 void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
-               const AdamParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto);
+               const AdamParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto,
+               const at::Tensor& param_copy = {});
 
 // SGD with torch semantics: d = g + wd*p; with momentum, buf = d on step 1, else
 // buf = momentum*buf + (1-dampening)*d, and d = nesterov ? d + momentum*buf : buf; p -= lr*d.
 // `momentum_buffer` may be undefined when params.momentum == 0.
 void sgd_step(at::Tensor param, const at::Tensor& grad, at::Tensor momentum_buffer,
-              const SgdParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto);
+              const SgdParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto,
+              const at::Tensor& param_copy = {});
 
 // Adagrad with torch semantics: g += wd*p; sum += g^2; p -= lr/(1+(step-1)*lr_decay) *
 // g/(sqrt(sum)+eps).
 void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_sq,
-                  const AdagradParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto);
+                  const AdagradParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto,
+                  const at::Tensor& param_copy = {});
 
 // Lion (Chen et al. 2023): c = b1*m + (1-b1)*g; p = p*(1-lr*wd) - lr*sign(c); m = b2*m + (1-b2)*g.
 // sign(0) = 0 (a zero gradient on a zero momentum leaves p to the decay alone).
 void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
-               const LionParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto);
+               const LionParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto,
+               const at::Tensor& param_copy = {});
+
+// dst = src.to(dst.scalar_type()) for a contiguous fp32 `src` and a bf16 or fp16 `dst` of the same
+// numel, with the copy-back's converters (SIMD, OpenMP tiles; same rounding as param_copy above).
+void convert_fp32_to(at::Tensor dst, const at::Tensor& src, SimdLevel simd = SimdLevel::kAuto);
 
 }  // namespace deepspeed::ops
