@@ -37,6 +37,11 @@
 //   summed (runtime::Timers) and
 //                             readable through stats().
 //
+// Not provided: DeepSpeed's non_reentrant_checkpoint (it needs saved-tensor hooks, which
+// LibTorch 1.13 offers to Python only) and the model-parallel RNG tracker
+// (model_parallel_cuda_manual_seed, get_cuda_rng_tracker), which has nothing to track without model
+// parallelism.
+//
 // Thread-safety: configure/reset/stats may be called from any thread; the settings a segment uses
 // are captured when its forward runs.
 #pragma once

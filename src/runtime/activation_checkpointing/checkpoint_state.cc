@@ -8,8 +8,9 @@
 namespace deepspeed::checkpointing {
 
 CheckpointState& CheckpointState::instance() {
-  static CheckpointState state;
-  return state;
+  // Never destroyed: graphs still alive at exit release their segments into it.
+  static auto* state = new CheckpointState();
+  return *state;
 }
 
 void CheckpointState::configure(const config::ActivationCheckpointingConfig& s) {
