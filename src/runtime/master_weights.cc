@@ -110,16 +110,40 @@ at::Tensor MasterWeights::initial_master(size_t group) const {
   return (options_.partitioned ? my_slice(g) : g.params_flat).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
+bool MasterWeights::fuse_copy_back(EngineOptimizer& optimizer) {
+  DS_ASSERT(copy_back_.empty(), "fuse_copy_back called twice");
+  if (!options_.offload_to_host || masters_.empty()) return false;
+  std::vector<at::Tensor> targets;
+  for (const auto& g : groups_) {
+    at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;
+    const at::ScalarType dtype = slice.scalar_type();
+    if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;  // fp32 models copy fp32 masters as before
+    if (slice.device().is_cpu()) {
+      targets.push_back(slice);  // the partition itself: publish() has nothing left to copy
+    } else {
+      at::Tensor host = at::empty({slice.numel()}, slice.options().device(at::kCPU));
+      targets.push_back(options_.pin_memory ? accelerator::get_accelerator().pin_memory(host) : host);
+    }
+  }
+  if (!optimizer.set_copy_back(targets)) return false;
+  copy_back_ = std::move(targets);
+  return true;
+}
+
 void MasterWeights::publish() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < groups_.size(); ++i) {
     FlatGroup& g = groups_[i];
-    if (!options_.partitioned) {
-      if (copies_) g.params_flat.copy_(masters_[i]);
-      continue;
+    // With a fused copy-back the step already wrote the rounded masters: into the partition itself (nothing to
+    // copy) or into a host buffer of the model's dtype.
+    // External masters (nvme) were written by write_slice already; masters_ is empty then.
+    at::Tensor mine = options_.partitioned ? my_slice(g) : g.params_flat;
+    if (copies_) {
+      const at::Tensor& source = copy_back_.empty() ? masters_[i] : copy_back_[i];
+      const bool written_in_place = source.data_ptr() == mine.data_ptr() && source.dtype() == mine.dtype();
+      if (!written_in_place) mine.copy_(source);
     }
-    at::Tensor mine = my_slice(g);
-    if (copies_) mine.copy_(masters_[i]);
+    if (!options_.partitioned) continue;
     const int world = g.layout.world_size();
     if (world == 1) continue;
     const int64_t part = g.layout.partition_size();

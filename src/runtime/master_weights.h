@@ -11,6 +11,11 @@
 // the accelerator has pinned memory), gradients are copied into a host buffer before the step, and the CPU kernels
 // update them there; publish() copies the result back to the device. On a CPU-only build host and device are the
 // same memory, but the same copies run, so the path a GPU build takes is the one tested here.
+//
+// Fused copy-back (offload with a bf16/fp16 model, after fuse_copy_back): the CPU kernel writes the rounded masters
+// straight into this rank's partition of the parameter buffer in the same pass as the update (DeepSpeed's
+// fp16_param), and publish() only all-gathers it. When the parameters are not in host memory (a GPU build) the
+// kernel writes a host buffer in the model's dtype and publish() copies that: half the bytes of the fp32 master.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +27,7 @@
 
 #include "deepspeed/comm.h"
 #include "runtime/flat_params.h"
+#include "runtime/optimizer.h"
 
 namespace deepspeed::runtime {
 
@@ -56,6 +62,10 @@ class MasterWeights {
   std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
   // Copies the updated masters into the model's parameters on every rank. Collective when partitioned.
   void publish();
+  // With offload and a bf16/fp16 model, asks `optimizer` to write the parameters itself in its step (see above);
+  // returns whether it will. Call once, after building the optimizer over masters().
+  bool fuse_copy_back(EngineOptimizer& optimizer);
+  bool copy_back_fused() const { return !copy_back_.empty(); }
   // With external masters: this rank's updated master values for elements [offset, offset + master.numel()) of
   // group g's partition, copied into the parameters before publish() gathers them.
   void write_slice(size_t group, int64_t offset, const at::Tensor& master);
@@ -68,6 +78,7 @@ class MasterWeights {
   MasterWeightsOptions options_;
   std::vector<at::Tensor> masters_;
   std::vector<at::Tensor> host_grads_;  // offload only
+  std::vector<at::Tensor> copy_back_;   // fused copy-back targets, one per group; empty when not fused
   bool copies_ = false;
 };
 

@@ -87,7 +87,14 @@ class FusedOptimizer final : public EngineOptimizer {
   void step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads) override {
     begin_step();
     for (size_t i = 0; i < masters.size(); ++i)
-      step_slice(i, masters[i], grads[i], state_[i].first, state_[i].second);
+      update(i, masters[i], grads[i], state_[i].first, state_[i].second,
+             copy_back_.empty() ? at::Tensor() : copy_back_[i]);
+  }
+
+  bool set_copy_back(const std::vector<at::Tensor>& targets) override {
+    DS_ASSERT(targets.empty() || targets.size() == state_.size(), "one copy-back target per group");
+    copy_back_ = targets;
+    return true;
   }
 
   int num_states() const override {
@@ -102,39 +109,7 @@ class FusedOptimizer final : public EngineOptimizer {
 
   void step_slice(size_t i, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
                   const at::Tensor& second) override {
-    switch (kind_) {
-      case Kind::kAdam: {
-        ops::AdamParams hp = adam_;
-        hp.lr = lrs_[i];
-        hp.beta1 = momenta_[i];
-        hp.weight_decay = decays_[i];
-        ops::adam_step(master, grad, first, second, hp, step_);
-        break;
-      }
-      case Kind::kSgd: {
-        ops::SgdParams hp = sgd_;
-        hp.lr = lrs_[i];
-        hp.momentum = momenta_[i];
-        hp.weight_decay = decays_[i];
-        ops::sgd_step(master, grad, first, hp, step_);
-        break;
-      }
-      case Kind::kAdagrad: {
-        ops::AdagradParams hp = adagrad_;
-        hp.lr = lrs_[i];
-        hp.weight_decay = decays_[i];
-        ops::adagrad_step(master, grad, first, hp, step_);
-        break;
-      }
-      case Kind::kLion: {
-        ops::LionParams hp = lion_;
-        hp.lr = lrs_[i];
-        hp.beta1 = momenta_[i];
-        hp.weight_decay = decays_[i];
-        ops::lion_step(master, grad, first, hp, step_);
-        break;
-      }
-    }
+    update(i, master, grad, first, second, at::Tensor());
   }
 
   double lr(size_t group) const override { return lrs_.at(group); }
@@ -155,6 +130,44 @@ class FusedOptimizer final : public EngineOptimizer {
   }
 
  private:
+  // One group's (or slice's) update; `copy` is undefined or the group's copy-back target.
+  void update(size_t i, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+              const at::Tensor& second, const at::Tensor& copy) {
+    switch (kind_) {
+      case Kind::kAdam: {
+        ops::AdamParams hp = adam_;
+        hp.lr = lrs_[i];
+        hp.beta1 = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::adam_step(master, grad, first, second, hp, step_, ops::SimdLevel::kAuto, copy);
+        break;
+      }
+      case Kind::kSgd: {
+        ops::SgdParams hp = sgd_;
+        hp.lr = lrs_[i];
+        hp.momentum = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::sgd_step(master, grad, first, hp, step_, ops::SimdLevel::kAuto, copy);
+        break;
+      }
+      case Kind::kAdagrad: {
+        ops::AdagradParams hp = adagrad_;
+        hp.lr = lrs_[i];
+        hp.weight_decay = decays_[i];
+        ops::adagrad_step(master, grad, first, hp, step_, ops::SimdLevel::kAuto, copy);
+        break;
+      }
+      case Kind::kLion: {
+        ops::LionParams hp = lion_;
+        hp.lr = lrs_[i];
+        hp.beta1 = momenta_[i];
+        hp.weight_decay = decays_[i];
+        ops::lion_step(master, grad, first, hp, step_, ops::SimdLevel::kAuto, copy);
+        break;
+      }
+    }
+  }
+
   double default_weight_decay() const {
     switch (kind_) {
       case Kind::kAdam: return adam_.weight_decay;
@@ -173,6 +186,7 @@ class FusedOptimizer final : public EngineOptimizer {
   ops::LionParams lion_;
   std::vector<double> lrs_, decays_, momenta_;
   std::vector<GroupState> state_;
+  std::vector<at::Tensor> copy_back_;  // empty: no fused copy-back
   int64_t step_ = 0;
 };
 

@@ -34,6 +34,12 @@ class EngineOptimizer {
   virtual bool set_momentum(size_t group, double momentum) = 0;
   virtual std::string name() const = 0;
 
+  // Fused copy-back (DeepSpeed's fp16_param): from now on step() also writes each group's updated master, rounded
+  // to nearest even, into targets[g] (a contiguous bf16/fp16 CPU tensor shaped like the master) in the same pass
+  // over memory. Returns false, changing nothing, when this optimizer cannot (then the caller copies). step_slice
+  // never writes them.
+  virtual bool set_copy_back(const std::vector<at::Tensor>& targets) { return false; }
+
   // Slice-wise stepping for a caller that owns the state (NVMe offload streams it through buffers). Only the
   // fused optimizers support it. num_states(): state tensors per element (Adam 2, SGD with momentum 1, ...).
   virtual int num_states() const { return -1; }

@@ -1,0 +1,195 @@
+// Step time of ZeRO-Offload (offload_optimizer "cpu") and ZeRO-Infinity's optimizer offload
+// ("nvme") against no offload, on the reference GPT, in one process, as ratios:
+//
+//   build/bin/bench_offload_step [--steps 12 --block 2 --warmup 2 --dir /tmp --bf16]
+//
+// Three engines at ZeRO stage 2 (AdamW, micro 8, one rank; the launcher is optional): no offload,
+// offload_optimizer cpu, offload_optimizer nvme (files in a fresh directory under --dir,
+// pipeline_read/write, --sub-group elements per sub-group, buffer_count 9). They are built from
+// the same seed and fed the same batches, and timed in alternating blocks of --block steps (none,
+// cpu, nvme, none, ...) so the drift of this shared machine hits all alike. Printed per
+// configuration: median and best total step time (forward + backward + step) and the median of the
+// engine.step() part alone, which is where the offloads differ; then the ratios nvme / cpu, cpu /
+// none and nvme / none of the medians. The last losses are printed as a check that the three
+// trained the same model on the same data.
+#include <ATen/ATen.h>
+#include <stdlib.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "gpt.h"
+
+namespace {
+
+namespace dc = deepspeed::comm;
+using Clock = std::chrono::steady_clock;
+using deepspeed::bench::max_over_ranks;
+using deepspeed::bench::seconds_since;
+
+struct Args {
+  int64_t steps = 12;
+  int64_t block = 2;
+  int64_t warmup = 2;
+  int64_t seed = 1234;
+  int64_t micro = 8;
+  int64_t sub_group = 4000000;
+  std::string dir = "/tmp";
+  bool bf16 = false;
+  deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double load = 0.0;
+  in >> load;
+  return load;
+}
+
+// `offload` is "" (none), "cpu" or "nvme".
+std::string config_json(const Args& args, const std::string& offload, const std::string& nvme_dir) {
+  std::string off;
+  if (offload == "cpu") off = R"(, "offload_optimizer": {"device": "cpu"})";
+  if (offload == "nvme")
+    off =
+        R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_dir +
+        R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 9}, "sub_group_size": )" +
+        std::to_string(args.sub_group);
+  char buf[2048];
+  std::snprintf(buf, sizeof(buf), R"({
+    "train_micro_batch_size_per_gpu": %lld,
+    "gradient_accumulation_steps": 1,
+    "steps_per_print": 1000000000,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
+                                              "weight_decay": 0.01}},
+    "bf16": {"enabled": %s},
+    "zero_optimization": {"stage": 2, "overlap_comm": true%s}
+  })",
+                static_cast<long long>(args.micro), args.bf16 ? "true" : "false", off.c_str());
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"Step time: offload_optimizer nvme vs cpu vs none, interleaved in one process"};
+  app.add_option("--steps", args.steps, "timed steps per configuration")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--block", args.block, "steps per configuration per block")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", args.warmup, "untimed steps per configuration");
+  app.add_option("--micro", args.micro, "micro-batch per rank")->check(CLI::PositiveNumber);
+  app.add_option("--sub-group", args.sub_group, "zero_optimization.sub_group_size (elements)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dir", args.dir, "where the nvme configuration's swap directory is made");
+  app.add_flag("--bf16", args.bf16, "bf16 model (fp32 masters) instead of fp32");
+  int local_rank = 0;
+  app.add_option("--local_rank", local_rank, "set by the launcher; unused");
+  CLI11_PARSE(app, argc, argv);
+  std::string nvme_dir;
+  try {
+    dc::init_distributed();
+    const int rank = dc::get_rank();
+    std::string tmpl = args.dir + "/ds_bench_offload.XXXXXX";
+    if (rank == 0 && ::mkdtemp(tmpl.data()) == nullptr)
+      throw std::runtime_error("cannot make a directory under --dir " + args.dir);
+    // Every rank uses rank 0's directory (the swapper adds rank<r>/ under it).
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    at::Tensor bytes = at::from_blob(name.data(), {static_cast<int64_t>(name.size())}, at::kChar);
+    if (dc::get_world_size() > 1) dc::get_world_group().broadcast(bytes, 0);
+    nvme_dir.assign(name.begin(), name.end());
+
+    const auto& cfg = args.model;
+    at::manual_seed(static_cast<uint64_t>(args.seed) * 1000 + static_cast<uint64_t>(rank));
+    std::vector<at::Tensor> xs, ys;
+    for (int i = 0; i < 4; ++i) {
+      at::Tensor tokens = at::randint(cfg.vocab_size, {args.micro, cfg.seq_len + 1}, at::kLong);
+      xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
+      ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
+    }
+    const std::vector<std::string> kinds = {"", "cpu", "nvme"};
+    std::vector<deepspeed::Engine> engines;
+    for (const auto& k : kinds) {
+      at::manual_seed(static_cast<uint64_t>(args.seed));
+      deepspeed::models::GPT model(cfg);
+      engines.push_back(deepspeed::initialize(
+          model, deepspeed::Config::from_string(config_json(args, k, nvme_dir))));
+    }
+    const size_t n = kinds.size();
+    std::vector<std::vector<double>> total(n), step_part(n);
+    std::vector<double> last_loss(n, 0.0);
+    std::vector<int64_t> done(n, 0);
+    auto run_step = [&](size_t c, bool timed) {
+      const int64_t i = done[c]++ % static_cast<int64_t>(xs.size());
+      dc::barrier();
+      const auto t0 = Clock::now();
+      at::Tensor loss = engines[c].forward(xs[i], ys[i]);
+      engines[c].backward(loss);
+      const auto t1 = Clock::now();
+      engines[c].step();
+      const double s = seconds_since(t1);
+      last_loss[c] = loss.item<double>();
+      if (!timed) return;
+      total[c].push_back(seconds_since(t0));
+      step_part[c].push_back(s);
+    };
+    for (size_t c = 0; c < n; ++c)
+      for (int64_t w = 0; w < args.warmup; ++w) run_step(c, false);
+    for (int64_t k = 0; k < args.steps; k += args.block)
+      for (size_t c = 0; c < n; ++c)
+        for (int64_t j = 0; j < std::min(args.block, args.steps - k); ++j) run_step(c, true);
+    for (size_t c = 0; c < n; ++c) {
+      max_over_ranks(total[c]);
+      max_over_ranks(step_part[c]);
+    }
+    if (rank == 0) {
+      std::printf(
+          "bench_offload_step: reference GPT (%lld layers, hidden %lld), ZeRO stage 2, %s, micro "
+          "%lld, %d rank(s), %lld steps each in blocks of %lld, load average %.2f\n",
+          static_cast<long long>(cfg.layers), static_cast<long long>(cfg.hidden),
+          args.bf16 ? "bf16" : "fp32", static_cast<long long>(args.micro), dc::get_world_size(),
+          static_cast<long long>(args.steps), static_cast<long long>(args.block),
+          load_average_1min());
+      std::printf("  %-22s %10s %10s %14s %10s\n", "offload_optimizer", "median s", "best s",
+                  "step() med s", "last loss");
+      std::vector<double> med(n);
+      for (size_t c = 0; c < n; ++c) {
+        med[c] = median(total[c]);
+        std::printf("  %-22s %10.4f %10.4f %14.4f %10.4f\n",
+                    kinds[c].empty() ? "none" : kinds[c].c_str(), med[c],
+                    *std::min_element(total[c].begin(), total[c].end()), median(step_part[c]),
+                    last_loss[c]);
+      }
+      std::printf("  ratios of median step time: nvme/cpu %.3f, cpu/none %.3f, nvme/none %.3f\n",
+                  med[2] / med[1], med[1] / med[0], med[2] / med[0]);
+      std::printf("  ratios of median step() part: nvme/cpu %.3f, cpu/none %.3f\n",
+                  median(step_part[2]) / median(step_part[1]),
+                  median(step_part[1]) / median(step_part[0]));
+    }
+    engines.clear();
+    dc::barrier();
+    if (rank == 0) std::filesystem::remove_all(nvme_dir);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_offload_step: %s\n", e.what());
+    if (!nvme_dir.empty()) std::filesystem::remove_all(nvme_dir);
+    return 1;
+  }
+}
