@@ -18,6 +18,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
 #include "gpt.h"
 
 namespace {
@@ -39,7 +40,12 @@ int train(const Args& args) {
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
   deepspeed::models::GPTConfig model_cfg = args.model;
   model_cfg.tied_head = !args.untied_head;
-  deepspeed::models::GPT model(model_cfg);
+  // ZeRO stage 3: every block is a unit, partitioned as soon as it is built (no rank ever holds the whole model).
+  model_cfg.shard_blocks = config.zero.stage == 3;
+  deepspeed::models::GPT model = [&] {
+    deepspeed::zero::Init init(config);
+    return deepspeed::models::GPT(model_cfg);
+  }();
 
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
@@ -79,7 +85,10 @@ int train(const Args& args) {
   at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
   world.all_reduce(loss_t, deepspeed::comm::ReduceOp::kAvg);
   double sq = 0.0;
-  for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  {
+    deepspeed::zero::GatheredParameters gathered(*model);  // stage 3: the full parameters, for their norm
+    for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  }
   auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
   at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
   world.all_reduce(peak, deepspeed::comm::ReduceOp::kMax);

@@ -24,6 +24,25 @@ at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return p > 0 ? at::dropout(x, p, training) : x;
 }
 
+// GPT-2's scheme: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 * layers); LayerNorms
+// keep weight 1, bias 0.
+void init_gpt_weights(torch::nn::Module& module, int64_t layers) {
+  at::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (name.find("ln") != std::string::npos) continue;
+    if (p.dim() == 1) {
+      p.zero_();
+    } else if (name.find("proj.weight") != std::string::npos) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
 }  // namespace
 
 int64_t GPTConfig::num_parameters() const {
@@ -77,7 +96,13 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden));
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.layers; ++i) blocks_->push_back(GPTBlock(cfg));
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    if (cfg.shard_blocks) {
+      blocks_->push_back(deepspeed::zero::shard([&] { return GPTBlock(cfg); }));
+    } else {
+      blocks_->push_back(GPTBlock(cfg));
+    }
+  }
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
   if (!cfg.tied_head) {
     lm_head_ = register_module(
@@ -87,21 +112,16 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
 }
 
 void GPTImpl::init_weights() {
-  // GPT-2's scheme: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 * layers).
-  at::NoGradGuard no_grad;
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
-  for (auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    if (name.find("ln") != std::string::npos) continue;  // LayerNorm keeps weight 1, bias 0
-    if (p.dim() == 1) {
-      p.zero_();
-    } else if (name.find("proj.weight") != std::string::npos) {
-      p.normal_(0.0, residual_std);
-    } else {
-      p.normal_(0.0, 0.02);
-    }
+  // Module by module in registration order (the order of named_parameters()), so the random draws are the same
+  // whether or not the blocks are units. A block partitioned at construction (zero::Init) is gathered for its
+  // initialization and partitioned again with rank 0's values, one block at a time.
+  init_gpt_weights(*wte_, cfg_.layers);
+  init_gpt_weights(*wpe_, cfg_.layers);
+  for (const auto& block : *blocks_) {
+    deepspeed::zero::GatheredParameters gathered(*block, /*modifier_rank=*/0);
+    init_gpt_weights(*block, cfg_.layers);
   }
+  if (lm_head_) init_gpt_weights(*lm_head_, cfg_.layers);
 }
 
 at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
@@ -112,7 +132,13 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
   }
   auto pos = at::arange(t, tokens.options().dtype(at::kLong));
   auto x = maybe_dropout(wte_->forward(tokens) + wpe_->forward(pos), cfg_.dropout, is_training());
-  for (const auto& block : *blocks_) x = block->as<GPTBlockImpl>()->forward(x);
+  for (const auto& block : *blocks_) {
+    if (auto* unit = block->as<ShardedGPTBlock>()) {
+      x = unit->forward(x);
+    } else {
+      x = block->as<GPTBlockImpl>()->forward(x);
+    }
+  }
   x = ln_f_->forward(x);
   return cfg_.tied_head ? at::matmul(x, wte_->weight.t()) : lm_head_->forward(x);
 }

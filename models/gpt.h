@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "deepspeed/zero.h"
+
 namespace deepspeed::models {
 
 struct GPTConfig {
@@ -28,6 +30,9 @@ struct GPTConfig {
   // Biases in the Linear layers, as GPT-2 has. Without them no parameter has a structurally zero gradient (the
   // attention's key bias does: softmax ignores a constant added to every key), which exact comparisons need.
   bool bias = true;
+  // Each block is a ZeRO-3 unit (deepspeed::zero::shard): at stage 3 its parameters are gathered only while it runs;
+  // inside a zero::Init scope each block is partitioned as soon as it is built. A pass-through at stages 0-2.
+  bool shard_blocks = false;
   // Number of parameters this configuration creates (tied weights counted once).
   int64_t num_parameters() const;
 };
@@ -58,6 +63,7 @@ class GPTBlockImpl : public torch::nn::Module {
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
 };
 TORCH_MODULE(GPTBlock);
+using ShardedGPTBlock = deepspeed::zero::ShardedImpl<GPTBlockImpl>;
 
 class GPTImpl : public torch::nn::Module {
  public:

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "deepspeed/config.h"
+#include "deepspeed/zero.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -113,6 +114,9 @@ class Engine {
   int64_t skipped_steps() const;
   int zero_optimization_stage() const;
   ModelStateBytes model_state_bytes() const;
+  // Stage 3's gather/prefetch/pool counters (all zero at other stages); reset_stage3_peaks() restarts the peaks.
+  zero::Stage3Stats stage3_stats() const;
+  void reset_stage3_peaks();
 
   int local_rank() const;
   int global_rank() const;
@@ -124,7 +128,8 @@ class Engine {
 
   const Config& config() const;
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
-  // Parameters as the engine trains them (views into its flat buffers), in the model's order.
+  // Parameters as the engine trains them (views into its flat buffers), in the model's order. At stage 3 they are
+  // empty between uses; read them inside a zero::GatheredParameters scope.
   std::vector<at::Tensor> parameters() const;
 
  private:

@@ -12,11 +12,13 @@
 #include <unordered_set>
 
 #include "deepspeed/accelerator.h"
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "runtime/engine_impl.h"
 #include "runtime/feature_gate.h"
 #include "runtime/scheduler_factory.h"
+#include "zero/stage3/construction_shard.h"
 
 namespace deepspeed {
 namespace {
@@ -93,6 +95,9 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   world_ = comm::get_world_group();
   config_.resolve_batch(world_.size());
   runtime::check_supported_features(config_);
+  // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
+  // later checkpointing::configure by the caller still overrides it).
+  checkpointing::configure(config_);
   DS_CHECK_T(ConfigError, !(options.optimizer && config_.optimizer.has_value()),
              "optimizer: the config names an optimizer and initialize() was given one too; remove one");
   DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
@@ -109,8 +114,20 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   total_steps_ = options.total_steps;
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
+  // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
+  if (stage < 3) zero::materialize_construction_shards(module_);
   groups_ = make_groups(*module_, std::move(options.param_groups));
   if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), world_.rank());
+  if (stage == 3) {
+    build_stage3();
+  } else {
+    build_flat_stages();
+  }
+  finish_construction(options);
+}
+
+void EngineImpl::build_flat_stages() {
+  const int stage = config_.zero.stage;
   runtime::FlattenOptions fo;
   fo.dtype = dtype_;
   fo.world_size = stage >= 1 ? world_.size() : 1;
@@ -139,10 +156,27 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   mo.allgather_partitions = config_.zero.allgather_partitions;
   mo.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
   mo.pin_memory = config_.zero.offload_optimizer.pin_memory;
-  const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
-  mo.external_masters = nvme;
+  mo.external_masters = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
   masters_ = std::make_unique<runtime::MasterWeights>(groups_, world_, mo);
+}
 
+void EngineImpl::build_stage3() {
+  zero::Stage3Options so;
+  so.dtype = dtype_;
+  so.prefetch_bucket_elems = config_.zero.prefetch_bucket_size;
+  so.max_live_elems = config_.zero.max_live_parameters;
+  so.max_reuse_distance = config_.zero.max_reuse_distance;
+  so.persistence_threshold = config_.zero.param_persistence_threshold;
+  so.overlap_comm = config_.zero.overlap_comm;
+  so.prescale_gradients = config_.prescale_gradients;
+  so.gradient_predivide_factor = config_.gradient_predivide_factor;
+  std::vector<std::vector<at::Tensor>> params;
+  for (const auto& g : groups_) params.push_back(g.params);
+  stage3_ = std::make_unique<zero::Stage3>(module_, params, world_, so);
+}
+
+void EngineImpl::finish_construction(InitializeOptions& options) {
+  const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
   } else if (nvme) {
@@ -150,7 +184,10 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
                "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
     build_nvme_optimizer(*config_.optimizer);
   } else if (config_.optimizer.has_value()) {
-    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, masters_->masters());
+    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_,
+                                               stage3_ ? stage3_->masters() : masters_->masters());
+    // Offload with a bf16/fp16 model: the CPU kernels write the updated partition straight into the parameters.
+    if (masters_) masters_->fuse_copy_back(*optimizer_);
   }
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
@@ -173,9 +210,11 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
 
 void EngineImpl::begin_forward() {
   if (breakdown_) timers_.start("fwd");
+  if (stage3_) stage3_->begin_forward();
 }
 
 void EngineImpl::end_forward() {
+  if (stage3_) stage3_->end_forward();
   if (breakdown_) timers_.stop("fwd");
 }
 
@@ -184,13 +223,19 @@ void EngineImpl::backward(const at::Tensor& loss) {
            loss.defined() ? loss.sizes() : at::IntArrayRef{});
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
   if (breakdown_) timers_.start("bwd");
-  runtime::ensure_grad_views(groups_);
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
                         static_cast<double>(config_.gradient_accumulation_steps.value());
-  reducer_->begin_backward(is_boundary());
   at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
-  scaled.backward();
-  reducer_->finish_backward();
+  if (stage3_) {
+    stage3_->begin_backward();
+    scaled.backward();
+    stage3_->finish_backward();
+  } else {
+    runtime::ensure_grad_views(groups_);
+    reducer_->begin_backward(is_boundary());
+    scaled.backward();
+    reducer_->finish_backward();
+  }
   loss_sum_ += loss.item<double>();
   ++loss_count_;
   if (breakdown_) timers_.stop("bwd");
@@ -208,8 +253,12 @@ void EngineImpl::step() {
     scheduler_->step();
     apply_schedule();
   }
-  runtime::zero_grads(groups_);
-  reducer_->zero_partition_grads();
+  if (stage3_) {
+    stage3_->zero_grads();
+  } else {
+    runtime::zero_grads(groups_);
+    reducer_->zero_partition_grads();
+  }
   ++global_steps_;
   if (breakdown_) timers_.stop("step");
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
@@ -233,13 +282,17 @@ void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
 
 bool EngineImpl::take_model_step() {
   std::vector<at::Tensor> grads;
-  for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
-  grads = masters_->stage_grads(grads);  // offload: the CPU optimizer reads host copies
+  if (stage3_) {
+    grads = stage3_->partition_grads();
+  } else {
+    for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
+    grads = masters_->stage_grads(grads);  // offload: the CPU optimizer reads host copies
+  }
   double unscale = 1.0;
   if (scaler_) {
     // The scale that produced these gradients; update() may grow it for the next window.
     const double used_scale = scaler_->loss_scale();
-    auto overflow = masters_->first_overflow(grads);
+    auto overflow = stage3_ ? stage3_->first_overflow(grads) : masters_->first_overflow(grads);
     std::string name = overflow ? parameter_name(overflow->first, overflow->second) : "";
     if (scaler_->update(overflow.has_value(), name)) {
       if (world_.rank() == 0) {
@@ -251,7 +304,7 @@ bool EngineImpl::take_model_step() {
     }
     unscale = 1.0 / used_scale;
   }
-  global_grad_norm_ = masters_->global_norm(grads) * unscale;
+  global_grad_norm_ = (stage3_ ? stage3_->global_norm(grads) : masters_->global_norm(grads)) * unscale;
   double coef = unscale;
   const double clip = config_.gradient_clipping;
   if (clip > 0.0) {
@@ -269,10 +322,16 @@ bool EngineImpl::take_model_step() {
       optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second);
       masters_->write_slice(g, offset, master);
     });
+  } else if (stage3_) {
+    optimizer_->step(stage3_->masters(), grads);
   } else {
     optimizer_->step(masters_->masters(), grads);
   }
-  masters_->publish();
+  if (stage3_) {
+    stage3_->publish();
+  } else {
+    masters_->publish();
+  }
   return true;
 }
 
@@ -345,6 +404,14 @@ std::vector<at::Tensor> EngineImpl::parameters() const {
 
 ModelStateBytes EngineImpl::model_state_bytes() const {
   ModelStateBytes b;
+  if (stage3_) {
+    b.params = stage3_->param_bytes();
+    b.gradients = stage3_->grad_bytes();
+    b.master_weights = stage3_->master_copy_bytes();
+    b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
+    b.working_buffers = stage3_->working_bytes();
+    return b;
+  }
   for (size_t g = 0; g < groups_.size(); ++g) {
     b.params += groups_[g].params_flat.nbytes();
     b.gradients += groups_[g].grads_flat.defined() ? groups_[g].grads_flat.nbytes()
@@ -379,6 +446,12 @@ double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss
 int64_t Engine::skipped_steps() const { return impl_->scaler_ ? impl_->scaler_->skipped_steps() : 0; }
 int Engine::zero_optimization_stage() const { return impl_->config_.zero.stage; }
 ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_bytes(); }
+zero::Stage3Stats Engine::stage3_stats() const {
+  return impl_->stage3_ ? impl_->stage3_->stats() : zero::Stage3Stats{};
+}
+void Engine::reset_stage3_peaks() {
+  if (impl_->stage3_) impl_->stage3_->reset_peaks();
+}
 int Engine::local_rank() const { return comm::get_local_rank(); }
 int Engine::global_rank() const { return comm::get_rank(); }
 int Engine::world_size() const { return comm::get_world_size(); }

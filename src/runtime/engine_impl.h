@@ -18,6 +18,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/timers.h"
 #include "swap/optimizer_swapper.h"
+#include "zero/stage3/stage3.h"
 
 namespace deepspeed {
 
@@ -46,6 +47,7 @@ class EngineImpl {
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
+  std::unique_ptr<zero::Stage3> stage3_;              // stage 3 only (then no flat groups, reducer or masters)
   runtime::Timers timers_;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
@@ -59,6 +61,9 @@ class EngineImpl {
   void apply_schedule();
   void log_step();
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);
+  void build_stage3();
+  void build_flat_stages();
+  void finish_construction(InitializeOptions& options);
 
   bool breakdown_ = false;
   double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line

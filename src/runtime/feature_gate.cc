@@ -1,5 +1,7 @@
 #include "runtime/feature_gate.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "deepspeed/error.h"
@@ -15,8 +17,19 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 
 void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
-  reject_if(z.stage == 3, "zero_optimization.stage", "ZeRO stage 3 (stages 0, 1 and 2 are available)");
   const auto& oo = z.offload_optimizer;
+  reject_if(z.stage == 3 && oo.enabled(), "zero_optimization.offload_optimizer",
+            "optimizer offload at stage 3 (it works at stages 1 and 2)");
+  reject_if(z.stage == 3 && z.gather_16bit_weights_on_model_save, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+            "saving a consolidated 16-bit model (model saving arrives with checkpointing)");
+  reject_if(z.stage == 3 && z.model_persistence_threshold != std::numeric_limits<int64_t>::max(),
+            "zero_optimization.stage3_model_persistence_threshold", "a model-wide persistence budget");
+  reject_if(z.stage == 3 && z.module_granularity_threshold > 0, "zero_optimization.stage3_module_granularity_threshold",
+            "automatic grouping of small modules into units (mark units with zero::shard)");
+  reject_if(z.stage == 3 && (z.use_all_reduce_for_fetch_params || z.allgather_sequential),
+            "zero_optimization.use_all_reduce_for_fetch_params", "fetching parameters by all-reduce or sequentially");
+  reject_if(z.stage == 3 && !z.reduce_scatter, "zero_optimization.reduce_scatter",
+            "stage 3 with all-reduced gradients (stage 3 always reduce-scatters to the owners; remove the key)");
   DS_CHECK_T(ConfigError, !oo.enabled() || z.stage >= 1,
              "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1 or 2, "
              "got stage ", z.stage);
@@ -54,9 +67,6 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");
   reject_if(cfg.pipeline.stages.has_value() && *cfg.pipeline.stages > 1, "pipeline.stages",
             "pipeline parallelism");
-  const auto& ac = cfg.activation_checkpointing;
-  reject_if(ac.partition_activations || ac.cpu_checkpointing || ac.contiguous_memory_optimization,
-            "activation_checkpointing", "activation checkpointing");
   reject_if(cfg.monitor.tensorboard.enabled, "tensorboard.enabled", "the TensorBoard monitor");
   reject_if(cfg.monitor.csv_monitor.enabled, "csv_monitor.enabled", "the CSV monitor");
   reject_if(cfg.monitor.wandb.enabled, "wandb.enabled", "the Weights & Biases monitor");

@@ -54,7 +54,12 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
     const char* json;
     const char* key;
   } cases[] = {
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", "zero_optimization.stage"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+       "zero_optimization.offload_optimizer"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_scatter": false}})",
+       "zero_optimization.reduce_scatter"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 10}})",
+       "zero_optimization.stage3_module_granularity_threshold"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
        "zero_optimization.round_robin_gradients"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "contiguous_gradients": false}})",
@@ -69,8 +74,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled"},
       {R"({"train_batch_size": 8, "csv_monitor": {"enabled": true}})", "csv_monitor.enabled"},
       {R"({"train_batch_size": 8, "flops_profiler": {"enabled": true}})", "flops_profiler.enabled"},
-      {R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}})",
-       "activation_checkpointing"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},

@@ -1,0 +1,85 @@
+#include "zero/stage3/construction_shard.h"
+
+#include <ATen/ATen.h>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::zero {
+
+void ConstructionShard::partition(UnitBase& unit) {
+  auto cs = std::make_shared<ConstructionShard>();
+  if (!comm::is_initialized()) comm::init_distributed();
+  cs->world_ = comm::get_world_group();
+  at::ScalarType dtype = at::kFloat;
+  int64_t total = 0;
+  for (const auto& p : unit.parameters(/*recurse=*/true)) {
+    DS_CHECK(p.is_floating_point(), "zero::Init: unit parameter of dtype ", p.scalar_type(),
+             " is not floating point");
+    if (cs->params_.empty()) dtype = p.scalar_type();
+    DS_CHECK(p.scalar_type() == dtype, "zero::Init: a unit's parameters must share one dtype, got ", dtype, " and ",
+             p.scalar_type());
+    cs->params_.push_back(p);
+    cs->shapes_.push_back(p.sizes().vec());
+    cs->offsets_.push_back(total);
+    cs->numels_.push_back(p.numel());
+    total = (total + p.numel() + kPartitionAlign - 1) / kPartitionAlign * kPartitionAlign;
+  }
+  cs->layout_ = PartitionLayout(total, cs->world_.size(), cs->world_.rank());
+  at::NoGradGuard no_grad;
+  cs->full_ = at::zeros({cs->layout_.padded_numel()}, at::TensorOptions().dtype(dtype));
+  for (size_t i = 0; i < cs->params_.size(); ++i)
+    cs->full_.narrow(0, cs->offsets_[i], cs->numels_[i]).copy_(cs->params_[i].reshape({-1}));
+  if (cs->world_.size() > 1) cs->world_.broadcast(cs->full_, /*src=*/0);
+  unit.set_hooks(cs);
+  cs->scatter(-1);
+}
+
+int64_t ConstructionShard::numel_of(const at::Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].is_same(param)) return numels_[i];
+  return 0;
+}
+
+void ConstructionShard::gather() {
+  if (full_.defined()) return;
+  full_ = at::empty({layout_.padded_numel()}, shard_.options());
+  if (world_.size() > 1) {
+    world_.all_gather_into_tensor(full_, shard_);
+  } else {
+    full_.copy_(shard_);
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].set_data(full_.narrow(0, offsets_[i], numels_[i]).view(shapes_[i]));
+}
+
+void ConstructionShard::materialize() {
+  gather();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(params_[i].detach().clone());
+  full_ = at::Tensor();
+  shard_ = at::Tensor();
+  materialized_ = true;
+}
+
+void ConstructionShard::scatter(int modifier_rank) {
+  if (!full_.defined()) return;
+  at::NoGradGuard no_grad;
+  if (modifier_rank >= 0 && world_.size() > 1) {
+    // The modifier's parameters may have been replaced rather than written in place; collect them first.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor dst = full_.narrow(0, offsets_[i], numels_[i]);
+      if (params_[i].data_ptr() != dst.data_ptr()) dst.copy_(params_[i].reshape({-1}));
+    }
+    world_.broadcast(full_, modifier_rank);
+  }
+  shard_ = full_.narrow(0, layout_.begin(layout_.rank()), layout_.partition_size()).clone();
+  for (auto& p : params_) p.set_data(at::empty({0}, full_.options()));
+  full_ = at::Tensor();
+}
+
+void ConstructionShard::pre_forward() {
+  DS_CHECK(materialized_ || full_.defined(),
+           "zero::Init: this unit was partitioned at construction and runs only after deepspeed::initialize (or "
+           "inside a zero::GatheredParameters scope)");
+}
+
+}  // namespace deepspeed::zero

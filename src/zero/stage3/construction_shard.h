@@ -1,0 +1,55 @@
+// A unit partitioned as it was built, inside a zero::Init scope (DeepSpeed's zero.Init), before any engine exists:
+// the unit's parameters are flattened, rank 0's values broadcast, this rank's partition kept and the full tensors
+// freed. The engine later takes the unit over (materialize() gathers it back, one unit at a time); until then the
+// unit refuses to run, and GatheredParameters can gather it for custom initialization.
+//
+// Thread-safety: collective; called from the one training thread in the same order on every rank.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/zero.h"
+#include "zero/partition.h"
+
+namespace deepspeed::zero {
+
+class ConstructionShard : public detail::UnitHooks {
+ public:
+  // Partitions `unit`'s parameters now and installs itself as the unit's hooks.
+  static void partition(UnitBase& unit);
+
+  // Elements `param` has when whole (0 if it is not one of this unit's parameters).
+  int64_t numel_of(const at::Tensor& param) const;
+  bool owns(const at::Tensor& param) const { return numel_of(param) > 0; }
+  // Collective: gives every parameter its full value again (in fresh memory).
+  void gather();
+  // Collective: with modifier_rank >= 0, takes that rank's full values; keeps this rank's partition and frees the
+  // full tensors again.
+  void scatter(int modifier_rank);
+  // Gathers for good, each parameter in memory of its own (so parameters the engine keeps whole, e.g. persistent
+  // ones, do not hold the whole unit alive): the engine takes over from here.
+  void materialize();
+
+  void pre_forward() override;
+  at::Tensor post_forward(const at::Tensor& output) override { return output; }
+
+ private:
+  comm::ProcessGroup world_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<int64_t> offsets_, numels_;
+  PartitionLayout layout_;
+  at::Tensor shard_;
+  at::Tensor full_;  // while gathered
+  bool materialized_ = false;
+};
+
+// Gathers every construction-time partition under `module` for good and turns its units back into
+// pass-throughs (an engine at stage 0-2 trains the whole model on every rank).
+void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& module);
+
+}  // namespace deepspeed::zero

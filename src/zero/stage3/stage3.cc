@@ -1,0 +1,206 @@
+// Stage3 construction (partitioning the model one unit at a time) and its memory accounting. The step-time
+// schedule is in stage3_schedule.cc, gradients in stage3_grads.cc, the autograd glue in unit_autograd.cc.
+#include "zero/stage3/stage3.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "deepspeed/error.h"
+#include "zero/stage3/construction_shard.h"
+#include "zero/stage3/stage3_state.h"
+
+namespace deepspeed::zero {
+namespace {
+
+constexpr int64_t kAlignElems = kPartitionAlign;
+int64_t align_up(int64_t n) { return (n + kAlignElems - 1) / kAlignElems * kAlignElems; }
+
+// Points a tensor's storage at nothing: the memory is freed (or, for a pool buffer, no longer referenced) while
+// every tensor sharing the storage, autograd's saved ones included, stays valid to re-point later.
+void detach_storage(const at::Tensor& full) {
+  c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
+  st->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
+  st->set_nbytes(0);
+}
+
+}  // namespace
+
+at::Tensor Stage3::Flat::shard(const Stage3& s) const {
+  const at::Tensor& buf = s.options_.dtype == at::kFloat ? s.masters_[group] : s.lowp_[group];
+  return buf.narrow(0, group_offset, layout.partition_size());
+}
+
+Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vector<std::vector<at::Tensor>>& groups,
+               comm::ProcessGroup world, Stage3Options options)
+    : world_(std::move(world)), options_(options) {
+  DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
+           "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
+           "stage3_prefetch_bucket_size must be >= 0");
+  // Which unit owns each parameter; the first unit found (outermost) wins, nested units are refused.
+  std::vector<std::shared_ptr<UnitBase>> modules = find_units(module);
+  std::unordered_map<const void*, int> owner;
+  for (size_t u = 0; u < modules.size(); ++u) {
+    for (const auto& p : modules[u]->parameters(/*recurse=*/true)) {
+      auto [it, fresh] = owner.emplace(p.unsafeGetTensorImpl(), static_cast<int>(u));
+      DS_CHECK(fresh, "zero stage 3: unit ", u, " is nested inside unit ", it->second,
+               " (or shares a parameter with it); nested units are not supported, shard the inner modules only");
+    }
+  }
+  const int n_units = static_cast<int>(modules.size());
+  root_ = n_units;
+  persistent_ = n_units + 1;
+  std::vector<std::vector<std::pair<size_t, at::Tensor>>> members(n_units + 2);
+  std::unordered_map<const void*, int64_t> numel_of;  // whole sizes, also of parameters partitioned at construction
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g]) {
+      auto it = owner.find(p.unsafeGetTensorImpl());
+      int u = it == owner.end() ? root_ : it->second;
+      int64_t numel = p.numel();
+      if (it != owner.end())
+        if (auto* cs = dynamic_cast<ConstructionShard*>(modules[u]->hooks().get())) numel = cs->numel_of(p);
+      numel_of[p.unsafeGetTensorImpl()] = numel;
+      if (numel < options_.persistence_threshold) u = persistent_;
+      members[u].push_back({g, p});
+    }
+  }
+  for (int u = 0; u < n_units + 2; ++u) {
+    auto unit = std::make_unique<Unit>();
+    unit->id = u;
+    unit->root = u == root_;
+    unit->persistent = u == persistent_;
+    unit->name = u < n_units ? "unit " + std::to_string(u) : unit->root ? "root unit" : "persistent unit";
+    if (u < n_units) unit->module = modules[u];
+    units_.push_back(std::move(unit));
+  }
+
+  // First pass: layouts and where each rank's partitions sit in the group buffers.
+  const int n = world_.size(), rank = world_.rank();
+  std::vector<int64_t> group_size(groups.size(), 0);
+  for (int u = 0; u < n_units + 2; ++u) {
+    Unit& unit = *units_[u];
+    for (size_t g = 0; g < groups.size(); ++g) {
+      Flat f;
+      f.group = g;
+      int64_t total = 0;
+      for (size_t i = 0; i < members[u].size(); ++i) {
+        if (members[u][i].first != g) continue;
+        const at::Tensor& p = members[u][i].second;
+        f.params.push_back(p);
+        f.offsets.push_back(total);
+        f.numels.push_back(numel_of[p.unsafeGetTensorImpl()]);
+        total = align_up(total + f.numels.back());
+      }
+      if (f.params.empty()) continue;
+      f.layout = PartitionLayout(total, n, rank);
+      f.group_offset = group_size[g];
+      group_size[g] += f.layout.partition_size();
+      unit.flats.push_back(std::move(f));
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    masters_.push_back(at::zeros({group_size[g]}, at::kFloat));
+    grads_.push_back(at::zeros({group_size[g]}, at::kFloat));
+    lowp_.push_back(options_.dtype == at::kFloat ? at::Tensor() : at::zeros({group_size[g]}, options_.dtype));
+  }
+  // Index of every parameter in its group, for names in overflow messages.
+  for (auto& unit : units_)
+    for (auto& f : unit->flats)
+      for (const auto& p : f.params)
+        for (size_t i = 0; i < groups[f.group].size(); ++i)
+          if (groups[f.group][i].is_same(p)) f.index_in_group.push_back(i);
+
+  // Second pass, one unit at a time: fill the flat, take rank 0's values, keep this rank's partition, release.
+  for (auto& unit : units_) build_unit(*unit, {});
+  for (auto& unit : units_) {
+    unit->num_params = 0;
+    for (const auto& f : unit->flats) unit->num_params += static_cast<int>(f.params.size());
+    unit->numel = 0;
+    for (const auto& f : unit->flats) unit->numel += f.layout.padded_numel();
+  }
+  // The persistent unit stays gathered for good.
+  gather_async(*units_[persistent_], /*prefetch=*/false);
+  wait_gathered(*units_[persistent_]);
+  register_stage3(this);
+}
+
+void Stage3::build_unit(Unit& unit, const std::vector<std::pair<size_t, at::Tensor>>&) {
+  if (unit.module)
+    if (auto* cs = dynamic_cast<ConstructionShard*>(unit.module->hooks().get())) cs->materialize();
+  at::NoGradGuard no_grad;
+  for (auto& f : unit.flats) {
+    f.full = at::zeros({f.layout.padded_numel()}, at::TensorOptions().dtype(options_.dtype));
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      const at::Tensor& p = f.params[i];
+      DS_CHECK(p.is_floating_point(), "zero stage 3: parameter ", f.index_in_group[i], " of group ", f.group,
+               " is not floating point (", p.scalar_type(), ")");
+      f.shapes.push_back(p.sizes().vec());
+      f.full.narrow(0, f.offsets[i], p.numel()).copy_(p.reshape({-1}));
+    }
+    if (world_.size() > 1) world_.broadcast(f.full, /*src=*/0);
+    at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
+    if (options_.dtype != at::kFloat) f.shard(*this).copy_(mine);
+    // Gradient hooks are registered while the parameters have their full shape and final dtype: autograd's
+    // accumulator records them when it is created. Then the original memory goes; the parameters point at nothing
+    // until gathered.
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+      register_grad_hook(unit.id, f.params[i]);
+      f.params[i].set_data(at::empty({0}, f.full.options()));
+    }
+    detach_storage(f.full);
+  }
+  if (unit.module) unit.module->set_hooks(make_unit_hooks(unit.id));
+}
+
+Stage3::~Stage3() {
+  unregister_stage3(this);
+  // Waits for what is in flight; units go back to pass-through (their parameters stay as they are).
+  try {
+    drain_reductions(0);
+    for (auto& unit : units_) {
+      if (unit->state == Unit::State::kInflight) wait_gathered(*unit);
+      if (unit->module) unit->module->set_hooks(nullptr);
+    }
+  } catch (...) {
+  }
+  remove_grad_hooks();
+}
+
+int64_t Stage3::param_bytes() const {
+  int64_t bytes = 0;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  for (const auto& m : masters_) bytes += m.numel() * elem;
+  for (const auto& f : units_[persistent_]->flats) bytes += f.layout.padded_numel() * elem;
+  return bytes;
+}
+
+int64_t Stage3::master_copy_bytes() const {
+  if (options_.dtype == at::kFloat) return 0;
+  int64_t bytes = 0;
+  for (const auto& m : masters_) bytes += static_cast<int64_t>(m.nbytes());
+  return bytes;
+}
+
+int64_t Stage3::grad_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : grads_) bytes += static_cast<int64_t>(g.nbytes());
+  return bytes;
+}
+
+Stage3Stats Stage3::stats() const {
+  Stage3Stats s = stats_;
+  s.trace_invalidations = coordinator_.invalidations();
+  s.pool_allocations = pool_.allocations();
+  s.pool_peak_bytes = pool_.peak_bytes_in_use();
+  return s;
+}
+
+void Stage3::reset_peaks() {
+  stats_.peak_live_elems = stats_.live_elems;
+  pool_.reset_peak();
+}
+
+}  // namespace deepspeed::zero

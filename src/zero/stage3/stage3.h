@@ -1,0 +1,149 @@
+// ZeRO stage 3: partitioned parameters, gathered just in time per unit (include/deepspeed/zero.h), with their
+// gradients reduce-scattered to the owning rank and the optimizer's fp32 masters kept only for this rank's partition.
+//
+// Layout. Every (unit, parameter group) pair is one flat buffer in the model's dtype, padded so each rank owns one
+// equal aligned partition. This rank's partitions of all flats of group g sit back to back in one buffer per group:
+// the fp32 masters (which are the stored parameters themselves when the model is fp32), a low-precision copy
+// (bf16/fp16 models) and the fp32 gradient accumulator. The optimizer, clipping and overflow checks therefore see one
+// flat tensor per group, as at stages 1 and 2.
+//
+// Gather/release. A flat's full buffer `full` is allocated once; between uses its storage points at nothing. A
+// gather takes a buffer from the pool (buffer_pool.h), points the storage at it and all-gathers the partitions into
+// it; the parameters are views of `full`. Because tensors autograd saved during forward (e.g. Linear's transposed
+// weight) share that storage, re-pointing it before backward makes them read the re-gathered values, and releasing
+// really frees memory: no ZeRO-specific layer is needed.
+//
+// Schedule. Units are fetched in pre_forward (forward) and in the backward of an identity autograd Function applied
+// to the unit's output (before its gradients are computed). Parameter gradients accumulate into a pooled buffer of
+// views; when every parameter of a unit has its gradient (AccumulateGrad post-hooks) the unit's flats are
+// reduce-scattered asynchronously into the fp32 accumulators and the unit is released. The root unit (parameters
+// outside any unit) is gathered from begin_forward to the end of backward; small parameters
+// (stage3_param_persistence_threshold) live in a persistent unit that is always gathered and re-gathered after each
+// optimizer step. The prefetch coordinator (prefetch_coordinator.h) replays the first step's fetch order.
+//
+// Thread-safety: the training thread drives it; during backward the autograd thread runs the hooks while the
+// training thread is blocked in backward(), so no two threads touch it at once.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/zero.h"
+#include "zero/partition.h"
+#include "zero/stage3/buffer_pool.h"
+#include "zero/stage3/prefetch_coordinator.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
+
+namespace deepspeed::zero {
+
+struct Stage3Options {
+  at::ScalarType dtype = at::kFloat;        // the model's compute dtype
+  int64_t prefetch_bucket_elems = 50000000;  // 0 disables prefetch
+  int64_t max_live_elems = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  int64_t persistence_threshold = 100000;  // parameters with fewer elements stay gathered
+  bool overlap_comm = true;                // reduce-scatter from the hooks (else at the end of backward)
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+};
+
+class Stage3 {
+ public:
+  // Partitions the parameters of `groups` (each a list of the module's parameters; together every trainable
+  // parameter) across `world`. Units are found under `module`; construction-time partitions (zero::Init) are taken
+  // over one unit at a time. Every rank ends up with rank 0's values.
+  Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vector<std::vector<at::Tensor>>& groups,
+         comm::ProcessGroup world, Stage3Options options);
+  ~Stage3();
+  Stage3(const Stage3&) = delete;
+  Stage3& operator=(const Stage3&) = delete;
+
+  // Engine step hooks.
+  void begin_forward();
+  void end_forward();
+  void begin_backward();
+  void finish_backward();
+
+  // Per group: fp32 masters (this rank's partitions), their accumulated averaged fp32 gradients.
+  const std::vector<at::Tensor>& masters() const { return masters_; }
+  const std::vector<at::Tensor>& partition_grads() const { return grads_; }
+  void zero_grads();
+  // After the optimizer updated masters(): refresh the low-precision partitions and the persistent parameters.
+  void publish();
+
+  double global_norm(const std::vector<at::Tensor>& grads) const;
+  // (group, index in group) of the first parameter whose gradient holds inf/NaN on any rank. Collective.
+  std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
+
+  // Bytes this rank holds at rest: partitions in the model dtype (the fp32 masters when the model is fp32) plus
+  // the persistent parameters in full.
+  int64_t param_bytes() const;
+  int64_t master_copy_bytes() const;  // fp32 master copies beyond param_bytes (bf16/fp16 models)
+  int64_t grad_bytes() const;
+  int64_t working_bytes() const { return pool_.bytes_in_use(); }
+  Stage3Stats stats() const;
+  void reset_peaks();
+
+  // Called through the unit hooks and autograd (unit_autograd.cc).
+  void unit_pre_forward(int id);
+  at::Tensor unit_post_forward(int id, const at::Tensor& output);
+  void unit_pre_backward(int id);
+  void param_grad_ready(int id);
+
+  // GatheredParameters support: gathers every unit holding one of `params` (returns their ids); scatter_back()
+  // broadcasts `modifier_rank`'s full values and stores this rank's partitions (masters included).
+  std::vector<int> gather_for_access(const std::vector<at::Tensor>& params);
+  void end_access(const std::vector<int>& ids, int modifier_rank);
+
+  struct Flat;
+  struct Unit;
+
+ private:
+  void build_unit(Unit& unit, const std::vector<std::pair<size_t, at::Tensor>>& params);
+  void fetch(Unit& unit);
+  void gather_async(Unit& unit, bool prefetch);
+  void wait_gathered(Unit& unit);
+  void release(Unit& unit);
+  void prefetch_after(const Unit& unit);
+  bool keep_for_reuse(const Unit& unit) const;
+  void make_room(int64_t elems, const Unit& wanted);
+  void arm_grads(Unit& unit);
+  void reduce_grads(Unit& unit);
+  void drain_reductions(size_t keep);
+  void note_live(int64_t delta);
+  // unit_autograd.cc: the glue to autograd and to the unit wrappers.
+  std::shared_ptr<detail::UnitHooks> make_unit_hooks(int id);
+  at::Tensor attach_pre_backward(const at::Tensor& output, int id);
+  void register_grad_hook(int id, const at::Tensor& param);
+  void remove_grad_hooks();
+
+  comm::ProcessGroup world_;
+  Stage3Options options_;
+  BufferPool pool_;
+  PrefetchCoordinator coordinator_;
+  std::vector<std::unique_ptr<Unit>> units_;  // units in module order, then root, then persistent
+  int root_ = -1, persistent_ = -1;
+  std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
+  std::vector<uintptr_t> hook_keys_;
+  struct PendingReduce;
+  std::vector<PendingReduce> pending_;
+  Stage3Stats stats_;
+  bool in_backward_ = false;
+};
+
+// The live stage-3 runtimes, for GatheredParameters (zero_api.cc).
+void register_stage3(Stage3* stage);
+void unregister_stage3(Stage3* stage);
+
+}  // namespace deepspeed::zero

@@ -1,0 +1,192 @@
+// Stage 3's gradients: pooled per-unit gradient buffers during backward, reduce-scatter into this rank's fp32
+// accumulators as each unit completes, and the step-side reductions (norm, overflow, publish) over partitions.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "deepspeed/error.h"
+#include "zero/stage3/stage3.h"
+#include "zero/stage3/stage3_state.h"
+
+namespace deepspeed::zero {
+namespace {
+
+// Reductions in flight at once: enough to overlap a few units' communication with backward, few enough that the
+// staging buffers stay a handful of units.
+constexpr size_t kMaxPendingReductions = 4;
+
+constexpr int64_t kGroupStride = int64_t{1} << 40;
+
+}  // namespace
+
+void Stage3::arm_grads(Unit& unit) {
+  if (unit.armed) return;
+  at::NoGradGuard no_grad;
+  for (auto& f : unit.flats) {
+    f.grad_full = pool_.acquire(options_.dtype, f.layout.padded_numel());
+    f.grad_full.zero_();
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      at::Tensor view = f.grad_full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]);
+      at::Tensor& g = f.params[i].mutable_grad();
+      if (g.defined()) view.copy_(g);  // a gradient autograd produced before we armed (should not happen)
+      g = view;
+    }
+  }
+  unit.armed = true;
+  unit.reduced = false;
+  unit.pending_grads = unit.num_params;
+}
+
+void Stage3::param_grad_ready(int id) {
+  if (!in_backward_) return;
+  Unit& unit = *units_.at(id);
+  if (!unit.armed) return;  // collected at finish_backward
+  if (--unit.pending_grads > 0 || !options_.overlap_comm || unit.root || unit.persistent) return;
+  reduce_grads(unit);
+  unit.running = false;
+  if (!keep_for_reuse(unit)) release(unit);
+}
+
+void Stage3::reduce_grads(Unit& unit) {
+  if (!unit.armed || unit.reduced) return;
+  at::NoGradGuard no_grad;
+  const int n = world_.size();
+  const double pre = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
+  for (size_t fi = 0; fi < unit.flats.size(); ++fi) {
+    Flat& f = unit.flats[fi];
+    // Autograd may have replaced a view with its own tensor (e.g. a user reassigned .grad); fold it back in.
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      at::Tensor& g = f.params[i].mutable_grad();
+      at::Tensor view = f.grad_full.narrow(0, f.offsets[i], f.numels[i]);
+      if (g.defined() && g.data_ptr() != view.data_ptr()) view.copy_(g.reshape({-1}));
+      g = at::Tensor();
+    }
+    PendingReduce r;
+    r.unit = &unit;
+    r.flat = fi;
+    if (options_.dtype == at::kFloat) {
+      r.input = f.grad_full;
+      r.input_is_grad = true;
+    } else {
+      r.input = pool_.acquire(at::kFloat, f.layout.padded_numel());
+      r.input.copy_(f.grad_full);
+      pool_.release(std::move(f.grad_full));
+    }
+    f.grad_full = at::Tensor();
+    if (n > 1) {
+      if (pre != 1.0) r.input.mul_(pre);
+      r.output = pool_.acquire(at::kFloat, f.layout.partition_size());
+      r.work = world_.reduce_scatter_tensor(r.output, r.input, comm::ReduceOp::kSum, /*async_op=*/true);
+    }
+    pending_.push_back(std::move(r));
+  }
+  unit.armed = false;
+  unit.reduced = true;
+  drain_reductions(kMaxPendingReductions);
+}
+
+void Stage3::drain_reductions(size_t keep) {
+  const int n = world_.size();
+  const double post = n == 1 ? 1.0 : options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
+  size_t done = 0;
+  while (pending_.size() - done > keep) {
+    PendingReduce& r = pending_[done++];
+    Flat& f = r.unit->flats[r.flat];
+    at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
+    if (n > 1) {
+      r.work.wait();
+      acc.add_(r.output, post);
+      pool_.release(std::move(r.output));
+    } else {
+      acc.add_(r.input.narrow(0, 0, f.layout.partition_size()));
+    }
+    pool_.release(std::move(r.input));
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void Stage3::begin_backward() {
+  in_backward_ = true;
+  arm_grads(*units_[root_]);
+  arm_grads(*units_[persistent_]);
+}
+
+void Stage3::finish_backward() {
+  // Units whose gradients were not all produced (unused parameters), then the root and persistent units, in unit
+  // order, which every rank shares.
+  for (auto& unit : units_)
+    if (unit->armed) reduce_grads(*unit);
+  drain_reductions(0);
+  in_backward_ = false;
+  for (auto& unit : units_) {
+    unit->running = false;
+    unit->reduced = false;
+    if (!unit->persistent) release(*unit);
+  }
+  coordinator_.end_pass();
+}
+
+void Stage3::zero_grads() {
+  for (auto& g : grads_) g.zero_();
+}
+
+void Stage3::publish() {
+  at::NoGradGuard no_grad;
+  if (options_.dtype != at::kFloat)
+    for (size_t g = 0; g < masters_.size(); ++g) lowp_[g].copy_(masters_[g]);
+  // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
+  Unit& persistent = *units_[persistent_];
+  for (auto& f : persistent.flats) {
+    at::Tensor mine = f.shard(*this);
+    if (world_.size() > 1) {
+      world_.all_gather_into_tensor(f.gathered, mine);
+    } else {
+      f.gathered.copy_(mine);
+    }
+  }
+}
+
+double Stage3::global_norm(const std::vector<at::Tensor>& grads) const {
+  double sq = 0.0;
+  for (const auto& g : grads) {
+    const double n = g.norm().item<double>();
+    sq += n * n;
+  }
+  if (world_.size() > 1) {
+    at::Tensor t = at::tensor({sq}, at::kDouble);
+    comm::ProcessGroup w = world_;
+    w.all_reduce(t, comm::ReduceOp::kSum);
+    sq = t.item<double>();
+  }
+  return std::sqrt(sq);
+}
+
+std::optional<std::pair<size_t, size_t>> Stage3::first_overflow(const std::vector<at::Tensor>& grads) const {
+  // Each rank finds its first bad parameter (in group order) among its partitions; a MIN all-reduce picks the
+  // first over all ranks.
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (const auto& unit : units_) {
+    for (const auto& f : unit->flats) {
+      at::Tensor part = grads[f.group].narrow(0, f.group_offset, f.layout.partition_size());
+      if (part.isfinite().all().item<bool>()) continue;
+      const int64_t begin = f.layout.begin(f.layout.rank());
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        const int64_t lo = std::max(begin, f.offsets[i]), hi = std::min(begin + part.numel(), f.offsets[i] + f.numels[i]);
+        if (lo >= hi) continue;
+        if (part.narrow(0, lo - begin, hi - lo).isfinite().all().item<bool>()) continue;
+        first = std::min(first, static_cast<int64_t>(f.group) * kGroupStride + static_cast<int64_t>(f.index_in_group[i]));
+      }
+    }
+  }
+  if (world_.size() > 1) {
+    at::Tensor t = at::tensor({first}, at::kLong);
+    comm::ProcessGroup w = world_;
+    w.all_reduce(t, comm::ReduceOp::kMin);
+    first = t.item<int64_t>();
+  }
+  if (first == std::numeric_limits<int64_t>::max()) return std::nullopt;
+  return std::make_pair(static_cast<size_t>(first / kGroupStride), static_cast<size_t>(first % kGroupStride));
+}
+
+}  // namespace deepspeed::zero

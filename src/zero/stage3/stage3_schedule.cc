@@ -1,0 +1,181 @@
+// Stage 3's step-time schedule: fetching units on demand or ahead of use, keeping them for reuse within the live
+// and reuse bounds, and releasing them (see stage3.h).
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "deepspeed/error.h"
+#include "zero/stage3/stage3.h"
+#include "zero/stage3/stage3_state.h"
+
+namespace deepspeed::zero {
+
+void Stage3::note_live(int64_t delta) {
+  stats_.live_elems += delta;
+  stats_.peak_live_elems = std::max(stats_.peak_live_elems, stats_.live_elems);
+}
+
+void Stage3::gather_async(Unit& unit, bool prefetch) {
+  if (unit.state != Unit::State::kReleased) return;
+  for (auto& f : unit.flats) {
+    f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
+    c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
+    st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
+    st->set_nbytes(f.gathered.nbytes());
+    at::Tensor mine = f.shard(*this);
+    if (world_.size() > 1) {
+      f.gather_work = world_.all_gather_into_tensor(f.gathered, mine, /*async_op=*/true);
+    } else {
+      f.gathered.copy_(mine);
+    }
+  }
+  unit.state = Unit::State::kInflight;
+  ++stats_.gathers;
+  if (prefetch) ++stats_.prefetches;
+  if (!unit.root && !unit.persistent) note_live(unit.numel);
+}
+
+void Stage3::wait_gathered(Unit& unit) {
+  if (unit.state != Unit::State::kInflight) return;
+  for (auto& f : unit.flats) {
+    f.gather_work.wait();
+    f.gather_work = comm::Work();
+    for (size_t i = 0; i < f.params.size(); ++i)
+      f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+  }
+  unit.state = Unit::State::kGathered;
+}
+
+void Stage3::release(Unit& unit) {
+  if (unit.state == Unit::State::kReleased || unit.persistent) return;
+  wait_gathered(unit);  // an in-flight gather must land before its buffer is reused
+  for (auto& f : unit.flats) {
+    for (auto& p : f.params) p.set_data(at::empty({0}, f.full.options()));
+    c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
+    st->set_data_ptr_noswap(c10::DataPtr(nullptr, f.full.device()));
+    st->set_nbytes(0);
+    pool_.release(std::move(f.gathered));
+    f.gathered = at::Tensor();
+  }
+  unit.state = Unit::State::kReleased;
+  if (!unit.root) note_live(-unit.numel);
+}
+
+// Elements of other units the coordinator predicts will be fetched before `unit` is needed again, or -1 when it is
+// not predicted to come back in this pass.
+bool Stage3::keep_for_reuse(const Unit& unit) const {
+  if (!coordinator_.following()) return false;
+  int64_t between = 0;
+  for (int id : coordinator_.upcoming(std::numeric_limits<size_t>::max())) {
+    if (id == unit.id) return between < options_.max_reuse_distance && stats_.live_elems <= options_.max_live_elems;
+    between += units_[id]->numel;
+  }
+  return false;
+}
+
+// Releases idle gathered units (kept for reuse or prefetched too early) until `elems` more fit under
+// stage3_max_live_parameters. A unit that alone exceeds the bound is still gathered: it must run.
+void Stage3::make_room(int64_t elems, const Unit& wanted) {
+  for (auto& u : units_) {
+    if (stats_.live_elems + elems <= options_.max_live_elems) return;
+    if (u.get() == &wanted || u->root || u->persistent || u->running) continue;
+    if (u->state != Unit::State::kReleased) release(*u);
+  }
+}
+
+void Stage3::prefetch_after(const Unit& unit) {
+  if (options_.prefetch_bucket_elems <= 0 || !coordinator_.following()) return;
+  int64_t issued = 0;
+  for (int id : coordinator_.upcoming(units_.size() * 2)) {
+    Unit& next = *units_[id];
+    if (next.id == unit.id || next.state != Unit::State::kReleased) continue;
+    if (issued + next.numel > options_.prefetch_bucket_elems) break;
+    if (stats_.live_elems + next.numel > options_.max_live_elems) break;
+    gather_async(next, /*prefetch=*/true);
+    issued += next.numel;
+  }
+}
+
+void Stage3::fetch(Unit& unit) {
+  coordinator_.on_fetch(unit.id);
+  if (unit.state == Unit::State::kReleased) {
+    make_room(unit.numel, unit);
+    gather_async(unit, /*prefetch=*/false);
+  }
+  // Issue the next gathers before waiting, so they travel while this unit computes.
+  prefetch_after(unit);
+  wait_gathered(unit);
+}
+
+void Stage3::begin_forward() {
+  coordinator_.begin_pass();
+  Unit& root = *units_[root_];
+  if (root.state == Unit::State::kReleased) gather_async(root, /*prefetch=*/false);
+  wait_gathered(root);
+}
+
+void Stage3::end_forward() {
+  // Without a backward to follow (evaluation, or no grad), nothing needs the root until the next forward.
+  if (!at::GradMode::is_enabled()) {
+    for (auto& u : units_)
+      if (!u->persistent) release(*u);
+    coordinator_.end_pass();
+  }
+}
+
+void Stage3::unit_pre_forward(int id) {
+  Unit& unit = *units_.at(id);
+  unit.running = true;
+  fetch(unit);
+}
+
+at::Tensor Stage3::unit_post_forward(int id, const at::Tensor& output) {
+  Unit& unit = *units_.at(id);
+  unit.running = false;
+  const bool backward_follows = at::GradMode::is_enabled() && output.requires_grad();
+  if (!backward_follows || !keep_for_reuse(unit)) release(unit);
+  return backward_follows ? attach_pre_backward(output, id) : output;
+}
+
+void Stage3::unit_pre_backward(int id) {
+  Unit& unit = *units_.at(id);
+  if (unit.armed) return;  // several outputs of one unit each carry the hook
+  unit.running = true;
+  fetch(unit);
+  arm_grads(unit);
+}
+
+std::vector<int> Stage3::gather_for_access(const std::vector<at::Tensor>& params) {
+  std::vector<int> ids;
+  for (auto& unit : units_) {
+    bool hit = false;
+    for (const auto& f : unit->flats)
+      for (const auto& p : f.params)
+        for (const auto& q : params) hit = hit || p.is_same(q);
+    if (!hit) continue;
+    ids.push_back(unit->id);
+    if (unit->state == Unit::State::kReleased) gather_async(*unit, /*prefetch=*/false);
+  }
+  for (int id : ids) wait_gathered(*units_[id]);
+  return ids;
+}
+
+void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
+  at::NoGradGuard no_grad;
+  for (int id : ids) {
+    Unit& unit = *units_[id];
+    if (modifier_rank >= 0) {
+      for (auto& f : unit.flats) {
+        if (world_.size() > 1) world_.broadcast(f.full, modifier_rank);
+        at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+        masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
+        if (options_.dtype != at::kFloat) f.shard(*this).copy_(mine);
+      }
+    }
+    if (!unit.persistent) release(unit);
+  }
+}
+
+}  // namespace deepspeed::zero

@@ -1,0 +1,59 @@
+// Stage 3's per-unit bookkeeping (see stage3.h), shared by the files that implement Stage3.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "zero/partition.h"
+#include "zero/stage3/stage3.h"
+
+namespace deepspeed::zero {
+
+// The parameters of one unit that belong to one parameter group, as one partitioned flat buffer.
+struct Stage3::Flat {
+  size_t group = 0;
+  std::vector<at::Tensor> params;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> offsets, numels;
+  std::vector<size_t> index_in_group;
+  PartitionLayout layout;
+  int64_t group_offset = 0;  // where this rank's partition starts in the group's buffers
+  at::Tensor full;           // model dtype, padded; its storage points at `gathered` or at nothing
+  at::Tensor gathered;       // the pool buffer behind `full` while gathered
+  at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
+  comm::Work gather_work;
+
+  at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
+};
+
+struct Stage3::Unit {
+  enum class State { kReleased, kInflight, kGathered };
+  int id = 0;
+  std::string name;
+  bool root = false;
+  bool persistent = false;
+  std::vector<Flat> flats;
+  int64_t numel = 0;  // padded elements gathered when whole
+  State state = State::kReleased;
+  bool running = false;  // inside its forward, or armed for its backward and not yet reduced
+  bool armed = false;
+  bool reduced = false;
+  int pending_grads = 0;
+  int num_params = 0;
+  std::shared_ptr<UnitBase> module;  // null for the root and persistent units
+};
+
+struct Stage3::PendingReduce {
+  Unit* unit = nullptr;
+  size_t flat = 0;
+  comm::Work work;
+  at::Tensor input;   // pool buffer the collective reads
+  at::Tensor output;  // pool buffer with this rank's reduced partition
+  bool input_is_grad = false;
+};
+
+}  // namespace deepspeed::zero

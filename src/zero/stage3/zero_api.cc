@@ -1,0 +1,129 @@
+// The public side of include/deepspeed/zero.h: unit wrappers' adoption of the wrapped module, unit discovery,
+// zero::Init and GatheredParameters (which find the stage-3 runtime or construction-time partition that owns a
+// parameter through the registry below).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "deepspeed/error.h"
+#include "deepspeed/zero.h"
+#include "zero/stage3/construction_shard.h"
+#include "zero/stage3/stage3.h"
+
+namespace deepspeed::zero {
+namespace {
+
+thread_local bool g_init_active = false;
+
+std::mutex g_registry_mutex;
+std::vector<Stage3*>& live_stages() {
+  static std::vector<Stage3*> stages;
+  return stages;
+}
+
+}  // namespace
+
+void register_stage3(Stage3* stage) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  live_stages().push_back(stage);
+}
+
+void unregister_stage3(Stage3* stage) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  auto& v = live_stages();
+  v.erase(std::remove(v.begin(), v.end(), stage), v.end());
+}
+
+void UnitBase::adopt(const std::shared_ptr<torch::nn::Module>& inner) {
+  DS_CHECK(inner != nullptr, "zero::shard: module is null");
+  for (const auto& item : inner->named_parameters(/*recurse=*/false)) register_parameter(item.key(), item.value());
+  for (const auto& item : inner->named_buffers(/*recurse=*/false)) register_buffer(item.key(), item.value());
+  for (const auto& item : inner->named_children()) register_module(item.key(), item.value());
+}
+
+std::vector<std::shared_ptr<UnitBase>> find_units(const std::shared_ptr<torch::nn::Module>& module) {
+  std::vector<std::shared_ptr<UnitBase>> units;
+  if (auto self = std::dynamic_pointer_cast<UnitBase>(module)) units.push_back(self);
+  for (const auto& m : module->modules(/*include_self=*/false))
+    if (auto u = std::dynamic_pointer_cast<UnitBase>(m)) units.push_back(u);
+  return units;
+}
+
+void partition_at_construction(UnitBase& unit) {
+  if (g_init_active) ConstructionShard::partition(unit);
+}
+
+void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& module) {
+  for (const auto& unit : find_units(module)) {
+    if (auto* cs = dynamic_cast<ConstructionShard*>(unit->hooks().get())) {
+      cs->materialize();
+      unit->set_hooks(nullptr);
+    }
+  }
+}
+
+Init::Init(const Config& config) : Init(config.zero.stage == 3) {}
+
+Init::Init(bool enabled) : enabled_(enabled), previous_(g_init_active) {
+  if (enabled_ && !comm::is_initialized()) comm::init_distributed();
+  g_init_active = enabled_;
+}
+
+Init::~Init() { g_init_active = previous_; }
+
+class GatheredParameters::Impl {
+ public:
+  std::vector<at::Tensor> params;
+  int modifier_rank = -1;
+  std::vector<std::pair<Stage3*, std::vector<int>>> gathered;
+  std::vector<ConstructionShard*> shards;
+};
+
+GatheredParameters::GatheredParameters(const std::vector<at::Tensor>& params, int modifier_rank, bool enabled)
+    : impl_(std::make_unique<Impl>()) {
+  if (!enabled) return;
+  DS_CHECK(modifier_rank >= -1, "GatheredParameters: modifier_rank must be >= 0 (or -1 for none), got ",
+           modifier_rank);
+  impl_->params = params;
+  impl_->modifier_rank = modifier_rank;
+  std::vector<Stage3*> stages;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    stages = live_stages();
+  }
+  for (Stage3* s : stages) {
+    std::vector<int> ids = s->gather_for_access(params);
+    if (!ids.empty()) impl_->gathered.push_back({s, std::move(ids)});
+  }
+}
+
+GatheredParameters::GatheredParameters(const torch::nn::Module& module, int modifier_rank, bool enabled)
+    : impl_(std::make_unique<Impl>()) {
+  if (!enabled) return;
+  std::vector<at::Tensor> params = module.parameters(/*recurse=*/true);
+  // Units partitioned at construction (no engine yet) are found through the module tree itself.
+  std::vector<std::shared_ptr<torch::nn::Module>> tree = module.modules(/*include_self=*/false);
+  std::vector<UnitBase*> units;
+  if (auto* self = dynamic_cast<const UnitBase*>(&module)) units.push_back(const_cast<UnitBase*>(self));
+  for (const auto& m : tree)
+    if (auto* u = dynamic_cast<UnitBase*>(m.get())) units.push_back(u);
+  for (UnitBase* u : units) {
+    if (auto* cs = dynamic_cast<ConstructionShard*>(u->hooks().get())) {
+      cs->gather();
+      impl_->shards.push_back(cs);
+    }
+  }
+  GatheredParameters inner(params, modifier_rank, enabled);
+  std::swap(impl_->gathered, inner.impl_->gathered);
+  impl_->params = std::move(params);
+  impl_->modifier_rank = modifier_rank;
+}
+
+GatheredParameters::~GatheredParameters() noexcept(false) {
+  if (!impl_) return;
+  for (auto& [stage, ids] : impl_->gathered) stage->end_access(ids, impl_->modifier_rank);
+  for (ConstructionShard* cs : impl_->shards) cs->scatter(impl_->modifier_rank);
+}
+
+}  // namespace deepspeed::zero
