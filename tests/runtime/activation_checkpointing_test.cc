@@ -3,7 +3,6 @@
 // bit-identical (same ops on the same values in the same order, with the RNG replayed), and the
 // memory claims are checked through a counting CPU allocator and checkpointing's own accounting.
 #include <ATen/ATen.h>
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "counting_allocator.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/config.h"
 #include "deepspeed/error.h"
@@ -117,57 +117,6 @@ void expect_identical(const Outcome& plain, const Outcome& ck) {
   // follows.
   EXPECT_TRUE(at::equal(plain.rng_after, ck.rng_after));
 }
-
-// Counts the bytes live in CPU allocations while installed, delegating to the allocator it
-// replaced. Some kernels use the raw interface (context == data), so each block carries a small
-// header in front of the data.
-class CountingAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t n) const override {
-    auto* block = static_cast<uint8_t*>(base_->raw_allocate(n + kHeader));
-    auto* header = reinterpret_cast<Header*>(block);
-    header->bytes = static_cast<int64_t>(n);
-    header->owner = this;
-    header->base_deleter = base_->raw_deleter();
-    live_ += header->bytes;
-    void* data = block + kHeader;
-    return {data, data, &CountingAllocator::release, c10::Device(c10::kCPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
-  // LibTorch 2.x's Allocator asks for this; 1.13 does not know it.
-  void copy_data(void* dest, const void* src, std::size_t count) const {
-    std::memcpy(dest, src, count);
-  }
-
-  int64_t live() const { return live_.load(); }
-
-  // Installs the counter for the scope of the guard.
-  struct Scope {
-    explicit Scope(CountingAllocator* a) : counting(a) {
-      counting->base_ = c10::GetCPUAllocator();
-      c10::SetCPUAllocator(counting, kPriority);
-    }
-    ~Scope() { c10::SetCPUAllocator(counting->base_, kPriority); }
-    CountingAllocator* counting;
-  };
-
- private:
-  static constexpr uint8_t kPriority = 100;
-  static constexpr size_t kHeader = 64;  // keeps the data as aligned as the block
-  struct Header {
-    int64_t bytes;
-    const CountingAllocator* owner;
-    c10::DeleterFnPtr base_deleter;
-  };
-  static void release(void* data) {
-    uint8_t* block = static_cast<uint8_t*>(data) - kHeader;
-    auto* header = reinterpret_cast<Header*>(block);
-    header->owner->live_ -= header->bytes;
-    header->base_deleter(block);
-  }
-  c10::Allocator* base_ = nullptr;
-  mutable std::atomic<int64_t> live_{0};
-};
 
 class ActivationCheckpointingTest : public ::testing::Test {
  protected:

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "deepspeed/error.h"
 
 namespace deepspeed::zero {
@@ -25,13 +27,19 @@ void ConstructionShard::partition(UnitBase& unit) {
     total = (total + p.numel() + kPartitionAlign - 1) / kPartitionAlign * kPartitionAlign;
   }
   cs->layout_ = PartitionLayout(total, cs->world_.size(), cs->world_.rank());
+  // Parameter by parameter, so nothing but the freshly built unit and this rank's partition is ever alive: take
+  // rank 0's values, copy the part of the flat this rank owns, free the parameter.
   at::NoGradGuard no_grad;
-  cs->full_ = at::zeros({cs->layout_.padded_numel()}, at::TensorOptions().dtype(dtype));
-  for (size_t i = 0; i < cs->params_.size(); ++i)
-    cs->full_.narrow(0, cs->offsets_[i], cs->numels_[i]).copy_(cs->params_[i].reshape({-1}));
-  if (cs->world_.size() > 1) cs->world_.broadcast(cs->full_, /*src=*/0);
+  cs->shard_ = at::zeros({cs->layout_.partition_size()}, at::TensorOptions().dtype(dtype));
+  const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
+  for (size_t i = 0; i < cs->params_.size(); ++i) {
+    at::Tensor p = cs->params_[i].detach().contiguous();
+    if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/0);
+    const int64_t lo = std::max(begin, cs->offsets_[i]), hi = std::min(end, cs->offsets_[i] + cs->numels_[i]);
+    if (lo < hi) cs->shard_.narrow(0, lo - begin, hi - lo).copy_(p.reshape({-1}).narrow(0, lo - cs->offsets_[i], hi - lo));
+    cs->params_[i].set_data(at::empty({0}, p.options()));
+  }
   unit.set_hooks(cs);
-  cs->scatter(-1);
 }
 
 int64_t ConstructionShard::numel_of(const at::Tensor& param) const {
