@@ -1,11 +1,12 @@
-// Per-rank peak resident memory and step time of ZeRO stages 0, 1 and 2 in fp32 and bf16, beside
-// the memory estimator's per-rank model-state figure, for the reference GPT at 2 ranks. One run of
+// Per-rank peak resident memory and step time of ZeRO stages 0-3 in fp32 and bf16 (stage 3 also
+// with prefetch off), beside the memory estimator, for the reference GPT at 2 ranks, and the bytes
+// each rank sends per step at stages 2 and 3 (comms logger) vs the ZeRO paper's 2Ψ / 3Ψ. One run of
 //
 //   bench/zero/run_zero_stages.sh [build/bin] [--steps N --warmup W ...]
 //
 // prints one side-by-side table. The script runs this driver through the launcher once per
 // configuration for memory (`--only 2,bf16 --rows rows.tsv`: rank 0 appends one row), once with
-// `--interleave` for time (all six engines in one process, timed in alternating blocks, so the
+// `--interleave` for time (all ten engines in one process, timed in alternating blocks, so the
 // drift of this shared machine hits all alike), then `bench_zero_stages --report rows.tsv` prints
 // the table (zero_stages_report.h).
 //
@@ -33,17 +34,19 @@
 #include <exception>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
+#include "deepspeed/zero.h"
 #include "deepspeed/zero/memory_estimator.h"
 #include "gpt.h"
-#include "bench_util.h"
 #include "zero_stages_report.h"
 
 namespace {
@@ -63,7 +66,7 @@ struct Args {
   std::string only;         // "stage,precision", e.g. "2,bf16": measure that configuration
   std::string rows;         // TSV file rank 0 appends its row to
   std::string report;       // TSV file to print the table from (no distributed run)
-  bool interleave = false;  // time all six configurations in one process, alternating blocks
+  bool interleave = false;  // time all ten configurations in one process, alternating blocks
   int64_t block = 2;        // steps per configuration per block with --interleave
   int64_t steps = 10;
   int64_t warmup = 2;
@@ -73,12 +76,14 @@ struct Args {
   // allgather_bucket_size: chunked, since Gloo has no flat all-gather and a one-shot gather of the
   // whole partition costs world x partition of temporaries (fp32 stage 2: +26 MiB peak RSS here).
   int64_t allgather_bucket = 2000000;
+  // Stage 3: small persistence threshold and no reuse window, so every block is released after use
+  // and the partitioning's memory saving shows in resident memory.
+  int64_t persistence = 1000;  // stage3_param_persistence_threshold (elements)
+  int64_t comm_steps = 2;      // steps of the comms-logger window (after the timed steps)
   double lr = 1e-3;
   deepspeed::bench::ReportOptions report_options;
   deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
-
 };
-
 
 double rss_bytes() {
   return static_cast<double>(
@@ -99,8 +104,23 @@ dz::Precision parse_precision(const std::string& name) {
   return dz::Precision::kFp32;
 }
 
-std::string engine_config_json(const Args& args, int stage, const std::string& precision) {
-  char buf[1024];
+// One configuration: stage 3 also runs with prefetch off (stage3_prefetch_bucket_size 0).
+struct ConfigKey {
+  int stage;
+  std::string precision;
+  bool prefetch;
+};
+
+std::string engine_config_json(const Args& args, int stage, const std::string& precision,
+                               bool prefetch = true) {
+  char stage3[256] = "";
+  if (stage == 3)
+    std::snprintf(stage3, sizeof(stage3),
+                  R"(, "stage3_param_persistence_threshold": %lld,
+                          "stage3_max_reuse_distance": 0%s)",
+                  static_cast<long long>(args.persistence),
+                  prefetch ? "" : R"(, "stage3_prefetch_bucket_size": 0)");
+  char buf[1536];
   std::snprintf(buf, sizeof(buf), R"({
     "train_micro_batch_size_per_gpu": %lld,
     "gradient_accumulation_steps": 1,
@@ -109,12 +129,82 @@ std::string engine_config_json(const Args& args, int stage, const std::string& p
                                               "weight_decay": 0.01}},
     "bf16": {"enabled": %s},
     "zero_optimization": {"stage": %d, "overlap_comm": true, "reduce_scatter": true,
-                          "reduce_bucket_size": %lld, "allgather_bucket_size": %lld}
+                          "reduce_bucket_size": %lld, "allgather_bucket_size": %lld%s}
   })",
                 static_cast<long long>(args.micro), args.lr, precision == "bf16" ? "true" : "false",
                 stage, static_cast<long long>(args.bucket),
-                static_cast<long long>(args.allgather_bucket));
+                static_cast<long long>(args.allgather_bucket), stage3);
   return buf;
+}
+
+// The engine of one configuration. Stage 3 builds the GPT with each block a unit inside a
+// zero::Init scope (each block partitioned as soon as it is built, as DeepSpeed's zero.Init does).
+deepspeed::Engine build_engine(const Args& args, const ConfigKey& key) {
+  at::manual_seed(static_cast<uint64_t>(args.seed));
+  auto config = deepspeed::Config::from_string(
+      engine_config_json(args, key.stage, key.precision, key.prefetch));
+  if (key.stage != 3) {
+    deepspeed::models::GPT model(args.model);
+    return deepspeed::initialize(model, config);
+  }
+  deepspeed::models::GPTConfig cfg = args.model;
+  cfg.shard_blocks = true;
+  std::optional<deepspeed::models::GPT> model;
+  {
+    dz::Init init(config);
+    model.emplace(cfg);
+  }
+  return deepspeed::initialize(*model, config);
+}
+
+// Bytes this rank sends per step, from the comms logger over a short window of `steps` steps (the
+// logger is on only here, so it does not perturb the timed steps). The logger reports every
+// collective with the full (world-sized) buffer as its message size; what leaves one rank is, on
+// average over the ranks, (n-1)/n of it (ring all-gather / reduce-scatter, or the n-1 peers'
+// shares; a reduce's non-root ranks send their buffer, the root none), and 2(n-1)/n for an
+// all-reduce. `zero_part` gets the all-gather + reduce-scatter + reduce part: what the ZeRO paper's
+// 2Ψ / 3Ψ count (parameter gathers and gradient reduction to the owners); `ops` a per-op summary.
+double sent_bytes_per_step(deepspeed::Engine& engine, int64_t steps,
+                           const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& ys,
+                           int64_t* step, double* zero_part, std::string* ops) {
+  dc::CommsLoggerOptions on;
+  on.enabled = true;
+  dc::barrier();
+  dc::configure_comms_logger(on);
+  dc::reset_comms_logger();
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t i = (*step)++ % static_cast<int64_t>(xs.size());
+    at::Tensor loss = engine.forward(xs[i], ys[i]);
+    engine.backward(loss);
+    engine.step();
+  }
+  std::vector<dc::CommsStat> stats = dc::comms_stats();
+  dc::configure_comms_logger(dc::CommsLoggerOptions{});
+  dc::reset_comms_logger();
+  const double n = dc::get_world_size();
+  const double per_step = 1.0 / static_cast<double>(steps);
+  std::map<std::string, std::pair<double, double>> by_op;  // op -> (sent bytes, calls) per step
+  double total = 0.0, zero = 0.0;
+  for (const auto& st : stats) {
+    const bool all_reduce = st.op.rfind("all_reduce", 0) == 0;
+    const bool partition = st.op.rfind("all_gather", 0) == 0 ||
+                           st.op.rfind("reduce_scatter", 0) == 0 || st.op.rfind("reduce", 0) == 0;
+    const double sent = static_cast<double>(st.msg_bytes) * static_cast<double>(st.count) *
+                        (all_reduce ? 2.0 : 1.0) * (n - 1) / n * per_step;
+    total += sent;
+    if (partition && !all_reduce) zero += sent;
+    by_op[st.op].first += sent;
+    by_op[st.op].second += static_cast<double>(st.count) * per_step;
+  }
+  ops->clear();
+  for (const auto& [op, v] : by_op) {
+    char item[128];
+    std::snprintf(item, sizeof(item), "%s%s %.2f MiB in %.0f", ops->empty() ? "" : ", ", op.c_str(),
+                  v.first / kMiB, v.second);
+    *ops += item;
+  }
+  *zero_part = zero;
+  return total;
 }
 
 // Random token batches, different per rank, the same for every configuration.
@@ -129,12 +219,13 @@ void make_batches(const Args& args, int rank, std::vector<at::Tensor>* xs,
   }
 }
 
-const std::vector<std::pair<int, std::string>> kConfigs = {{0, "fp32"}, {1, "fp32"}, {2, "fp32"},
-                                                           {0, "bf16"}, {1, "bf16"}, {2, "bf16"}};
+const std::vector<ConfigKey> kConfigs = {
+    {0, "fp32", true}, {1, "fp32", true}, {2, "fp32", true}, {3, "fp32", true}, {3, "fp32", false},
+    {0, "bf16", true}, {1, "bf16", true}, {2, "bf16", true}, {3, "bf16", true}, {3, "bf16", false}};
 
-// Step times of all six configurations in ONE process, in alternating blocks of --block steps
+// Step times of all ten configurations in ONE process, in alternating blocks of --block steps
 // (config 1, 2, ..., 6, 1, 2, ...), so the drift of this shared machine hits all of them alike
-// and the ratios are read off the same minutes. No memory figures: six engines are alive at once.
+// and the ratios are read off the same minutes. No memory figures: ten engines are alive at once.
 std::vector<Row> measure_interleaved(const Args& args) {
   dc::init_distributed();
   const int rank = dc::get_rank();
@@ -142,12 +233,7 @@ std::vector<Row> measure_interleaved(const Args& args) {
   std::vector<at::Tensor> xs, ys;
   make_batches(args, rank, &xs, &ys);
   std::vector<deepspeed::Engine> engines;
-  for (const auto& c : kConfigs) {
-    at::manual_seed(static_cast<uint64_t>(args.seed));
-    deepspeed::models::GPT model(args.model);
-    engines.push_back(deepspeed::initialize(
-        model, deepspeed::Config::from_string(engine_config_json(args, c.first, c.second))));
-  }
+  for (const auto& c : kConfigs) engines.push_back(build_engine(args, c));
   const size_t n = kConfigs.size();
   std::vector<std::vector<double>> total(n), fwd(n), bwd(n), stp(n);
   std::vector<double> last_loss(n, 0.0);
@@ -177,12 +263,30 @@ std::vector<Row> measure_interleaved(const Args& args) {
   for (int64_t done = 0; done < args.steps; done += args.block)
     for (size_t c = 0; c < n; ++c)
       for (int64_t k = 0; k < std::min(args.block, args.steps - done); ++k) run_step(c, true);
+  // Stage 3 counters over the timed steps (gathers per step), before the comms window.
+  std::vector<deepspeed::zero::Stage3Stats> s3(n);
+  for (size_t c = 0; c < n; ++c)
+    if (kConfigs[c].stage == 3) s3[c] = engines[c].stage3_stats();
+  // Bytes sent per step, stages 2 and 3 only, after all timing.
+  std::vector<double> sent(n, 0.0), agrs(n, 0.0);
+  std::vector<std::string> ops(n);
+  for (size_t c = 0; c < n; ++c)
+    if (kConfigs[c].stage >= 2 && args.comm_steps > 0)
+      sent[c] =
+          sent_bytes_per_step(engines[c], args.comm_steps, xs, ys, &step[c], &agrs[c], &ops[c]);
   std::vector<Row> rows;
   for (size_t c = 0; c < n; ++c) {
     for (auto* v : {&total[c], &fwd[c], &bwd[c], &stp[c]}) max_over_ranks(*v);
+    std::vector<double> bytes = {sent[c], agrs[c]};
+    max_over_ranks(bytes);
     Row row;
-    row.stage = kConfigs[c].first;
-    row.precision = kConfigs[c].second;
+    row.stage = kConfigs[c].stage;
+    row.precision = kConfigs[c].precision;
+    row.prefetch = kConfigs[c].prefetch ? 1 : 0;
+    row.sent_mib = bytes[0] / kMiB;
+    row.agrs_mib = bytes[1] / kMiB;
+    row.psi_mib = static_cast<double>(args.model.num_parameters()) *
+                  (row.precision == "bf16" ? 2.0 : 4.0) / kMiB;
     row.world = world;
     row.tokens_per_step = static_cast<int64_t>(world) * args.micro * args.model.seq_len;
     row.median_s = median(total[c]);
@@ -195,8 +299,20 @@ std::vector<Row> measure_interleaved(const Args& args) {
     row.interleaved = 1;
     rows.push_back(row);
     if (rank == 0)
-      std::printf("interleaved stage %d %s: median %.4f s, best %.4f s, last loss %.4f\n",
-                  row.stage, row.precision.c_str(), row.median_s, row.min_s, row.loss);
+      std::printf(
+          "interleaved stage %d %s%s: median %.4f s, best %.4f s, last loss %.4f, sent %.1f "
+          "MiB/step (all-gather + reduce-scatter + reduce %.1f)",
+          row.stage, row.precision.c_str(), row.prefetch ? "" : " no-prefetch", row.median_s,
+          row.min_s, row.loss, row.sent_mib, row.agrs_mib);
+    if (rank == 0 && row.stage == 3) {
+      const double steps_run = static_cast<double>(args.warmup + args.steps);
+      std::printf(
+          ", %.1f gathers/step (%.1f prefetched), peak live %.2fM elems, pool peak %.1f MiB",
+          s3[c].gathers / steps_run, s3[c].prefetches / steps_run, s3[c].peak_live_elems / 1e6,
+          s3[c].pool_peak_bytes / kMiB);
+    }
+    if (rank == 0 && !ops[c].empty()) std::printf("; sent per step: %s", ops[c].c_str());
+    if (rank == 0) std::printf("\n");
   }
   std::fflush(stdout);
   dc::barrier();
@@ -204,7 +320,9 @@ std::vector<Row> measure_interleaved(const Args& args) {
 }
 
 // Measures one configuration in this process (all ranks); returns the row (complete on rank 0).
-Row measure(const Args& args, int stage, const std::string& precision) {
+Row measure(const Args& args, const ConfigKey& key) {
+  const int stage = key.stage;
+  const std::string& precision = key.precision;
   dc::init_distributed();
   const int rank = dc::get_rank();
   const int world = dc::get_world_size();
@@ -222,20 +340,27 @@ Row measure(const Args& args, int stage, const std::string& precision) {
   Row row;
   row.stage = stage;
   row.precision = precision;
+  row.prefetch = key.prefetch ? 1 : 0;
   row.world = world;
   row.tokens_per_step = static_cast<int64_t>(world) * args.micro * cfg.seq_len;
   std::vector<double> total, fwd, bwd, stp;
   double sampled_peak = 0.0, hwm_peak = 0.0, states = 0.0;
-  int64_t flat_elems = 0;
+  int64_t flat_elems = 0, largest_unit = 0;
   bool hwm_reset = false;
   {
-    at::manual_seed(static_cast<uint64_t>(args.seed));
-    deepspeed::models::GPT model(cfg);
-    auto engine = deepspeed::initialize(
-        model, deepspeed::Config::from_string(engine_config_json(args, stage, precision)));
+    auto engine = build_engine(args, key);
     std::vector<int64_t> numels;
     for (const auto& p : engine.parameters()) numels.push_back(p.numel());
     flat_elems = dz::flat_numel(numels);
+    // At stage 3 a released unit's parameters hold no elements between uses; Ψ is the model's.
+    if (stage == 3) flat_elems = cfg.num_parameters();
+    // Stage 3's gathered working set: the largest block, or the root unit (embeddings, head, final
+    // norm: everything outside the blocks, gathered for the whole step) when larger.
+    deepspeed::models::GPTConfig no_blocks = cfg;
+    no_blocks.layers = 0;
+    const int64_t root = no_blocks.num_parameters();
+    const int64_t per_block = (cfg.num_parameters() - root) / std::max<int64_t>(cfg.layers, 1);
+    largest_unit = std::max(root, per_block);
 
     auto& acc = deepspeed::accelerator::get_accelerator();
     auto run_step = [&](int64_t i, bool timed) {
@@ -289,19 +414,20 @@ Row measure(const Args& args, int stage, const std::string& precision) {
   row.peak_mib = mem[1] / kMiB;
   row.states_mib = mem[2] / kMiB;
   row.hwm_reset = mem[3] > 0.0 ? 0 : 1;
-  auto est = dz::estimate_model_states_mem_needs(flat_elems, world, stage, prec,
-                                                 dz::OffloadTarget::kNone, dz::OffloadTarget::kNone,
-                                                 0, stage == 2 ? args.bucket : 0);
+  auto est = dz::estimate_model_states_mem_needs(
+      flat_elems, world, stage, prec, dz::OffloadTarget::kNone, dz::OffloadTarget::kNone,
+      stage == 3 ? largest_unit : 0, stage == 2 ? args.bucket : 0);
   row.estimate_mib = static_cast<double>(est.total()) / kMiB;
   row.load1 = load_average_1min();
   if (rank == 0) {
     std::printf(
-        "stage %d %s: %lld parameters (flat %lld), %d ranks, %d intra-op thread(s) per rank, "
+        "stage %d %s%s: %lld parameters (flat %lld), %d ranks, %d intra-op thread(s) per rank, "
         "median %.4f s,"
         " peak RSS %.1f MiB over a %.1f MiB baseline, model states %.1f MiB, load %.2f\n",
-        stage, precision.c_str(), static_cast<long long>(cfg.num_parameters()),
-        static_cast<long long>(flat_elems), world, at::get_num_threads(), row.median_s,
-        row.peak_mib, row.baseline_mib, row.states_mib, row.load1);
+        stage, precision.c_str(), key.prefetch ? "" : " no-prefetch",
+        static_cast<long long>(cfg.num_parameters()), static_cast<long long>(flat_elems), world,
+        at::get_num_threads(), row.median_s, row.peak_mib, row.baseline_mib, row.states_mib,
+        row.load1);
     std::fflush(stdout);
   }
   dc::barrier();
@@ -326,14 +452,20 @@ int run(const Args& args) {
   }
   DS_CHECK(!args.only.empty(),
            "pass --only stage,precision (e.g. --only 2,bf16) or --report rows.tsv; "
-           "bench/zero/run_zero_stages.sh runs all six configurations");
-  const auto comma = args.only.find(',');
-  DS_CHECK(comma != std::string::npos, "--only: expected stage,precision (e.g. 2,bf16), got '",
+           "bench/zero/run_zero_stages.sh runs all ten configurations");
+  // stage,precision[,noprefetch]
+  std::vector<std::string> parts;
+  std::stringstream only(args.only);
+  for (std::string part; std::getline(only, part, ',');) parts.push_back(part);
+  DS_CHECK(parts.size() == 2 || (parts.size() == 3 && parts[2] == "noprefetch"),
+           "--only: expected stage,precision[,noprefetch] (e.g. 3,bf16,noprefetch), got '",
            args.only, "'");
-  const std::string stage_text = args.only.substr(0, comma);
-  DS_CHECK(stage_text == "0" || stage_text == "1" || stage_text == "2",
-           "--only: stage must be 0, 1 or 2, got '", stage_text, "'");
-  Row row = measure(args, std::stoi(stage_text), args.only.substr(comma + 1));
+  DS_CHECK(parts[0] == "0" || parts[0] == "1" || parts[0] == "2" || parts[0] == "3",
+           "--only: stage must be 0, 1, 2 or 3, got '", parts[0], "'");
+  DS_CHECK(parts.size() == 2 || parts[0] == "3",
+           "--only: noprefetch applies to stage 3 only, got '", args.only, "'");
+  parse_precision(parts[1]);
+  Row row = measure(args, ConfigKey{std::stoi(parts[0]), parts[1], parts.size() == 2});
   if (dc::get_rank() == 0 && !args.rows.empty()) {
     std::ofstream out(args.rows, std::ios::app);
     DS_CHECK(static_cast<bool>(out), "--rows: cannot append to '", args.rows, "'");
@@ -349,17 +481,19 @@ int run(const Args& args) {
 int main(int argc, char** argv) {
   Args args;
   CLI::App app{
-      "ZeRO stages 0/1/2 x fp32/bf16: per-rank peak resident memory and step time beside the "
+      "ZeRO stages 0/1/2/3 x fp32/bf16: per-rank peak resident memory and step time beside the "
       "estimator"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--only", args.only,
-                 "configuration to measure: stage,precision (0|1|2, fp32|bf16)");
+  app.add_option(
+      "--only", args.only,
+      "configuration to measure: stage,precision[,noprefetch] (0|1|2|3, fp32|bf16; noprefetch: "
+      "stage 3 with stage3_prefetch_bucket_size 0)");
   app.add_option("--rows", args.rows, "TSV file rank 0 appends the measured row to");
   app.add_option("--report", args.report,
                  "print the side-by-side table from this TSV file and exit");
   app.add_flag(
       "--interleave", args.interleave,
-      "time all six configurations in one process in alternating blocks (no memory figures)");
+      "time all ten configurations in one process in alternating blocks (no memory figures)");
   app.add_option("--block", args.block, "steps per configuration per block with --interleave")
       ->check(CLI::PositiveNumber);
   app.add_option("--steps", args.steps, "timed steps")->check(CLI::PositiveNumber);
@@ -371,6 +505,12 @@ int main(int argc, char** argv) {
   app.add_option("--allgather_bucket", args.allgather_bucket, "allgather_bucket_size (elements)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", args.lr, "AdamW learning rate");
+  app.add_option("--persistence", args.persistence,
+                 "stage3_param_persistence_threshold (elements) of the stage 3 configurations")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--comm_steps", args.comm_steps,
+                 "steps of the comms-logger window after the timed steps (--interleave; 0: none)")
+      ->check(CLI::NonNegativeNumber);
   // The allowance is what stage 2 may hold beyond its model states: activations saved for backward
   // at micro 8 x seq 128 (the [8,128,4096] logits and their softmax gradient alone are 32 MiB in
   // fp32), the OpenBLAS/LibTorch/Gloo buffers the first step touches, glibc's retained free pages

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "deepspeed/error.h"
@@ -22,9 +23,10 @@ constexpr double kDdpPeakMiB = 934.0;
 // Stage 2 may be this much slower than stage 0 (the bound).
 constexpr double kStage2TimeLimit = 1.10;
 
-const Row* find_row(const std::vector<Row>& rows, int stage, const std::string& precision) {
+const Row* find_row(const std::vector<Row>& rows, int stage, const std::string& precision,
+                    int prefetch = 1) {
   for (const auto& r : rows)
-    if (r.stage == stage && r.precision == precision) return &r;
+    if (r.stage == stage && r.precision == precision && r.prefetch == prefetch) return &r;
   return nullptr;
 }
 
@@ -35,7 +37,8 @@ std::string Row::to_tsv() const {
   o << stage << '\t' << precision << '\t' << world << '\t' << tokens_per_step << '\t' << median_s
     << '\t' << min_s << '\t' << fwd_s << '\t' << bwd_s << '\t' << step_s << '\t' << baseline_mib
     << '\t' << peak_mib << '\t' << states_mib << '\t' << estimate_mib << '\t' << loss << '\t'
-    << load1 << '\t' << hwm_reset << '\t' << interleaved;
+    << load1 << '\t' << hwm_reset << '\t' << interleaved << '\t' << prefetch << '\t' << sent_mib
+    << '\t' << agrs_mib << '\t' << psi_mib;
   return o.str();
 }
 
@@ -44,7 +47,8 @@ bool Row::from_tsv(const std::string& line, Row* r) {
   return static_cast<bool>(in >> r->stage >> r->precision >> r->world >> r->tokens_per_step >>
                            r->median_s >> r->min_s >> r->fwd_s >> r->bwd_s >> r->step_s >>
                            r->baseline_mib >> r->peak_mib >> r->states_mib >> r->estimate_mib >>
-                           r->loss >> r->load1 >> r->hwm_reset >> r->interleaved);
+                           r->loss >> r->load1 >> r->hwm_reset >> r->interleaved >> r->prefetch >>
+                           r->sent_mib >> r->agrs_mib >> r->psi_mib);
 }
 
 double median(std::vector<double> v) {
@@ -58,8 +62,8 @@ double median(std::vector<double> v) {
 // each process's median (a round that met a busy spell on this shared machine does not decide), the
 // best step the minimum; memory is the largest round's (it is what a run must be sized for).
 std::vector<Row> merge_rounds(const std::vector<Row>& rows) {
-  std::map<std::pair<int, std::string>, std::vector<Row>> by_config;
-  for (const auto& r : rows) by_config[{r.stage, r.precision}].push_back(r);
+  std::map<std::tuple<int, std::string, int>, std::vector<Row>> by_config;
+  for (const auto& r : rows) by_config[{r.stage, r.precision, -r.prefetch}].push_back(r);
   std::vector<Row> merged;
   for (const auto& item : by_config) {
     const std::vector<Row>& runs = item.second;
@@ -73,6 +77,9 @@ std::vector<Row> merge_rounds(const std::vector<Row>& rows) {
     double load = 0.0;
     for (const auto& r : runs) {
       load += r.load1;
+      m.sent_mib = std::max(m.sent_mib, r.sent_mib);
+      m.agrs_mib = std::max(m.agrs_mib, r.agrs_mib);
+      m.psi_mib = std::max(m.psi_mib, r.psi_mib);
       if (!r.interleaved || !any_memory) {
         m.baseline_mib = std::max(m.baseline_mib, r.baseline_mib);
         m.peak_mib = std::max(m.peak_mib, r.peak_mib);
@@ -98,7 +105,8 @@ std::vector<Row> merge_rounds(const std::vector<Row>& rows) {
   // fp32 first, then bf16; stages ascending within each.
   std::stable_sort(merged.begin(), merged.end(), [](const Row& a, const Row& b) {
     if (a.precision != b.precision) return a.precision == "fp32";
-    return a.stage < b.stage;
+    if (a.stage != b.stage) return a.stage < b.stage;
+    return a.prefetch > b.prefetch;
   });
   return merged;
 }
@@ -114,7 +122,7 @@ std::vector<Row> read_rows(const std::string& path) {
     if (line.empty() || line[0] == '#') continue;
     Row r;
     DS_CHECK(Row::from_tsv(line, &r), "--report: ", path, ":", line_no,
-             ": expected 17 tab-separated fields, got '", line, "'");
+             ": expected 21 tab-separated fields, got '", line, "'");
     rows.push_back(r);
   }
   DS_CHECK(!rows.empty(), "--report: no rows in '", path, "'");
@@ -130,7 +138,8 @@ void print_report(const std::vector<Row>& rows, const ReportOptions& options) {
               "", "s", "s", "s", "MiB", "MiB", "MiB", "MiB", "1min", "");
   for (const auto& r : rows) {
     char name[32];
-    std::snprintf(name, sizeof(name), "stage %d %s", r.stage, r.precision.c_str());
+    std::snprintf(name, sizeof(name), r.prefetch ? "stage %d %s" : "s%d %s nopf", r.stage,
+                  r.precision.c_str());
     char vs[16] = "-";
     if (ref) std::snprintf(vs, sizeof(vs), "%.3f", r.median_s / ref->median_s);
     std::printf(
@@ -150,7 +159,8 @@ void print_report(const std::vector<Row>& rows, const ReportOptions& options) {
       "estimate: "
       "estimate_model_states_mem_needs per rank incl. stage 2's two fp32 reduce buckets; "
       "RSS-states: the "
-      "activation / working-set allowance actually used)\n");
+      "activation / working-set allowance actually used; sN ... nopf: stage 3 with "
+      "stage3_prefetch_bucket_size 0)\n");
   std::printf(
       "reference points (same model, 2 ranks, micro 8, fp32, this machine kind): DeepSpeed Python "
       "engine stage 1 "
@@ -188,6 +198,39 @@ void print_report(const std::vector<Row>& rows, const ReportOptions& options) {
           "(DeepSpeed ~%.0f at stages 1 and 2, DDP ~%.0f)\n",
           s0->baseline_mib + s0->peak_mib, s1 ? s1->baseline_mib + s1->peak_mib : 0.0,
           s2->baseline_mib + s2->peak_mib, kDeepSpeedPeakMiB, kDdpPeakMiB);
+    }
+    const Row* s3 = find_row(rows, 3, p);
+    const Row* s3n = find_row(rows, 3, p, 0);
+    if (s3) {
+      std::printf(
+          "%s: stage 3 / stage 2 time %.3f, / stage 0 %.3f; stage 3 RSS %.1f MiB vs stage 2 %.1f "
+          "(%+.1f) vs stage 0 %.1f (%+.1f); estimate %.1f MiB\n",
+          p, s3->median_s / s2->median_s, s3->median_s / s0->median_s, s3->peak_mib, s2->peak_mib,
+          s3->peak_mib - s2->peak_mib, s0->peak_mib, s3->peak_mib - s0->peak_mib, s3->estimate_mib);
+    }
+    if (s3 && s3n)
+      std::printf(
+          "%s: stage 3 prefetch off / on time %.3f (%.4f vs %.4f s); RSS off %.1f vs on %.1f MiB\n",
+          p, s3n->median_s / s3->median_s, s3n->median_s, s3->median_s, s3n->peak_mib,
+          s3->peak_mib);
+    // The ZeRO paper counts a collective's volume as the data it moves, Ψ per all-gather or
+    // reduce-scatter of the whole model (its ring cost is Ψ(n-1)/n per rank, rounded to Ψ): stage 2
+    // 2Ψ (reduce-scatter gradients + all-gather parameters), stage 3 3Ψ (all-gather in forward and
+    // in backward + reduce-scatter). Our logged messages are the full buffers; sent = (n-1)/n of
+    // them.
+    for (const Row* r : {s2, s3, s3n}) {
+      if (!r || r->psi_mib <= 0.0 || r->sent_mib <= 0.0) continue;
+      const double n = r->world;
+      const double paper = r->stage == 2 ? 2.0 : 3.0;
+      const double msgs = r->agrs_mib * n / (n - 1);
+      std::printf(
+          "%s stage %d%s bytes per rank per step: all-gather + reduce-scatter + reduce messages "
+          "%.1f MiB = "
+          "%.2f Ψ (paper %.0fΨ), sent %.1f MiB = %.2f Ψ (paper %.0fΨ x (n-1)/n = %.2fΨ); all ops "
+          "sent %.1f MiB (Ψ = %.1f MiB)\n",
+          p, r->stage, r->prefetch ? "" : " no-prefetch", msgs, msgs / r->psi_mib, paper,
+          r->agrs_mib, r->agrs_mib / r->psi_mib, paper, paper * (n - 1) / n, r->sent_mib,
+          r->psi_mib);
     }
   }
   std::fflush(stdout);
