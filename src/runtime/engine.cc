@@ -170,6 +170,8 @@ void EngineImpl::build_stage3() {
   so.overlap_comm = config_.zero.overlap_comm;
   so.prescale_gradients = config_.prescale_gradients;
   so.gradient_predivide_factor = config_.gradient_predivide_factor;
+  so.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
+  so.pin_memory = config_.zero.offload_optimizer.pin_memory;
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : groups_) params.push_back(g.params);
   stage3_ = std::make_unique<zero::Stage3>(module_, params, world_, so);
@@ -283,7 +285,7 @@ void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
 bool EngineImpl::take_model_step() {
   std::vector<at::Tensor> grads;
   if (stage3_) {
-    grads = stage3_->partition_grads();
+    grads = stage3_->stage_grads();  // offload: the CPU optimizer reads host copies
   } else {
     for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
     grads = masters_->stage_grads(grads);  // offload: the CPU optimizer reads host copies
@@ -410,6 +412,8 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
     b.master_weights = stage3_->master_copy_bytes();
     b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
     b.working_buffers = stage3_->working_bytes();
+    if (stage3_->offloaded())
+      b.offloaded_to_host = b.master_weights + b.optimizer_states + stage3_->host_grad_bytes();
     return b;
   }
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -18,8 +18,10 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
   const auto& oo = z.offload_optimizer;
-  reject_if(z.stage == 3 && oo.enabled(), "zero_optimization.offload_optimizer",
-            "optimizer offload at stage 3 (it works at stages 1 and 2)");
+  reject_if(z.stage == 3 && oo.device == config::OffloadDevice::kNvme, "zero_optimization.offload_optimizer",
+            "nvme optimizer offload at stage 3 (device \"cpu\" works at stage 3; \"nvme\" at stages 1 and 2)");
+  reject_if(z.stage == 3 && oo.ratio < 1.0, "zero_optimization.offload_optimizer.ratio",
+            "partial optimizer offload (ratio < 1)");
   reject_if(z.stage == 3 && z.gather_16bit_weights_on_model_save, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
             "saving a consolidated 16-bit model (model saving arrives with checkpointing)");
   reject_if(z.stage == 3 && z.model_persistence_threshold != std::numeric_limits<int64_t>::max(),
@@ -31,7 +33,7 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.stage == 3 && !z.reduce_scatter, "zero_optimization.reduce_scatter",
             "stage 3 with all-reduced gradients (stage 3 always reduce-scatters to the owners; remove the key)");
   DS_CHECK_T(ConfigError, !oo.enabled() || z.stage >= 1,
-             "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1 or 2, "
+             "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1, 2 or 3, "
              "got stage ", z.stage);
   DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kCpu || !(oo.pipeline() || oo.fast_init),
              "zero_optimization.offload_optimizer: pipeline_read, pipeline_write and fast_init apply to device "

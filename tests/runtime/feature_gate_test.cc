@@ -41,7 +41,7 @@ TEST(FeatureGate, CpuOffloadNeedsZeroAndRejectsNvmeOnlyKeys) {
             "");
   EXPECT_NE(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
                           "offload_optimizer": {"device": "cpu"}}})")
-                .find("needs zero_optimization.stage 1 or 2, got stage 0"),
+                .find("needs zero_optimization.stage 1, 2 or 3, got stage 0"),
             std::string::npos);
   EXPECT_NE(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
                           "offload_optimizer": {"device": "cpu", "pipeline_read": true}}})")
@@ -54,7 +54,8 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
     const char* json;
     const char* key;
   } cases[] = {
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
+                                                          "nvme_path": "/tmp"}}})",
        "zero_optimization.offload_optimizer"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_scatter": false}})",
        "zero_optimization.reduce_scatter"},

@@ -134,6 +134,15 @@ TEST(Stage3, Bf16MatchesStageZero) {
   expect_stage3_matches(v, 2e-2);
 }
 
+TEST(Stage3, CpuOffloadMatchesStageZero) {
+  Variant v{"offload cpu"};
+  v.zero_extra = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}";
+  expect_stage3_matches(v, 1e-5);
+  v.name = "offload cpu bf16";
+  v.precision = "bf16";
+  expect_stage3_matches(v, 2e-2);
+}
+
 TEST(Stage3, ConstructionTimePartitionMatchesStageZero) {
   Variant v{"zero::Init"};
   v.construct = true;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/stage3/construction_shard.h"
 #include "zero/stage3/stage3_state.h"
@@ -28,7 +29,7 @@ void detach_storage(const at::Tensor& full) {
 }  // namespace
 
 at::Tensor Stage3::Flat::shard(const Stage3& s) const {
-  const at::Tensor& buf = s.options_.dtype == at::kFloat ? s.masters_[group] : s.lowp_[group];
+  const at::Tensor& buf = s.separate_shards() ? s.lowp_[group] : s.masters_[group];
   return buf.narrow(0, group_offset, layout.partition_size());
 }
 
@@ -99,10 +100,13 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
       unit.flats.push_back(std::move(f));
     }
   }
+  auto& acc = accelerator::get_accelerator();
+  auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
   for (size_t g = 0; g < groups.size(); ++g) {
-    masters_.push_back(at::zeros({group_size[g]}, at::kFloat));
+    masters_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
     grads_.push_back(at::zeros({group_size[g]}, at::kFloat));
-    lowp_.push_back(options_.dtype == at::kFloat ? at::Tensor() : at::zeros({group_size[g]}, options_.dtype));
+    lowp_.push_back(separate_shards() ? at::zeros({group_size[g]}, options_.dtype) : at::Tensor());
+    if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
   }
   // Index of every parameter in its group, for names in overflow messages.
   for (auto& unit : units_)
@@ -141,7 +145,7 @@ void Stage3::build_unit(Unit& unit, const std::vector<std::pair<size_t, at::Tens
     if (world_.size() > 1) world_.broadcast(f.full, /*src=*/0);
     at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
-    if (options_.dtype != at::kFloat) f.shard(*this).copy_(mine);
+    if (separate_shards()) f.shard(*this).copy_(mine);
     // Gradient hooks are registered while the parameters have their full shape and final dtype: autograd's
     // accumulator records them when it is created. Then the original memory goes; the parameters point at nothing
     // until gathered.
@@ -178,10 +182,22 @@ int64_t Stage3::param_bytes() const {
 }
 
 int64_t Stage3::master_copy_bytes() const {
-  if (options_.dtype == at::kFloat) return 0;
+  if (!separate_shards()) return 0;
   int64_t bytes = 0;
   for (const auto& m : masters_) bytes += static_cast<int64_t>(m.nbytes());
   return bytes;
+}
+
+int64_t Stage3::host_grad_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : host_grads_) bytes += static_cast<int64_t>(g.nbytes());
+  return bytes;
+}
+
+std::vector<at::Tensor> Stage3::stage_grads() {
+  if (!options_.offload_to_host) return grads_;
+  for (size_t g = 0; g < grads_.size(); ++g) host_grads_[g].copy_(grads_[g]);
+  return host_grads_;
 }
 
 int64_t Stage3::grad_bytes() const {

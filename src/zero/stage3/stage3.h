@@ -55,6 +55,10 @@ struct Stage3Options {
   bool overlap_comm = true;                // reduce-scatter from the hooks (else at the end of backward)
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
+  // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
+  // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
+  bool offload_to_host = false;
+  bool pin_memory = false;
 };
 
 class Stage3 {
@@ -77,6 +81,10 @@ class Stage3 {
   // Per group: fp32 masters (this rank's partitions), their accumulated averaged fp32 gradients.
   const std::vector<at::Tensor>& masters() const { return masters_; }
   const std::vector<at::Tensor>& partition_grads() const { return grads_; }
+  // The gradients the optimizer reads: partition_grads(), or (offload) their copies in host memory.
+  std::vector<at::Tensor> stage_grads();
+  int64_t host_grad_bytes() const;
+  bool offloaded() const { return options_.offload_to_host; }
   void zero_grads();
   // After the optimizer updated masters(): refresh the low-precision partitions and the persistent parameters.
   void publish();
@@ -134,6 +142,9 @@ class Stage3 {
   std::vector<std::unique_ptr<Unit>> units_;  // units in module order, then root, then persistent
   int root_ = -1, persistent_ = -1;
   std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
+  std::vector<at::Tensor> host_grads_;              // offload only
+  // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.
+  bool separate_shards() const { return options_.dtype != at::kFloat || options_.offload_to_host; }
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;

@@ -133,7 +133,7 @@ void Stage3::zero_grads() {
 
 void Stage3::publish() {
   at::NoGradGuard no_grad;
-  if (options_.dtype != at::kFloat)
+  if (separate_shards())
     for (size_t g = 0; g < masters_.size(); ++g) lowp_[g].copy_(masters_[g]);
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];

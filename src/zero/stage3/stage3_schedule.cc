@@ -171,7 +171,7 @@ void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
         if (world_.size() > 1) world_.broadcast(f.full, modifier_rank);
         at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
         masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
-        if (options_.dtype != at::kFloat) f.shard(*this).copy_(mine);
+        if (separate_shards()) f.shard(*this).copy_(mine);
       }
     }
     if (!unit.persistent) release(unit);
