@@ -71,6 +71,20 @@ struct ModelStateBytes {
   int64_t total() const { return params + gradients + master_weights + optimizer_states + working_buffers; }
 };
 
+// What Engine::offload_states moves (DeepSpeed's OffloadStateTypeEnum).
+enum class OffloadStateType {
+  kOptimStates,           // the optimizer's state (e.g. Adam's moments)
+  kHpParams,              // fp32 master weights
+  kLpParams,              // the model-dtype parameters (their flat buffers or, at stage 3, partitions)
+  kLpGrads,               // the fp32 gradient buffers kept across steps
+  kContiguousGradBuffer,  // gradient staging: ours is released after every backward, so there is nothing to move
+};
+
+struct OffloadStatesOptions {
+  std::vector<OffloadStateType> include;  // empty: all of them
+  bool pin_memory = true;                 // pin the host copies where the accelerator can
+};
+
 class EngineImpl;
 
 class Engine {
@@ -114,6 +128,13 @@ class Engine {
   int64_t skipped_steps() const;
   int zero_optimization_stage() const;
   ModelStateBytes model_state_bytes() const;
+
+  // Moves the chosen model states out of accelerator memory into host memory (e.g. between RLHF phases) and back.
+  // While offloaded, forward/backward/step throw. Stage 3's small persistent parameters stay where they are.
+  void offload_states(const OffloadStatesOptions& options = {});
+  void reload_states();
+  // Bytes currently moved out by offload_states (0 when not offloaded).
+  int64_t offloaded_state_bytes() const;
   // Stage 3's gather/prefetch/pool counters (all zero at other stages); reset_stage3_peaks() restarts the peaks.
   zero::Stage3Stats stage3_stats() const;
   void reset_stage3_peaks();

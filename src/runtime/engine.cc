@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -210,7 +211,35 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   last_log_time_ = std::chrono::steady_clock::now();
 }
 
+void EngineImpl::check_states_resident(const char* what) const {
+  DS_CHECK(!offloader_.offloaded(), what, ": the model states are offloaded (offload_states()); call reload_states() "
+           "first");
+}
+
+void EngineImpl::offload_states(const OffloadStatesOptions& options) {
+  auto wanted = [&](OffloadStateType t) {
+    return options.include.empty() ||
+           std::find(options.include.begin(), options.include.end(), t) != options.include.end();
+  };
+  std::vector<at::Tensor> tensors;
+  auto add = [&](const std::vector<at::Tensor>& ts) { tensors.insert(tensors.end(), ts.begin(), ts.end()); };
+  if (wanted(OffloadStateType::kOptimStates) && optimizer_) add(optimizer_->state_tensors());
+  if (stage3_) {
+    if (wanted(OffloadStateType::kHpParams)) add(stage3_->masters());
+    if (wanted(OffloadStateType::kLpParams)) add(stage3_->shard_buffers());
+    if (wanted(OffloadStateType::kLpGrads)) add(stage3_->partition_grads());
+  } else {
+    if (wanted(OffloadStateType::kHpParams) && masters_) add(masters_->masters());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (wanted(OffloadStateType::kLpParams)) add({groups_[g].params_flat});
+      if (wanted(OffloadStateType::kLpGrads)) add({reducer_->partition_grads(g)});
+    }
+  }
+  offloader_.offload(tensors, options.pin_memory);
+}
+
 void EngineImpl::begin_forward() {
+  check_states_resident("forward");
   if (breakdown_) timers_.start("fwd");
   if (stage3_) stage3_->begin_forward();
 }
@@ -224,6 +253,7 @@ void EngineImpl::backward(const at::Tensor& loss) {
   DS_CHECK(loss.defined() && loss.numel() == 1, "backward: expected a scalar loss, got ",
            loss.defined() ? loss.sizes() : at::IntArrayRef{});
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
+  check_states_resident("backward");
   if (breakdown_) timers_.start("bwd");
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
                         static_cast<double>(config_.gradient_accumulation_steps.value());
@@ -244,6 +274,7 @@ void EngineImpl::backward(const at::Tensor& loss) {
 }
 
 void EngineImpl::step() {
+  check_states_resident("step");
   const bool boundary = is_boundary();
   ++micro_steps_;
   if (!boundary) return;
@@ -450,6 +481,9 @@ double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss
 int64_t Engine::skipped_steps() const { return impl_->scaler_ ? impl_->scaler_->skipped_steps() : 0; }
 int Engine::zero_optimization_stage() const { return impl_->config_.zero.stage; }
 ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_bytes(); }
+void Engine::offload_states(const OffloadStatesOptions& options) { impl_->offload_states(options); }
+void Engine::reload_states() { impl_->offloader_.reload(); }
+int64_t Engine::offloaded_state_bytes() const { return impl_->offloader_.offloaded_bytes(); }
 zero::Stage3Stats Engine::stage3_stats() const {
   return impl_->stage3_ ? impl_->stage3_->stats() : zero::Stage3Stats{};
 }

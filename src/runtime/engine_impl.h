@@ -15,6 +15,7 @@
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/master_weights.h"
+#include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/timers.h"
 #include "swap/optimizer_swapper.h"
@@ -30,6 +31,8 @@ class EngineImpl {
   void end_forward();
   void backward(const at::Tensor& loss);
   void step();
+  void offload_states(const OffloadStatesOptions& options);
+  void check_states_resident(const char* what) const;
 
   bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
   std::vector<double> get_lr() const;
@@ -49,6 +52,7 @@ class EngineImpl {
   std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
   std::unique_ptr<zero::Stage3> stage3_;              // stage 3 only (then no flat groups, reducer or masters)
   runtime::Timers timers_;
+  runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
   int64_t total_steps_ = 0;

@@ -120,6 +120,14 @@ class FusedOptimizer final : public EngineOptimizer {
     return true;
   }
   std::string name() const override { return "fused cpu " + type_; }
+  std::vector<at::Tensor> state_tensors() const override {
+    std::vector<at::Tensor> out;
+    for (const auto& s : state_)
+      for (const auto* t : {&s.first, &s.second})
+        if (t->defined()) out.push_back(*t);
+    return out;
+  }
+
   int64_t state_bytes() const override {
     int64_t bytes = 0;
     for (const auto& s : state_) {

@@ -28,6 +28,8 @@ class EngineOptimizer {
   virtual void step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads) = 0;
   // Bytes of optimizer state this rank holds (for memory accounting).
   virtual int64_t state_bytes() const = 0;
+  // The state tensors this rank holds (e.g. Adam's exp_avg and exp_avg_sq per group), for offload_states.
+  virtual std::vector<at::Tensor> state_tensors() const { return {}; }
   virtual double lr(size_t group) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
   // beta1 for Adam-like optimizers, momentum for SGD; false when the optimizer has neither.

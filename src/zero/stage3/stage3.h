@@ -85,6 +85,8 @@ class Stage3 {
   std::vector<at::Tensor> stage_grads();
   int64_t host_grad_bytes() const;
   bool offloaded() const { return options_.offload_to_host; }
+  // This rank's model-dtype partitions (the fp32 masters themselves when the model is fp32 without offload).
+  const std::vector<at::Tensor>& shard_buffers() const { return separate_shards() ? lowp_ : masters_; }
   void zero_grads();
   // After the optimizer updated masters(): refresh the low-precision partitions and the persistent parameters.
   void publish();
