@@ -1,0 +1,141 @@
+// DeepSpeed's checkpoint names (tags, per-rank files, `latest`) and the `latest` pointer itself.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+std::string mp_part(int mp_rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "mp_rank_%02d", mp_rank);
+  return buf;
+}
+
+// Parses a non-negative decimal at s[pos...]; advances pos. -1 when there is no digit.
+int parse_int(const std::string& s, size_t& pos) {
+  if (pos >= s.size() || s[pos] < '0' || s[pos] > '9') return -1;
+  long long v = 0;
+  while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
+    v = v * 10 + (s[pos] - '0');
+    if (v > 1000000000) return -1;
+    ++pos;
+  }
+  return static_cast<int>(v);
+}
+
+bool consume(const std::string& s, size_t& pos, const std::string& word) {
+  if (s.compare(pos, word.size(), word) != 0) return false;
+  pos += word.size();
+  return true;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+std::string default_tag(int64_t global_steps) {
+  return "global_step" + std::to_string(global_steps);
+}
+
+std::string tag_dir(const std::string& dir, const std::string& tag) { return dir + "/" + tag; }
+
+std::string latest_path(const std::string& dir) { return dir + "/latest"; }
+
+std::string model_states_path(const std::string& dir, const std::string& tag, int mp_rank) {
+  return tag_dir(dir, tag) + "/" + mp_part(mp_rank) + "_model_states.pt";
+}
+
+std::string zero_model_states_path(const std::string& dir, const std::string& tag, int dp_rank,
+                                   int mp_rank) {
+  return tag_dir(dir, tag) + "/zero_pp_rank_" + std::to_string(dp_rank) + "_" + mp_part(mp_rank) +
+         "_model_states.pt";
+}
+
+std::string optim_states_path(const std::string& dir, const std::string& tag, int dp_rank,
+                              int mp_rank) {
+  return tag_dir(dir, tag) + "/zero_pp_rank_" + std::to_string(dp_rank) + "_" + mp_part(mp_rank) +
+         "_optim_states.pt";
+}
+
+std::optional<CheckpointFileName> parse_checkpoint_file_name(const std::string& name) {
+  CheckpointFileName out;
+  size_t pos = 0;
+  if (consume(name, pos, "zero_pp_rank_")) {
+    out.dp_rank = parse_int(name, pos);
+    if (out.dp_rank < 0 || !consume(name, pos, "_")) return std::nullopt;
+  }
+  if (!consume(name, pos, "mp_rank_")) return std::nullopt;
+  out.mp_rank = parse_int(name, pos);
+  if (out.mp_rank < 0) return std::nullopt;
+  std::string rest = name.substr(pos);
+  if (rest == "_model_states.pt") {
+    out.kind = out.dp_rank < 0 ? CheckpointFileName::Kind::kModelStates
+                               : CheckpointFileName::Kind::kZeroModelStates;
+  } else if (rest == "_optim_states.pt" && out.dp_rank >= 0) {
+    out.kind = CheckpointFileName::Kind::kOptimStates;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::vector<std::string> list_optim_states_files(const std::string& dir, const std::string& tag,
+                                                 int mp_rank, FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  std::vector<int> ranks;
+  for (const std::string& name : fs->list_dir(tag_dir(dir, tag))) {
+    auto parsed = parse_checkpoint_file_name(name);
+    if (parsed && parsed->kind == CheckpointFileName::Kind::kOptimStates &&
+        parsed->mp_rank == mp_rank) {
+      ranks.push_back(parsed->dp_rank);
+    }
+  }
+  DS_CHECK_T(CheckpointError, !ranks.empty(), "no zero_pp_rank_*_", mp_part(mp_rank),
+             "_optim_states.pt in ", tag_dir(dir, tag));
+  std::vector<bool> seen(ranks.size(), false);
+  for (int r : ranks) {
+    if (r < static_cast<int>(seen.size())) seen[r] = true;
+  }
+  std::vector<std::string> paths;
+  for (size_t r = 0; r < seen.size(); ++r) {
+    DS_CHECK_T(CheckpointError, seen[r], "checkpoint file ",
+               optim_states_path(dir, tag, static_cast<int>(r), mp_rank), " is missing (found ",
+               ranks.size(), " optimizer state files)");
+    paths.push_back(optim_states_path(dir, tag, static_cast<int>(r), mp_rank));
+  }
+  return paths;
+}
+
+void write_latest(const std::string& dir, const std::string& tag, FileSystem* fs) {
+  DS_CHECK(
+      !tag.empty() && tag.find('/') == std::string::npos && tag.find('\n') == std::string::npos,
+      "checkpoint tag '", tag, "' must be non-empty and contain no '/' or newline");
+  write_file_atomic(latest_path(dir), tag.data(), tag.size(), fs);
+}
+
+std::string read_latest(const std::string& dir, FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  std::string path = latest_path(dir);
+  DS_CHECK_T(CheckpointError, fs->file_exists(path), "no checkpoint in ", dir, ": ", path,
+             " is missing (pass a tag explicitly)");
+  std::vector<char> bytes = fs->read_file(path);
+  std::string tag = trim(std::string(bytes.begin(), bytes.end()));
+  DS_CHECK_T(CheckpointError, !tag.empty(), path, " is empty");
+  return tag;
+}
+
+std::string resolve_tag(const std::string& dir, const std::optional<std::string>& tag,
+                        FileSystem* fs) {
+  if (tag && !tag->empty()) return *tag;
+  return read_latest(dir, fs);
+}
+
+}  // namespace deepspeed::checkpoint

@@ -1,0 +1,32 @@
+// The safetensors container (https://github.com/huggingface/safetensors): an 8-byte little-endian
+// header length, a JSON header mapping each tensor name to {dtype, shape, data_offsets}, then the
+// raw little-endian bytes. Only the header is built here; callers stream the tensor bytes after it
+// in the order the entries were given, so a writer never needs more than one tensor in memory.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace deepspeed::checkpoint {
+
+struct SafetensorsEntry {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+// The safetensors dtype name ("F32", "BF16", ...); throws for dtypes the format has no name for.
+std::string safetensors_dtype(at::ScalarType dtype);
+
+// The 8-byte length followed by the JSON header (padded with spaces to a multiple of 8 so the data
+// that follows stays aligned). Entries' data are laid out back to back in the given order.
+// `metadata` goes under
+// "__metadata__" (string to string, as the format requires).
+std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
+                               const std::vector<std::pair<std::string, std::string>>& metadata);
+
+}  // namespace deepspeed::checkpoint

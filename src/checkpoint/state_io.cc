@@ -1,0 +1,248 @@
+// save_state / load_state: a StateDict to and from torch's zip format.
+//
+// Writing goes through torch::pickle_save (the format Python's torch.load reads) after compacting
+// tensors, because pickle_save writes a tensor's whole storage: a 1-element view of a 1 GB flat
+// buffer would cost 1 GB. Reading does what torch::pickle_load does (PyTorchStreamReader +
+// Unpickler) with one difference: tensor storages point into the file's bytes (a shared buffer or a
+// private mapping) instead of being copied out record by record, so a load costs one read of the
+// file and a mapped load only what is touched.
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+// Bytes of a whole file, kept alive by every tensor that points into them.
+class FileBytes {
+ public:
+  virtual ~FileBytes() = default;
+  virtual const char* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class VectorBytes : public FileBytes {
+ public:
+  explicit VectorBytes(std::vector<char> bytes) : bytes_(std::move(bytes)) {}
+  const char* data() const override { return bytes_.data(); }
+  size_t size() const override { return bytes_.size(); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+class MappedBytes : public FileBytes {
+ public:
+  explicit MappedBytes(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) throw CheckpointError("checkpoint file " + path + " is missing");
+    DS_CHECK_T(CheckpointError, fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      throw CheckpointError("cannot stat " + path);
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      // Private and writable: callers may modify loaded tensors in place without touching the file.
+      void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+      int err = errno;
+      ::close(fd);
+      DS_CHECK_T(CheckpointError, p != MAP_FAILED, "cannot map ", path, ": ", std::strerror(err));
+      data_ = static_cast<char*>(p);
+    } else {
+      ::close(fd);
+    }
+  }
+  ~MappedBytes() override {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  const char* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class BytesReadAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(std::shared_ptr<FileBytes> bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_->size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
+    if (pos >= bytes_->size()) return 0;
+    n = std::min<size_t>(n, bytes_->size() - pos);
+    std::memcpy(buf, bytes_->data() + pos, n);
+    return n;
+  }
+
+ private:
+  std::shared_ptr<FileBytes> bytes_;
+};
+
+void release_bytes(void* ctx) { delete static_cast<std::shared_ptr<FileBytes>*>(ctx); }
+
+// c10::Error messages carry a backtrace; one line is what our errors promise.
+std::string first_line(const char* what) {
+  std::string s = what;
+  size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// A copy of `value` in which every tensor owns exactly its own elements, on the CPU, without
+// autograd history.
+c10::IValue compact(const c10::IValue& value) {
+  if (value.isTensor()) {
+    at::Tensor t = value.toTensor().detach();
+    if (!t.device().is_cpu()) t = t.to(at::kCPU);
+    bool owns_storage = t.is_contiguous() && t.storage_offset() == 0 &&
+                        t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
+    return owns_storage ? t : t.clone(at::MemoryFormat::Contiguous);
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : value.toTensorList()) out.push_back(compact(t).toTensor());
+    return out;
+  }
+  if (value.isGenericDict()) {
+    c10::impl::GenericDict in = value.toGenericDict();
+    c10::impl::GenericDict out(in.keyType(), in.valueType());
+    for (const auto& entry : in) out.insert(entry.key(), compact(entry.value()));
+    return out;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList in = value.toList();
+    c10::impl::GenericList out(in.elementType());
+    for (const c10::IValue& v : in) out.push_back(compact(v));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& v : value.toTupleRef().elements()) items.push_back(compact(v));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
+// Every storage must lie inside the file: a corrupt record table must not make tensors read past
+// it.
+void check_storages(const c10::IValue& value, const FileBytes& bytes, const std::string& name) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    const char* p = static_cast<const char*>(t.storage().data());
+    size_t n = t.storage().nbytes();
+    DS_CHECK_T(
+        CheckpointError, n == 0 || (p >= bytes.data() && p + n <= bytes.data() + bytes.size()),
+        "checkpoint file ", name, " is corrupt: a tensor's ", n, " bytes lie outside the file");
+  } else if (value.isGenericDict()) {
+    for (const auto& e : value.toGenericDict()) check_storages(e.value(), bytes, name);
+  } else if (value.isList()) {
+    for (const c10::IValue& v : value.toList()) check_storages(v, bytes, name);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& v : value.toTupleRef().elements()) check_storages(v, bytes, name);
+  }
+}
+
+StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name) {
+  static const char kZipMagic[4] = {'P', 'K', '\x03', '\x04'};
+  DS_CHECK_T(CheckpointError, bytes->size() >= 4 && std::memcmp(bytes->data(), kZipMagic, 4) == 0,
+             "checkpoint file ", name, " is not a checkpoint (",
+             bytes->size() < 4 ? "shorter than a zip header" : "no zip header", ", ", bytes->size(),
+             " bytes)");
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+        std::make_shared<BytesReadAdapter>(bytes));
+  } catch (const c10::Error& e) {
+    throw CheckpointError("checkpoint file " + name + " is truncated or corrupt (" +
+                          std::to_string(bytes->size()) +
+                          " bytes): " + first_line(e.what_without_backtrace()));
+  }
+  DS_CHECK_T(CheckpointError, reader->hasRecord("data.pkl"), "checkpoint file ", name,
+             " is a zip archive but not a torch.save/pickle_save file (no data.pkl)");
+  c10::IValue value;
+  try {
+    at::DataPtr pickle;
+    size_t pickle_size = 0;
+    std::tie(pickle, pickle_size) = reader->getRecord("data.pkl");
+    const char* pickle_bytes = static_cast<const char*>(pickle.get());
+    size_t consumed = 0;
+    auto read = [&](char* buf, size_t n) -> size_t {
+      n = std::min(n, pickle_size - consumed);
+      std::memcpy(buf, pickle_bytes + consumed, n);
+      consumed += n;
+      return n;
+    };
+    auto read_record = [&](const std::string& key) -> at::DataPtr {
+      size_t offset = reader->getRecordOffset("data/" + key);
+      DS_CHECK_T(CheckpointError, offset <= bytes->size(), "checkpoint file ", name,
+                 " is corrupt: record data/", key, " starts past the end");
+      char* p = const_cast<char*>(bytes->data()) + offset;
+      return at::DataPtr(p, new std::shared_ptr<FileBytes>(bytes), &release_bytes,
+                         at::Device(at::kCPU));
+    };
+    torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
+    unpickler.set_version(reader->version());
+    value = unpickler.parse_ivalue();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw CheckpointError("checkpoint file " + name +
+                          " cannot be unpickled: " + first_line(e.what_without_backtrace()));
+  }
+  check_storages(value, *bytes, name);
+  DS_CHECK_T(CheckpointError, value.isGenericDict(), "checkpoint file ", name, " holds a ",
+             value.tagKind(), ", not a dict");
+  c10::impl::GenericDict dict = value.toGenericDict();
+  DS_CHECK_T(CheckpointError, dict.keyType()->kind() == c10::TypeKind::StringType,
+             "checkpoint file ", name, " holds a dict keyed by ", dict.keyType()->str(),
+             ", not by strings");
+  // Re-tagged as Dict[str, Any] so callers get one type whatever the pickle recorded.
+  StateDict state = make_state_dict();
+  for (const auto& e : dict) state.insert(e.key().toStringRef(), e.value());
+  return state;
+}
+
+}  // namespace
+
+StateDict make_state_dict() {
+  return c10::impl::toTypedDict<std::string, c10::IValue>(
+      c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+}
+
+std::vector<char> serialize_state(const StateDict& state) {
+  return torch::jit::pickle_save(compact(c10::IValue(state)));
+}
+
+void save_state(const std::string& path, const StateDict& state, FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  std::vector<char> bytes = serialize_state(state);
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) fs->create_dirs(path.substr(0, slash));
+  write_file_atomic(path, bytes.data(), bytes.size(), fs);
+}
+
+StateDict deserialize_state(std::vector<char> bytes, const std::string& name) {
+  return parse(std::make_shared<VectorBytes>(std::move(bytes)), name);
+}
+
+StateDict load_state(const std::string& path, const LoadOptions& options) {
+  if (options.mmap) return parse(std::make_shared<MappedBytes>(path), path);
+  FileSystem* fs = options.fs != nullptr ? options.fs : default_file_system();
+  return parse(std::make_shared<VectorBytes>(fs->read_file(path)), path);
+}
+
+}  // namespace deepspeed::checkpoint

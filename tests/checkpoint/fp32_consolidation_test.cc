@@ -1,0 +1,189 @@
+// ds_to_fp32 end to end: synthetic ZeRO checkpoints (2 and 3 ranks, uneven splits, parameters
+// straddling ranks and groups, padding) written per the contract in deepspeed/checkpoint.h, merged
+// by the real tool, read back by an independent safetensors reader here, and compared with the
+// original tensors.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+#include "temp_dir.h"
+
+namespace ckpt = deepspeed::checkpoint;
+using ckpt::testing::TempDir;
+
+namespace {
+
+struct Original {
+  std::string name;
+  at::Tensor value;
+  int group;
+};
+
+std::vector<Original> originals() {
+  at::manual_seed(3);
+  return {{"embed.weight", at::randn({7, 5}), 0},
+          {"embed.bias", at::randn({13}), 0},
+          {"blocks.0.attn.weight", at::randn({4, 4, 3}), 1},
+          {"blocks.0.scale", at::randn({}), 1},
+          {"blocks.0.ln.bias", at::randn({9}), 1}};
+}
+
+// Writes one rank file per partition: group g's flat fp32 buffer (params back to back, then `pad`
+// zeros) is cut at cuts[g] (world_size + 1 increasing offsets). `drop` names a parameter whose
+// last-rank fragment is left out.
+void write_partitioned(const std::string& dir, const std::string& tag, int world_size,
+                       const std::vector<std::vector<int64_t>>& cuts,
+                       const std::string& drop = "") {
+  std::vector<Original> params = originals();
+  for (int r = 0; r < world_size; ++r) {
+    c10::List<at::Tensor> groups;
+    c10::impl::GenericList slices(c10::AnyType::get());
+    for (int g = 0; g < 2; ++g) {
+      std::vector<at::Tensor> flat_parts;
+      std::vector<std::pair<const Original*, int64_t>> offsets;  // param, offset in the flat group
+      int64_t off = 0;
+      for (const Original& p : params) {
+        if (p.group != g) continue;
+        offsets.emplace_back(&p, off);
+        flat_parts.push_back(p.value.reshape({-1}));
+        off += p.value.numel();
+      }
+      int64_t padded = cuts[g].back();
+      flat_parts.push_back(at::zeros({padded - off}));
+      at::Tensor flat = at::cat(flat_parts);
+      int64_t lo = cuts[g][r], hi = cuts[g][r + 1];
+      groups.push_back(flat.narrow(0, lo, hi - lo).clone());
+      c10::impl::GenericList group_slices(c10::AnyType::get());
+      for (const auto& [p, start] : offsets) {
+        int64_t b = std::max(lo, start), e = std::min(hi, start + p->value.numel());
+        if (b >= e) continue;
+        if (p->name == drop && r == world_size - 1) continue;
+        c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+        d.insert(std::string("name"), p->name);
+        d.insert(std::string("shape"), c10::List<int64_t>(p->value.sizes()));
+        d.insert(std::string("begin"), b - start);
+        d.insert(std::string("end"), e - start);
+        d.insert(std::string("offset"), b - lo);
+        group_slices.push_back(d);
+      }
+      slices.push_back(group_slices);
+    }
+    ckpt::StateDict s = ckpt::make_state_dict();
+    ckpt::stamp_metadata(s, "synthetic");
+    s.insert(ckpt::kPartitionCountKey, static_cast<int64_t>(world_size));
+    s.insert(ckpt::kDpRankKey, static_cast<int64_t>(r));
+    s.insert(ckpt::kFp32FlatGroupsKey, groups);
+    s.insert(ckpt::kParamSlicesKey, slices);
+    ckpt::save_state(ckpt::optim_states_path(dir, tag, r), s);
+  }
+  ckpt::StateDict model = ckpt::make_state_dict();
+  ckpt::StateDict module = ckpt::make_state_dict();
+  module.insert("norm.running_mean", at::arange(3, at::kDouble));
+  model.insert(ckpt::kModuleKey, module);
+  model.insert(ckpt::kBufferNamesKey, c10::List<std::string>({"norm.running_mean"}));
+  ckpt::stamp_metadata(model, "synthetic");
+  ckpt::save_state(ckpt::model_states_path(dir, tag), model);
+  ckpt::write_latest(dir, tag);
+}
+
+// An independent safetensors reader: name -> tensor.
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  EXPECT_EQ(n % 8, 0u);
+  nlohmann::json header = nlohmann::json::parse(std::string(bytes.data() + 8, n));
+  const char* data = bytes.data() + 8 + n;
+  std::map<std::string, at::ScalarType> dtypes = {{"F32", at::kFloat}, {"F64", at::kDouble}};
+  std::map<std::string, at::Tensor> out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    std::vector<int64_t> shape = it.value()["shape"].get<std::vector<int64_t>>();
+    uint64_t b = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
+    EXPECT_LE(8 + n + e, bytes.size());
+    at::Tensor t = at::empty(shape, dtypes.at(it.value()["dtype"].get<std::string>()));
+    EXPECT_EQ(static_cast<uint64_t>(t.numel() * t.element_size()), e - b) << it.key();
+    std::memcpy(t.data_ptr(), data + b, e - b);
+    out[it.key()] = t;
+  }
+  return out;
+}
+
+void expect_merged(const std::string& out) {
+  std::map<std::string, at::Tensor> merged = read_safetensors(out);
+  std::vector<Original> want = originals();
+  ASSERT_EQ(merged.size(), want.size() + 1);
+  for (const Original& p : want) {
+    ASSERT_TRUE(merged.count(p.name)) << p.name;
+    EXPECT_EQ(merged[p.name].sizes(), p.value.sizes()) << p.name;
+    EXPECT_TRUE(merged[p.name].equal(p.value)) << p.name;
+  }
+  EXPECT_TRUE(merged["norm.running_mean"].equal(at::arange(3, at::kDouble)));
+}
+
+int run_tool(const std::string& args) {
+  return std::system((std::string(DS_TO_FP32_PATH) + " " + args).c_str());
+}
+
+}  // namespace
+
+// Group 0 holds 35 + 13 = 48 elements, group 1 48 + 1 + 9 = 58 (padded to 60).
+TEST(DsToFp32, TwoRanksUnevenSplitThroughTheTool) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "global_step3", 2, {{0, 30, 48}, {0, 50, 60}});
+  std::string out = tmp.path() + "/out/model.safetensors";
+  ASSERT_EQ(run_tool(tmp.path() + " " + out), 0);  // tag from `latest`
+  expect_merged(out);
+}
+
+TEST(DsToFp32, ThreeRanksUnevenSplitWithExplicitTag) {
+  TempDir tmp;
+  // Rank 1 holds all of embed.bias's tail and the head of group 1's first parameter; rank 2 a
+  // sliver.
+  write_partitioned(tmp.path(), "step_x", 3, {{0, 10, 47, 48}, {0, 3, 4, 60}});
+  std::string out = tmp.path() + "/merged.safetensors";
+  ASSERT_EQ(run_tool(tmp.path() + " step_x " + out), 0);
+  expect_merged(out);
+  ckpt::ConsolidateStats stats = ckpt::consolidate_fp32(tmp.path(), "step_x", out);
+  EXPECT_EQ(stats.ranks, 3);
+  EXPECT_EQ(stats.tensors, 6);
+  EXPECT_EQ(stats.largest_tensor_bytes, 48 * 4);
+}
+
+TEST(DsToFp32, GapInCoverageNamesTheParameter) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 30, 48}, {0, 50, 60}}, "embed.weight");
+  try {
+    ckpt::consolidate_fp32(tmp.path(), "t", tmp.path() + "/o.safetensors");
+    FAIL() << "embed.weight is not fully covered";
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("'embed.weight': elements [30, 35)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("in no rank's partition"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ckpt::default_file_system()->file_exists(tmp.path() + "/o.safetensors"));
+  EXPECT_NE(run_tool(tmp.path() + " t " + tmp.path() + "/o.safetensors 2>/dev/null"), 0);
+}
+
+TEST(DsToFp32, MissingRankFileIsNamed) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 3, {{0, 10, 47, 48}, {0, 3, 4, 60}});
+  ckpt::default_file_system()->remove_file(ckpt::optim_states_path(tmp.path(), "t", 1));
+  try {
+    ckpt::consolidate_fp32(tmp.path(), "t", tmp.path() + "/o.safetensors");
+    FAIL();
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_pp_rank_1_mp_rank_00_optim_states.pt is missing"),
+              std::string::npos)
+        << e.what();
+  }
+}

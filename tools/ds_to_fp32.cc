@@ -1,0 +1,35 @@
+// ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>
+//
+// Merges the ZeRO fp32 partitions of every data-parallel rank of a checkpoint (the tag in
+// <dir>/latest when no tag is given) into one full fp32 state dict in safetensors format, as
+// DeepSpeed's zero_to_fp32.py does. It streams one parameter at a time, so memory stays bounded by
+// the largest parameter.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "deepspeed/checkpoint.h"
+
+int main(int argc, char** argv) {
+  if (argc < 3 || argc > 4 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    std::fprintf(stderr,
+                 "usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n"
+                 "  merges the fp32 ZeRO partitions of <checkpoint_dir>/<tag> (default: the tag in "
+                 "<checkpoint_dir>/latest) into one safetensors file\n");
+    return 2;
+  }
+  std::string dir = argv[1];
+  std::string tag = argc == 4 ? argv[2] : "";
+  std::string out = argv[argc - 1];
+  try {
+    deepspeed::checkpoint::ConsolidateStats stats =
+        deepspeed::checkpoint::consolidate_fp32(dir, tag, out);
+    std::printf("ds_to_fp32: wrote %lld tensors (%.1f MB, largest %.1f MB) from %d ranks to %s\n",
+                static_cast<long long>(stats.tensors), stats.bytes / 1e6,
+                stats.largest_tensor_bytes / 1e6, stats.ranks, out.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ds_to_fp32: error: %s\n", e.what());
+    return 1;
+  }
+}
