@@ -75,9 +75,13 @@ void Stage3::reduce_grads(Unit& unit) {
     }
     f.grad_full = at::Tensor();
     if (n > 1) {
+      // Reduce each owner's slice to its owner, in place: no receive buffer the size of the unit (the all-to-all
+      // behind a Gloo reduce-scatter needs one), and this rank's slice ends up holding its reduced partition.
       if (pre != 1.0) r.input.mul_(pre);
-      r.output = pool_.acquire(at::kFloat, f.layout.partition_size());
-      r.work = world_.reduce_scatter_tensor(r.output, r.input, comm::ReduceOp::kSum, /*async_op=*/true);
+      const std::vector<int>& ranks = world_.ranks();
+      for (int o = 0; o < n; ++o)
+        r.works.push_back(world_.reduce(r.input.narrow(0, f.layout.begin(o), f.layout.partition_size()), ranks[o],
+                                        comm::ReduceOp::kSum, /*async_op=*/true));
     }
     pending_.push_back(std::move(r));
   }
@@ -94,12 +98,12 @@ void Stage3::drain_reductions(size_t keep) {
     PendingReduce& r = pending_[done++];
     Flat& f = r.unit->flats[r.flat];
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
-    if (n > 1) {
-      r.work.wait();
-      acc.add_(r.output, post);
-      pool_.release(std::move(r.output));
+    for (auto& w : r.works) w.wait();
+    at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    if (post != 1.0) {
+      acc.add_(mine, post);
     } else {
-      acc.add_(r.input.narrow(0, 0, f.layout.partition_size()));
+      acc.add_(mine);
     }
     pool_.release(std::move(r.input));
   }

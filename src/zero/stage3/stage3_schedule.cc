@@ -24,11 +24,15 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
     st->set_nbytes(f.gathered.nbytes());
-    at::Tensor mine = f.shard(*this);
+    // Each owner broadcasts its partition straight into its slice of the gathered buffer: unlike Gloo's all-gather,
+    // which stages the whole output in a temporary of its own, nothing but the pool buffer is touched.
+    const int64_t part = f.layout.partition_size();
+    f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part).copy_(f.shard(*this));
     if (world_.size() > 1) {
-      f.gather_work = world_.all_gather_into_tensor(f.gathered, mine, /*async_op=*/true);
-    } else {
-      f.gathered.copy_(mine);
+      const std::vector<int>& ranks = world_.ranks();
+      for (int r = 0; r < world_.size(); ++r)
+        f.gather_work.push_back(world_.broadcast(f.gathered.narrow(0, f.layout.begin(r), part), ranks[r],
+                                                 /*async_op=*/true));
     }
   }
   unit.state = Unit::State::kInflight;
@@ -40,8 +44,8 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
 void Stage3::wait_gathered(Unit& unit) {
   if (unit.state != Unit::State::kInflight) return;
   for (auto& f : unit.flats) {
-    f.gather_work.wait();
-    f.gather_work = comm::Work();
+    for (auto& w : f.gather_work) w.wait();
+    f.gather_work.clear();
     for (size_t i = 0; i < f.params.size(); ++i)
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
   }

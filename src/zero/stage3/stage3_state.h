@@ -25,7 +25,7 @@ struct Stage3::Flat {
   at::Tensor full;           // model dtype, padded; its storage points at `gathered` or at nothing
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
-  comm::Work gather_work;
+  std::vector<comm::Work> gather_work;  // one broadcast per owning rank
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
 };
@@ -50,9 +50,8 @@ struct Stage3::Unit {
 struct Stage3::PendingReduce {
   Unit* unit = nullptr;
   size_t flat = 0;
-  comm::Work work;
-  at::Tensor input;   // pool buffer the collective reads
-  at::Tensor output;  // pool buffer with this rank's reduced partition
+  std::vector<comm::Work> works;  // one reduce per owning rank
+  at::Tensor input;  // pool buffer reduced in place; this rank's slice ends up holding its partition
   bool input_is_grad = false;
 };
 
