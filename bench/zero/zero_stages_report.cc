@@ -224,7 +224,7 @@ void print_report(const std::vector<Row>& rows, const ReportOptions& options) {
       const double paper = r->stage == 2 ? 2.0 : 3.0;
       const double msgs = r->agrs_mib * n / (n - 1);
       std::printf(
-          "%s stage %d%s bytes per rank per step: all-gather + reduce-scatter + reduce messages "
+          "%s stage %d%s bytes per rank per step: all-gather + broadcast + reduce-scatter + reduce messages "
           "%.1f MiB = "
           "%.2f Ψ (paper %.0fΨ), sent %.1f MiB = %.2f Ψ (paper %.0fΨ x (n-1)/n = %.2fΨ); all ops "
           "sent %.1f MiB (Ψ = %.1f MiB)\n",
