@@ -60,11 +60,12 @@ struct InitializeOptions {
 // What this rank holds for the model states, from the engine's own buffers (bytes). ZeRO shrinks the optimizer
 // state and masters (stage 1) and the gradients (stage 2) to this rank's partition.
 struct ModelStateBytes {
-  int64_t params = 0;            // the model's parameters (full, in the model's dtype)
+  int64_t params = 0;            // the model's parameters in its dtype: full at stages 0-2; at stage 3 this rank's
+                                 // partitions plus the persistent parameters
   int64_t gradients = 0;         // fp32 gradients kept across the step (full at stages 0/1, partition at stage 2)
   int64_t master_weights = 0;    // fp32 master copies (0 when the fp32 parameters are their own masters)
   int64_t optimizer_states = 0;  // e.g. Adam's exp_avg and exp_avg_sq
-  int64_t working_buffers = 0;   // stage 2's gradient staging buckets currently held
+  int64_t working_buffers = 0;   // stage 2's gradient staging buckets / stage 3's gathered-parameter pool in use
   // With offload_optimizer "cpu": the masters, optimizer states and host gradient copy, all in host memory
   // (already counted in the fields above; on a GPU build they are not device memory).
   int64_t offloaded_to_host = 0;

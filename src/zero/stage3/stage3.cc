@@ -116,7 +116,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
           if (groups[f.group][i].is_same(p)) f.index_in_group.push_back(i);
 
   // Second pass, one unit at a time: fill the flat, take rank 0's values, keep this rank's partition, release.
-  for (auto& unit : units_) build_unit(*unit, {});
+  for (auto& unit : units_) build_unit(*unit);
   for (auto& unit : units_) {
     unit->num_params = 0;
     for (const auto& f : unit->flats) unit->num_params += static_cast<int>(f.params.size());
@@ -129,7 +129,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   register_stage3(this);
 }
 
-void Stage3::build_unit(Unit& unit, const std::vector<std::pair<size_t, at::Tensor>>&) {
+void Stage3::build_unit(Unit& unit) {
   if (unit.module)
     if (auto* cs = dynamic_cast<ConstructionShard*>(unit.module->hooks().get())) cs->materialize();
   at::NoGradGuard no_grad;

@@ -119,7 +119,7 @@ class Stage3 {
   struct Unit;
 
  private:
-  void build_unit(Unit& unit, const std::vector<std::pair<size_t, at::Tensor>>& params);
+  void build_unit(Unit& unit);
   void fetch(Unit& unit);
   void gather_async(Unit& unit, bool prefetch);
   void wait_gathered(Unit& unit);

@@ -67,8 +67,8 @@ void Stage3::release(Unit& unit) {
   if (!unit.root) note_live(-unit.numel);
 }
 
-// Elements of other units the coordinator predicts will be fetched before `unit` is needed again, or -1 when it is
-// not predicted to come back in this pass.
+// Keep `unit` gathered when the recorded order brings it back within stage3_max_reuse_distance elements of other
+// units' fetches (and the live bound allows).
 bool Stage3::keep_for_reuse(const Unit& unit) const {
   if (!coordinator_.following()) return false;
   int64_t between = 0;
