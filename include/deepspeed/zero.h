@@ -159,6 +159,7 @@ struct Stage3Stats {
   int64_t peak_live_elems = 0;
   int64_t pool_allocations = 0;
   int64_t pool_peak_bytes = 0;
+  int64_t peak_pending_reduce_elems = 0;  // gradient elements being reduced at once (bounded by reduce_bucket_size)
 };
 
 // Every unit wrapper under `module` (itself included), in module order.

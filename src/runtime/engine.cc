@@ -169,8 +169,13 @@ void EngineImpl::build_stage3() {
   so.max_reuse_distance = config_.zero.max_reuse_distance;
   so.persistence_threshold = config_.zero.param_persistence_threshold;
   so.overlap_comm = config_.zero.overlap_comm;
+  so.reduce_bucket_elems = config_.zero.reduce_bucket_size;
   so.prescale_gradients = config_.prescale_gradients;
   so.gradient_predivide_factor = config_.gradient_predivide_factor;
+  if (config_.zero.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && world_.rank() == 0)
+    std::fprintf(stderr,
+                 "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
+                 "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
   so.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
   so.pin_memory = config_.zero.offload_optimizer.pin_memory;
   std::vector<std::vector<at::Tensor>> params;

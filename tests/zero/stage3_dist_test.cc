@@ -270,6 +270,25 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
   if (n >= 2) EXPECT_LT(sharded, plain);
 }
 
+// reduce_bucket_size bounds the gradient elements being reduced at once (one unit always travels whole).
+TEST(Stage3Memory, ReduceBucketSizeBoundsReductionsInFlight) {
+  const GPTConfig mc = model_config(Variant{"bucket"});
+  const int64_t block = block_elements(mc);
+  auto peak_for = [&](const std::string& bucket) {
+    Variant v{"bucket"};
+    v.zero_extra = kNoPersistence + bucket;
+    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+    GPT model = build_model(v, cfg);
+    auto engine = deepspeed::initialize(model, cfg);
+    tiny_gpt::train(engine, tiny_gpt::dataset(mc), 2);
+    return engine.stage3_stats().peak_pending_reduce_elems;
+  };
+  const int64_t unbounded = peak_for(""), bounded = peak_for(", \"reduce_bucket_size\": 1");
+  EXPECT_GE(unbounded, 2 * block) << "by default both blocks' reductions overlap the rest of backward";
+  EXPECT_GE(bounded, block);
+  EXPECT_LT(bounded, 2 * block) << "reduce_bucket_size 1: one unit's reduction at a time";
+}
+
 // Two square units whose order flips every third forward: the recorded order goes stale, the coordinator falls
 // back to on-demand gathers, re-records, and the numbers still equal stage 0's.
 struct FlipNetImpl : torch::nn::Module {

@@ -53,6 +53,7 @@ struct Stage3Options {
   int64_t max_reuse_distance = 1000000000;
   int64_t persistence_threshold = 100000;  // parameters with fewer elements stay gathered
   bool overlap_comm = true;                // reduce-scatter from the hooks (else at the end of backward)
+  int64_t reduce_bucket_elems = 500000000;  // reduce_bucket_size: elements of gradient reductions in flight
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
@@ -151,6 +152,7 @@ class Stage3 {
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
   std::vector<PendingReduce> pending_;
+  int64_t pending_elems_ = 0;
   Stage3Stats stats_;
   bool in_backward_ = false;
 };

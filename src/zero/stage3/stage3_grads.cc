@@ -2,6 +2,7 @@
 // accumulators as each unit completes, and the step-side reductions (norm, overflow, publish) over partitions.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,7 +14,7 @@ namespace deepspeed::zero {
 namespace {
 
 // Reductions in flight at once: enough to overlap a few units' communication with backward, few enough that the
-// staging buffers stay a handful of units.
+// staging buffers stay a handful of units. reduce_bucket_size bounds their elements too.
 constexpr size_t kMaxPendingReductions = 4;
 
 constexpr int64_t kGroupStride = int64_t{1} << 40;
@@ -83,19 +84,26 @@ void Stage3::reduce_grads(Unit& unit) {
         r.works.push_back(world_.reduce(r.input.narrow(0, f.layout.begin(o), f.layout.partition_size()), ranks[o],
                                         comm::ReduceOp::kSum, /*async_op=*/true));
     }
+    pending_elems_ += r.input.numel();
     pending_.push_back(std::move(r));
   }
   unit.armed = false;
   unit.reduced = true;
   drain_reductions(kMaxPendingReductions);
+  // What stays in flight while backward goes on.
+  stats_.peak_pending_reduce_elems = std::max(stats_.peak_pending_reduce_elems, pending_elems_);
 }
 
 void Stage3::drain_reductions(size_t keep) {
   const int n = world_.size();
   const double post = n == 1 ? 1.0 : options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
   size_t done = 0;
-  while (pending_.size() - done > keep) {
+  // Oldest first, until at most `keep` remain and (beyond the newest, which must travel whatever its size) their
+  // elements fit in reduce_bucket_size.
+  while (pending_.size() - done > keep ||
+         (pending_.size() - done > 1 && pending_elems_ > options_.reduce_bucket_elems)) {
     PendingReduce& r = pending_[done++];
+    pending_elems_ -= r.input.numel();
     Flat& f = r.unit->flats[r.flat];
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
     for (auto& w : r.works) w.wait();
