@@ -9,6 +9,7 @@
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "runtime/loss_scaler.h"
+#include "zero/global_norm.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -64,18 +65,7 @@ std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>
 }
 
 double MasterWeights::global_norm(const std::vector<at::Tensor>& grads) const {
-  double sq = 0.0;
-  for (const auto& g : grads) {
-    // norm() streams once with no temporary; g.pow(2).sum() would allocate a gradient-sized buffer every step.
-    const double n = g.norm().item<double>();
-    sq += n * n;
-  }
-  if (options_.partitioned && world_.size() > 1) {
-    at::Tensor t = at::tensor({sq}, at::kDouble);
-    world_.all_reduce(t, comm::ReduceOp::kSum);
-    sq = t.item<double>();
-  }
-  return std::sqrt(sq);
+  return zero::global_norm(grads, options_.partitioned ? &world_ : nullptr);
 }
 
 std::optional<std::pair<size_t, size_t>> MasterWeights::first_overflow(const std::vector<at::Tensor>& grads) const {

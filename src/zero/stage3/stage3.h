@@ -138,7 +138,7 @@ class Stage3 {
   void register_grad_hook(int id, const at::Tensor& param);
   void remove_grad_hooks();
 
-  comm::ProcessGroup world_;
+  mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
   Stage3Options options_;
   BufferPool pool_;
   PrefetchCoordinator coordinator_;

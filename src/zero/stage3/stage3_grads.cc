@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "deepspeed/error.h"
+#include "zero/global_norm.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -160,18 +161,7 @@ void Stage3::publish() {
 }
 
 double Stage3::global_norm(const std::vector<at::Tensor>& grads) const {
-  double sq = 0.0;
-  for (const auto& g : grads) {
-    const double n = g.norm().item<double>();
-    sq += n * n;
-  }
-  if (world_.size() > 1) {
-    at::Tensor t = at::tensor({sq}, at::kDouble);
-    comm::ProcessGroup w = world_;
-    w.all_reduce(t, comm::ReduceOp::kSum);
-    sq = t.item<double>();
-  }
-  return std::sqrt(sq);
+  return zero::global_norm(grads, &world_);
 }
 
 std::optional<std::pair<size_t, size_t>> Stage3::first_overflow(const std::vector<at::Tensor>& grads) const {
@@ -193,8 +183,7 @@ std::optional<std::pair<size_t, size_t>> Stage3::first_overflow(const std::vecto
   }
   if (world_.size() > 1) {
     at::Tensor t = at::tensor({first}, at::kLong);
-    comm::ProcessGroup w = world_;
-    w.all_reduce(t, comm::ReduceOp::kMin);
+    world_.all_reduce(t, comm::ReduceOp::kMin);
     first = t.item<int64_t>();
   }
   if (first == std::numeric_limits<int64_t>::max()) return std::nullopt;
