@@ -4,13 +4,20 @@
 //
 // Rank 0 prints the engine's step log, then one summary line that scripts and benchmarks compare runs by:
 //   final step=<N> loss=<float> params_l2=<float> tokens_per_s=<float> peak_rss_mb=<float>
+//
+// Checkpoints: --save_dir DIR saves every --save_interval steps and after the last one; --load_dir DIR resumes from
+// DIR's `latest` (weights, optimizer, schedule, counters; the data position is the global step). --steps counts
+// global steps, so a run resumed at step 5 with --steps 10 runs 5 more. The checkpoint may come from another number
+// of ranks or ZeRO stage, as long as the global batch (train_batch_size) is the same.
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "corpus.h"
@@ -18,6 +25,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/error.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
 
@@ -27,6 +35,9 @@ struct Args {
   std::string config_path;
   std::string data_path;
   int64_t steps = 100;
+  std::string save_dir;
+  int64_t save_interval = 0;  // 0: only after the last step
+  std::string load_dir;
   int64_t seed = 1234;
   deepspeed::models::GPTConfig model;
   bool untied_head = false;
@@ -63,9 +74,24 @@ int train(const Args& args) {
     std::fflush(stdout);
   }
 
+  int64_t first_step = 0;
+  if (!args.load_dir.empty()) {
+    auto loaded = engine.load_checkpoint(args.load_dir);
+    DS_CHECK(loaded.has_value(), "--load_dir ", args.load_dir, ": no checkpoint to resume from (no 'latest' file)");
+    first_step = engine.global_steps();
+    auto data_step = loaded->client_state.find("data_step");
+    DS_CHECK(data_step != loaded->client_state.end() && data_step->value().toInt() == first_step, "--load_dir ",
+             args.load_dir, ": the checkpoint's data position does not match its global step ", first_step);
+    if (rank == 0) std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(first_step));
+  }
+  auto save = [&](int64_t done) {
+    auto client = deepspeed::checkpoint::make_state_dict();
+    client.insert("data_step", done);
+    engine.save_checkpoint(args.save_dir, std::nullopt, client);
+  };
   const auto start = std::chrono::steady_clock::now();
-  double last_loss = 0.0;
-  for (int64_t step = 0; step < args.steps; ++step) {
+  double last_loss = std::nan("");
+  for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       auto idx = sampler.micro_batch(step, m);
@@ -77,6 +103,9 @@ int train(const Args& args) {
       step_loss += loss.item<double>();
     }
     last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
+    const bool last = step + 1 == args.steps;
+    if (!args.save_dir.empty() && (last || (args.save_interval > 0 && (step + 1) % args.save_interval == 0)))
+      save(step + 1);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -92,7 +121,8 @@ int train(const Args& args) {
   auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
   at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
   world.all_reduce(peak, deepspeed::comm::ReduceOp::kMax);
-  const double tokens = static_cast<double>(args.steps * engine.train_batch_size() * model_cfg.seq_len);
+  const double tokens =
+      static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
   if (rank == 0) {
     std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
                 static_cast<long long>(engine.global_steps()), loss_t.item<double>(), std::sqrt(sq),
@@ -113,6 +143,12 @@ int main(int argc, char** argv) {
   app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
   app.add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);
   app.add_option("--seed", args.seed, "model and data-order seed");
+  auto* save_dir =
+      app.add_option("--save_dir", args.save_dir, "save checkpoints here (every --save_interval steps and at the end)");
+  app.add_option("--save_interval", args.save_interval, "steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(save_dir);
+  app.add_option("--load_dir", args.load_dir, "resume from this directory's latest checkpoint");
   app.add_option("--layers", args.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--hidden", args.model.hidden, "hidden size")->check(CLI::PositiveNumber);
   app.add_option("--heads", args.model.heads, "attention heads")->check(CLI::PositiveNumber);

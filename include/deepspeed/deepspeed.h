@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/config.h"
 #include "deepspeed/zero.h"
 
@@ -86,6 +87,19 @@ struct OffloadStatesOptions {
   bool pin_memory = true;                 // pin the host copies where the accelerator can
 };
 
+// Engine::load_checkpoint's choices (DeepSpeed's keyword arguments of the same names).
+struct LoadCheckpointOptions {
+  std::optional<std::string> tag;        // default: the tag named in <dir>/latest
+  bool load_optimizer_states = true;     // optimizer moments and step count
+  bool load_lr_scheduler_states = true;  // the schedule's position (else it restarts from the config)
+  bool load_module_only = false;         // weights only: no optimizer, scheduler, loss scale, counters or RNG
+};
+
+struct LoadCheckpointResult {
+  std::string path;                       // <dir>/<tag>
+  checkpoint::StateDict client_state = checkpoint::make_state_dict();  // what save_checkpoint was given
+};
+
 class EngineImpl;
 
 class Engine {
@@ -139,6 +153,23 @@ class Engine {
   // Stage 3's gather/prefetch/pool counters (all zero at other stages); reset_stage3_peaks() restarts the peaks.
   zero::Stage3Stats stage3_stats() const;
   void reset_stage3_peaks();
+
+  // Checkpoints in DeepSpeed's layout (include/deepspeed/checkpoint.h): <dir>/<tag>/mp_rank_00_model_states.pt
+  // (module weights in the model's dtype at stages 0-2, buffers, counters, LR scheduler, loss scaler, config,
+  // client_state) and one zero_pp_rank_<r>_mp_rank_00_optim_states.pt per data-parallel rank (its fp32 master
+  // partition, optimizer state, where each parameter's elements sit, RNG state); <dir>/latest names the tag last.
+  // Every file is written crash-safely. Collective: every rank calls it, at a gradient accumulation boundary.
+  // `tag` defaults to "global_step<N>". Returns the tag. If any rank fails to write, every rank throws.
+  std::string save_checkpoint(const std::string& save_dir, const std::optional<std::string>& tag = std::nullopt,
+                              const std::optional<checkpoint::StateDict>& client_state = std::nullopt,
+                              bool save_latest = true);
+  // Loads a checkpoint saved at any data-parallel world size and ZeRO stage into this engine's (parameters are
+  // matched by name; each rank copies the elements of its own partition). Collective; at an accumulation boundary.
+  // Returns nullopt, with a warning on rank 0, when no tag is given and <dir>/latest does not exist (DeepSpeed's
+  // behaviour, so a script may always try to resume). Throws checkpoint::CheckpointError naming the file and key
+  // when a file is missing, truncated, from another run or does not match this model.
+  std::optional<LoadCheckpointResult> load_checkpoint(const std::string& load_dir,
+                                                      const LoadCheckpointOptions& options = {});
 
   int local_rank() const;
   int global_rank() const;

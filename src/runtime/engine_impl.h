@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ class EngineImpl {
   void step();
   void offload_states(const OffloadStatesOptions& options);
   void check_states_resident(const char* what) const;
+  // engine_checkpoint.cc
+  std::string save_checkpoint(const std::string& dir, const std::optional<std::string>& tag,
+                              const std::optional<checkpoint::StateDict>& client_state, bool save_latest);
+  std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
 
   bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
   std::vector<double> get_lr() const;
@@ -62,6 +67,15 @@ class EngineImpl {
   // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
   bool take_model_step();
   std::string parameter_name(size_t group, size_t index) const;
+  // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
+  // parameters' names by (group, index).
+  const std::vector<at::Tensor>& master_buffers() const;
+  std::vector<zero::MasterFragment> master_fragments() const;
+  std::vector<std::vector<std::string>> parameter_names() const;
+  checkpoint::StateDict optim_state_dict(const std::string& run_id) const;
+  checkpoint::StateDict model_state_dict(const std::string& run_id,
+                                         const std::optional<checkpoint::StateDict>& client_state) const;
+  void check_boundary(const char* what) const;
   void apply_schedule();
   void log_step();
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);

@@ -120,7 +120,29 @@ bool MasterWeights::fuse_copy_back(EngineOptimizer& optimizer) {
   return true;
 }
 
-void MasterWeights::publish() {
+void MasterWeights::publish() { publish_impl(/*from_masters=*/false); }
+
+void MasterWeights::restore_params() { publish_impl(/*from_masters=*/true); }
+
+std::vector<zero::MasterFragment> MasterWeights::master_fragments() const {
+  std::vector<zero::MasterFragment> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const FlatGroup& fg = groups_[g];
+    std::vector<size_t> indices;
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t i = 0; i < fg.params.size(); ++i) {
+      indices.push_back(i);
+      shapes.push_back(fg.params[i].sizes().vec());
+    }
+    const int rank = fg.layout.rank();
+    const int64_t begin = options_.partitioned ? fg.layout.begin(rank) : 0;
+    const int64_t end = options_.partitioned ? fg.layout.end(rank) : fg.numel();
+    zero::append_master_fragments(g, indices, fg.offsets, shapes, begin, end, /*base=*/0, out);
+  }
+  return out;
+}
+
+void MasterWeights::publish_impl(bool from_masters) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < groups_.size(); ++i) {
     FlatGroup& g = groups_[i];
@@ -129,7 +151,7 @@ void MasterWeights::publish() {
     // External masters (nvme) were written by write_slice already; masters_ is empty then.
     at::Tensor mine = options_.partitioned ? my_slice(g) : g.params_flat;
     if (copies_) {
-      const at::Tensor& source = copy_back_.empty() ? masters_[i] : copy_back_[i];
+      const at::Tensor& source = copy_back_.empty() || from_masters ? masters_[i] : copy_back_[i];
       const bool written_in_place = source.data_ptr() == mine.data_ptr() && source.dtype() == mine.dtype();
       if (!written_in_place) mine.copy_(source);
     }

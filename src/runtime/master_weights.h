@@ -62,6 +62,11 @@ class MasterWeights {
   std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
   // Copies the updated masters into the model's parameters on every rank. Collective when partitioned.
   void publish();
+  // After masters() were overwritten (a loaded checkpoint): the same as publish(), but always rounding the masters
+  // themselves into the parameters (a fused copy-back target holds the previous step's values). Collective.
+  void restore_params();
+  // Where each parameter's elements sit in masters() (for checkpoints).
+  std::vector<zero::MasterFragment> master_fragments() const;
   // With offload and a bf16/fp16 model, asks `optimizer` to write the parameters itself in its step (see above);
   // returns whether it will. Call once, after building the optimizer over masters().
   bool fuse_copy_back(EngineOptimizer& optimizer);
@@ -73,6 +78,8 @@ class MasterWeights {
   at::Tensor initial_master(size_t group) const;
 
  private:
+  void publish_impl(bool from_masters);
+
   std::vector<FlatGroup>& groups_;
   mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
   MasterWeightsOptions options_;

@@ -7,6 +7,9 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
+
+#include <sstream>
 
 #include "deepspeed/error.h"
 #include "deepspeed/ops.h"
@@ -120,6 +123,31 @@ class FusedOptimizer final : public EngineOptimizer {
     return true;
   }
   std::string name() const override { return "fused cpu " + type_; }
+
+  std::vector<std::string> state_names() const override {
+    switch (kind_) {
+      case Kind::kAdam: return {"exp_avg", "exp_avg_sq"};
+      case Kind::kSgd: return sgd_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"}
+                                                   : std::vector<std::string>{};
+      case Kind::kAdagrad: return {"sum"};
+      case Kind::kLion: return {"exp_avg"};
+    }
+    return {};
+  }
+  std::vector<at::Tensor> group_state(size_t group) const override {
+    const GroupState& s = state_.at(group);
+    std::vector<at::Tensor> out;
+    const size_t n = state_names().size();
+    if (n > 0) out.push_back(s.first);
+    if (n > 1) out.push_back(s.second);
+    return out;
+  }
+  int64_t step_count() const override { return step_; }
+  void set_step_count(int64_t steps) override { step_ = steps; }
+  std::optional<double> momentum(size_t group) const override {
+    if (kind_ == Kind::kAdagrad) return std::nullopt;
+    return momenta_.at(group);
+  }
   std::vector<at::Tensor> state_tensors() const override {
     std::vector<at::Tensor> out;
     for (const auto& s : state_)
@@ -225,6 +253,19 @@ class ClientOptimizer final : public EngineOptimizer {
     return false;
   }
   std::string name() const override { return "client torch::optim optimizer"; }
+
+  std::string archive() const override {
+    torch::serialize::OutputArchive out;
+    opt_->save(out);
+    std::ostringstream bytes;
+    out.save_to(bytes);
+    return bytes.str();
+  }
+  void restore_archive(const std::string& bytes) override {
+    torch::serialize::InputArchive in;
+    in.load_from(bytes.data(), bytes.size());
+    opt_->load(in);
+  }
 
  private:
   std::shared_ptr<torch::optim::Optimizer> opt_;

@@ -36,6 +36,21 @@ class EngineOptimizer {
   virtual bool set_momentum(size_t group, double momentum) = 0;
   virtual std::string name() const = 0;
 
+  // Checkpoints. state_names(): the per-element state tensors of a group, in order (Adam: exp_avg, exp_avg_sq);
+  // group_state(g) returns them (views of the live state, so a caller may copy into them). Empty for an optimizer
+  // whose state the engine does not see (a client torch optimizer: see archive()).
+  virtual std::vector<std::string> state_names() const { return {}; }
+  virtual std::vector<at::Tensor> group_state(size_t group) const { return {}; }
+  // Optimizer steps taken (Adam's bias correction reads it).
+  virtual int64_t step_count() const { return 0; }
+  virtual void set_step_count(int64_t steps) {}
+  // beta1 / momentum of a group, when the optimizer has one.
+  virtual std::optional<double> momentum(size_t group) const { return std::nullopt; }
+  // A client torch optimizer's whole state as bytes of torch's own archive format (empty for the fused ones), and
+  // the way back.
+  virtual std::string archive() const { return {}; }
+  virtual void restore_archive(const std::string& bytes) {}
+
   // Fused copy-back (DeepSpeed's fp16_param): from now on step() also writes each group's updated master, rounded
   // to nearest even, into targets[g] (a contiguous bf16/fp16 CPU tensor shaped like the master) in the same pass
   // over memory. Returns false, changing nothing, when this optimizer cannot (then the caller copies). step_slice

@@ -30,4 +30,17 @@ std::vector<Segment> PartitionLayout::owner_segments(int64_t begin, int64_t end)
   return out;
 }
 
+void append_master_fragments(size_t group, const std::vector<size_t>& indices, const std::vector<int64_t>& offsets,
+                             const std::vector<std::vector<int64_t>>& shapes, int64_t part_begin, int64_t part_end,
+                             int64_t base, std::vector<MasterFragment>& out) {
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t d : shapes[i]) numel *= d;
+    const int64_t lo = std::max(offsets[i], part_begin);
+    const int64_t hi = std::min(offsets[i] + numel, part_end);
+    if (lo >= hi) continue;
+    out.push_back(MasterFragment{group, indices[i], shapes[i], lo - offsets[i], hi - offsets[i], base + lo - part_begin});
+  }
+}
+
 }  // namespace deepspeed::zero

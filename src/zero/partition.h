@@ -44,4 +44,22 @@ class PartitionLayout {
   int rank_ = 0;
 };
 
+// The part of one parameter a rank's fp32 master buffer holds, as checkpoints describe it: elements [begin, end) of
+// the flattened parameter `index` of parameter group `group` sit at element `offset` of the rank's master buffer of
+// that group.
+struct MasterFragment {
+  size_t group = 0;
+  size_t index = 0;
+  std::vector<int64_t> shape;  // the whole parameter's
+  int64_t begin = 0, end = 0;
+  int64_t offset = 0;
+};
+
+// Appends the fragments of a flat buffer whose parameters start at `offsets` (parameter i is parameter
+// `indices[i]` of `group`, `numels[i]` elements) when the rank holds buffer elements [part_begin, part_end), stored
+// from element `base` of its master buffer. Parameters outside the range add nothing.
+void append_master_fragments(size_t group, const std::vector<size_t>& indices, const std::vector<int64_t>& offsets,
+                             const std::vector<std::vector<int64_t>>& shapes, int64_t part_begin, int64_t part_end, int64_t base,
+                             std::vector<MasterFragment>& out);
+
 }  // namespace deepspeed::zero

@@ -55,19 +55,24 @@ inline void split_batch(const at::Tensor& data, const std::vector<int64_t>& idx,
   *y = batch.narrow(1, 1, seq);
 }
 
-// Trains `steps` optimizer steps of this rank's share of each global batch.
-inline void train(deepspeed::Engine& engine, const at::Tensor& data, int steps) {
+// Trains `steps` optimizer steps of this rank's share of each global batch, starting at global step `first_step`
+// (a resumed run continues where the data left off). Returns this rank's loss of each micro-batch.
+inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& data, int steps, int first_step = 0) {
   deepspeed::DataParallelSampler sampler(data.size(0), engine.train_micro_batch_size_per_gpu(),
                                          engine.gradient_accumulation_steps(), engine.global_rank(),
                                          engine.world_size(), kDataSeed);
-  for (int step = 0; step < steps; ++step) {
+  std::vector<double> losses;
+  for (int step = first_step; step < first_step + steps; ++step) {
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       at::Tensor x, y;
       split_batch(data, sampler.micro_batch(step, m), &x, &y);
-      engine.backward(engine.forward(x, y));
+      at::Tensor loss = engine.forward(x, y);
+      losses.push_back(loss.item<double>());
+      engine.backward(loss);
       engine.step();
     }
   }
+  return losses;
 }
 
 inline std::vector<at::Tensor> snapshot(const deepspeed::models::GPT& model) {

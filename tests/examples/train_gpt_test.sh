@@ -79,6 +79,57 @@ PY
     run 1 micro8.json --steps 0 && fail "--steps 0 must be rejected"
     grep -q "steps" "$log" || fail "the error should name --steps"
     ;;
+  resume)
+    # New processes resume bit-exactly: 6 steps straight == 3 steps, save, 3 more from --load_dir (stages 1, 3).
+    ckpt=$(mktemp -d)
+    trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
+    for stage in 1 3; do
+      run 2 ckpt_stage$stage.json --steps 6 || fail "stage $stage straight run exited with $?"
+      want=$(grep -o "final step=6 loss=[^ ]* params_l2=[^ ]*" "$log")
+      run 2 ckpt_stage$stage.json --steps 3 --save_dir "$ckpt/s$stage" || fail "stage $stage save run exited with $?"
+      run 2 ckpt_stage$stage.json --steps 6 --load_dir "$ckpt/s$stage" --save_dir "$ckpt/s$stage" \
+        || fail "stage $stage resumed run exited with $?"
+      grep -q "resumed at step 3" "$log" || fail "stage $stage: no resume message"
+      got=$(grep -o "final step=6 loss=[^ ]* params_l2=[^ ]*" "$log")
+      echo "stage $stage: straight '$want', resumed '$got'"
+      [ -n "$want" ] && [ "$want" = "$got" ] || fail "stage $stage: the resumed run differs from the straight one"
+      [ "$(cat "$ckpt/s$stage/latest")" = global_step6 ] || fail "latest should name global_step6"
+    done
+    # --save_interval saves along the way.
+    run 1 ckpt_stage1.json --steps 4 --save_dir "$ckpt/every2" --save_interval 2 || fail "interval run exited with $?"
+    [ -f "$ckpt/every2/global_step2/mp_rank_00_model_states.pt" ] && [ -f "$ckpt/every2/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt" ] \
+      || fail "expected checkpoints at steps 2 and 4"
+    ;;
+  reshard)
+    # A checkpoint of N ranks (and another stage) continues on M ranks with the same numbers, up to reduction order.
+    ckpt=$(mktemp -d)
+    trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
+    run 2 ckpt_stage1.json --steps 6 || fail "reference run exited with $?"
+    ref_loss=$(final_field loss) ref_l2=$(final_field params_l2)
+    for move in "4 1 2 1" "2 1 4 1" "2 1 1 1" "2 3 1 1"; do
+      set -- $move  # save ranks, save stage, load ranks, load stage
+      dir="$ckpt/$1x$2-$3x$4"
+      run "$1" ckpt_stage$2.json --steps 3 --save_dir "$dir" || fail "$move: save run exited with $?"
+      run "$3" ckpt_stage$4.json --steps 6 --load_dir "$dir" || fail "$move: resumed run exited with $?"
+      loss=$(final_field loss) l2=$(final_field params_l2)
+      echo "ranks x stage $1x$2 -> $3x$4: loss=$loss params_l2=$l2 (reference $ref_loss $ref_l2)"
+      awk -v a="$ref_loss" -v b="$loss" -v c="$ref_l2" -v d="$l2" \
+        'BEGIN { exit !(b != "" && (a - b) ^ 2 <= (1e-4 * a) ^ 2 && (c - d) ^ 2 <= (1e-4 * c) ^ 2) }' \
+        || fail "$move: resharded run differs from the reference"
+    done
+    ;;
+  bad_checkpoint)
+    ckpt=$(mktemp -d)
+    trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
+    run 1 ckpt_stage1.json --steps 2 --load_dir "$ckpt/none" && fail "a missing checkpoint must be an error"
+    grep -q "train_gpt: --load_dir $ckpt/none: no checkpoint to resume from" "$log" || fail "unclear missing-checkpoint error"
+    run 1 ckpt_stage1.json --steps 2 --save_interval 1 && fail "--save_interval without --save_dir must be rejected"
+    grep -q "save_interval requires --save_dir" "$log" || fail "unclear --save_interval error"
+    run 1 ckpt_stage1.json --steps 2 --save_dir "$ckpt/ok" || fail "save run exited with $?"
+    : > "$ckpt/ok/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    run 1 ckpt_stage1.json --steps 4 --load_dir "$ckpt/ok" && fail "an empty rank file must be refused"
+    grep -q "zero_pp_rank_0_mp_rank_00_optim_states.pt" "$log" || fail "the error should name the broken file"
+    ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS: $case_name"

@@ -111,6 +111,11 @@ class Stage3 {
   void unit_pre_backward(int id);
   void param_grad_ready(int id);
 
+  // Checkpoints: where each parameter's elements sit in masters(); and, after masters() were overwritten (a
+  // loaded checkpoint), the model-dtype partitions and every gathered parameter refreshed from them. Collective.
+  std::vector<MasterFragment> master_fragments() const;
+  void restore_from_masters();
+
   // GatheredParameters support: gathers every unit holding one of `params` (returns their ids); scatter_back()
   // broadcasts `modifier_rank`'s full values and stores this rank's partitions (masters included).
   std::vector<int> gather_for_access(const std::vector<at::Tensor>& params);

@@ -160,6 +160,24 @@ void Stage3::publish() {
   }
 }
 
+void Stage3::restore_from_masters() {
+  // Units kept gathered (for reuse, or a GatheredParameters scope) would go on serving the old values.
+  for (auto& unit : units_)
+    if (!unit->persistent) release(*unit);
+  publish();
+}
+
+std::vector<MasterFragment> Stage3::master_fragments() const {
+  std::vector<MasterFragment> out;
+  for (const auto& unit : units_)
+    for (const auto& f : unit->flats) {
+      const int rank = f.layout.rank();
+      append_master_fragments(f.group, f.index_in_group, f.offsets, f.shapes, f.layout.begin(rank),
+                              f.layout.end(rank), f.group_offset, out);
+    }
+  return out;
+}
+
 double Stage3::global_norm(const std::vector<at::Tensor>& grads) const {
   return zero::global_norm(grads, &world_);
 }

@@ -1,0 +1,64 @@
+// The fp32 partitions of a checkpoint tag, indexed by parameter name: which rank file, flat group
+// and offset hold which elements of each parameter (the contract in
+// include/deepspeed/checkpoint.h). fp32 consolidation (ds_to_fp32) and the engine's loader share
+// it; the loader also reads the optimizer states at the same offsets, which is what lets a
+// checkpoint saved by N ranks at one ZeRO stage be loaded by M ranks at another.
+//
+// Rank files are mapped, not read: building the index costs their pickles, and each element is
+// paged in only when a caller copies it. Not thread-safe; a plain value.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+
+namespace deepspeed::checkpoint {
+
+// One contiguous run of a parameter's flattened elements held by one rank file.
+struct SavedFragment {
+  int rank = 0;
+  size_t group = 0;   // index into the rank's fp32_flat_groups
+  int64_t begin = 0;  // [begin, end) of the flattened parameter
+  int64_t end = 0;
+  int64_t offset = 0;  // where the run starts in the rank's flat group
+  at::Tensor source;   // 1-D fp32 view of those elements in the (mapped) flat group
+};
+
+struct SavedParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  std::vector<SavedFragment> fragments;  // sorted by begin; they cover [0, numel) exactly once
+};
+
+struct PartitionIndex {
+  std::string tag;
+  std::vector<std::string> files;  // zero_pp_rank_<r>_mp_rank_00_optim_states.pt, by rank
+  std::vector<StateDict> states;   // the mapped rank files, by rank
+  std::string run_id;              // shared by every rank file
+  std::vector<SavedParam> params;  // in order of first appearance (rank 0 first)
+  std::map<std::string, size_t> by_name;
+
+  // nullptr when no rank holds the parameter.
+  const SavedParam* find(const std::string& name) const;
+};
+
+// Maps every rank file of <dir>/<tag> and indexes its fragments. Throws CheckpointError naming the
+// file and the field on a missing rank, metadata from another run or format,
+// partition_count/dp_rank disagreement, a malformed slice, or a parameter whose fragments leave a
+// gap or overlap.
+PartitionIndex load_partition_index(const std::string& dir, const std::string& tag,
+                                    FileSystem* fs = nullptr);
+
+// The 1-D float32 tensors under `key` of a rank file (fp32_flat_groups, or an optimizer state
+// list).
+std::vector<at::Tensor> flat_tensor_list(const StateDict& state, const char* key,
+                                         const std::string& file);
+
+}  // namespace deepspeed::checkpoint

@@ -1,0 +1,301 @@
+// Engine::save_checkpoint and Engine::save-side state: what each rank writes
+// (include/deepspeed/deepspeed.h), in the layout and with the fp32 partition contract of
+// include/deepspeed/checkpoint.h.
+//
+// Every rank writes zero_pp_rank_<r>_mp_rank_00_optim_states.pt with its fp32 master partition, the
+// optimizer state at the same offsets and `param_slices` saying which elements of which parameter
+// sit where; rank 0 also writes mp_rank_00_model_states.pt (weights in the model's dtype at stages
+// 0-2, buffers, counters, scheduler, loss scale, config, client state). At stage 0 every rank holds
+// every master, so rank 0 saves them and the other ranks' files hold empty partitions (and their
+// own RNG state). Loading (engine_checkpoint_load.cc) matches parameters by name, which is what
+// makes any world size and stage loadable into any other.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <random>
+#include <unordered_map>
+
+#include "deepspeed/accelerator.h"
+#include "runtime/engine_checkpoint_util.h"
+#include "runtime/engine_impl.h"
+
+namespace deepspeed {
+
+namespace ckpt = checkpoint;
+
+namespace runtime {
+
+void all_ranks_or_none(comm::ProcessGroup& world, const char* what,
+                       const std::function<void()>& fn) {
+  std::exception_ptr error;
+  try {
+    fn();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (world.size() > 1) {
+    at::Tensor failed =
+        at::tensor({error ? static_cast<int64_t>(world.rank()) : int64_t{-1}}, at::kLong);
+    world.all_reduce(failed, comm::ReduceOp::kMax);
+    if (error) std::rethrow_exception(error);
+    const int64_t rank = failed.item<int64_t>();
+    DS_CHECK_T(ckpt::CheckpointError, rank < 0, what, " failed on rank ", rank,
+               " (its error message says why)");
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void check_same_on_all_ranks(comm::ProcessGroup& world, const std::string& value,
+                             const char* what) {
+  if (world.size() == 1) return;
+  const auto h = static_cast<int64_t>(std::hash<std::string>{}(value) >> 1);
+  at::Tensor t = at::tensor({h, -h}, at::kLong);
+  world.all_reduce(t, comm::ReduceOp::kMax);
+  DS_CHECK(t[0].item<int64_t>() == -t[1].item<int64_t>(), what,
+           " differs between ranks (this rank: '", value,
+           "'); every rank must pass the same value");
+}
+
+const char* dtype_name(at::ScalarType t) {
+  return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32";
+}
+
+}  // namespace runtime
+
+namespace {
+
+// A run id shared by every file of one save: rank 0 draws it and broadcasts it, so a loader can
+// tell a file left over from another save.
+std::string make_run_id(comm::ProcessGroup& world) {
+  at::Tensor id = at::zeros({2}, at::kLong);
+  if (world.rank() == 0) {
+    std::random_device rd;
+    const auto now = std::chrono::system_clock::now().time_since_epoch().count();
+    id[0] = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) >> 1);
+    id[1] = static_cast<int64_t>(now);
+  }
+  if (world.size() > 1) world.broadcast(id, 0);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%016llx-%016llx",
+                static_cast<unsigned long long>(id[0].item<int64_t>()),
+                static_cast<unsigned long long>(id[1].item<int64_t>()));
+  return buf;
+}
+
+c10::impl::GenericList any_list() { return c10::impl::GenericList(c10::AnyType::get()); }
+c10::impl::GenericDict any_dict() {
+  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
+}
+
+}  // namespace
+
+void EngineImpl::check_boundary(const char* what) const {
+  const int64_t gas = config_.gradient_accumulation_steps.value();
+  DS_CHECK(micro_steps_ % gas == 0, what,
+           ": call it at a gradient accumulation boundary (after the step() that ",
+           "completes a global step); this is micro step ", micro_steps_ % gas, " of ", gas);
+}
+
+const std::vector<at::Tensor>& EngineImpl::master_buffers() const {
+  return stage3_ ? stage3_->masters() : masters_->masters();
+}
+
+std::vector<zero::MasterFragment> EngineImpl::master_fragments() const {
+  return stage3_ ? stage3_->master_fragments() : masters_->master_fragments();
+}
+
+std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    names.emplace(item.value().unsafeGetTensorImpl(),
+                  item.key());  // a tied weight keeps its first name
+  std::vector<std::vector<std::string>> out(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      auto it = names.find(groups_[g].params[i].unsafeGetTensorImpl());
+      DS_ASSERT(it != names.end(), "parameter ", i, " of group ", g,
+                " is not a parameter of the module");
+      out[g].push_back(it->second);
+    }
+  return out;
+}
+
+ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
+  at::NoGradGuard no_grad;
+  ckpt::StateDict state = ckpt::make_state_dict();
+  ckpt::stamp_metadata(state, run_id);
+  const int rank = world_.rank();
+  // Stage 0: every rank holds everything; rank 0 saves it once.
+  const bool holder = config_.zero.stage >= 1 || rank == 0;
+  state.insert(ckpt::kPartitionCountKey, static_cast<int64_t>(world_.size()));
+  state.insert(ckpt::kDpRankKey, static_cast<int64_t>(rank));
+  state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
+
+  const std::vector<at::Tensor>& masters = master_buffers();
+  const at::Tensor empty = at::empty({0}, at::kFloat);
+  c10::List<at::Tensor> flat;
+  for (const auto& m : masters) flat.push_back(holder ? m : empty);
+  state.insert(ckpt::kFp32FlatGroupsKey, flat);
+
+  const auto names = parameter_names();
+  std::vector<c10::impl::GenericList> per_group(masters.size(), any_list());
+  if (holder)
+    for (const auto& f : master_fragments()) {
+      c10::impl::GenericDict d = any_dict();
+      d.insert(std::string("name"), names[f.group][f.index]);
+      d.insert(std::string("shape"), c10::List<int64_t>(f.shape));
+      d.insert(std::string("begin"), f.begin);
+      d.insert(std::string("end"), f.end);
+      d.insert(std::string("offset"), f.offset);
+      per_group[f.group].push_back(d);
+    }
+  c10::impl::GenericList slices = any_list();
+  for (auto& l : per_group) slices.push_back(l);
+  state.insert(ckpt::kParamSlicesKey, slices);
+
+  c10::impl::GenericDict opt = any_dict();
+  if (optimizer_) {
+    opt.insert(std::string("type"), optimizer_->name());
+    opt.insert(std::string("step"), optimizer_->step_count());
+    const auto state_names = optimizer_->state_names();
+    opt.insert(std::string("state_names"), c10::List<std::string>(state_names));
+    c10::impl::GenericList states = any_list();
+    c10::impl::GenericList param_groups = any_list();
+    for (size_t g = 0; g < masters.size(); ++g) {
+      c10::impl::GenericDict s = any_dict();
+      const auto tensors = optimizer_->group_state(g);
+      for (size_t k = 0; k < state_names.size(); ++k)
+        s.insert(state_names[k], holder ? tensors.at(k) : empty);
+      states.push_back(s);
+      c10::impl::GenericDict pg = any_dict();
+      pg.insert(std::string("lr"), optimizer_->lr(g));
+      if (auto m = optimizer_->momentum(g)) pg.insert(std::string("momentum"), *m);
+      param_groups.push_back(pg);
+    }
+    opt.insert(std::string("state"), states);
+    opt.insert(std::string("param_groups"), param_groups);
+    const std::string archive = optimizer_->archive();
+    if (!archive.empty() && holder) {
+      at::Tensor bytes = at::empty({static_cast<int64_t>(archive.size())}, at::kByte);
+      std::memcpy(bytes.data_ptr(), archive.data(), archive.size());
+      opt.insert(std::string("client_optimizer_archive"), bytes);
+    }
+  }
+  state.insert("optimizer_state_dict", opt);
+  state.insert("rng_state", accelerator::get_accelerator().get_rng_state());
+  return state;
+}
+
+ckpt::StateDict EngineImpl::model_state_dict(
+    const std::string& run_id, const std::optional<ckpt::StateDict>& client_state) const {
+  at::NoGradGuard no_grad;
+  ckpt::StateDict state = ckpt::make_state_dict();
+  ckpt::stamp_metadata(state, run_id);
+  // The module as torch's state_dict names it. Stage 3 keeps only partitions, which live in the
+  // optimizer files.
+  ckpt::StateDict module = ckpt::make_state_dict();
+  if (!stage3_)
+    for (const auto& item : module_->named_parameters(/*recurse=*/true))
+      module.insert(item.key(), item.value());
+  std::vector<std::string> buffer_names;
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+    if (!item.value().defined()) continue;
+    module.insert(item.key(), item.value());
+    buffer_names.push_back(item.key());
+  }
+  state.insert(ckpt::kModuleKey, module);
+  state.insert(ckpt::kBufferNamesKey, c10::List<std::string>(buffer_names));
+
+  const auto names = parameter_names();
+  c10::impl::GenericList param_shapes = any_list();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    c10::impl::GenericDict shapes = any_dict();
+    for (const auto& f : master_fragments())
+      if (f.group == g && !shapes.contains(names[g][f.index]))
+        shapes.insert(names[g][f.index], c10::List<int64_t>(f.shape));
+    param_shapes.push_back(shapes);
+  }
+  state.insert("param_shapes", param_shapes);
+
+  state.insert("global_steps", global_steps_);
+  state.insert("global_samples", global_steps_ * config_.train_batch_size.value());
+  state.insert("micro_steps", micro_steps_);
+  state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
+  state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
+  state.insert("mp_world_size", int64_t{1});
+  state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
+  state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
+  state.insert("ds_config", config_.dump());
+  if (scheduler_) {
+    c10::impl::GenericDict s = any_dict();
+    s.insert(std::string("type"), std::string(scheduler_->type()));
+    s.insert(std::string("last_batch_iteration"), scheduler_->state_dict().last_batch_iteration);
+    state.insert("lr_scheduler", s);
+  }
+  if (scaler_) {
+    const runtime::LossScaler::State st = scaler_->state();
+    c10::impl::GenericDict s = any_dict();
+    s.insert(std::string("cur_scale"), st.cur_scale);
+    s.insert(std::string("cur_iter"), st.cur_iter);
+    s.insert(std::string("last_overflow_iter"), st.last_overflow_iter);
+    s.insert(std::string("cur_hysteresis"), static_cast<int64_t>(st.cur_hysteresis));
+    s.insert(std::string("skipped_steps"), st.skipped_steps);
+    state.insert("loss_scaler", s);
+  }
+  state.insert("client_state", client_state ? *client_state : ckpt::make_state_dict());
+  return state;
+}
+
+std::string EngineImpl::save_checkpoint(const std::string& dir,
+                                        const std::optional<std::string>& tag_in,
+                                        const std::optional<ckpt::StateDict>& client_state,
+                                        bool save_latest) {
+  check_states_resident("save_checkpoint");
+  check_boundary("save_checkpoint");
+  DS_CHECK(!swapper_,
+           "save_checkpoint: offload_optimizer.device \"nvme\" is not supported by checkpoints yet "
+           "(use \"cpu\" offload, or none, for runs that must be saved)");
+  DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
+  const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
+  DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",
+           "save_checkpoint: tag '", tag, "' must be a plain directory name");
+  runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
+  const std::string run_id = make_run_id(world_);
+  if (breakdown_) timers_.start("save_checkpoint");
+  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank()), optim_state_dict(run_id));
+    if (world_.rank() == 0)
+      ckpt::save_state(ckpt::model_states_path(dir, tag), model_state_dict(run_id, client_state));
+  });
+  // Every rank's files are durable (the collective above is the barrier): only now may `latest`
+  // name the tag.
+  if (save_latest)
+    runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+      if (world_.rank() == 0) ckpt::write_latest(dir, tag);
+    });
+  if (breakdown_) timers_.stop("save_checkpoint");
+  if (world_.rank() == 0) {
+    std::printf("saved checkpoint %s/%s\n", dir.c_str(), tag.c_str());
+    std::fflush(stdout);
+  }
+  return tag;
+}
+
+std::string Engine::save_checkpoint(const std::string& save_dir,
+                                    const std::optional<std::string>& tag,
+                                    const std::optional<checkpoint::StateDict>& client_state,
+                                    bool save_latest) {
+  return impl_->save_checkpoint(save_dir, tag, client_state, save_latest);
+}
+
+std::optional<LoadCheckpointResult> Engine::load_checkpoint(const std::string& load_dir,
+                                                            const LoadCheckpointOptions& options) {
+  return impl_->load_checkpoint(load_dir, options);
+}
+
+}  // namespace deepspeed

@@ -1,0 +1,306 @@
+// Engine::load_checkpoint: a checkpoint saved by any number of ranks at any ZeRO stage, loaded into
+// this engine.
+//
+// Every rank maps every rank file of the tag (checkpoint/partition_index.h) and, for each fragment
+// of a parameter its own master partition holds, copies the overlapping elements of the saved
+// fragments: fp32 masters, and the optimizer state at the same offsets. Parameters are matched by
+// name, so world size, stage, partition padding and parameter groups may all differ between save
+// and load. Everything that can be wrong with the files is checked before anything is overwritten,
+// and every rank sees the same files, so every rank fails alike and the engine keeps its state. The
+// model-dtype parameters are then refreshed from the masters (a collective), exactly as after an
+// optimizer step, which is why a resumed run is bit-exact.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "checkpoint/partition_index.h"
+#include "deepspeed/accelerator.h"
+#include "runtime/engine_checkpoint_util.h"
+#include "runtime/engine_impl.h"
+
+namespace deepspeed {
+
+namespace ckpt = checkpoint;
+using ckpt::CheckpointError;
+
+namespace {
+
+c10::IValue entry(const ckpt::StateDict& state, const char* key, const std::string& file) {
+  auto it = state.find(key);
+  DS_CHECK_T(CheckpointError, it != state.end(), "checkpoint file ", file, " has no '", key, "'");
+  return it->value();
+}
+
+c10::IValue entry(const c10::impl::GenericDict& d, const char* key, const std::string& where) {
+  auto it = d.find(std::string(key));
+  DS_CHECK_T(CheckpointError, it != d.end(), where, " has no '", key, "'");
+  return it->value();
+}
+
+c10::impl::GenericDict dict_entry(const ckpt::StateDict& state, const char* key,
+                                  const std::string& file) {
+  c10::IValue v = entry(state, key, file);
+  DS_CHECK_T(CheckpointError, v.isGenericDict(), "checkpoint file ", file, ": '", key,
+             "' is not a dict");
+  return v.toGenericDict();
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// n elements of a saved flat group (rank, group, offset) that belong at `offset` of this rank's
+// master `group`.
+struct CopyRun {
+  size_t group = 0;
+  int64_t offset = 0;
+  const ckpt::SavedFragment* saved = nullptr;
+  int64_t source_index = 0;  // in saved->source
+  int64_t saved_offset = 0;  // in the saved rank's flat group
+  int64_t n = 0;
+};
+
+// The copies that fill this rank's fragments; throws naming the parameter when the checkpoint lacks
+// it or its shape differs, and when the checkpoint holds a parameter the model does not have
+// (torch's strict loading).
+std::vector<CopyRun> plan_copies(const std::vector<zero::MasterFragment>& mine,
+                                 const std::vector<std::vector<std::string>>& names,
+                                 const ckpt::PartitionIndex& index, const std::string& where) {
+  std::set<std::string> model_names;
+  for (const auto& g : names) model_names.insert(g.begin(), g.end());
+  for (const auto& p : index.params)
+    DS_CHECK_T(CheckpointError, model_names.count(p.name), "checkpoint ", where,
+               " holds parameter '", p.name, "', which this model does not have");
+  for (const auto& name : model_names)
+    DS_CHECK_T(CheckpointError, index.find(name) != nullptr, "checkpoint ", where,
+               " has no parameter '", name, "' (it holds ", index.params.size(),
+               " parameters; was it saved from another model?)");
+  std::vector<CopyRun> runs;
+  for (const auto& f : mine) {
+    const std::string& name = names[f.group][f.index];
+    const ckpt::SavedParam* p = index.find(name);
+    DS_CHECK_T(CheckpointError, p->shape == f.shape, "checkpoint ", where, ": parameter '", name,
+               "' has shape ", shape_str(p->shape), ", this model's is ", shape_str(f.shape));
+    for (const auto& s : p->fragments) {
+      const int64_t lo = std::max(f.begin, s.begin), hi = std::min(f.end, s.end);
+      if (lo >= hi) continue;
+      runs.push_back(CopyRun{f.group, f.offset + lo - f.begin, &s, lo - s.begin,
+                             s.offset + lo - s.begin, hi - lo});
+    }
+  }
+  return runs;
+}
+
+// The optimizer part of every saved rank file: states[rank][k][group], 1-D fp32.
+struct SavedOptimizer {
+  std::string type;
+  int64_t step = 0;
+  std::vector<std::string> state_names;
+  std::vector<std::vector<std::vector<at::Tensor>>> states;
+  std::vector<double> lrs;  // rank 0's param_groups
+  std::vector<std::optional<double>> momenta;
+  at::Tensor archive;  // a client optimizer's bytes
+};
+
+SavedOptimizer read_optimizer(const ckpt::PartitionIndex& index) {
+  SavedOptimizer out;
+  for (size_t r = 0; r < index.files.size(); ++r) {
+    const std::string& file = index.files[r];
+    c10::impl::GenericDict opt = dict_entry(index.states[r], "optimizer_state_dict", file);
+    const std::string where = "checkpoint file " + file + ": optimizer_state_dict";
+    if (r == 0) {
+      out.type = entry(opt, "type", where).toStringRef();
+      out.step = entry(opt, "step", where).toInt();
+      for (const c10::IValue& n : entry(opt, "state_names", where).toList())
+        out.state_names.push_back(n.toStringRef());
+      for (const c10::IValue& pg : entry(opt, "param_groups", where).toList()) {
+        c10::impl::GenericDict d = pg.toGenericDict();
+        out.lrs.push_back(entry(d, "lr", where + " param_groups").toDouble());
+        auto m = d.find(std::string("momentum"));
+        out.momenta.push_back(m == d.end() ? std::nullopt
+                                           : std::optional<double>(m->value().toDouble()));
+      }
+      auto a = opt.find(std::string("client_optimizer_archive"));
+      if (a != opt.end()) out.archive = a->value().toTensor();
+    }
+    const std::vector<at::Tensor> flats =
+        ckpt::flat_tensor_list(index.states[r], ckpt::kFp32FlatGroupsKey, file);
+    c10::impl::GenericList groups = entry(opt, "state", where).toList();
+    DS_CHECK_T(CheckpointError, groups.size() == flats.size(), where, ": 'state' has ",
+               groups.size(), " groups, fp32_flat_groups ", flats.size());
+    std::vector<std::vector<at::Tensor>> per_state(out.state_names.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      c10::impl::GenericDict s = groups.get(g).toGenericDict();
+      for (size_t k = 0; k < out.state_names.size(); ++k) {
+        at::Tensor t =
+            entry(s, out.state_names[k].c_str(), where + " state[" + std::to_string(g) + "]")
+                .toTensor();
+        DS_CHECK_T(CheckpointError,
+                   t.dim() == 1 && t.scalar_type() == at::kFloat && t.numel() == flats[g].numel(),
+                   where, " state[", g, "]['", out.state_names[k], "'] holds ", t.numel(),
+                   " elements, its fp32 group ", flats[g].numel());
+        per_state[k].push_back(t);
+      }
+    }
+    out.states.push_back(std::move(per_state));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
+    const std::string& dir, const LoadCheckpointOptions& options) {
+  check_states_resident("load_checkpoint");
+  check_boundary("load_checkpoint");
+  DS_CHECK(!swapper_,
+           "load_checkpoint: offload_optimizer.device \"nvme\" is not supported by checkpoints yet "
+           "(use \"cpu\" offload, or none, for runs that must be resumed)");
+  ckpt::FileSystem* fs = ckpt::default_file_system();
+  std::string tag = options.tag.value_or("");
+  if (tag.empty() && !fs->file_exists(ckpt::latest_path(dir))) {
+    if (world_.rank() == 0)
+      std::fprintf(
+          stderr,
+          "deepspeed: warning: load_checkpoint: no file %s; nothing loaded (pass a tag to load a "
+          "specific checkpoint)\n",
+          ckpt::latest_path(dir).c_str());
+    return std::nullopt;
+  }
+  const bool full = !options.load_module_only;
+  const bool load_optimizer = full && options.load_optimizer_states && optimizer_ != nullptr;
+  LoadCheckpointResult result;
+  runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
+    if (tag.empty()) tag = ckpt::read_latest(dir, fs);
+    result.path = ckpt::tag_dir(dir, tag);
+    const std::string model_file = ckpt::model_states_path(dir, tag);
+    ckpt::StateDict model = ckpt::load_state(model_file, ckpt::LoadOptions{/*mmap=*/true});
+    ckpt::check_metadata(model, model_file);
+    ckpt::PartitionIndex index = ckpt::load_partition_index(dir, tag, fs);
+    const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
+    DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],
+               " is from another run than ", model_file, " (ds_run_id '", index.run_id, "' vs '",
+               model_run, "'): the tag directory mixes two checkpoints");
+
+    // Check everything before overwriting anything.
+    const auto names = parameter_names();
+    const std::vector<CopyRun> runs = plan_copies(master_fragments(), names, index, result.path);
+    c10::impl::GenericDict module = dict_entry(model, ckpt::kModuleKey, model_file);
+    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
+    for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+      if (!item.value().defined()) continue;
+      auto it = module.find(item.key());
+      DS_CHECK_T(CheckpointError, it != module.end() && it->value().isTensor(), "checkpoint file ",
+                 model_file, " has no buffer '", item.key(), "'");
+      const at::Tensor saved = it->value().toTensor();
+      DS_CHECK_T(CheckpointError, saved.sizes() == item.value().sizes(), "checkpoint file ",
+                 model_file, ": buffer '", item.key(), "' has shape ",
+                 shape_str(saved.sizes().vec()), ", this model's is ",
+                 shape_str(item.value().sizes().vec()));
+      buffers.emplace_back(item.value(), saved);
+    }
+    SavedOptimizer saved_opt;
+    if (load_optimizer) {
+      saved_opt = read_optimizer(index);
+      DS_CHECK_T(CheckpointError,
+                 saved_opt.type == optimizer_->name() &&
+                     saved_opt.state_names == optimizer_->state_names(),
+                 "checkpoint ", result.path, " holds the state of optimizer '", saved_opt.type,
+                 "', this engine runs '", optimizer_->name(),
+                 "'; load it with load_optimizer_states=false");
+      DS_CHECK_T(CheckpointError, optimizer_->archive().empty() || saved_opt.archive.defined(),
+                 "checkpoint ", result.path,
+                 " has no client optimizer state; load it with load_optimizer_states=false");
+    }
+    std::optional<runtime::LossScaler::State> scaler_state;
+    if (full && scaler_ && model.contains("loss_scaler")) {
+      c10::impl::GenericDict s = model.at("loss_scaler").toGenericDict();
+      const std::string where = "checkpoint file " + model_file + ": loss_scaler";
+      runtime::LossScaler::State st;
+      st.cur_scale = entry(s, "cur_scale", where).toDouble();
+      st.cur_iter = entry(s, "cur_iter", where).toInt();
+      st.last_overflow_iter = entry(s, "last_overflow_iter", where).toInt();
+      st.cur_hysteresis = static_cast<int>(entry(s, "cur_hysteresis", where).toInt());
+      st.skipped_steps = entry(s, "skipped_steps", where).toInt();
+      scaler_state = st;
+    }
+    std::optional<runtime::LrSchedulerState> scheduler_state;
+    if (full && options.load_lr_scheduler_states && scheduler_ && model.contains("lr_scheduler")) {
+      c10::impl::GenericDict s = model.at("lr_scheduler").toGenericDict();
+      const std::string where = "checkpoint file " + model_file + ": lr_scheduler";
+      const std::string type = entry(s, "type", where).toStringRef();
+      DS_CHECK_T(CheckpointError, type == scheduler_->type(), where, " is a ", type,
+                 ", this engine runs a ", scheduler_->type(),
+                 "; load it with load_lr_scheduler_states=false");
+      scheduler_state = runtime::LrSchedulerState{entry(s, "last_batch_iteration", where).toInt()};
+    }
+    const int64_t steps = full ? entry(model, "global_steps", model_file).toInt() : 0;
+    at::Tensor rng;
+    if (full && index.files.size() == static_cast<size_t>(world_.size()))
+      rng = entry(index.states[world_.rank()], "rng_state", index.files[world_.rank()]).toTensor();
+    if (model.contains("client_state"))
+      result.client_state = c10::impl::toTypedDict<std::string, c10::IValue>(
+          model.at("client_state").toGenericDict());
+
+    // Apply.
+    at::NoGradGuard no_grad;
+    const std::vector<at::Tensor>& masters = master_buffers();
+    std::vector<std::vector<at::Tensor>> states;
+    if (load_optimizer)
+      for (size_t g = 0; g < masters.size(); ++g) states.push_back(optimizer_->group_state(g));
+    for (const CopyRun& run : runs) {
+      masters[run.group]
+          .narrow(0, run.offset, run.n)
+          .copy_(run.saved->source.narrow(0, run.source_index, run.n));
+      if (!load_optimizer) continue;
+      const auto& saved = saved_opt.states[run.saved->rank];
+      for (size_t k = 0; k < saved.size(); ++k)
+        states[run.group][k]
+            .narrow(0, run.offset, run.n)
+            .copy_(saved[k][run.saved->group].narrow(0, run.saved_offset, run.n));
+    }
+    for (auto& [ours, saved] : buffers) ours.copy_(saved);
+    if (load_optimizer) {
+      optimizer_->set_step_count(saved_opt.step);
+      if (saved_opt.lrs.size() == groups_.size())
+        for (size_t g = 0; g < groups_.size(); ++g) {
+          optimizer_->set_lr(g, saved_opt.lrs[g]);
+          if (saved_opt.momenta[g]) optimizer_->set_momentum(g, *saved_opt.momenta[g]);
+        }
+      if (saved_opt.archive.defined()) {
+        at::Tensor bytes = saved_opt.archive.contiguous();
+        optimizer_->restore_archive(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                                static_cast<size_t>(bytes.numel())));
+      }
+    }
+    if (full) {
+      global_steps_ = steps;
+      micro_steps_ = steps * config_.gradient_accumulation_steps.value();
+      last_log_step_ = steps;
+      if (scaler_state) scaler_->load_state(*scaler_state);
+      if (scheduler_state) {
+        scheduler_->load_state_dict(*scheduler_state);
+        if (!load_optimizer) apply_schedule();
+      }
+      if (rng.defined()) accelerator::get_accelerator().set_rng_state(rng);
+    }
+  });
+  // Collective: every rank's restored masters into the parameters, as after an optimizer step.
+  if (stage3_) {
+    stage3_->restore_from_masters();
+  } else {
+    masters_->restore_params();
+  }
+  if (world_.rank() == 0) {
+    std::printf("loaded checkpoint %s\n", result.path.c_str());
+    std::fflush(stdout);
+  }
+  return result;
+}
+
+}  // namespace deepspeed
