@@ -14,14 +14,21 @@
 // keeps freed memory, so a configuration measured after another could reuse its cached pages and
 // look smaller than it is. In a fresh process every configuration pays the same one-time costs
 // (LibTorch and BLAS buffers, Gloo, autograd threads) and nothing else. Per rank:
-//   1. RSS before the model is built (after comm init and the token batches): the baseline;
+//   1. RSS, in-use heap and live tensor bytes before the model is built (after comm init and the
+//      token batches): the baselines;
 //   2. build the model and the engine (micro 8, gas 1, AdamW, overlap_comm, reduce_bucket_size
-//      --bucket), run --warmup steps, then reset the kernel's peak RSS (VmHWM via clear_refs;
-//      checked to have worked, else the maximum of RSS sampled after every phase is used);
-//   3. --steps timed steps (a step's time is the slowest rank's);
-//   4. peak RSS - baseline is the configuration's footprint; beside it the engine's
-//      model_state_bytes().total(), and footprint - model states: the activation / working-set
-//      allowance the configuration needed.
+//      --bucket), run --warmup steps, then reset the peaks: the kernel's peak RSS (VmHWM via
+//      clear_refs; checked to have worked, else the maximum of RSS sampled after every phase is
+//      used) and the tensor counter's;
+//   3. --steps timed steps (a step's time is the slowest rank's), sampling RSS and the in-use heap
+//      after forward, backward and step;
+//   4. each peak - its baseline is the configuration's footprint in that measure; beside them the
+//      engine's model_state_bytes().total() and the estimator's figure.
+// Three measures because RSS alone is not stable here: glibc gives the Gloo and autograd threads
+// arenas of their own, and how many free pages they keep moves one configuration's peak RSS by
+// ~80 MiB run to run. The in-use heap (mallinfo2: uordblks + hblkhd over all arenas) counts only
+// blocks the program holds, so the stage 2 verdict rests on it; the tensor counter (every LibTorch
+// CPU allocation) sees the transient peaks inside backward that sampling can miss.
 // Memory figures are the maximum over ranks.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -40,6 +47,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "counting_allocator.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
@@ -79,10 +87,11 @@ struct Args {
   // Stage 3: small persistence threshold and no reuse window, so every block is released after use
   // and the partitioning's memory saving shows in resident memory.
   int64_t persistence = 1000;  // stage3_param_persistence_threshold (elements)
-  // stage3_max_live_parameters: about three of the reference GPT's blocks (1.77M elements each), so prefetch (two
-  // blocks ahead, stage3_prefetch_bucket_size 4e6) overlaps without gathering the whole model.
+  // stage3_max_live_parameters: about three of the reference GPT's blocks (1.77M elements each), so
+  // prefetch (two blocks ahead, stage3_prefetch_bucket_size 4e6) overlaps without gathering the
+  // whole model.
   int64_t max_live = 6000000;
-  int64_t comm_steps = 2;      // steps of the comms-logger window (after the timed steps)
+  int64_t comm_steps = 2;  // steps of the comms-logger window (after the timed steps)
   double lr = 1e-3;
   deepspeed::bench::ReportOptions report_options;
   deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
@@ -91,6 +100,23 @@ struct Args {
 double rss_bytes() {
   return static_cast<double>(
       deepspeed::accelerator::get_accelerator().memory_stats().allocated_bytes);
+}
+
+// Bytes the program holds in malloc'ed blocks right now, over all of glibc's arenas: chunks in use
+// (uordblks) plus blocks served by mmap (hblkhd). Unlike RSS it does not count the free pages an
+// arena keeps cached, so how many arenas the Gloo and autograd threads happened to create does not
+// move it.
+double heap_in_use_bytes() {
+  struct mallinfo2 info = mallinfo2();
+  return static_cast<double>(info.uordblks + info.hblkhd);
+}
+
+// The LibTorch CPU allocator of the measuring process, counting live tensor bytes and their peak at
+// every allocation (so, unlike sampling, it sees the transient peaks inside backward). Never
+// destroyed: tensors it allocated may be freed after measure() returns (comm and autograd caches).
+CountingAllocator& tensor_counter() {
+  static CountingAllocator* counter = new CountingAllocator();
+  return *counter;
 }
 
 double load_average_1min() {
@@ -167,8 +193,9 @@ deepspeed::Engine build_engine(const Args& args, const ConfigKey& key) {
 // collective with the full (world-sized) buffer as its message size; what leaves one rank is, on
 // average over the ranks, (n-1)/n of it (ring all-gather / reduce-scatter, or the n-1 peers'
 // shares; a reduce's non-root ranks send their buffer, the root none), and 2(n-1)/n for an
-// all-reduce. `zero_part` gets the all-gather + broadcast + reduce-scatter + reduce part: what the ZeRO paper's
-// 2Ψ / 3Ψ count (parameter gathers and gradient reduction to the owners); `ops` a per-op summary.
+// all-reduce. `zero_part` gets the all-gather + broadcast + reduce-scatter + reduce part: what the
+// ZeRO paper's 2Ψ / 3Ψ count (parameter gathers and gradient reduction to the owners); `ops` a
+// per-op summary.
 double sent_bytes_per_step(deepspeed::Engine& engine, int64_t steps,
                            const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& ys,
                            int64_t* step, double* zero_part, std::string* ops) {
@@ -192,10 +219,11 @@ double sent_bytes_per_step(deepspeed::Engine& engine, int64_t steps,
   double total = 0.0, zero = 0.0;
   for (const auto& st : stats) {
     const bool all_reduce = st.op.rfind("all_reduce", 0) == 0;
-    // Stage 3 gathers by one broadcast per owner (each rank roots one partition-sized message per unit), which
-    // averages to msg * (n-1)/n sent per rank, as an all-gather's does.
-    const bool partition = st.op.rfind("all_gather", 0) == 0 || st.op.rfind("reduce_scatter", 0) == 0 ||
-                           st.op.rfind("reduce", 0) == 0 || st.op.rfind("broadcast", 0) == 0;
+    // Stage 3 gathers by one broadcast per owner (each rank roots one partition-sized message per
+    // unit), which averages to msg * (n-1)/n sent per rank, as an all-gather's does.
+    const bool partition = st.op.rfind("all_gather", 0) == 0 ||
+                           st.op.rfind("reduce_scatter", 0) == 0 || st.op.rfind("reduce", 0) == 0 ||
+                           st.op.rfind("broadcast", 0) == 0;
     const double sent = static_cast<double>(st.msg_bytes) * static_cast<double>(st.count) *
                         (all_reduce ? 2.0 : 1.0) * (n - 1) / n * per_step;
     total += sent;
@@ -334,6 +362,8 @@ Row measure(const Args& args, const ConfigKey& key) {
   const int rank = dc::get_rank();
   const int world = dc::get_world_size();
   const dz::Precision prec = parse_precision(precision);
+  // Every tensor from here on is counted, so the baseline's live bytes are known as well.
+  CountingAllocator::Scope counting(&tensor_counter());
 
   // Token batches first, so they are part of the baseline rather than of the configuration.
   const auto& cfg = args.model;
@@ -343,6 +373,8 @@ Row measure(const Args& args, const ConfigKey& key) {
   dc::barrier();
   malloc_trim(0);
   const double baseline = rss_bytes();
+  const double heap_baseline = heap_in_use_bytes();
+  const double tensor_baseline = static_cast<double>(tensor_counter().live());
 
   Row row;
   row.stage = stage;
@@ -351,7 +383,7 @@ Row measure(const Args& args, const ConfigKey& key) {
   row.world = world;
   row.tokens_per_step = static_cast<int64_t>(world) * args.micro * cfg.seq_len;
   std::vector<double> total, fwd, bwd, stp;
-  double sampled_peak = 0.0, hwm_peak = 0.0, states = 0.0;
+  double sampled_peak = 0.0, hwm_peak = 0.0, states = 0.0, heap_peak = 0.0, tensor_peak = 0.0;
   int64_t flat_elems = 0, largest_unit = 0;
   bool hwm_reset = false;
   {
@@ -370,21 +402,28 @@ Row measure(const Args& args, const ConfigKey& key) {
     largest_unit = std::max(root, per_block);
 
     auto& acc = deepspeed::accelerator::get_accelerator();
+    // After forward (activations saved for backward), after backward (gradients in their buckets or
+    // partitions) and after the step: where a step's memory peaks. The samples fall between the
+    // phase timers (inside the step's total, which is not used when interleaved times exist).
+    auto sample = [&]() {
+      sampled_peak = std::max(sampled_peak, rss_bytes());
+      heap_peak = std::max(heap_peak, heap_in_use_bytes());
+    };
     auto run_step = [&](int64_t i, bool timed) {
       auto t0 = Clock::now();
       at::Tensor loss = engine.forward(xs[i % num_batches], ys[i % num_batches]);
       double f = seconds_since(t0);
-      if (timed) sampled_peak = std::max(sampled_peak, rss_bytes());
+      if (timed) sample();
       auto t1 = Clock::now();
       engine.backward(loss);
       double b = seconds_since(t1);
-      if (timed) sampled_peak = std::max(sampled_peak, rss_bytes());
+      if (timed) sample();
       auto t2 = Clock::now();
       engine.step();
       double s = seconds_since(t2);
       row.loss = loss.item<double>();
       if (timed) {
-        sampled_peak = std::max(sampled_peak, rss_bytes());
+        sample();
         total.push_back(seconds_since(t0));
         fwd.push_back(f);
         bwd.push_back(b);
@@ -399,18 +438,26 @@ Row measure(const Args& args, const ConfigKey& key) {
     auto after_reset = acc.memory_stats();
     hwm_reset = after_reset.peak_allocated_bytes <= after_reset.allocated_bytes + 1024 * 1024;
     sampled_peak = static_cast<double>(after_reset.allocated_bytes);
+    heap_peak = heap_in_use_bytes();
+    tensor_counter().reset_peak();
     for (int64_t i = 0; i < args.steps; ++i) {
       dc::barrier();  // a step starts together on all ranks, so its time is not another rank's lag
       run_step(step++, true);
     }
     hwm_peak = static_cast<double>(acc.memory_stats().peak_allocated_bytes);
+    tensor_peak = static_cast<double>(tensor_counter().peak());
     states = static_cast<double>(engine.model_state_bytes().total());
   }
   malloc_trim(0);
 
   for (auto* v : {&total, &fwd, &bwd, &stp}) max_over_ranks(*v);
   const double peak = hwm_reset ? std::max(hwm_peak, sampled_peak) : sampled_peak;
-  std::vector<double> mem = {baseline, peak - baseline, states, hwm_reset ? 0.0 : 1.0};
+  std::vector<double> mem = {baseline,
+                             peak - baseline,
+                             states,
+                             hwm_reset ? 0.0 : 1.0,
+                             heap_peak - heap_baseline,
+                             tensor_peak - tensor_baseline};
   max_over_ranks(mem);
   row.median_s = median(total);
   row.min_s = *std::min_element(total.begin(), total.end());
@@ -421,6 +468,8 @@ Row measure(const Args& args, const ConfigKey& key) {
   row.peak_mib = mem[1] / kMiB;
   row.states_mib = mem[2] / kMiB;
   row.hwm_reset = mem[3] > 0.0 ? 0 : 1;
+  row.heap_mib = mem[4] / kMiB;
+  row.tensor_mib = mem[5] / kMiB;
   auto est = dz::estimate_model_states_mem_needs(
       flat_elems, world, stage, prec, dz::OffloadTarget::kNone, dz::OffloadTarget::kNone,
       stage == 3 ? largest_unit : 0, stage == 2 ? args.bucket : 0);
@@ -430,11 +479,12 @@ Row measure(const Args& args, const ConfigKey& key) {
     std::printf(
         "stage %d %s%s: %lld parameters (flat %lld), %d ranks, %d intra-op thread(s) per rank, "
         "median %.4f s,"
-        " peak RSS %.1f MiB over a %.1f MiB baseline, model states %.1f MiB, load %.2f\n",
+        " peak RSS %.1f MiB over a %.1f MiB baseline, in-use heap %.1f, tensors %.1f, model states "
+        "%.1f MiB, load %.2f\n",
         stage, precision.c_str(), key.prefetch ? "" : " no-prefetch",
         static_cast<long long>(cfg.num_parameters()), static_cast<long long>(flat_elems), world,
-        at::get_num_threads(), row.median_s, row.peak_mib, row.baseline_mib, row.states_mib,
-        row.load1);
+        at::get_num_threads(), row.median_s, row.peak_mib, row.baseline_mib, row.heap_mib,
+        row.tensor_mib, row.states_mib, row.load1);
     std::fflush(stdout);
   }
   dc::barrier();
@@ -512,24 +562,13 @@ int main(int argc, char** argv) {
   app.add_option("--allgather_bucket", args.allgather_bucket, "allgather_bucket_size (elements)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", args.lr, "AdamW learning rate");
-  app.add_option("--max_live", args.max_live, "stage3_max_live_parameters of the stage 3 configurations");
+  app.add_option("--max_live", args.max_live,
+                 "stage3_max_live_parameters of the stage 3 configurations");
   app.add_option("--persistence", args.persistence,
                  "stage3_param_persistence_threshold (elements) of the stage 3 configurations")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--comm_steps", args.comm_steps,
                  "steps of the comms-logger window after the timed steps (--interleave; 0: none)")
-      ->check(CLI::NonNegativeNumber);
-  // The allowance is what stage 2 may hold beyond its model states: activations saved for backward
-  // at micro 8 x seq 128 (the [8,128,4096] logits and their softmax gradient alone are 32 MiB in
-  // fp32), the OpenBLAS/LibTorch/Gloo buffers the first step touches, glibc's retained free pages
-  // (together: stage 0's measured RSS - states, ~320 MiB fp32 / ~175 MiB bf16 here), plus stage 2's
-  // own transients (autograd's per-parameter gradient before the hook moves it to staging, the
-  // parameter all-gather chunks): about 25% over stage 0's working set.
-  app.add_option("--allowance_fp32_mib", args.report_options.allowance_fp32_mib,
-                 "stage 2's documented working-set allowance over model states, fp32 (MiB)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--allowance_bf16_mib", args.report_options.allowance_bf16_mib,
-                 "stage 2's documented working-set allowance over model states, bf16 (MiB)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--vocab", args.model.vocab_size, "vocabulary size")->check(CLI::PositiveNumber);
   app.add_option("--hidden", args.model.hidden, "hidden size")->check(CLI::PositiveNumber);
@@ -545,6 +584,7 @@ int main(int argc, char** argv) {
   app.add_option("--local_rank", local_rank, "set by the launcher");
   CLI11_PARSE(app, argc, argv);
   args.model.tied_head = !untied;
+  args.report_options.allgather_bucket_elems = args.allgather_bucket;
   try {
     return run(args);
   } catch (const std::exception& e) {
