@@ -92,7 +92,7 @@ class AioHandle::Impl {
     }
 
     std::vector<AioChunk> chunks = split_request(r, options_.block_size);
-    tracker_.add_request();
+    r->seq = tracker_.add_request();
     if (chunks.empty()) {  // an empty tensor: the open was the whole job
       r->pending_chunks = 1;
       r->chunk_done();
@@ -108,9 +108,9 @@ class AioHandle::Impl {
     }
   }
 
-  int64_t wait() {
+  int64_t wait_for(int64_t count) {
     std::vector<std::string> errors;
-    int64_t n = tracker_.wait_all(&errors);
+    const int64_t n = tracker_.wait_for(count, &errors);
     if (!errors.empty()) {
       std::string message = errors.front();
       if (errors.size() > 1)
@@ -141,7 +141,14 @@ void AioHandle::async_pread(const at::Tensor& buffer, const std::string& path,
   impl_->submit(buffer, path, file_offset, /*is_read=*/true);
 }
 
-int64_t AioHandle::wait() { return impl_->wait(); }
+int64_t AioHandle::wait() { return impl_->wait_for(impl_->tracker_.submitted()); }
+
+int64_t AioHandle::submitted() const { return impl_->tracker_.submitted(); }
+
+int64_t AioHandle::wait_for(int64_t count) {
+  DS_CHECK_T(AioError, count >= 0, "aio wait_for: count must be >= 0, got ", count);
+  return impl_->wait_for(count);
+}
 
 void AioHandle::sync_pwrite(const at::Tensor& buffer, const std::string& path,
                             int64_t file_offset) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "deepspeed/swap/aio.h"
 
@@ -22,27 +23,50 @@ AlignedBytes aligned_alloc_bytes(int64_t bytes) {
   return AlignedBytes(static_cast<char*>(p));
 }
 
-void AioTracker::add_request() {
+int64_t AioTracker::add_request() {
   std::lock_guard<std::mutex> lock(mu_);
-  ++in_flight_;
+  return submitted_++;
 }
 
-void AioTracker::finish_request(std::string error) {
+void AioTracker::finish_request(int64_t seq, std::string error) {
   std::lock_guard<std::mutex> lock(mu_);
-  --in_flight_;
-  ++finished_;
-  if (!error.empty()) errors_.push_back(std::move(error));
-  if (in_flight_ == 0) cv_.notify_all();
+  if (!error.empty()) errors_.emplace_back(seq, std::move(error));
+  finished_beyond_.insert(seq);
+  const int64_t before = finished_prefix_;
+  auto it = finished_beyond_.begin();
+  while (it != finished_beyond_.end() && *it == finished_prefix_) {
+    ++finished_prefix_;
+    it = finished_beyond_.erase(it);
+  }
+  if (finished_prefix_ != before) cv_.notify_all();
+}
+
+int64_t AioTracker::submitted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return submitted_;
+}
+
+int64_t AioTracker::wait_for(int64_t count, std::vector<std::string>* errors) {
+  std::unique_lock<std::mutex> lock(mu_);
+  count = std::min(count, submitted_);
+  cv_.wait(lock, [&] { return finished_prefix_ >= count; });
+  errors->clear();
+  std::vector<std::pair<int64_t, std::string>> later;
+  for (auto& e : errors_) {
+    if (e.first < count) {
+      errors->push_back(std::move(e.second));
+    } else {
+      later.push_back(std::move(e));
+    }
+  }
+  errors_.swap(later);
+  const int64_t n = std::max<int64_t>(0, count - reported_);
+  reported_ = std::max(reported_, count);
+  return n;
 }
 
 int64_t AioTracker::wait_all(std::vector<std::string>* errors) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return in_flight_ == 0; });
-  int64_t n = finished_;
-  finished_ = 0;
-  errors->swap(errors_);
-  errors_.clear();
-  return n;
+  return wait_for(std::numeric_limits<int64_t>::max(), errors);
 }
 
 AioRequest::~AioRequest() {
@@ -91,7 +115,7 @@ void AioRequest::finalize() {
   bounce.reset();
   tensor = at::Tensor();  // release the caller's storage before reporting, so wait() returning
                           // means done
-  t->finish_request(std::move(message));
+  t->finish_request(seq, std::move(message));
 }
 
 std::vector<AioChunk> split_request(const std::shared_ptr<AioRequest>& request,

@@ -15,7 +15,9 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deepspeed::swap {
@@ -28,22 +30,33 @@ using AlignedBytes = std::unique_ptr<char, AlignedFree>;
 // Zero-filled; throws AioError when memory is short.
 AlignedBytes aligned_alloc_bytes(int64_t bytes);
 
-// Counts requests in flight and collects their errors; the handle's wait() blocks on it.
+// Numbers requests in submission order, records which have finished and collects their errors;
+// the handle's wait() and wait_for() block on it. Requests finish out of order (chunks complete on
+// several workers), so it keeps the count of the finished prefix plus the finished requests
+// beyond it.
 class AioTracker {
  public:
-  void add_request();
+  // Registers a new request and returns its sequence number (0, 1, 2, ...).
+  int64_t add_request();
   // Called once per request, from a worker; `error` empty on success.
-  void finish_request(std::string error);
-  // Blocks until nothing is in flight; returns requests finished since the last call and moves
-  // their errors out.
+  void finish_request(int64_t seq, std::string error);
+  // Requests registered so far.
+  int64_t submitted();
+  // Blocks until requests [0, count) have all finished. Returns how many of them no earlier call
+  // reported, and moves their errors (only theirs: later requests keep theirs for a later call)
+  // into `errors`.
+  int64_t wait_for(int64_t count, std::vector<std::string>* errors);
+  // wait_for(submitted()).
   int64_t wait_all(std::vector<std::string>* errors);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t in_flight_ = 0;
-  int64_t finished_ = 0;
-  std::vector<std::string> errors_;
+  int64_t submitted_ = 0;
+  int64_t finished_prefix_ = 0;        // requests [0, finished_prefix_) have all finished
+  std::set<int64_t> finished_beyond_;  // finished requests numbered above the prefix
+  int64_t reported_ = 0;               // requests [0, reported_) were counted by a wait
+  std::vector<std::pair<int64_t, std::string>> errors_;  // (sequence number, message)
 };
 
 struct AioRequest {
@@ -63,6 +76,7 @@ struct AioRequest {
   int64_t bounce_copy_bytes = 0;
 
   AioTracker* tracker = nullptr;
+  int64_t seq = 0;  // the tracker's number for this request
   std::atomic<int64_t> pending_chunks{0};
   std::mutex mu;
   std::string error;                                     // first failure of any chunk

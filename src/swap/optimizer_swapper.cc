@@ -1,8 +1,10 @@
 #include "swap/optimizer_swapper.h"
 
 #include <ATen/ATen.h>
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,117 +15,196 @@
 namespace deepspeed::swap {
 namespace {
 
-// Sub-group file offsets must stay O_DIRECT-aligned: 1024 floats = 4096 bytes.
+// File offsets of pieces must stay O_DIRECT-aligned: 1024 floats = 4096 bytes.
 constexpr int64_t kElemAlign = kAioAlignment / 4;
+
+int64_t align_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// Reserves a swap file's blocks in one go, so the file gets a few large extents even when several
+// groups' files are written at once, and a full disk shows up at construction rather than midway
+// through a step. File systems without fallocate are left as they are.
+void preallocate(const std::string& path, int64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  DS_CHECK_T(AioError, fd >= 0, "cannot create swap file '", path, "': ", std::strerror(errno),
+             " (check zero_optimization.offload_optimizer.nvme_path)");
+  const int rc = ::fallocate(fd, 0, 0, bytes);
+  const int err = errno;
+  ::close(fd);
+  DS_CHECK_T(AioError, rc == 0 || (err != ENOSPC && err != EDQUOT), "cannot reserve ", bytes,
+             " bytes for swap file '", path, "': ", std::strerror(err),
+             " (free space under zero_optimization.offload_optimizer.nvme_path)");
+}
 
 }  // namespace
 
-OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options, const std::vector<at::Tensor>& masters)
+OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
+                                   const std::vector<at::Tensor>& masters)
     : options_(options) {
-  DS_CHECK(options_.num_states >= 0 && options_.num_states <= 2, "optimizer swapper: unsupported state count ",
-           options_.num_states);
+  DS_CHECK(options_.num_states >= 0 && options_.num_states <= 2,
+           "optimizer swapper: unsupported state count ", options_.num_states);
   DS_CHECK(options_.sub_group_size >= 1, "zero_optimization.sub_group_size must be >= 1, got ",
            options_.sub_group_size);
   int64_t largest = 0;
   for (const auto& m : masters) largest = std::max(largest, m.numel());
   sub_ = std::min(options_.sub_group_size, std::max<int64_t>(largest, 1));
-  sub_ = (sub_ + kElemAlign - 1) / kElemAlign * kElemAlign;
+  sub_ = align_up(sub_, kElemAlign);
+  // A slot carries at least one aio block per tensor, so slicing never makes requests smaller
+  // than block_size; small sub-groups stay one slot per set.
+  const int64_t block_elems =
+      align_up(std::max<int64_t>(options_.aio.block_size / 4, 1), kElemAlign);
+  slice_ = align_up((sub_ + kSlicesPerSet - 1) / kSlicesPerSet, kElemAlign);
+  slice_ = std::min(sub_, std::max(slice_, block_elems));
+  const int64_t slices_per_set = sub_ / slice_;
 
   const int per_set = 1 + options_.num_states;
   const int sets_needed = options_.pipeline ? 3 : 1;
   const int sets_available = options_.buffer_count / per_set;
-  DS_CHECK_T(ConfigError, sets_available >= sets_needed, "zero_optimization.offload_optimizer.buffer_count: ",
-             options_.buffer_count, " buffers hold ", sets_available, " sub-group(s) of ", per_set,
-             " tensors (master + ", options_.num_states, " states); ", options_.pipeline ? "pipelining needs " : "needs ",
+  DS_CHECK_T(ConfigError, sets_available >= sets_needed,
+             "zero_optimization.offload_optimizer.buffer_count: ", options_.buffer_count,
+             " buffers hold ", sets_available, " sub-group(s) of ", per_set, " tensors (master + ",
+             options_.num_states, " states); ", options_.pipeline ? "pipelining needs " : "needs ",
              sets_needed * per_set, " or more");
 
   std::error_code ec;
   std::filesystem::create_directories(options_.dir, ec);
-  DS_CHECK_T(AioError, !ec, "cannot create NVMe swap directory '", options_.dir, "': ", ec.message(),
-             " (check zero_optimization.offload_optimizer.nvme_path)");
+  DS_CHECK_T(AioError, !ec, "cannot create NVMe swap directory '", options_.dir,
+             "': ", ec.message(), " (check zero_optimization.offload_optimizer.nvme_path)");
 
   reader_ = std::make_unique<AioHandle>(options_.aio);
   writer_ = std::make_unique<AioHandle>(options_.aio);
-  sets_.resize(sets_needed);
-  for (auto& set : sets_)
+  sets_.resize(static_cast<size_t>(sets_needed));
+  for (auto& set : sets_) {
     for (int t = 0; t < per_set; ++t) set.push_back(aligned_empty(sub_, at::kFloat));
-
-  for (size_t g = 0; g < masters.size(); ++g) {
-    const at::Tensor master = masters[g].contiguous();
-    group_numels_.push_back(master.numel());
-    for (int64_t off = 0; off < master.numel(); off += sub_) sub_groups_.push_back({g, off, std::min(sub_, master.numel() - off)});
+    for (int64_t j = 0; j < slices_per_set; ++j) {
+      std::vector<at::Tensor> slot;
+      for (const auto& buffer : set) slot.push_back(buffer.narrow(0, j * slice_, slice_));
+      slots_.push_back(std::move(slot));
+    }
   }
-  // Initial contents: the master values, zeroed states (the kernels ignore incoming state on step 1 anyway).
-  for (const auto& sg : sub_groups_) {
-    auto buf = views(sg, 0);
-    buf[0].copy_(masters[sg.group].contiguous().narrow(0, sg.offset, sg.length));
-    for (int t = 1; t < per_set; ++t) buf[t].zero_();
-    write(sg, 0);
+
+  // One file per group, piece-major: [master | state0 | state1] of piece 0, then of piece 1, ...
+  // A step then reads the file front to back in one stream and writes it back in another, instead
+  // of hopping between one file per tensor (which this VM's disk served 30% slower than a
+  // sequential pass).
+  for (size_t g = 0; g < masters.size(); ++g) {
+    const int64_t numel = masters[g].numel();
+    group_numels_.push_back(numel);
+    int64_t file_offset = 0;
+    for (int64_t off = 0; off < numel; off += slice_) {
+      const int64_t length = std::min(slice_, numel - off);
+      pieces_.push_back({g, off, length, file_offset});
+      file_offset += per_set * padded_bytes(length * 4);
+    }
+    preallocate(file_of(g), file_offset);
+  }
+  read_ticket_.assign(pieces_.size(), 0);
+  write_ticket_.assign(pieces_.size(), 0);
+  // Initial contents: the master values, zeroed states (the kernels ignore incoming state on step
+  // 1 anyway), streamed through the same ring of slots.
+  try {
+    std::vector<at::Tensor> contiguous;
+    for (const auto& m : masters) contiguous.push_back(m.contiguous().view({-1}));
+    for (size_t p = 0; p < pieces_.size(); ++p) {
+      wait_slot_free(p);
+      auto buf = views(p);
+      buf[0].copy_(contiguous[pieces_[p].group].narrow(0, pieces_[p].offset, pieces_[p].length));
+      for (int t = 1; t < per_set; ++t) buf[static_cast<size_t>(t)].zero_();
+      write(p);
+    }
     writer_->wait();
+  } catch (...) {
+    drain();
+    throw;
   }
 }
 
 OptimizerSwapper::~OptimizerSwapper() {
-  try {
-    if (reader_) reader_->wait();
-    if (writer_) writer_->wait();
-  } catch (const std::exception&) {
-    // Destruction must not throw; the step that issued the I/O already reported any error.
-  }
-  for (size_t g = 0; g < group_numels_.size(); ++g)
-    for (int t = 0; t <= options_.num_states; ++t) std::remove(file_of(g, t).c_str());
+  // Destruction must not throw; the step that issued the I/O already reported any error.
+  drain();
+  for (size_t g = 0; g < group_numels_.size(); ++g) std::remove(file_of(g).c_str());
 }
 
-std::string OptimizerSwapper::file_of(size_t group, int tensor) const {
-  static const char* kNames[] = {"master", "state0", "state1"};
-  return options_.dir + "/group" + std::to_string(group) + "_" + kNames[tensor] + ".swp";
+std::string OptimizerSwapper::file_of(size_t group) const {
+  return options_.dir + "/group" + std::to_string(group) + ".swp";
 }
 
-std::vector<at::Tensor> OptimizerSwapper::views(const SubGroup& sg, int set) const {
-  std::vector<at::Tensor> out;
-  for (const auto& t : sets_[set]) out.push_back(t.narrow(0, 0, sg.length));
+std::vector<std::string> OptimizerSwapper::files() const {
+  std::vector<std::string> out;
+  for (size_t g = 0; g < group_numels_.size(); ++g) out.push_back(file_of(g));
   return out;
 }
 
-void OptimizerSwapper::read(const SubGroup& sg, int set) {
-  auto buf = views(sg, set);
-  for (size_t t = 0; t < buf.size(); ++t) reader_->async_pread(buf[t], file_of(sg.group, static_cast<int>(t)), sg.offset * 4);
+std::vector<at::Tensor> OptimizerSwapper::views(size_t piece) const {
+  std::vector<at::Tensor> out;
+  for (const auto& t : slots_[piece % slots_.size()])
+    out.push_back(t.narrow(0, 0, pieces_[piece].length));
+  return out;
 }
 
-void OptimizerSwapper::write(const SubGroup& sg, int set) {
-  auto buf = views(sg, set);
-  for (size_t t = 0; t < buf.size(); ++t) writer_->async_pwrite(buf[t], file_of(sg.group, static_cast<int>(t)), sg.offset * 4);
+int64_t OptimizerSwapper::tensor_offset(size_t p, size_t tensor) const {
+  return pieces_[p].file_offset +
+         static_cast<int64_t>(tensor) * padded_bytes(pieces_[p].length * 4);
+}
+
+void OptimizerSwapper::read(size_t p) {
+  auto buf = views(p);
+  for (size_t t = 0; t < buf.size(); ++t)
+    reader_->async_pread(buf[t], file_of(pieces_[p].group), tensor_offset(p, t));
+  read_ticket_[p] = reader_->submitted();
+}
+
+void OptimizerSwapper::write(size_t p) {
+  auto buf = views(p);
+  for (size_t t = 0; t < buf.size(); ++t)
+    writer_->async_pwrite(buf[t], file_of(pieces_[p].group), tensor_offset(p, t));
+  write_ticket_[p] = writer_->submitted();
+}
+
+void OptimizerSwapper::wait_slot_free(size_t p) {
+  if (p >= slots_.size()) writer_->wait_for(write_ticket_[p - slots_.size()]);
 }
 
 void OptimizerSwapper::step(const UpdateFn& update) {
-  const size_t n = sub_groups_.size();
-  if (n == 0) return;
-  const bool pipelined = sets_.size() >= 3;
-  auto state_views = [&](const std::vector<at::Tensor>& buf) {
-    return std::vector<at::Tensor>(buf.begin() + 1, buf.end());
-  };
-  if (!pipelined) {
-    for (const auto& sg : sub_groups_) {
-      read(sg, 0);
-      reader_->wait();
-      auto buf = views(sg, 0);
-      update(sg.group, sg.offset, buf[0], state_views(buf));
-      write(sg, 0);
-      writer_->wait();
-    }
-    return;
+  try {
+    run_step(update);
+  } catch (...) {
+    drain();  // no request may still point into the pool when the caller sees the error
+    throw;
   }
-  // Set i % 3 holds sub-group i: read i+1 ahead while updating i, writing i-1 behind.
-  read(sub_groups_[0], 0);
-  for (size_t i = 0; i < n; ++i) {
-    reader_->wait();  // sub-group i is loaded
-    writer_->wait();  // sub-group i-1 is written, so its set (the one i+2 will use) is free
-    if (i + 1 < n) read(sub_groups_[i + 1], static_cast<int>((i + 1) % 3));
-    auto buf = views(sub_groups_[i], static_cast<int>(i % 3));
-    update(sub_groups_[i].group, sub_groups_[i].offset, buf[0], state_views(buf));
-    write(sub_groups_[i], static_cast<int>(i % 3));
+}
+
+void OptimizerSwapper::run_step(const UpdateFn& update) {
+  const size_t n = pieces_.size();
+  const size_t slots = slots_.size();
+  // How far reads run ahead of the update. With three or more slots one slot is left for the write
+  // of the previous piece, so issuing a read never waits for a write queued just before; with two,
+  // reading one ahead (after the previous write) still keeps the disk busy during the update.
+  const size_t ahead = slots >= 3 ? slots - 2 : slots - 1;
+  size_t next_read = 0;
+  for (size_t p = 0; p < n; ++p) {
+    const size_t last = std::min(n - 1, p + ahead);
+    for (; next_read <= last; ++next_read) {
+      wait_slot_free(next_read);
+      read(next_read);
+    }
+    reader_->wait_for(read_ticket_[p]);
+    auto buf = views(p);
+    update(pieces_[p].group, pieces_[p].offset, buf[0],
+           std::vector<at::Tensor>(buf.begin() + 1, buf.end()));
+    write(p);
   }
   writer_->wait();
+}
+
+void OptimizerSwapper::drain() noexcept {
+  for (AioHandle* h : {reader_.get(), writer_.get()}) {
+    if (h == nullptr) continue;
+    try {
+      h->wait();
+    } catch (const std::exception&) {
+      // Already reported (or about to be rethrown) by the caller.
+    }
+  }
 }
 
 int64_t OptimizerSwapper::resident_bytes() const {
@@ -135,7 +216,8 @@ int64_t OptimizerSwapper::resident_bytes() const {
 
 int64_t OptimizerSwapper::file_bytes() const {
   int64_t bytes = 0;
-  for (int64_t numel : group_numels_) bytes += padded_bytes(numel * 4) * (1 + options_.num_states);
+  for (const auto& piece : pieces_)
+    bytes += padded_bytes(piece.length * 4) * (1 + options_.num_states);
   return bytes;
 }
 

@@ -1,8 +1,21 @@
-// ZeRO-Infinity's optimizer-state offload to NVMe: each group's fp32 master partition and optimizer states live in
-// files under `dir`, and a step streams them through a fixed pool of aligned buffers, one sub-group
-// (sub_group_size elements) at a time. With pipelining, sub-group i+1 is read while i is updated and i-1 written
-// (three buffer sets); without, each sub-group is read, updated and written in turn (one set). Resident memory for
-// optimizer state is the buffer pool, whatever the model's size.
+// ZeRO-Infinity's optimizer-state offload to NVMe: each group's fp32 master partition and optimizer
+// states live in one file under `dir` (group<g>.swp), and a step streams them through a fixed pool
+// of aligned buffers. Resident memory for optimizer state is the pool, whatever the model's size.
+// The file is laid out piece by piece ([master | states...] of each piece, 4096-padded), so a step
+// reads it front to back and writes it back in order: two sequential streams, which a disk serves
+// at its sequential speed, rather than one stream per tensor.
+//
+// The pool: one buffer set without pipelining, three with pipeline_read/pipeline_write (DeepSpeed's
+// read i+1 / update i / write i-1), each set holding 1 + num_states tensors of sub_group_size
+// floats. Each set is cut into up to kSlicesPerSet slots (a slot is never smaller than one aio
+// block per tensor), and a step walks every group in slot-sized pieces through the ring of slots:
+// reads run up to (slots - 2) pieces ahead, a piece's write proceeds while the next pieces are
+// updated, and a slot is reused as soon as its own write has finished (AioHandle::wait_for: no
+// queue drain between pieces). So the disk stays busy while the optimizer runs, even with one
+// buffer set (DeepSpeed's default) and the same memory; only the first read and the last update
+// and write are exposed. The update callback therefore sees pieces of at most slice_size()
+// elements: fine for element-wise optimizers (Adam, Adagrad, Lion), which is what sub-groups
+// already assume.
 //
 // Not thread-safe: one swapper per engine, driven from the training thread.
 #pragma once
@@ -20,27 +33,33 @@
 namespace deepspeed::swap {
 
 struct OptimizerSwapperOptions {
-  std::string dir;              // created if missing; files are removed when the swapper is destroyed
-  int num_states = 2;           // optimizer state tensors per element (Adam: 2)
+  std::string dir;     // created if missing; files are removed when the swapper is destroyed
+  int num_states = 2;  // optimizer state tensors per element (Adam: 2)
   int64_t sub_group_size = 1000000000;
-  int buffer_count = 4;         // buffers of sub_group_size floats in the pool (DeepSpeed's meaning)
-  bool pipeline = false;        // pipeline_read || pipeline_write
+  int buffer_count = 4;   // buffers of sub_group_size floats in the pool (DeepSpeed's meaning)
+  bool pipeline = false;  // pipeline_read || pipeline_write
   AioOptions aio;
 };
 
 class OptimizerSwapper {
  public:
-  // Writes every group's initial fp32 master (`masters[g]`) and zeroed states to files. Throws AioError / Error
-  // naming the directory or file when it cannot be created or written, and Error naming buffer_count when the pool
-  // is too small for the requested pipelining.
+  // Each buffer set is cut into at most this many slots.
+  static constexpr int kSlicesPerSet = 4;
+
+  // Writes every group's initial fp32 master (`masters[g]`) and zeroed states to files. Throws
+  // AioError / Error naming the directory or file when it cannot be created or written, and Error
+  // naming buffer_count when the pool is too small for the requested pipelining.
   OptimizerSwapper(const OptimizerSwapperOptions& options, const std::vector<at::Tensor>& masters);
   ~OptimizerSwapper();
   OptimizerSwapper(const OptimizerSwapper&) = delete;
   OptimizerSwapper& operator=(const OptimizerSwapper&) = delete;
 
-  // Called once per sub-group with its group, element offset in the group's partition, and the loaded buffers:
-  // `master` and `states` (num_states tensors, undefined beyond) all of the sub-group's length. The callback updates
-  // them in place; the swapper writes them back.
+  // Called once per piece, in order of group and offset, with its group, element offset in the
+  // group's partition, and the loaded buffers: `master` and `states` (num_states tensors) all of
+  // the piece's length (at most slice_size()). The callback updates them in place; the swapper
+  // writes them back. Every element of every group is passed exactly once per step. If a read or
+  // write fails (AioError naming the file) or the callback throws, step() waits for the I/O in
+  // flight and rethrows; the files then hold a partly updated state.
   using UpdateFn = std::function<void(size_t group, int64_t offset, const at::Tensor& master,
                                       const std::vector<at::Tensor>& states)>;
   void step(const UpdateFn& update);
@@ -49,23 +68,42 @@ class OptimizerSwapper {
   int64_t resident_bytes() const;
   // Bytes in files.
   int64_t file_bytes() const;
+  // The swap files, one per group (for tools that sync or inspect them).
+  std::vector<std::string> files() const;
+  // Floats per tensor in one buffer set (sub_group_size, capped by the largest group, aligned).
   int64_t sub_group_size() const { return sub_; }
+  // Floats per tensor in one slot: the largest piece update() sees.
+  int64_t slice_size() const { return slice_; }
+  // Slots in the ring (buffer sets x slices per set).
+  int slot_count() const { return static_cast<int>(slots_.size()); }
   const std::string& dir() const { return options_.dir; }
 
  private:
-  struct SubGroup {
+  struct Piece {
     size_t group;
-    int64_t offset, length;
+    int64_t offset, length;  // elements within the group
+    int64_t file_offset;     // bytes: where the piece's master starts in the group's file
   };
-  std::string file_of(size_t group, int tensor) const;
-  void read(const SubGroup& sg, int set);
-  void write(const SubGroup& sg, int set);
-  std::vector<at::Tensor> views(const SubGroup& sg, int set) const;
+  std::string file_of(size_t group) const;
+  // Byte offset of tensor `tensor` (0 = master) of piece `p` in its group's file.
+  int64_t tensor_offset(size_t p, size_t tensor) const;
+  std::vector<at::Tensor> views(size_t piece) const;
+  // Queues the reads (or writes) of piece `p` in its slot and records the handle's ticket.
+  void read(size_t p);
+  void write(size_t p);
+  // Blocks until slot p % slots is free for piece p: the write of piece p - slots has finished.
+  void wait_slot_free(size_t p);
+  void run_step(const UpdateFn& update);
+  // Waits for everything in flight, dropping errors (after a failure has already been thrown).
+  void drain() noexcept;
 
   OptimizerSwapperOptions options_;
   int64_t sub_ = 0;
-  std::vector<SubGroup> sub_groups_;
-  std::vector<std::vector<at::Tensor>> sets_;  // [set][0 = master, 1.. = states], each sub_ floats
+  int64_t slice_ = 0;
+  std::vector<Piece> pieces_;
+  std::vector<std::vector<at::Tensor>> sets_;   // [set][0 = master, 1.. = states], sub_ floats
+  std::vector<std::vector<at::Tensor>> slots_;  // [slot][tensor]: slice_-float views into sets_
+  std::vector<int64_t> read_ticket_, write_ticket_;  // per piece: handle tickets after its I/O
   std::vector<int64_t> group_numels_;
   std::unique_ptr<AioHandle> reader_, writer_;
 };

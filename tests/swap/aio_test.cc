@@ -238,6 +238,48 @@ TEST(AioTest, DiskFullIsAnErrorNamingTheFile) {
   EXPECT_TRUE(same_bytes(back, buf));
 }
 
+TEST(AioTest, WaitForCoversOnlyTheFirstRequestsAndKeepsLaterErrors) {
+  TempDir dir;
+  AioHandle handle;
+  EXPECT_EQ(handle.submitted(), 0);
+  at::Tensor buf = random_tensor(100000, at::kByte, 9);
+  handle.async_pwrite(buf, dir.file("good"));
+  const int64_t ticket = handle.submitted();
+  EXPECT_EQ(ticket, 1);
+  handle.async_pwrite(buf, "/dev/full");  // fails with ENOSPC
+  EXPECT_EQ(handle.wait_for(ticket), 1);  // the good write alone: no error yet
+  try {
+    handle.wait();
+    FAIL() << "expected the /dev/full error from wait()";
+  } catch (const AioError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/full'"), std::string::npos) << e.what();
+  }
+  at::Tensor back = at::empty_like(buf);
+  handle.sync_pread(back, dir.file("good"));
+  EXPECT_TRUE(same_bytes(back, buf));
+}
+
+TEST(AioTest, WaitForReportsAFailureAmongItsRequestsOnce) {
+  TempDir dir;
+  AioHandle handle;
+  at::Tensor buf = random_tensor(100000, at::kByte, 10);
+  handle.async_pwrite(buf, "/dev/full");
+  handle.async_pwrite(buf, dir.file("good"));
+  try {
+    handle.wait_for(1);
+    FAIL() << "expected AioError";
+  } catch (const AioError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/full'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(handle.wait(), 1);  // the second request; the first error was already reported
+  EXPECT_EQ(handle.wait_for(0), 0);
+  EXPECT_EQ(handle.wait_for(2), 0);  // nothing new to count
+  at::Tensor back = at::empty_like(buf);
+  handle.sync_pread(back, dir.file("good"));
+  EXPECT_TRUE(same_bytes(back, buf));
+  EXPECT_EQ(handle.submitted(), 3);
+}
+
 void expect_open_error(const std::function<void()>& fn, const std::string& path) {
   try {
     fn();

@@ -22,9 +22,9 @@
 // by wait(), which throws AioError naming the file, the offset and the cause. Nothing is retried
 // silently except a legal partial transfer, whose remainder is resubmitted.
 //
-// Thread-safety: one owner thread calls async_*, sync_* and wait(); the handle's worker threads are
-// internal. A buffer must not be touched by the caller between its async_* call and the wait() that
-// covers it.
+// Thread-safety: one owner thread calls async_*, sync_*, wait() and wait_for(); the handle's worker
+// threads are internal. A buffer must not be touched by the caller between its async_* call and the
+// wait() or wait_for() that covers it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -97,10 +97,20 @@ class AioHandle {
   // Fills `buffer` (contiguous, CPU) from `path` at `file_offset`. Returns once queued.
   void async_pread(const at::Tensor& buffer, const std::string& path, int64_t file_offset = 0);
 
-  // Blocks until every request submitted so far has completed; returns how many completed since the
-  // previous wait(). Throws AioError naming the file if any of them failed (after all have
-  // finished).
+  // Blocks until every request submitted so far has completed; returns how many completed that no
+  // earlier wait()/wait_for() counted. Throws AioError naming the file if any of them failed (after
+  // all have finished).
   int64_t wait();
+
+  // Requests submitted so far over the handle's life (async_* calls that did not throw). Taken
+  // right after some async_* calls, it is the ticket that wait_for() needs to wait for them alone.
+  int64_t submitted() const;
+  // Blocks until the first `count` requests ever submitted have completed, however many later ones
+  // are still in flight; returns how many of them no earlier wait()/wait_for() counted. Throws
+  // AioError naming the file if one of those `count` failed; failures of later requests are kept
+  // for the wait that covers them. Lets a caller reuse one buffer while the handle keeps others
+  // moving (a plain wait() would drain the queue).
+  int64_t wait_for(int64_t count);
 
   // async_* followed by wait() (which also waits for, and reports, earlier requests).
   void sync_pwrite(const at::Tensor& buffer, const std::string& path, int64_t file_offset = 0);
