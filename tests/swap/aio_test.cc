@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include "swap/aio_request.h"
+
 namespace deepspeed::swap {
 namespace {
 
@@ -236,6 +238,42 @@ TEST(AioTest, DiskFullIsAnErrorNamingTheFile) {
   at::Tensor back = at::empty_like(buf);
   handle.sync_pread(back, dir.file("after"));
   EXPECT_TRUE(same_bytes(back, buf));
+}
+
+TEST(AioTest, SplitRequestTilesTheFileExtentInBlockSizedChunks) {
+  // An aligned tensor's whole blocks go straight from it; its partial tail through the bounce
+  // buffer. Together the chunks must cover [file_offset, file_offset + padded bytes) exactly once.
+  for (int64_t bytes : {int64_t{1}, int64_t{4096}, int64_t{5000}, int64_t{3 << 20} + 12345}) {
+    for (int64_t block : {int64_t{4096}, int64_t{1} << 20}) {
+      SCOPED_TRACE(testing::Message() << "bytes " << bytes << " block " << block);
+      at::Tensor t = aligned_empty(bytes, at::kByte);
+      auto r = std::make_shared<AioRequest>();
+      r->user_ptr = static_cast<char*>(t.data_ptr());
+      r->bytes = bytes;
+      r->file_offset = 8192;
+      r->direct = true;
+      r->bounce_user_offset = bytes / kAioAlignment * kAioAlignment;
+      r->bounce_copy_bytes = bytes - r->bounce_user_offset;
+      r->bounce_bytes = padded_bytes(r->bounce_copy_bytes);
+      if (r->bounce_bytes > 0) r->bounce = aligned_alloc_bytes(r->bounce_bytes);
+      std::vector<AioChunk> chunks = split_request(r, block);
+      EXPECT_EQ(r->pending_chunks.load(), static_cast<int64_t>(chunks.size()));
+      int64_t next = r->file_offset;
+      for (const AioChunk& c : chunks) {
+        EXPECT_EQ(c.file_offset, next);
+        EXPECT_GT(c.length, 0);
+        EXPECT_LE(c.length, block);
+        EXPECT_EQ(c.length % kAioAlignment, 0);
+        const bool in_tensor = c.ptr >= r->user_ptr && c.ptr + c.length <= r->user_ptr + bytes;
+        const bool in_bounce = r->bounce && c.ptr >= r->bounce.get() &&
+                               c.ptr + c.length <= r->bounce.get() + r->bounce_bytes;
+        EXPECT_TRUE(in_tensor || in_bounce) << "chunk at file offset " << c.file_offset;
+        next += c.length;
+      }
+      EXPECT_EQ(next, r->file_offset + padded_bytes(bytes));
+      r->pending_chunks = 0;  // never submitted: nothing to finalize
+    }
+  }
 }
 
 TEST(AioTest, WaitForCoversOnlyTheFirstRequestsAndKeepsLaterErrors) {
