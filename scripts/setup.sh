@@ -16,6 +16,8 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # tests inspect processes (no orphan ranks)
   procps
+  # checkpoint interop tests: Python's torch.load must read our checkpoint files (Debian's PyTorch 1.13, ~18 MB)
+  python3-torch
 )
 
 sudo_cmd=()

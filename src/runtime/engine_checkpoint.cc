@@ -125,6 +125,14 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
   return out;
 }
 
+std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() const {
+  if (stage3_) return stage3_->param_shapes();
+  std::vector<std::vector<std::vector<int64_t>>> out(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const auto& p : groups_[g].params) out[g].push_back(p.sizes().vec());
+  return out;
+}
+
 ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
   at::NoGradGuard no_grad;
   ckpt::StateDict state = ckpt::make_state_dict();
@@ -212,13 +220,13 @@ ckpt::StateDict EngineImpl::model_state_dict(
   state.insert(ckpt::kBufferNamesKey, c10::List<std::string>(buffer_names));
 
   const auto names = parameter_names();
+  const auto shapes = parameter_shapes();
   c10::impl::GenericList param_shapes = any_list();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    c10::impl::GenericDict shapes = any_dict();
-    for (const auto& f : master_fragments())
-      if (f.group == g && !shapes.contains(names[g][f.index]))
-        shapes.insert(names[g][f.index], c10::List<int64_t>(f.shape));
-    param_shapes.push_back(shapes);
+    c10::impl::GenericDict group = any_dict();
+    for (size_t i = 0; i < names[g].size(); ++i)
+      group.insert(names[g][i], c10::List<int64_t>(shapes[g][i]));
+    param_shapes.push_back(group);
   }
   state.insert("param_shapes", param_shapes);
 

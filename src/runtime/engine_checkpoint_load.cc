@@ -70,22 +70,27 @@ struct CopyRun {
 // (torch's strict loading).
 std::vector<CopyRun> plan_copies(const std::vector<zero::MasterFragment>& mine,
                                  const std::vector<std::vector<std::string>>& names,
+                                 const std::vector<std::vector<std::vector<int64_t>>>& shapes,
                                  const ckpt::PartitionIndex& index, const std::string& where) {
   std::set<std::string> model_names;
   for (const auto& g : names) model_names.insert(g.begin(), g.end());
   for (const auto& p : index.params)
     DS_CHECK_T(CheckpointError, model_names.count(p.name), "checkpoint ", where,
                " holds parameter '", p.name, "', which this model does not have");
-  for (const auto& name : model_names)
-    DS_CHECK_T(CheckpointError, index.find(name) != nullptr, "checkpoint ", where,
-               " has no parameter '", name, "' (it holds ", index.params.size(),
-               " parameters; was it saved from another model?)");
+  // Every rank checks every parameter, so every rank refuses alike.
+  for (size_t g = 0; g < names.size(); ++g)
+    for (size_t i = 0; i < names[g].size(); ++i) {
+      const ckpt::SavedParam* p = index.find(names[g][i]);
+      DS_CHECK_T(CheckpointError, p != nullptr, "checkpoint ", where, " has no parameter '",
+                 names[g][i], "' (it holds ", index.params.size(),
+                 " parameters; was it saved from another model?)");
+      DS_CHECK_T(CheckpointError, p->shape == shapes[g][i], "checkpoint ", where, ": parameter '",
+                 names[g][i], "' has shape ", shape_str(p->shape), ", this model's is ",
+                 shape_str(shapes[g][i]));
+    }
   std::vector<CopyRun> runs;
   for (const auto& f : mine) {
-    const std::string& name = names[f.group][f.index];
-    const ckpt::SavedParam* p = index.find(name);
-    DS_CHECK_T(CheckpointError, p->shape == f.shape, "checkpoint ", where, ": parameter '", name,
-               "' has shape ", shape_str(p->shape), ", this model's is ", shape_str(f.shape));
+    const ckpt::SavedParam* p = index.find(names[f.group][f.index]);
     for (const auto& s : p->fragments) {
       const int64_t lo = std::max(f.begin, s.begin), hi = std::min(f.end, s.end);
       if (lo >= hi) continue;
@@ -189,7 +194,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
 
     // Check everything before overwriting anything.
     const auto names = parameter_names();
-    const std::vector<CopyRun> runs = plan_copies(master_fragments(), names, index, result.path);
+    const std::vector<CopyRun> runs =
+        plan_copies(master_fragments(), names, parameter_shapes(), index, result.path);
     c10::impl::GenericDict module = dict_entry(model, ckpt::kModuleKey, model_file);
     std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
     for (const auto& item : module_->named_buffers(/*recurse=*/true)) {

@@ -72,6 +72,7 @@ class EngineImpl {
   const std::vector<at::Tensor>& master_buffers() const;
   std::vector<zero::MasterFragment> master_fragments() const;
   std::vector<std::vector<std::string>> parameter_names() const;
+  std::vector<std::vector<std::vector<int64_t>>> parameter_shapes() const;
   checkpoint::StateDict optim_state_dict(const std::string& run_id) const;
   checkpoint::StateDict model_state_dict(const std::string& run_id,
                                          const std::optional<checkpoint::StateDict>& client_state) const;

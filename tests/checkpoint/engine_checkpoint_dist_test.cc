@@ -4,6 +4,7 @@
 // checkpoints are refused with the file named while the engine keeps its state.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/adam.h>
 
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
+#include "elementwise_net.h"
 #include "safetensors_reader.h"
 #include "tiny_gpt.h"
 
@@ -144,6 +146,89 @@ TEST(EngineCheckpoint, ResumeIsBitExactAtEveryStage) {
     EXPECT_EQ(engine.global_steps(), 4);
     EXPECT_EQ(engine.get_lr(), ref.get_lr());
   }
+}
+
+// fp16: the loss scale, its hysteresis and window position and the skipped-step count come back, so
+// a resumed run skips and grows the scale on the same steps. SGD with momentum: its momentum buffer
+// is the optimizer state.
+TEST(EngineCheckpoint, Fp16ResumeRestoresTheLossScaler) {
+  using elementwise_net::ElementwiseNet;
+  tiny_gpt::ensure_comm();
+  const int poisoned = deepspeed::comm::get_world_size() - 1;
+  auto run = [&](deepspeed::Engine& engine, int first, int last) {
+    for (int step = first; step < last; ++step) {
+      at::Tensor t;
+      at::Tensor x = elementwise_net::batch_for(rank(), step, &t);
+      if ((step == 1 || step == 4) && rank() == poisoned) x[0][5] = 300.0;  // overflows in backward
+      engine.backward(engine.forward(x, t));
+      engine.step();
+    }
+  };
+  auto params = [](const ElementwiseNet& net) {
+    deepspeed::zero::GatheredParameters gathered(*net);
+    std::vector<at::Tensor> out;
+    for (const auto& p : net->parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    SharedTempDir dir;
+    const auto cfg = deepspeed::Config::from_string(
+        "{\"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 1000,"
+        " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01, \"momentum\": 0.9}},"
+        " \"zero_optimization\": {\"stage\": " +
+        std::to_string(stage) +
+        "},"
+        " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, \"hysteresis\": 2,"
+        " \"loss_scale_window\": 3}}");
+    ElementwiseNet ref_net;
+    auto ref = deepspeed::initialize(ref_net, cfg);
+    run(ref, 0, 8);
+    {
+      ElementwiseNet net;
+      auto engine = deepspeed::initialize(net, cfg);
+      run(engine, 0, 3);
+      engine.save_checkpoint(dir.path());
+    }
+    ElementwiseNet net;
+    auto engine = deepspeed::initialize(net, cfg);
+    engine.load_checkpoint(dir.path());
+    run(engine, 3, 8);
+    EXPECT_EQ(engine.loss_scale(), ref.loss_scale());
+    EXPECT_EQ(engine.skipped_steps(), ref.skipped_steps());
+    EXPECT_EQ(engine.skipped_steps(), 2) << "steps 1 and 4 overflow; hysteresis 2 skips both";
+    expect_equal(params(net), params(ref_net), "fp16 parameters after the resume");
+  }
+}
+
+// A client torch::optim optimizer (stage 0) is saved in torch's own archive format inside the rank
+// file.
+TEST(EngineCheckpoint, ClientOptimizerStateRoundTrips) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  SharedTempDir dir;
+  const auto cfg = deepspeed::Config::from_string(
+      "{\"train_micro_batch_size_per_gpu\": 2, \"steps_per_print\": 1000}");
+  auto make = [&](deepspeed::models::GPT& model) {
+    deepspeed::InitializeOptions o;
+    o.optimizer =
+        std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.003));
+    return deepspeed::initialize(model, cfg, o);
+  };
+  auto ref_model = tiny_gpt::make_model(c);
+  auto ref = make(ref_model);
+  tiny_gpt::train(ref, data, 4);
+  {
+    auto model = tiny_gpt::make_model(c);
+    auto engine = make(model);
+    tiny_gpt::train(engine, data, 2);
+    engine.save_checkpoint(dir.path());
+  }
+  auto model = tiny_gpt::make_model(c);
+  auto engine = make(model);
+  engine.load_checkpoint(dir.path());
+  tiny_gpt::train(engine, data, 2, 2);
+  expect_equal(full_params(model), full_params(ref_model), "parameters after the resume");
 }
 
 TEST(EngineCheckpoint, FilesFollowDeepSpeedsLayout) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "deepspeed/checkpoint.h"
 #include "temp_dir.h"
 
@@ -204,7 +206,9 @@ TEST(StateIo, CheckStateSaysWhichKeyShapeOrDtypeDiffers) {
 }
 
 TEST(StateIo, PythonTorchLoadReadsOurFiles) {
-  if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+  // Debian's interpreter, which sees python3-torch, even when another python3 comes first in PATH.
+  const std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP()
         << "python3-torch is not installed (apt-get install python3-torch); interop not checked";
   }
@@ -237,5 +241,5 @@ TEST(StateIo, PythonTorchLoadReadsOurFiles) {
          "assert s['global_steps'] == 12 and s['lr'] == 0.5 and s['tag'] == 'global_step12'\n"
          "assert s['ds_run_id'] == 'py' and s['ds_checkpoint_format'] == 1\n"
          "print('ok')\n";
-  EXPECT_EQ(std::system(("python3 " + script + " " + path).c_str()), 0);
+  EXPECT_EQ(std::system((python + " " + script + " " + path).c_str()), 0);
 }

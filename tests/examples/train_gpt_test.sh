@@ -118,6 +118,41 @@ PY
         || fail "$move: resharded run differs from the reference"
     done
     ;;
+  python_interop)
+    # Python's torch.load (Debian's python3-torch, installed by scripts/setup.sh) reads an engine checkpoint.
+    ckpt=$(mktemp -d)
+    trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
+    /usr/bin/python3 -c "import torch" 2>/dev/null || fail "python3-torch is missing: run scripts/setup.sh"
+    run 2 ckpt_stage1.json --steps 2 --save_dir "$ckpt" || fail "save run exited with $?"
+    /usr/bin/python3 - "$ckpt" > "$log" 2>&1 <<'PY' || fail "torch.load could not read the checkpoint"
+import sys, torch
+d = sys.argv[1]
+tag = open(d + "/latest").read().strip()
+assert tag == "global_step2", tag
+m = torch.load(f"{d}/{tag}/mp_rank_00_model_states.pt")
+assert m["global_steps"] == 2 and m["dp_world_size"] == 2 and m["zero_stage"] == 1, m.keys()
+assert m["lr_scheduler"]["last_batch_iteration"] == 1, m["lr_scheduler"]
+assert m["client_state"]["data_step"] == 2
+module = m["module"]
+shapes = {k: tuple(v) for g in m["param_shapes"] for k, v in g.items()}
+assert shapes and all(tuple(module[k].shape) == s for k, s in shapes.items())
+total = 0
+for r in range(2):
+    o = torch.load(f"{d}/{tag}/zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+    assert o["dp_rank"] == r and o["partition_count"] == 2
+    osd = o["optimizer_state_dict"]
+    assert osd["step"] == 2 and osd["state_names"] == ["exp_avg", "exp_avg_sq"]
+    for g, flat in enumerate(o["fp32_flat_groups"]):
+        assert flat.dtype == torch.float32 and osd["state"][g]["exp_avg"].shape == flat.shape
+        for s in o["param_slices"][g]:
+            want = module[s["name"]].float().flatten()[s["begin"]:s["end"]]
+            assert torch.equal(flat[s["offset"]:s["offset"] + s["end"] - s["begin"]], want), s["name"]
+            total += s["end"] - s["begin"]
+assert total == sum(torch.Size(s).numel() for s in shapes.values()), total
+print("ok", len(shapes), "parameters,", total, "elements")
+PY
+    cat "$log"
+    ;;
   bad_checkpoint)
     ckpt=$(mktemp -d)
     trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT

@@ -8,25 +8,14 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
+#include "elementwise_net.h"
 #include "tiny_gpt.h"
 
 namespace {
 
-// y = sum_i w2_i * (w1_i * x_i + b_i)^2; loss = mean((y - t)^2).
-struct ElementwiseNetImpl : torch::nn::Module {
-  at::Tensor w1, b, w2;
-  ElementwiseNetImpl() {
-    at::manual_seed(11);
-    w1 = register_parameter("w1", at::randn({37}) * 0.5);
-    b = register_parameter("b", at::randn({37}) * 0.1);
-    w2 = register_parameter("w2", at::randn({37}) * 0.1);
-  }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& t) {
-    at::Tensor h = (x * w1 + b).pow(2);
-    return ((h * w2).sum(1) - t).pow(2).mean();
-  }
-};
-TORCH_MODULE(ElementwiseNet);
+using elementwise_net::batch_for;
+using elementwise_net::ElementwiseNet;
+
 
 std::string fp16_config(int stage, const std::string& fp16_extra) {
   return "{\"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 1000,"
@@ -38,11 +27,6 @@ std::string fp16_config(int stage, const std::string& fp16_extra) {
          fp16_extra + "}}";
 }
 
-at::Tensor batch_for(int rank, int step, at::Tensor* target) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + 10 * step + rank);
-  *target = at::randn({4}, gen).to(at::kHalf);
-  return at::randn({4, 37}, gen).to(at::kHalf);
-}
 
 std::vector<at::Tensor> params_of(const ElementwiseNet& net) {
   deepspeed::zero::GatheredParameters gathered(*net);  // stage 3: whole parameters

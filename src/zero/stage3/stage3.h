@@ -114,6 +114,8 @@ class Stage3 {
   // Checkpoints: where each parameter's elements sit in masters(); and, after masters() were overwritten (a
   // loaded checkpoint), the model-dtype partitions and every gathered parameter refreshed from them. Collective.
   std::vector<MasterFragment> master_fragments() const;
+  // The full shape of every parameter, per group in group order (released parameters are empty tensors).
+  std::vector<std::vector<std::vector<int64_t>>> param_shapes() const;
   void restore_from_masters();
 
   // GatheredParameters support: gathers every unit holding one of `params` (returns their ids); scatter_back()

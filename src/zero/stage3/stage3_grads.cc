@@ -178,6 +178,18 @@ std::vector<MasterFragment> Stage3::master_fragments() const {
   return out;
 }
 
+std::vector<std::vector<std::vector<int64_t>>> Stage3::param_shapes() const {
+  std::vector<std::vector<std::vector<int64_t>>> out(masters_.size());
+  for (const auto& unit : units_)
+    for (const auto& f : unit->flats)
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        auto& group = out[f.group];
+        if (group.size() <= f.index_in_group[i]) group.resize(f.index_in_group[i] + 1);
+        group[f.index_in_group[i]] = f.shapes[i];
+      }
+  return out;
+}
+
 double Stage3::global_norm(const std::vector<at::Tensor>& grads) const {
   return zero::global_norm(grads, &world_);
 }
