@@ -155,7 +155,8 @@ class Engine {
   void reset_stage3_peaks();
 
   // Checkpoints in DeepSpeed's layout (include/deepspeed/checkpoint.h): <dir>/<tag>/mp_rank_00_model_states.pt
-  // (module weights in the model's dtype at stages 0-2, buffers, counters, LR scheduler, loss scaler, config,
+  // (module weights in the model's dtype at stages 0-2, and at stage 3 with
+  // stage3_gather_16bit_weights_on_model_save, buffers, counters, LR scheduler, loss scaler, config,
   // client_state) and one zero_pp_rank_<r>_mp_rank_00_optim_states.pt per data-parallel rank (its fp32 master
   // partition, optimizer state, where each parameter's elements sit, RNG state); <dir>/latest names the tag last.
   // Every file is written crash-safely. Collective: every rank calls it, at a gradient accumulation boundary.
@@ -170,6 +171,12 @@ class Engine {
   // when a file is missing, truncated, from another run or does not match this model.
   std::optional<LoadCheckpointResult> load_checkpoint(const std::string& load_dir,
                                                       const LoadCheckpointOptions& options = {});
+
+  // The whole module in the model's dtype, as one torch state dict file <save_dir>/<save_filename> written by rank 0
+  // (DeepSpeed's save_16bit_model). At stage 3 the parameters are gathered one unit at a time, and only when
+  // zero_optimization.stage3_gather_16bit_weights_on_model_save is set: otherwise nothing is saved, rank 0 warns
+  // and false is returned (save_checkpoint + ds_to_fp32 recover the weights then). Collective.
+  bool save_16bit_model(const std::string& save_dir, const std::string& save_filename = "pytorch_model.bin");
 
   int local_rank() const;
   int global_rank() const;

@@ -105,6 +105,44 @@ const std::vector<at::Tensor>& EngineImpl::master_buffers() const {
   return stage3_ ? stage3_->masters() : masters_->masters();
 }
 
+EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
+  CheckpointState out;
+  if (!swapper_) {
+    out.masters = master_buffers();
+    if (optimizer_)
+      for (size_t g = 0; g < out.masters.size(); ++g)
+        out.states.push_back(optimizer_->group_state(g));
+    return out;
+  }
+  // NVMe: one pass over the swap files (the swapper writes the unchanged pieces back). The copies
+  // hold this rank's whole partition for the duration of the save or load.
+  const size_t num_states = optimizer_->state_names().size();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int64_t n = masters_->initial_master(g).numel();
+    out.masters.push_back(at::empty({n}, at::kFloat));
+    out.states.emplace_back();
+    for (size_t k = 0; k < num_states; ++k) out.states.back().push_back(at::empty({n}, at::kFloat));
+  }
+  swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master,
+                     const std::vector<at::Tensor>& states) {
+    out.masters[g].narrow(0, offset, master.numel()).copy_(master);
+    for (size_t k = 0; k < num_states; ++k)
+      out.states[g][k].narrow(0, offset, master.numel()).copy_(states[k]);
+  });
+  return out;
+}
+
+void EngineImpl::commit_checkpoint_state(const CheckpointState& state) {
+  if (!swapper_) return;
+  swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master,
+                     const std::vector<at::Tensor>& states) {
+    master.copy_(state.masters[g].narrow(0, offset, master.numel()));
+    for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k)
+      states[k].copy_(state.states[g][k].narrow(0, offset, master.numel()));
+    masters_->write_slice(g, offset, master);  // the parameters follow their masters
+  });
+}
+
 std::vector<zero::MasterFragment> EngineImpl::master_fragments() const {
   return stage3_ ? stage3_->master_fragments() : masters_->master_fragments();
 }
@@ -133,7 +171,8 @@ std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() co
   return out;
 }
 
-ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
+ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
+                                             const CheckpointState& train_state) const {
   at::NoGradGuard no_grad;
   ckpt::StateDict state = ckpt::make_state_dict();
   ckpt::stamp_metadata(state, run_id);
@@ -144,7 +183,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
   state.insert(ckpt::kDpRankKey, static_cast<int64_t>(rank));
   state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
 
-  const std::vector<at::Tensor>& masters = master_buffers();
+  const std::vector<at::Tensor>& masters = train_state.masters;
   const at::Tensor empty = at::empty({0}, at::kFloat);
   c10::List<at::Tensor> flat;
   for (const auto& m : masters) flat.push_back(holder ? m : empty);
@@ -176,7 +215,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
     c10::impl::GenericList param_groups = any_list();
     for (size_t g = 0; g < masters.size(); ++g) {
       c10::impl::GenericDict s = any_dict();
-      const auto tensors = optimizer_->group_state(g);
+      const auto& tensors = train_state.states.at(g);
       for (size_t k = 0; k < state_names.size(); ++k)
         s.insert(state_names[k], holder ? tensors.at(k) : empty);
       states.push_back(s);
@@ -199,17 +238,40 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id) const {
   return state;
 }
 
-ckpt::StateDict EngineImpl::model_state_dict(
-    const std::string& run_id, const std::optional<ckpt::StateDict>& client_state) const {
+std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const {
+  at::NoGradGuard no_grad;
+  if (!stage3_) {
+    ckpt::StateDict params = ckpt::make_state_dict();
+    for (const auto& item : module_->named_parameters(/*recurse=*/true))
+      params.insert(item.key(), item.value());
+    return params;
+  }
+  if (!gather) return std::nullopt;
+  // One unit gathered at a time; rank 0 keeps copies of what it needs.
+  std::unordered_map<const void*, at::Tensor> copies;
+  for (const auto& params : stage3_->unit_parameters()) {
+    zero::GatheredParameters gathered(params, /*modifier_rank=*/-1);
+    if (world_.rank() == 0)
+      for (const auto& p : params) copies.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
+  }
+  ckpt::StateDict out = ckpt::make_state_dict();
+  if (world_.rank() == 0)
+    for (const auto& item : module_->named_parameters(/*recurse=*/true))
+      out.insert(item.key(), copies.at(item.value().unsafeGetTensorImpl()));
+  return out;
+}
+
+ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
+                                             const std::optional<ckpt::StateDict>& client_state,
+                                             const std::optional<ckpt::StateDict>& params) const {
   at::NoGradGuard no_grad;
   ckpt::StateDict state = ckpt::make_state_dict();
   ckpt::stamp_metadata(state, run_id);
-  // The module as torch's state_dict names it. Stage 3 keeps only partitions, which live in the
-  // optimizer files.
+  // The module as torch's state_dict names it. Without gathered parameters, stage 3's partitions
+  // live in the optimizer files only.
   ckpt::StateDict module = ckpt::make_state_dict();
-  if (!stage3_)
-    for (const auto& item : module_->named_parameters(/*recurse=*/true))
-      module.insert(item.key(), item.value());
+  if (params)
+    for (const auto& item : *params) module.insert(item.key(), item.value());
   std::vector<std::string> buffer_names;
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
     if (!item.value().defined()) continue;
@@ -265,9 +327,6 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
   check_boundary("save_checkpoint");
-  DS_CHECK(!swapper_,
-           "save_checkpoint: offload_optimizer.device \"nvme\" is not supported by checkpoints yet "
-           "(use \"cpu\" offload, or none, for runs that must be saved)");
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
   DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",
@@ -275,10 +334,14 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
   const std::string run_id = make_run_id(world_);
   if (breakdown_) timers_.start("save_checkpoint");
+  // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
+  const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
-    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank()), optim_state_dict(run_id));
+    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank()),
+                     optim_state_dict(run_id, checkpoint_state()));
     if (world_.rank() == 0)
-      ckpt::save_state(ckpt::model_states_path(dir, tag), model_state_dict(run_id, client_state));
+      ckpt::save_state(ckpt::model_states_path(dir, tag),
+                       model_state_dict(run_id, client_state, params));
   });
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
   // name the tag.
@@ -292,6 +355,33 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
     std::fflush(stdout);
   }
   return tag;
+}
+
+bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& file_name) {
+  check_states_resident("save_16bit_model");
+  DS_CHECK(!dir.empty() && !file_name.empty() && file_name.find('/') == std::string::npos,
+           "save_16bit_model: save_dir must be set and save_filename a plain file name, got '", dir,
+           "' and '", file_name, "'");
+  if (stage3_ && !config_.zero.gather_16bit_weights_on_model_save) {
+    if (world_.rank() == 0)
+      std::fprintf(stderr,
+                   "deepspeed: warning: save_16bit_model: did not save the model %s/%s because "
+                   "zero_optimization.stage3_gather_16bit_weights_on_model_save is false; save a "
+                   "checkpoint and run ds_to_fp32 to recover the weights\n",
+                   dir.c_str(), file_name.c_str());
+    return false;
+  }
+  auto state = *module_parameters(/*gather=*/true);
+  for (const auto& item : module_->named_buffers(/*recurse=*/true))
+    if (item.value().defined()) state.insert(item.key(), item.value());
+  runtime::all_ranks_or_none(world_, "save_16bit_model", [&] {
+    if (world_.rank() == 0) ckpt::save_state(dir + "/" + file_name, state);
+  });
+  return true;
+}
+
+bool Engine::save_16bit_model(const std::string& save_dir, const std::string& save_filename) {
+  return impl_->save_16bit_model(save_dir, save_filename);
 }
 
 std::string Engine::save_checkpoint(const std::string& save_dir,

@@ -163,9 +163,6 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     const std::string& dir, const LoadCheckpointOptions& options) {
   check_states_resident("load_checkpoint");
   check_boundary("load_checkpoint");
-  DS_CHECK(!swapper_,
-           "load_checkpoint: offload_optimizer.device \"nvme\" is not supported by checkpoints yet "
-           "(use \"cpu\" offload, or none, for runs that must be resumed)");
   ckpt::FileSystem* fs = ckpt::default_file_system();
   std::string tag = options.tag.value_or("");
   if (tag.empty() && !fs->file_exists(ckpt::latest_path(dir))) {
@@ -255,10 +252,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
 
     // Apply.
     at::NoGradGuard no_grad;
-    const std::vector<at::Tensor>& masters = master_buffers();
-    std::vector<std::vector<at::Tensor>> states;
-    if (load_optimizer)
-      for (size_t g = 0; g < masters.size(); ++g) states.push_back(optimizer_->group_state(g));
+    CheckpointState live = checkpoint_state();
+    const std::vector<at::Tensor>& masters = live.masters;
+    const std::vector<std::vector<at::Tensor>>& states = live.states;
     for (const CopyRun& run : runs) {
       masters[run.group]
           .narrow(0, run.offset, run.n)
@@ -270,6 +266,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
             .narrow(0, run.offset, run.n)
             .copy_(saved[k][run.saved->group].narrow(0, run.saved_offset, run.n));
     }
+    commit_checkpoint_state(live);
     for (auto& [ours, saved] : buffers) ours.copy_(saved);
     if (load_optimizer) {
       optimizer_->set_step_count(saved_opt.step);

@@ -38,6 +38,7 @@ class EngineImpl {
   std::string save_checkpoint(const std::string& dir, const std::optional<std::string>& tag,
                               const std::optional<checkpoint::StateDict>& client_state, bool save_latest);
   std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
+  bool save_16bit_model(const std::string& dir, const std::string& file_name);
 
   bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
   std::vector<double> get_lr() const;
@@ -70,12 +71,25 @@ class EngineImpl {
   // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
   // parameters' names by (group, index).
   const std::vector<at::Tensor>& master_buffers() const;
+  // This rank's fp32 masters and optimizer states per group ([group][state]), as checkpoints read and write them:
+  // the live tensors, or with nvme offload copies read out of the swap files (commit_checkpoint_state writes such
+  // copies back, and the parameters from the masters; for live tensors it does nothing).
+  struct CheckpointState {
+    std::vector<at::Tensor> masters;
+    std::vector<std::vector<at::Tensor>> states;
+  };
+  CheckpointState checkpoint_state();
+  void commit_checkpoint_state(const CheckpointState& state);
   std::vector<zero::MasterFragment> master_fragments() const;
   std::vector<std::vector<std::string>> parameter_names() const;
   std::vector<std::vector<std::vector<int64_t>>> parameter_shapes() const;
-  checkpoint::StateDict optim_state_dict(const std::string& run_id) const;
+  checkpoint::StateDict optim_state_dict(const std::string& run_id, const CheckpointState& train_state) const;
+  // The module's parameters by name in the model's dtype: views at stages 0-2; at stage 3 gathered copies on rank 0
+  // (collective; empty on other ranks) when `gather`, else nullopt.
+  std::optional<checkpoint::StateDict> module_parameters(bool gather) const;
   checkpoint::StateDict model_state_dict(const std::string& run_id,
-                                         const std::optional<checkpoint::StateDict>& client_state) const;
+                                         const std::optional<checkpoint::StateDict>& client_state,
+                                         const std::optional<checkpoint::StateDict>& params) const;
   void check_boundary(const char* what) const;
   void apply_schedule();
   void log_step();

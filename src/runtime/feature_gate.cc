@@ -22,8 +22,6 @@ void check_supported_features(const config::Config& cfg) {
             "nvme optimizer offload at stage 3 (device \"cpu\" works at stage 3; \"nvme\" at stages 1 and 2)");
   reject_if(z.stage == 3 && oo.ratio < 1.0, "zero_optimization.offload_optimizer.ratio",
             "partial optimizer offload (ratio < 1)");
-  reject_if(z.stage == 3 && z.gather_16bit_weights_on_model_save, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-            "saving a consolidated 16-bit model (model saving arrives with checkpointing)");
   reject_if(z.stage == 3 && z.model_persistence_threshold != std::numeric_limits<int64_t>::max(),
             "zero_optimization.stage3_model_persistence_threshold", "a model-wide persistence budget");
   reject_if(z.stage == 3 && z.module_granularity_threshold > 0, "zero_optimization.stage3_module_granularity_threshold",

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -95,6 +96,17 @@ struct Case {
   std::string zero_extra, top_extra, name;
 };
 
+// ZeRO-Infinity: masters and Adam states in swap files under $TMPDIR (one directory per test run:
+// concurrent runs use other ports), streamed in pieces.
+std::string nvme_offload() {
+  const char* port = std::getenv("MASTER_PORT");
+  const auto dir =
+      fs::temp_directory_path() / ("ds_engine_ckpt_nvme_" + std::string(port ? port : "0"));
+  return ", \"sub_group_size\": 2000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+         "\"" +
+         dir.string() + "\"}";
+}
+
 const std::vector<Case>& resume_cases() {
   static const std::vector<Case> cases = {
       {0, "", "", "stage 0"},
@@ -106,6 +118,7 @@ const std::vector<Case>& resume_cases() {
       {1, ", \"offload_optimizer\": {\"device\": \"cpu\"}", "\"bf16\": {\"enabled\": true},",
        "stage 1 bf16 offload"},
       {3, ", \"offload_optimizer\": {\"device\": \"cpu\"}", "", "stage 3 offload"},
+      {2, nvme_offload(), "\"bf16\": {\"enabled\": true},", "stage 2 bf16 nvme offload"},
   };
   return cases;
 }
@@ -118,12 +131,17 @@ TEST(EngineCheckpoint, ResumeIsBitExactAtEveryStage) {
     SharedTempDir dir;
     const auto cfg =
         deepspeed::Config::from_string(config_json(k.stage, k.zero_extra, k.top_extra));
-    // Reference: four steps straight.
-    auto ref_model = tiny_gpt::make_model(c);
-    auto ref = deepspeed::initialize(ref_model, cfg);
-    const auto ref_losses = tiny_gpt::train(ref, data, 4);
-    const auto want = full_params(ref_model);
-
+    // Reference: four steps straight. (Each engine is gone before the next is built: nvme offload's
+    // swap files are named by rank.)
+    std::vector<double> ref_losses, ref_lr;
+    std::vector<at::Tensor> want;
+    {
+      auto ref_model = tiny_gpt::make_model(c);
+      auto ref = deepspeed::initialize(ref_model, cfg);
+      ref_losses = tiny_gpt::train(ref, data, 4);
+      want = full_params(ref_model);
+      ref_lr = ref.get_lr();
+    }
     // Two steps, save; a fresh engine loads and runs the other two.
     {
       auto model = tiny_gpt::make_model(c);
@@ -144,8 +162,15 @@ TEST(EngineCheckpoint, ResumeIsBitExactAtEveryStage) {
           << "micro-batch " << i << " after the resume";
     expect_equal(full_params(model), want, "parameters after the resumed steps");
     EXPECT_EQ(engine.global_steps(), 4);
-    EXPECT_EQ(engine.get_lr(), ref.get_lr());
+    EXPECT_EQ(engine.get_lr(), ref_lr);
   }
+  barrier();
+  std::error_code ec;
+  if (rank() == 0)
+    fs::remove_all(fs::temp_directory_path() /
+                       ("ds_engine_ckpt_nvme_" +
+                        std::string(std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0")),
+                   ec);
 }
 
 // fp16: the loss scale, its hysteresis and window position and the skipped-step count come back, so
@@ -357,6 +382,52 @@ TEST(EngineCheckpoint, ConsolidatedWeightsEqualTrainedWeights) {
     }
   }
   barrier();
+}
+
+// save_16bit_model and stage3_gather_16bit_weights_on_model_save: the whole module in the model's
+// dtype, gathered one unit at a time at stage 3, equal to the trained parameters.
+TEST(EngineCheckpoint, Save16bitModelWritesTheWholeModule) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  const std::string gather = ", \"stage3_gather_16bit_weights_on_model_save\": true";
+  for (const Case& k :
+       std::vector<Case>{{2, "", "\"bf16\": {\"enabled\": true},", "stage 2 bf16"},
+                         {3, gather, "", "stage 3"},
+                         {3, gather, "\"bf16\": {\"enabled\": true},", "stage 3 bf16"}}) {
+    SCOPED_TRACE(k.name);
+    SharedTempDir dir;
+    auto model = tiny_gpt::make_model(c);
+    auto engine = deepspeed::initialize(
+        model, deepspeed::Config::from_string(config_json(k.stage, k.zero_extra, k.top_extra)));
+    tiny_gpt::train(engine, data, 1);
+    ASSERT_TRUE(engine.save_16bit_model(dir.path()));
+    engine.save_checkpoint(dir.path());
+    std::vector<std::pair<std::string, at::Tensor>> want;
+    {
+      deepspeed::zero::GatheredParameters gathered(*model);
+      for (const auto& item : model->named_parameters())
+        want.emplace_back(item.key(), item.value().detach().clone());
+    }
+    if (rank() == 0) {
+      auto exported = ckpt::load_state(dir.path() + "/pytorch_model.bin");
+      auto module = ckpt::load_state(ckpt::model_states_path(dir.path(), "global_step1"))
+                        .at("module")
+                        .toGenericDict();
+      for (const auto& [name, value] : want) {
+        ASSERT_TRUE(exported.contains(name)) << name;
+        EXPECT_TRUE(at::equal(exported.at(name).toTensor(), value)) << name;
+        EXPECT_TRUE(at::equal(module.at(name).toTensor(), value))
+            << "checkpoint's module: " << name;
+      }
+    }
+    barrier();
+  }
+  // Stage 3 without the flag: nothing is gathered or written.
+  SharedTempDir dir;
+  auto model = tiny_gpt::make_model(c);
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(3)));
+  EXPECT_FALSE(engine.save_16bit_model(dir.path()));
+  EXPECT_FALSE(fs::exists(dir.path() + "/pytorch_model.bin"));
 }
 
 // A failed load leaves the engine as it was and still able to train.

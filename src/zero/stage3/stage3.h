@@ -116,6 +116,9 @@ class Stage3 {
   std::vector<MasterFragment> master_fragments() const;
   // The full shape of every parameter, per group in group order (released parameters are empty tensors).
   std::vector<std::vector<std::vector<int64_t>>> param_shapes() const;
+  // The parameters of each unit (module order, then root and persistent), for exports that gather one unit at a
+  // time.
+  std::vector<std::vector<at::Tensor>> unit_parameters() const;
   void restore_from_masters();
 
   // GatheredParameters support: gathers every unit holding one of `params` (returns their ids); scatter_back()

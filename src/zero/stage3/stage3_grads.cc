@@ -190,6 +190,16 @@ std::vector<std::vector<std::vector<int64_t>>> Stage3::param_shapes() const {
   return out;
 }
 
+std::vector<std::vector<at::Tensor>> Stage3::unit_parameters() const {
+  std::vector<std::vector<at::Tensor>> out;
+  for (const auto& unit : units_) {
+    std::vector<at::Tensor> params;
+    for (const auto& f : unit->flats) params.insert(params.end(), f.params.begin(), f.params.end());
+    if (!params.empty()) out.push_back(std::move(params));
+  }
+  return out;
+}
+
 double Stage3::global_norm(const std::vector<at::Tensor>& grads) const {
   return zero::global_norm(grads, &world_);
 }
