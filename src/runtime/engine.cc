@@ -178,6 +178,7 @@ void EngineImpl::build_stage3() {
                  "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
   so.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
   so.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  so.external_masters = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : groups_) params.push_back(g.params);
   stage3_ = std::make_unique<zero::Stage3>(module_, params, world_, so);
@@ -305,7 +306,8 @@ void EngineImpl::step() {
 void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
   const auto& oo = config_.zero.offload_optimizer;
   std::vector<at::Tensor> initial;
-  for (size_t g = 0; g < groups_.size(); ++g) initial.push_back(masters_->initial_master(g));
+  for (size_t g = 0; g < groups_.size(); ++g)
+    initial.push_back(stage3_ ? stage3_->initial_master(g) : masters_->initial_master(g));
   optimizer_ = runtime::make_fused_optimizer(cfg, groups_, initial, /*resident_state=*/false);
   swap::OptimizerSwapperOptions so;
   so.dir = oo.nvme_path.value() + "/zero_stage_" + std::to_string(config_.zero.stage) + "/optimizer/rank" +
@@ -358,7 +360,7 @@ bool EngineImpl::take_model_step() {
       at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
       at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
       optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second);
-      masters_->write_slice(g, offset, master);
+      write_master_slice(g, offset, master);
     });
   } else if (stage3_) {
     optimizer_->step(stage3_->masters(), grads);
@@ -371,6 +373,14 @@ bool EngineImpl::take_model_step() {
     masters_->publish();
   }
   return true;
+}
+
+void EngineImpl::write_master_slice(size_t group, int64_t offset, const at::Tensor& master) {
+  if (stage3_) {
+    stage3_->write_slice(group, offset, master);
+  } else {
+    masters_->write_slice(group, offset, master);
+  }
 }
 
 std::string EngineImpl::parameter_name(size_t group, size_t index) const {
@@ -447,6 +457,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
     b.gradients = stage3_->grad_bytes();
     b.master_weights = stage3_->master_copy_bytes();
     b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
+    if (swapper_) b.optimizer_states = swapper_->resident_bytes();  // masters and states stream through this pool
     b.working_buffers = stage3_->working_bytes();
     if (stage3_->offloaded())
       b.offloaded_to_host = b.master_weights + b.optimizer_states + stage3_->host_grad_bytes();

@@ -118,7 +118,7 @@ EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
   // hold this rank's whole partition for the duration of the save or load.
   const size_t num_states = optimizer_->state_names().size();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const int64_t n = masters_->initial_master(g).numel();
+    const int64_t n = stage3_ ? stage3_->initial_master(g).numel() : masters_->initial_master(g).numel();
     out.masters.push_back(at::empty({n}, at::kFloat));
     out.states.emplace_back();
     for (size_t k = 0; k < num_states; ++k) out.states.back().push_back(at::empty({n}, at::kFloat));
@@ -139,7 +139,7 @@ void EngineImpl::commit_checkpoint_state(const CheckpointState& state) {
     master.copy_(state.masters[g].narrow(0, offset, master.numel()));
     for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k)
       states[k].copy_(state.states[g][k].narrow(0, offset, master.numel()));
-    masters_->write_slice(g, offset, master);  // the parameters follow their masters
+    write_master_slice(g, offset, master);  // the parameters follow their masters
   });
 }
 

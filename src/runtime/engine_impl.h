@@ -94,6 +94,8 @@ class EngineImpl {
   void apply_schedule();
   void log_step();
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);
+  // nvme offload: an updated slice of group g's fp32 master partition back into the model-dtype parameters.
+  void write_master_slice(size_t group, int64_t offset, const at::Tensor& master);
   void build_stage3();
   void build_flat_stages();
   void finish_construction(InitializeOptions& options);

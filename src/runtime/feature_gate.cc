@@ -18,8 +18,6 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 void check_supported_features(const config::Config& cfg) {
   const auto& z = cfg.zero;
   const auto& oo = z.offload_optimizer;
-  reject_if(z.stage == 3 && oo.device == config::OffloadDevice::kNvme, "zero_optimization.offload_optimizer",
-            "nvme optimizer offload at stage 3 (device \"cpu\" works at stage 3; \"nvme\" at stages 1 and 2)");
   reject_if(z.stage == 3 && oo.ratio < 1.0, "zero_optimization.offload_optimizer.ratio",
             "partial optimizer offload (ratio < 1)");
   reject_if(z.stage == 3 && z.model_persistence_threshold != std::numeric_limits<int64_t>::max(),

@@ -119,6 +119,7 @@ const std::vector<Case>& resume_cases() {
        "stage 1 bf16 offload"},
       {3, ", \"offload_optimizer\": {\"device\": \"cpu\"}", "", "stage 3 offload"},
       {2, nvme_offload(), "\"bf16\": {\"enabled\": true},", "stage 2 bf16 nvme offload"},
+      {3, nvme_offload(), "", "stage 3 nvme offload"},
   };
   return cases;
 }

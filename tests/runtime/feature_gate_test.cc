@@ -54,9 +54,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
     const char* json;
     const char* key;
   } cases[] = {
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
-                                                          "nvme_path": "/tmp"}}})",
-       "zero_optimization.offload_optimizer"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "reduce_scatter": false}})",
        "zero_optimization.reduce_scatter"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 10}})",

@@ -146,7 +146,7 @@ TEST(ZeroOffload, NvmeOffloadMatchesStageZero) {
                    "\"nvme_path\": \"" + nvme_dir() + "\", \"buffer_count\": " + (pipeline ? "9" : "3") +
                    ", \"pipeline_read\": " + (pipeline ? "true" : "false") + "}";
     auto reference = train_stage(Variant{"plain", 2, 2, 0.1, true}, 0);
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       deepspeed::ModelStateBytes bytes;
       double err = tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference);
       EXPECT_LE(err, 1e-5) << "stage " << stage << " nvme offload (pipeline " << pipeline << ") vs stage 0";

@@ -103,7 +103,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   auto& acc = accelerator::get_accelerator();
   auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
   for (size_t g = 0; g < groups.size(); ++g) {
-    masters_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
+    masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, at::kFloat)));
     grads_.push_back(at::zeros({group_size[g]}, at::kFloat));
     lowp_.push_back(separate_shards() ? at::zeros({group_size[g]}, options_.dtype) : at::Tensor());
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
@@ -144,7 +144,8 @@ void Stage3::build_unit(Unit& unit) {
     }
     if (world_.size() > 1) world_.broadcast(f.full, /*src=*/0);
     at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
-    masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
+    if (!options_.external_masters)
+      masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
     if (separate_shards()) f.shard(*this).copy_(mine);
     // Gradient hooks are registered while the parameters have their full shape and final dtype: autograd's
     // accumulator records them when it is created. Then the original memory goes; the parameters point at nothing
@@ -176,7 +177,7 @@ Stage3::~Stage3() {
 int64_t Stage3::param_bytes() const {
   int64_t bytes = 0;
   const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
-  for (const auto& m : masters_) bytes += m.numel() * elem;
+  for (const auto& m : shard_buffers()) bytes += m.numel() * elem;
   for (const auto& f : units_[persistent_]->flats) bytes += f.layout.padded_numel() * elem;
   return bytes;
 }
@@ -186,6 +187,15 @@ int64_t Stage3::master_copy_bytes() const {
   int64_t bytes = 0;
   for (const auto& m : masters_) bytes += static_cast<int64_t>(m.nbytes());
   return bytes;
+}
+
+at::Tensor Stage3::initial_master(size_t group) const {
+  return lowp_.at(group).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
+
+void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master) {
+  at::NoGradGuard no_grad;
+  lowp_.at(group).narrow(0, offset, master.numel()).copy_(master);
 }
 
 int64_t Stage3::host_grad_bytes() const {

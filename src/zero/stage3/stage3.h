@@ -60,6 +60,10 @@ struct Stage3Options {
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
   bool pin_memory = false;
+  // ZeRO-Infinity (offload_optimizer.device "nvme"): the fp32 masters live in the optimizer swapper's files, not
+  // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
+  // slice into them with write_slice().
+  bool external_masters = false;
 };
 
 class Stage3 {
@@ -86,6 +90,10 @@ class Stage3 {
   std::vector<at::Tensor> stage_grads();
   int64_t host_grad_bytes() const;
   bool offloaded() const { return options_.offload_to_host; }
+  // With external masters: this rank's partition of group g as fp32 (the swapper's initial masters), and the way
+  // an updated slice [offset, offset + master.numel()) of it gets back into the model-dtype shard.
+  at::Tensor initial_master(size_t group) const;
+  void write_slice(size_t group, int64_t offset, const at::Tensor& master);
   // This rank's model-dtype partitions (the fp32 masters themselves when the model is fp32 without offload).
   const std::vector<at::Tensor>& shard_buffers() const { return separate_shards() ? lowp_ : masters_; }
   void zero_grads();
@@ -157,7 +165,9 @@ class Stage3 {
   std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
   std::vector<at::Tensor> host_grads_;              // offload only
   // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.
-  bool separate_shards() const { return options_.dtype != at::kFloat || options_.offload_to_host; }
+  bool separate_shards() const {
+    return options_.dtype != at::kFloat || options_.offload_to_host || options_.external_masters;
+  }
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;

@@ -146,7 +146,8 @@ void Stage3::zero_grads() {
 
 void Stage3::publish() {
   at::NoGradGuard no_grad;
-  if (separate_shards())
+  // External masters wrote their updated slices into the shards already (write_slice).
+  if (separate_shards() && !options_.external_masters)
     for (size_t g = 0; g < masters_.size(); ++g) lowp_[g].copy_(masters_[g]);
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];
