@@ -262,11 +262,11 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
   const int64_t plain = peak_of(false), sharded = peak_of(true);
   const int64_t partitions = c.layers * ((block_bytes / 4 + n - 1) / n + 16 * 8) * 4;
   EXPECT_GE(plain, embed_bytes + c.layers * block_bytes) << "the plain model holds every block";
-  // Measured beyond the partitions at 2-4 ranks: 2.5-3.5 blocks at the peak (the block being built, the gather of
-  // the block being initialized under GatheredParameters, and buffers the communication threads release late; the
-  // count is process-wide), never the model.
-  EXPECT_LE(sharded, embed_bytes + partitions + 4 * block_bytes + 64 * 1024)
-      << "zero::Init held more than a few blocks whole (block " << block_bytes << " B, plain " << plain << " B)";
+  // Measured beyond the partitions: 0.97 blocks at 1 rank, 1.97-1.98 at 2-4 ranks (the block being built and,
+  // while a block is initialized under GatheredParameters, its gathered copy; the count is process-wide), never the
+  // model. (Before gathers went by per-owner broadcasts, Gloo's list all-gather staged one more whole block.)
+  EXPECT_LE(sharded, embed_bytes + partitions + 2 * block_bytes + 64 * 1024)
+      << "zero::Init held more than two blocks whole (block " << block_bytes << " B, plain " << plain << " B)";
   if (n >= 2) EXPECT_LT(sharded, plain);
 }
 

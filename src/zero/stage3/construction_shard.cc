@@ -51,11 +51,12 @@ int64_t ConstructionShard::numel_of(const at::Tensor& param) const {
 void ConstructionShard::gather() {
   if (full_.defined()) return;
   full_ = at::empty({layout_.padded_numel()}, shard_.options());
-  if (world_.size() > 1) {
-    world_.all_gather_into_tensor(full_, shard_);
-  } else {
-    full_.copy_(shard_);
-  }
+  const int64_t part = layout_.partition_size();
+  full_.narrow(0, layout_.begin(layout_.rank()), part).copy_(shard_);
+  // One broadcast per owner straight into the full buffer: Gloo's list all-gather would stage a second whole copy
+  // of the unit, and construction must hold no more than one.
+  for (int r = 0; r < world_.size() && world_.size() > 1; ++r)
+    world_.broadcast(full_.narrow(0, layout_.begin(r), part), world_.ranks()[r]);
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].set_data(full_.narrow(0, offsets_[i], numels_[i]).view(shapes_[i]));
 }
@@ -79,7 +80,7 @@ void ConstructionShard::scatter(int modifier_rank) {
     }
     world_.broadcast(full_, modifier_rank);
   }
-  shard_ = full_.narrow(0, layout_.begin(layout_.rank()), layout_.partition_size()).clone();
+  shard_.copy_(full_.narrow(0, layout_.begin(layout_.rank()), layout_.partition_size()));  // in place: no second copy
   for (auto& p : params_) p.set_data(at::empty({0}, full_.options()));
   full_ = at::Tensor();
 }
