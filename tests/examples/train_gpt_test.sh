@@ -153,6 +153,30 @@ print("ok", len(shapes), "parameters,", total, "elements")
 PY
     cat "$log"
     ;;
+  kill_during_save)
+    # SIGKILL a 2-rank run while it writes a checkpoint: `latest` must still name a complete checkpoint, and the
+    # run resumes from it. (The kill lands as soon as the new tag's directory appears, i.e. inside the save.)
+    ckpt=$(mktemp -d)
+    trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
+    big=(--layers 4 --hidden 256 --heads 4 --seq-len 32)
+    setsid "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" \
+      --deepspeed_config "$configs/ckpt_stage1.json" "${big[@]}" --steps 6 --save_dir "$ckpt" --save_interval 1 \
+      > "$log" 2>&1 &
+    pid=$!
+    deadline=$((SECONDS + 120))
+    while [ ! -d "$ckpt/global_step3" ] && kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do :; done
+    kill -9 -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    sleep 1  # let the killed ranks' sockets close before the port is reused
+    [ -d "$ckpt/global_step3" ] || fail "the run never reached its third save"
+    echo "after the kill: latest=$(cat "$ckpt/latest"); global_step3 holds: $(ls "$ckpt/global_step3" | tr '\n' ' ')"
+    latest=$(cat "$ckpt/latest")
+    case "$latest" in global_step[123]) ;; *) fail "latest names '$latest'" ;; esac
+    for f in "$ckpt/$latest"/*; do case "$f" in *.tmp.*) fail "latest's directory holds a temporary $f" ;; esac; done
+    run 2 ckpt_stage1.json "${big[@]}" --steps 6 --load_dir "$ckpt" || fail "resuming after the kill exited with $?"
+    grep -q "resumed at step ${latest#global_step}" "$log" || fail "did not resume from $latest"
+    grep -q "final step=6" "$log" || fail "the resumed run did not finish"
+    ;;
   bad_checkpoint)
     ckpt=$(mktemp -d)
     trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
