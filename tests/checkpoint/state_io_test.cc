@@ -4,14 +4,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
+#include "checkpoint/archive_writer.h"
 #include "deepspeed/checkpoint.h"
 #include "temp_dir.h"
 
@@ -207,7 +207,8 @@ TEST(StateIo, CheckStateSaysWhichKeyShapeOrDtypeDiffers) {
 
 TEST(StateIo, PythonTorchLoadReadsOurFiles) {
   // Debian's interpreter, which sees python3-torch, even when another python3 comes first in PATH.
-  const std::string python = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  const std::string python =
+      ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP()
         << "python3-torch is not installed (apt-get install python3-torch); interop not checked";
@@ -242,4 +243,61 @@ TEST(StateIo, PythonTorchLoadReadsOurFiles) {
          "assert s['ds_run_id'] == 'py' and s['ds_checkpoint_format'] == 1\n"
          "print('ok')\n";
   EXPECT_EQ(std::system((python + " " + script + " " + path).c_str()), 0);
+}
+
+TEST(StateIo, SavedFileHoldsExactlyTheSerializedBytes) {
+  TempDir tmp;
+  ckpt::StateDict s = sample_state();
+  std::string path = tmp.path() + "/s.pt";
+  ckpt::save_state(path, s);
+  std::vector<char> file = ckpt::default_file_system()->read_file(path);
+  EXPECT_EQ(file, ckpt::serialize_state(s));
+}
+
+TEST(StateIo, SharedStorageIsWrittenOnceAndDenseViewsAlias) {
+  TempDir tmp;
+  at::Tensor big = at::arange(1 << 18, at::kFloat);  // 1 MiB
+  at::Tensor flat = at::arange(1 << 20, at::kFloat);
+  ckpt::StateDict s = ckpt::make_state_dict();
+  s.insert("a", big);
+  s.insert("b", big);  // the same tensor twice: one storage record
+  // A dense but transposed window of a larger buffer: written as just its 12 elements, strides
+  // kept.
+  s.insert("t", flat.narrow(0, 100, 12).view({3, 4}).t());
+  std::string path = tmp.path() + "/shared.pt";
+  ckpt::save_state(path, s);
+  EXPECT_LT(file_size(path), (1 << 20) + 64 * 1024);
+  ckpt::StateDict b = ckpt::load_state(path);
+  EXPECT_TRUE(b.at("a").toTensor().equal(big));
+  EXPECT_TRUE(b.at("b").toTensor().equal(big));
+  at::Tensor t = b.at("t").toTensor();
+  EXPECT_TRUE(t.equal(flat.narrow(0, 100, 12).view({3, 4}).t()));
+  EXPECT_EQ(t.storage().nbytes(), 12u * sizeof(float));
+  // Saving left the source untouched (aliases are read, never written).
+  EXPECT_TRUE(flat.equal(at::arange(1 << 20, at::kFloat)));
+}
+
+TEST(StateIo, ArchiveSinkFailureStopsWritingAndKeepsItsType) {
+  struct DiskFull : std::runtime_error {
+    DiskFull() : std::runtime_error("disk full") {}
+  };
+  ckpt::StateDict s = ckpt::make_state_dict();
+  s.insert("w", at::ones({1 << 16}));
+  s.insert("v", at::ones({1 << 16}));
+  const int64_t total = ckpt::write_torch_archive(c10::IValue(s), [](const char*, size_t) {});
+  for (int64_t budget : {int64_t{0}, int64_t{100}, total / 2, total - 1}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    int64_t seen = 0, calls_after_failure = 0;
+    bool failed = false;
+    auto sink = [&](const char*, size_t n) {
+      if (failed) ++calls_after_failure;
+      if (seen + static_cast<int64_t>(n) > budget) {
+        failed = true;
+        throw DiskFull();
+      }
+      seen += static_cast<int64_t>(n);
+    };
+    EXPECT_THROW(ckpt::write_torch_archive(c10::IValue(s), sink), DiskFull);
+    EXPECT_EQ(calls_after_failure, 0);
+  }
 }
