@@ -80,11 +80,12 @@ PY
     grep -q "steps" "$log" || fail "the error should name --steps"
     ;;
   resume)
-    # New processes resume bit-exactly: 6 steps straight == 3 steps, save, 3 more from --load_dir (stages 1, 3).
+    # New processes resume bit-exactly: 6 steps straight == 3 steps, save, 3 more from --load_dir (stages 0-3).
     ckpt=$(mktemp -d)
     trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
-    for stage in 1 3; do
-      run 2 ckpt_stage$stage.json --steps 6 || fail "stage $stage straight run exited with $?"
+    for stage in 0 1 2 3; do
+      run 2 ckpt_stage$stage.json --steps 6 --save_dir "$ckpt/straight$stage" \
+        || fail "stage $stage straight run exited with $?"
       want=$(grep -o "final step=6 loss=[^ ]* params_l2=[^ ]*" "$log")
       run 2 ckpt_stage$stage.json --steps 3 --save_dir "$ckpt/s$stage" || fail "stage $stage save run exited with $?"
       run 2 ckpt_stage$stage.json --steps 6 --load_dir "$ckpt/s$stage" --save_dir "$ckpt/s$stage" \
@@ -94,6 +95,22 @@ PY
       echo "stage $stage: straight '$want', resumed '$got'"
       [ -n "$want" ] && [ "$want" = "$got" ] || fail "stage $stage: the resumed run differs from the straight one"
       [ "$(cat "$ckpt/s$stage/latest")" = global_step6 ] || fail "latest should name global_step6"
+      # Bit for bit: the fp32 weights of both runs' final checkpoints, merged by ds_to_fp32.
+      "$bin/ds_to_fp32" "$ckpt/straight$stage" "$ckpt/a.safetensors" > /dev/null || fail "ds_to_fp32 failed"
+      "$bin/ds_to_fp32" "$ckpt/s$stage" "$ckpt/b.safetensors" > /dev/null || fail "ds_to_fp32 failed"
+      python3 - "$ckpt/a.safetensors" "$ckpt/b.safetensors" <<'PY' || fail "stage $stage: resumed weights differ in some bit"
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)  # names the run and tag, which differ
+    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and len(a) > 0, (sorted(a), sorted(b))
+bad = [k for k in a if a[k] != b[k]]
+assert not bad, bad
+PY
     done
     # --save_interval saves along the way.
     run 1 ckpt_stage1.json --steps 4 --save_dir "$ckpt/every2" --save_interval 2 || fail "interval run exited with $?"
