@@ -200,4 +200,48 @@ PipeDataParallelTopology::PipeDataParallelTopology(int num_pp, int num_dp)
 PipeModelDataParallelTopology::PipeModelDataParallelTopology(int num_pp, int num_mp, int num_dp)
     : ProcessTopology({"pipe", "data", "model"}, {num_pp, num_dp, num_mp}) {}
 
+int stage_to_global(const ProcessTopology& topology, int global_rank, int stage_id) {
+  AxisValues coord = topology.get_coord(global_rank).as_axis_values();
+  bool has_pipe = false;
+  for (auto& [axis, value] : coord) {
+    if (axis == "pipe") {
+      value = stage_id;
+      has_pipe = true;
+    }
+  }
+  DS_CHECK(has_pipe, "stage_to_global: ", topology.to_string(), " has no 'pipe' axis");
+  return topology.get_rank(coord);
+}
+
+PipeGridRanks pipe_grid_ranks(const ProcessTopology& topology, int global_rank) {
+  DS_CHECK(topology.has_axis("pipe") && topology.has_axis("data"),
+           "pipe_grid_ranks: ", topology.to_string(), " needs 'pipe' and 'data' axes");
+  const ProcessCoord coord = topology.get_coord(global_rank);
+  PipeGridRanks grid;
+  grid.global_rank = global_rank;
+  grid.stage_id = coord.get("pipe");
+  grid.data_parallel_id = coord.get("data");
+  grid.pipe_parallel_size = topology.get_dim("pipe");
+  grid.data_parallel_size = topology.get_dim("data");
+  const bool has_model = topology.has_axis("model");
+  grid.model_parallel_id = has_model ? coord.get("model") : 0;
+  grid.model_parallel_size = has_model ? topology.get_dim("model") : 1;
+
+  // The one list along each axis that holds this rank: all its other coordinates fixed.
+  auto peers_along = [&](const std::string& axis) {
+    AxisValues fixed;
+    for (const auto& [name, value] : coord.as_axis_values()) {
+      if (name != axis) fixed.emplace_back(name, value);
+    }
+    return topology.filter_match(fixed);
+  };
+  grid.pipe_group = peers_along("pipe");
+  grid.data_group = peers_along("data");
+  grid.model_group = has_model ? peers_along("model") : std::vector<int>{global_rank};
+  grid.replica_group = topology.get_axis_list("data", grid.data_parallel_id);
+  if (!grid.is_first_stage()) grid.prev_stage_rank = grid.pipe_group[grid.stage_id - 1];
+  if (!grid.is_last_stage()) grid.next_stage_rank = grid.pipe_group[grid.stage_id + 1];
+  return grid;
+}
+
 }  // namespace deepspeed::pipe

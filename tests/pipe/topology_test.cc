@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "deepspeed/error.h"
@@ -250,6 +251,79 @@ TEST(ProcessTopologyTest, BadInputNamesTheValue) {
               ThrowsMessage<Error>(HasSubstr("data=7 out of range")));
   EXPECT_THAT([&] { topo.get_coord(0).get("model"); },
               ThrowsMessage<Error>(HasSubstr("unknown axis 'model'")));
+}
+
+// Every rank's groups are the comm lists that hold it, and the pipeline neighbours are the ranks of
+// the adjacent stages with the same data and model coordinates.
+TEST(PipeGridRanksTest, GroupsAreTheCommListsHoldingTheRank) {
+  std::vector<ProcessTopology> topologies = {
+      PipeDataParallelTopology(2, 2),         PipeDataParallelTopology(4, 1),
+      PipeDataParallelTopology(1, 4),         PipeModelDataParallelTopology(2, 2, 2),
+      PipeModelDataParallelTopology(3, 2, 1), PipeModelDataParallelTopology(2, 1, 3)};
+  for (const ProcessTopology& topo : topologies) {
+    const bool has_model = topo.has_axis("model");
+    auto holding = [&](const std::string& axis, int rank) {
+      for (const auto& list : topo.get_axis_comm_lists(axis)) {
+        if (std::find(list.begin(), list.end(), rank) != list.end()) return list;
+      }
+      return std::vector<int>{};
+    };
+    for (int rank = 0; rank < topo.world_size(); ++rank) {
+      const PipeGridRanks grid = pipe_grid_ranks(topo, rank);
+      const ProcessCoord coord = topo.get_coord(rank);
+      SCOPED_TRACE(topo.to_string() + " rank " + std::to_string(rank));
+      EXPECT_EQ(grid.global_rank, rank);
+      EXPECT_EQ(grid.stage_id, coord["pipe"]);
+      EXPECT_EQ(grid.data_parallel_id, coord["data"]);
+      EXPECT_EQ(grid.model_parallel_id, has_model ? coord["model"] : 0);
+      EXPECT_EQ(grid.pipe_parallel_size, topo.get_dim("pipe"));
+      EXPECT_EQ(grid.data_parallel_size, topo.get_dim("data"));
+      EXPECT_EQ(grid.model_parallel_size, has_model ? topo.get_dim("model") : 1);
+      EXPECT_EQ(grid.pipe_group, holding("pipe", rank));
+      EXPECT_EQ(grid.data_group, holding("data", rank));
+      EXPECT_EQ(grid.model_group, has_model ? holding("model", rank) : std::vector<int>{rank});
+      EXPECT_EQ(static_cast<int>(grid.replica_group.size()),
+                topo.world_size() / topo.get_dim("data"));
+      for (int peer : grid.replica_group) EXPECT_EQ(topo.get_coord(peer)["data"], coord["data"]);
+      EXPECT_EQ(grid.is_first_stage(), coord["pipe"] == 0);
+      EXPECT_EQ(grid.is_last_stage(), coord["pipe"] == topo.get_dim("pipe") - 1);
+      for (int delta : {-1, 1}) {
+        const int neighbour = delta < 0 ? grid.prev_stage_rank : grid.next_stage_rank;
+        const int stage = coord["pipe"] + delta;
+        if (stage < 0 || stage >= topo.get_dim("pipe")) {
+          EXPECT_EQ(neighbour, -1);
+          continue;
+        }
+        ProcessCoord expected = topo.get_coord(neighbour);
+        EXPECT_EQ(expected["pipe"], stage);
+        EXPECT_EQ(expected["data"], coord["data"]);
+        if (has_model) {
+          EXPECT_EQ(expected["model"], coord["model"]);
+        }
+        EXPECT_EQ(stage_to_global(topo, rank, stage), neighbour);
+      }
+    }
+  }
+  // DeepSpeed's layout for pipe=2, data=2, model=2 seen from rank 5 (pipe 1, data 0, model 1).
+  const PipeGridRanks grid = pipe_grid_ranks(PipeModelDataParallelTopology(2, 2, 2), 5);
+  EXPECT_EQ(grid.pipe_group, (std::vector<int>{1, 5}));
+  EXPECT_EQ(grid.data_group, (std::vector<int>{5, 7}));
+  EXPECT_EQ(grid.model_group, (std::vector<int>{4, 5}));
+  EXPECT_EQ(grid.replica_group, (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_EQ(grid.prev_stage_rank, 1);
+  EXPECT_EQ(grid.next_stage_rank, -1);
+}
+
+TEST(PipeGridRanksTest, BadInputNamesTheValue) {
+  EXPECT_THAT(
+      [] {
+        pipe_grid_ranks(ProcessTopology({"x", "y"}, {2, 2}), 0);
+      },
+      ThrowsMessage<Error>(HasSubstr("needs 'pipe' and 'data' axes")));
+  EXPECT_THAT([] { pipe_grid_ranks(PipeDataParallelTopology(2, 2), 4); },
+              ThrowsMessage<Error>(HasSubstr("rank 4 out of range [0, 4)")));
+  EXPECT_THAT([] { stage_to_global(PipeDataParallelTopology(2, 2), 0, 2); },
+              ThrowsMessage<Error>(HasSubstr("pipe=2 out of range [0, 2)")));
 }
 
 }  // namespace

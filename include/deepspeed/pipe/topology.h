@@ -132,4 +132,36 @@ class PipeModelDataParallelTopology : public ProcessTopology {
   PipeModelDataParallelTopology(int num_pp, int num_mp, int num_dp);
 };
 
+// The rank lists from which the engine builds one rank's communicator groups: DeepSpeed's
+// PipelineParallelGrid without the groups themselves, so the layout is testable without processes.
+// The topology needs "pipe" and "data" axes; "model" is optional. c10d's new_group is collective
+// over the whole world, so the engine still creates every list of get_axis_comm_lists(axis), in
+// order, on every rank, and keeps the one listed here.
+struct PipeGridRanks {
+  int global_rank = 0;
+  int stage_id = 0;           // coordinate on "pipe"
+  int data_parallel_id = 0;   // coordinate on "data"
+  int model_parallel_id = 0;  // coordinate on "model", 0 without that axis
+  int pipe_parallel_size = 1;
+  int data_parallel_size = 1;
+  int model_parallel_size = 1;   // 1 without a "model" axis
+  std::vector<int> pipe_group;   // this rank's pipeline, indexed by stage
+  std::vector<int> data_group;   // the data-parallel peers of this stage (gradient all-reduce)
+  std::vector<int> model_group;  // the tensor-slicing peers; {global_rank} without a "model" axis
+  // Every rank of this model replica (same data id: all stages and slices); DeepSpeed's
+  // ds_model_proc_group, over which gradient norms and overflow flags are reduced.
+  std::vector<int> replica_group;
+  int prev_stage_rank = -1;  // global rank of stage_id - 1 in this pipeline; -1 on the first stage
+  int next_stage_rank = -1;  // global rank of stage_id + 1; -1 on the last stage
+
+  bool is_first_stage() const { return stage_id == 0; }
+  bool is_last_stage() const { return stage_id == pipe_parallel_size - 1; }
+};
+
+PipeGridRanks pipe_grid_ranks(const ProcessTopology& topology, int global_rank);
+
+// The global rank of `stage_id` in the same pipeline as `global_rank` (same data and model
+// coordinates): DeepSpeed's PipelineParallelGrid.stage_to_global.
+int stage_to_global(const ProcessTopology& topology, int global_rank, int stage_id);
+
 }  // namespace deepspeed::pipe
