@@ -6,8 +6,8 @@
 // axis varies fastest: with axes {"pipe", "data"} and dims {2, 3}, ranks 0..2 are pipe stage 0 and
 // ranks 3..5 are stage 1, and data-parallel peers are adjacent ranks (DeepSpeed puts data last so
 // gradient reductions use the fast intra-node links). The engine turns the rank lists returned here
-// (get_axis_comm_lists) into its pipe, data and model communicator groups; this header knows
-// nothing about communication itself.
+// (get_axis_comm_lists; pipe_grid_ranks gives one rank's groups and pipeline neighbours) into its
+// pipe, data and model communicator groups; this header knows nothing about communication itself.
 //
 // Names and semantics follow deepspeed/runtime/pipe/topology.py. Like DeepSpeed, get_dim returns 0
 // and get_axis_comm_lists returns no lists for an axis the topology does not have, so code written
