@@ -179,6 +179,18 @@ void EngineImpl::build_stage3() {
   so.offload_to_host = config_.zero.offload_optimizer.device == config::OffloadDevice::kCpu;
   so.pin_memory = config_.zero.offload_optimizer.pin_memory;
   so.external_masters = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
+  const auto& op = config_.zero.offload_param;
+  if (op.device == config::OffloadDevice::kNvme) {
+    so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world_.rank());
+    so.aio = swap::aio_options_from_config(config_.aio);
+    so.param_buffer_elems = op.buffer_size;
+    const config::OffloadParamConfig defaults;
+    if (world_.rank() == 0 && (op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu ||
+                               op.pin_memory != defaults.pin_memory))
+      std::fprintf(stderr,
+                   "deepspeed: note: zero_optimization.offload_param.buffer_count, max_in_cpu and pin_memory are not used: "
+                   "partitions are read straight into the gather buffers (stage3_max_live_parameters bounds them)\n");
+  }
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : groups_) params.push_back(g.params);
   stage3_ = std::make_unique<zero::Stage3>(module_, params, world_, so);

@@ -34,7 +34,12 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kCpu || !(oo.pipeline() || oo.fast_init),
              "zero_optimization.offload_optimizer: pipeline_read, pipeline_write and fast_init apply to device "
              "\"nvme\" only; remove them for device \"cpu\"");
-  reject_if(z.offload_param.enabled(), "zero_optimization.offload_param", "parameter offload");
+  const auto& op = z.offload_param;
+  reject_if(op.enabled() && (z.stage != 3 || op.device != config::OffloadDevice::kNvme),
+            "zero_optimization.offload_param", "parameter offload other than device \"nvme\" at stage 3");
+  reject_if(op.device == config::OffloadDevice::kNvme && oo.device == config::OffloadDevice::kNvme,
+            "zero_optimization.offload_param",
+            "offload_param nvme together with offload_optimizer nvme (combine it with offload_optimizer \"cpu\")");
   // Stage 1/2 keys: honoured unless listed here.
   reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
             "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "

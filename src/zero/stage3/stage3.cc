@@ -29,8 +29,9 @@ void detach_storage(const at::Tensor& full) {
 }  // namespace
 
 at::Tensor Stage3::Flat::shard(const Stage3& s) const {
-  const at::Tensor& buf = s.separate_shards() ? s.lowp_[group] : s.masters_[group];
-  return buf.narrow(0, group_offset, layout.partition_size());
+  DS_ASSERT(swap_offset < 0, "a swapped partition has no shard in memory (use load_shard/store_shard)");
+  if (!s.separate_shards()) return s.masters_[group].narrow(0, group_offset, layout.partition_size());
+  return s.lowp_[group].narrow(0, group_offset - s.lowp_base_[group], layout.partition_size());
 }
 
 Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vector<std::vector<at::Tensor>>& groups,
@@ -100,12 +101,14 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
       unit.flats.push_back(std::move(f));
     }
   }
+  lowp_base_.assign(groups.size(), 0);
+  if (!options_.param_swap_dir.empty()) setup_param_swap(group_size);
   auto& acc = accelerator::get_accelerator();
   auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
   for (size_t g = 0; g < groups.size(); ++g) {
     masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, at::kFloat)));
     grads_.push_back(at::zeros({group_size[g]}, at::kFloat));
-    lowp_.push_back(separate_shards() ? at::zeros({group_size[g]}, options_.dtype) : at::Tensor());
+    lowp_.push_back(separate_shards() ? at::zeros({group_size[g] - lowp_base_[g]}, options_.dtype) : at::Tensor());
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
   }
   // Index of every parameter in its group, for names in overflow messages.
@@ -146,7 +149,7 @@ void Stage3::build_unit(Unit& unit) {
     at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (!options_.external_masters)
       masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
-    if (separate_shards()) f.shard(*this).copy_(mine);
+    if (separate_shards()) store_shard(f, mine);
     // Gradient hooks are registered while the parameters have their full shape and final dtype: autograd's
     // accumulator records them when it is created. Then the original memory goes; the parameters point at nothing
     // until gathered.
@@ -172,6 +175,7 @@ Stage3::~Stage3() {
   } catch (...) {
   }
   remove_grad_hooks();
+  remove_param_swap();
 }
 
 int64_t Stage3::param_bytes() const {

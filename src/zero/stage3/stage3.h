@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/swap/aio.h"
 #include "deepspeed/zero.h"
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
@@ -64,6 +65,14 @@ struct Stage3Options {
   // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
   // slice into them with write_slice().
   bool external_masters = false;
+  // ZeRO-Infinity (offload_param.device "nvme"): the model-dtype partitions of every unit except the persistent
+  // one live in a file under this directory (created; the file is removed with the Stage3) and are read straight
+  // into the gather buffer when a unit's gather is issued, so ahead of use when it is prefetched; after each
+  // optimizer step the updated partitions are written back. Empty: partitions stay in memory.
+  std::string param_swap_dir;
+  swap::AioOptions aio;
+  // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
+  int64_t param_buffer_elems = 100000000;
 };
 
 class Stage3 {
@@ -166,8 +175,19 @@ class Stage3 {
   std::vector<at::Tensor> host_grads_;              // offload only
   // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.
   bool separate_shards() const {
-    return options_.dtype != at::kFloat || options_.offload_to_host || options_.external_masters;
+    return options_.dtype != at::kFloat || options_.offload_to_host || options_.external_masters ||
+           param_io_ != nullptr;
   }
+  // stage3_param_swap.cc: offload_param nvme.
+  void setup_param_swap(const std::vector<int64_t>& group_size);
+  // This rank's partition of `f` in the model dtype: read from the swap file, or copied from memory.
+  void load_shard(const Flat& f, const at::Tensor& dst);
+  // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.
+  void store_shard(const Flat& f, const at::Tensor& values);
+  void remove_param_swap() noexcept;
+  std::unique_ptr<swap::AioHandle> param_io_;
+  std::string param_file_;
+  std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;

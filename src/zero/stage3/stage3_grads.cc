@@ -147,8 +147,15 @@ void Stage3::zero_grads() {
 void Stage3::publish() {
   at::NoGradGuard no_grad;
   // External masters wrote their updated slices into the shards already (write_slice).
-  if (separate_shards() && !options_.external_masters)
-    for (size_t g = 0; g < masters_.size(); ++g) lowp_[g].copy_(masters_[g]);
+  if (separate_shards() && !options_.external_masters) {
+    for (size_t g = 0; g < masters_.size(); ++g)
+      lowp_[g].copy_(masters_[g].narrow(0, lowp_base_[g], lowp_[g].numel()));
+    if (param_io_)
+      for (auto& unit : units_)
+        for (auto& f : unit->flats)
+          if (f.swap_offset >= 0)
+            store_shard(f, masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()));
+  }
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];
   for (auto& f : persistent.flats) {

@@ -27,7 +27,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     // Each owner broadcasts its partition straight into its slice of the gathered buffer: unlike Gloo's all-gather,
     // which stages the whole output in a temporary of its own, nothing but the pool buffer is touched.
     const int64_t part = f.layout.partition_size();
-    f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part).copy_(f.shard(*this));
+    load_shard(f, f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part));
     if (world_.size() > 1) {
       const std::vector<int>& ranks = world_.ranks();
       for (int r = 0; r < world_.size(); ++r)
@@ -178,7 +178,7 @@ void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
         if (world_.size() > 1) world_.broadcast(f.full, modifier_rank);
         at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
         masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
-        if (separate_shards()) f.shard(*this).copy_(mine);
+        if (separate_shards()) store_shard(f, mine);
       }
     }
     if (!unit.persistent) release(unit);

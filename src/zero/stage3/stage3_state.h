@@ -22,6 +22,7 @@ struct Stage3::Flat {
   std::vector<size_t> index_in_group;
   PartitionLayout layout;
   int64_t group_offset = 0;  // where this rank's partition starts in the group's buffers
+  int64_t swap_offset = -1;  // offload_param nvme: where its partition sits in the swap file (bytes); -1 in memory
   at::Tensor full;           // model dtype, padded; its storage points at `gathered` or at nothing
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward

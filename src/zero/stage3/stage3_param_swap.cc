@@ -1,0 +1,82 @@
+// offload_param "nvme" (ZeRO-Infinity's parameter offload) for stage 3: the model-dtype partitions
+// of every unit but the persistent one live in one swap file per rank, each flat's partition at its
+// own 4096-aligned extent (so every transfer may use O_DIRECT). A gather reads this rank's
+// partition straight into its slice of the pooled gather buffer, which is all the memory a
+// partition ever takes while swapped in; the optimizer step's publish writes the updated partitions
+// back. The persistent unit's partitions stay in memory (lowp_ holds only them, at the tail of each
+// group's partition space, where the persistent unit's flats are laid out last).
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "deepspeed/error.h"
+#include "zero/stage3/stage3.h"
+#include "zero/stage3/stage3_state.h"
+
+namespace deepspeed::zero {
+
+void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
+  const std::string& dir = options_.param_swap_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  DS_CHECK_T(ConfigError, !ec, "zero_optimization.offload_param.nvme_path: cannot create ", dir,
+             ": ", ec.message());
+  param_file_ = dir + "/params.swp";
+  param_io_ = std::make_unique<swap::AioHandle>(options_.aio);
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  int64_t offset = 0;
+  for (size_t g = 0; g < group_size.size(); ++g) lowp_base_[g] = group_size[g];
+  for (auto& unit : units_)
+    for (auto& f : unit->flats) {
+      const int64_t part = f.layout.partition_size();
+      if (unit->persistent) {
+        lowp_base_[f.group] = std::min(lowp_base_[f.group], f.group_offset);
+        continue;
+      }
+      DS_CHECK_T(ConfigError, part <= options_.param_buffer_elems,
+                 "zero_optimization.offload_param.buffer_size: ", unit->name,
+                 " has a partition of ", part, " elements on this rank, more than buffer_size ",
+                 options_.param_buffer_elems);
+      f.swap_offset = offset;
+      offset += swap::padded_bytes(part * elem);
+    }
+  // The persistent flats come last in every group (units are laid out in order, the persistent unit
+  // last), so lowp_ needs only the tail from lowp_base_ on.
+  for (auto& unit : units_)
+    if (!unit->persistent)
+      for (auto& f : unit->flats)
+        DS_ASSERT(f.group_offset < lowp_base_[f.group], "persistent flats must be last");
+}
+
+void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
+  if (f.swap_offset < 0) {
+    dst.copy_(f.shard(*this));
+    return;
+  }
+  // Synchronous: the broadcasts that follow send these bytes. Issued when the gather is, so a
+  // prefetched unit's partition is read ahead of its use.
+  param_io_->sync_pread(dst, param_file_, f.swap_offset);
+}
+
+void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  if (f.swap_offset < 0) {
+    f.shard(*this).copy_(values);
+    return;
+  }
+  param_io_->sync_pwrite(values.to(options_.dtype).contiguous(), param_file_, f.swap_offset);
+}
+
+void Stage3::remove_param_swap() noexcept {
+  if (!param_io_) return;
+  try {
+    param_io_->wait();
+  } catch (...) {
+  }
+  param_io_.reset();
+  std::error_code ec;
+  std::filesystem::remove(param_file_, ec);
+}
+
+}  // namespace deepspeed::zero
