@@ -107,6 +107,17 @@ std::string nvme_offload() {
          dir.string() + "\"}";
 }
 
+// ZeRO-Infinity's parameter offload: unit partitions in swap files (with cpu optimizer offload).
+std::string param_offload() {
+  const char* port = std::getenv("MASTER_PORT");
+  const auto dir =
+      fs::temp_directory_path() / ("ds_engine_ckpt_nvme_" + std::string(port ? port : "0"));
+  return ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": "
+         "\"nvme\", "
+         "\"nvme_path\": \"" +
+         dir.string() + "\"}";
+}
+
 const std::vector<Case>& resume_cases() {
   static const std::vector<Case> cases = {
       {0, "", "", "stage 0"},
@@ -120,6 +131,7 @@ const std::vector<Case>& resume_cases() {
       {3, ", \"offload_optimizer\": {\"device\": \"cpu\"}", "", "stage 3 offload"},
       {2, nvme_offload(), "\"bf16\": {\"enabled\": true},", "stage 2 bf16 nvme offload"},
       {3, nvme_offload(), "", "stage 3 nvme offload"},
+      {3, param_offload(), "", "stage 3 offload_param nvme"},
   };
   return cases;
 }
