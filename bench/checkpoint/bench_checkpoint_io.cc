@@ -7,10 +7,15 @@
 // read, on every side; the raw read goes into a buffer reused across reps (the strictest
 // baseline: a load must also fault in fresh memory for what it returns).
 //
-// Sample (2-core VM, ext4 on virtio, 197 MB, median of 5):
-//   write  raw write+fsync   0.80 GB/s | save_state   0.71 GB/s  0.89x | before  0.06 GB/s  0.07x
-//   read   raw read()        2.10 GB/s | load_state   1.45 GB/s  0.69x | before  0.13 GB/s  0.06x
-//   read   raw read()        2.10 GB/s | mmap + sum   0.70 GB/s  0.33x
+// Sample (2-core VM, ext4 on virtio, 197 MB, median of 5; "before" is the previous implementation):
+//   write  raw write+fsync   0.57 GB/s | save_state   0.47 GB/s  0.83x | before   0.09 GB/s  0.16x
+//   read   raw read()        5.07 GB/s | load_state   1.40 GB/s  0.28x | before   0.23 GB/s  0.04x
+//   read   raw, fresh mem    3.57 GB/s | load_state   1.40 GB/s  0.39x
+//   read   raw read()        5.07 GB/s | mmap + sum   1.00 GB/s  0.20x
+// Save ratios over runs: 0.5-0.9x (before: 0.07-0.16x). Load: 0.2-0.55x here (before: 0.04-0.08x);
+// a load alone in a process that reuses its freed memory runs at ~4.3 GB/s, so what is left is
+// this VM's first touch of fresh guest memory (see raw_read_fresh), not the parsing. The "raw
+// read" is mostly the host's cache: POSIX_FADV_DONTNEED empties only the guest's.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/mman.h>
