@@ -15,7 +15,8 @@
 // through `FileSystem`, so tests can inject faults (a writer that dies after N bytes) the way
 // LevelDB's fault-injection tests do.
 //
-// Files are torch zip archives written by torch::pickle_save: Python's `torch.load` reads them as
+// Files are torch zip archives in torch.save's layout (data.pkl, then one data/<key> record per
+// storage, streamed from each tensor's memory into the file): Python's `torch.load` reads them as
 // plain dicts of tensors. A state is a `StateDict`: string keys mapping to tensors, ints, doubles,
 // bools, strings, lists and nested dicts. Tensors are saved compactly: a view saves only its own
 // elements, not its whole storage.

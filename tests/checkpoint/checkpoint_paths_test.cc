@@ -7,7 +7,7 @@
 #include "temp_dir.h"
 
 namespace ckpt = deepspeed::checkpoint;
-using ckpt::testing::TempDir;
+using ds_test::TempDir;
 
 TEST(CheckpointPaths, DeepSpeedNames) {
   EXPECT_EQ(ckpt::default_tag(1200), "global_step1200");

@@ -14,7 +14,7 @@
 namespace ckpt = deepspeed::checkpoint;
 using ckpt::testing::FaultInjectionFileSystem;
 using ckpt::testing::SimulatedCrash;
-using ckpt::testing::TempDir;
+using ds_test::TempDir;
 
 namespace {
 

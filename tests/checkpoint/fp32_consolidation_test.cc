@@ -18,7 +18,7 @@
 
 namespace ckpt = deepspeed::checkpoint;
 using ckpt::testing::read_safetensors;
-using ckpt::testing::TempDir;
+using ds_test::TempDir;
 
 namespace {
 

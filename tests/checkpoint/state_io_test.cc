@@ -16,7 +16,7 @@
 #include "temp_dir.h"
 
 namespace ckpt = deepspeed::checkpoint;
-using ckpt::testing::TempDir;
+using ds_test::TempDir;
 
 namespace {
 

@@ -15,29 +15,14 @@
 #include <vector>
 
 #include "swap/aio_request.h"
+#include "temp_dir.h"
 
 namespace deepspeed::swap {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ds_aio_test_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using ds_test::TempDir;
 
 at::Tensor random_tensor(int64_t numel, at::ScalarType dtype, int seed) {
   at::manual_seed(seed);
@@ -73,7 +58,7 @@ struct Case {
 };
 
 TEST(AioTest, RoundTripAwkwardSizesAlignedAndMisaligned) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   const std::vector<Case> cases = {{1, at::kByte},
                                    {4095, at::kByte},
@@ -107,7 +92,7 @@ TEST(AioTest, RoundTripAwkwardSizesAlignedAndMisaligned) {
 }
 
 TEST(AioTest, ReadIntoViewLeavesNeighboursUntouched) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   at::Tensor src = random_tensor(5000, at::kByte, 7);
   handle.sync_pwrite(src, dir.file("mid"));
@@ -125,7 +110,7 @@ TEST(AioTest, ReadIntoViewLeavesNeighboursUntouched) {
 class AioModesTest : public testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
 
 TEST_P(AioModesTest, ManyConcurrentRequestsWrittenByOneHandleReadByAnother) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioOptions opts;
   std::tie(opts.thread_count, opts.queue_depth, opts.single_submit, opts.overlap_events) =
       GetParam();
@@ -172,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, AioModesTest,
                                           testing::Bool(), testing::Bool()));
 
 TEST(AioTest, BufferedModeRoundTripsAtUnalignedOffsets) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioOptions opts;
   opts.use_direct_io = false;
   AioHandle handle(opts);
@@ -192,7 +177,7 @@ TEST(AioTest, BufferedModeRoundTripsAtUnalignedOffsets) {
 }
 
 TEST(AioTest, DirectReadOfExactLengthFileWrittenBuffered) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   at::Tensor src = random_tensor(5000, at::kByte, 3);
   {
     std::ofstream f(dir.file("exact"), std::ios::binary);
@@ -233,7 +218,7 @@ TEST(AioTest, DiskFullIsAnErrorNamingTheFile) {
     EXPECT_NE(std::string(e.what()).find("No space left"), std::string::npos) << e.what();
   }
   // The handle stays usable after a failed request.
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   handle.sync_pwrite(buf, dir.file("after"));
   at::Tensor back = at::empty_like(buf);
   handle.sync_pread(back, dir.file("after"));
@@ -277,7 +262,7 @@ TEST(AioTest, SplitRequestTilesTheFileExtentInBlockSizedChunks) {
 }
 
 TEST(AioTest, WaitForCoversOnlyTheFirstRequestsAndKeepsLaterErrors) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   EXPECT_EQ(handle.submitted(), 0);
   at::Tensor buf = random_tensor(100000, at::kByte, 9);
@@ -298,7 +283,7 @@ TEST(AioTest, WaitForCoversOnlyTheFirstRequestsAndKeepsLaterErrors) {
 }
 
 TEST(AioTest, WaitForReportsAFailureAmongItsRequestsOnce) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   at::Tensor buf = random_tensor(100000, at::kByte, 10);
   handle.async_pwrite(buf, "/dev/full");
@@ -328,7 +313,7 @@ void expect_open_error(const std::function<void()>& fn, const std::string& path)
 }
 
 TEST(AioTest, MissingOrUnwritablePathIsAnErrorNamingIt) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   at::Tensor buf = aligned_empty(4096, at::kByte);
   const std::string missing_dir = dir.file("no_such_dir/swap.bin");
@@ -351,7 +336,7 @@ TEST(AioTest, MissingOrUnwritablePathIsAnErrorNamingIt) {
 }
 
 TEST(AioTest, ShortReadIsAnErrorNamingTheFile) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioOptions opts;
   opts.block_size = 8192;
   AioHandle handle(opts);
@@ -387,7 +372,7 @@ TEST(AioTest, RejectsBadOptionsAndUnalignedDirectOffsets) {
   opts.thread_count = 0;
   EXPECT_THROW(AioHandle{opts}, AioError);
 
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   try {
     handle.async_pwrite(aligned_empty(10, at::kByte), dir.file("x"), 100);
@@ -401,7 +386,7 @@ TEST(AioTest, RejectsBadOptionsAndUnalignedDirectOffsets) {
 }
 
 TEST(AioTest, EmptyTensorAndAlignedEmpty) {
-  TempDir dir;
+  TempDir dir("ds_aio_test");
   AioHandle handle;
   handle.sync_pwrite(aligned_empty(0, at::kFloat), dir.file("empty"));
   EXPECT_TRUE(fs::exists(dir.file("empty")));

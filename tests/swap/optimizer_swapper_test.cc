@@ -13,28 +13,14 @@
 #include <tuple>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace deepspeed::swap {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ds_swapper_test_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using ds_test::TempDir;
 
 OptimizerSwapperOptions small_options(const std::string& dir, bool pipeline, int num_states) {
   OptimizerSwapperOptions o;
@@ -52,7 +38,7 @@ class SwapperTest : public testing::TestWithParam<std::tuple<bool, int>> {};
 
 TEST_P(SwapperTest, EveryElementUpdatedOncePerStepAndRoundTrips) {
   const auto [pipeline, num_states] = GetParam();
-  TempDir dir;
+  TempDir dir("ds_swapper_test");
   // Sizes below, at and above a slice and a set; none a multiple of 1024 but one.
   const std::vector<int64_t> sizes = {10000, 1, 4096, 3001};
   std::vector<at::Tensor> masters, ref_master;
@@ -117,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, SwapperTest,
                          testing::Combine(testing::Bool(), testing::Values(0, 1, 2)));
 
 TEST(OptimizerSwapperTest, PoolNotModelBoundsResidentMemory) {
-  TempDir dir;
+  TempDir dir("ds_swapper_test");
   OptimizerSwapperOptions o = small_options(dir.path(), /*pipeline=*/true, 2);
   OptimizerSwapper small(o, {at::zeros({5000})});
   o.dir += "_big";
@@ -132,7 +118,7 @@ TEST(OptimizerSwapperTest, PoolNotModelBoundsResidentMemory) {
 }
 
 TEST(OptimizerSwapperTest, FilesRemovedWithTheSwapper) {
-  TempDir dir;
+  TempDir dir("ds_swapper_test");
   std::vector<std::string> files;
   {
     OptimizerSwapper s(small_options(dir.path(), false, 2), {at::zeros({5000}), at::zeros({10})});
@@ -143,7 +129,7 @@ TEST(OptimizerSwapperTest, FilesRemovedWithTheSwapper) {
 }
 
 TEST(OptimizerSwapperTest, TruncatedSwapFileIsAnErrorNamingIt) {
-  TempDir dir;
+  TempDir dir("ds_swapper_test");
   OptimizerSwapper swapper(small_options(dir.path(), true, 2), {at::randn({20000})});
   const std::string file = swapper.files().at(0);
   fs::resize_file(file, fs::file_size(file) / 2);
@@ -160,7 +146,7 @@ TEST(OptimizerSwapperTest, TruncatedSwapFileIsAnErrorNamingIt) {
 }
 
 TEST(OptimizerSwapperTest, TooFewBuffersForPipeliningNamesBufferCount) {
-  TempDir dir;
+  TempDir dir("ds_swapper_test");
   OptimizerSwapperOptions o = small_options(dir.path(), true, 2);
   o.buffer_count = 4;
   try {
