@@ -371,8 +371,11 @@ bool EngineImpl::take_model_step() {
     swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
       at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
       at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
-      optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second);
-      write_master_slice(g, offset, master);
+      // bf16/fp16 parameters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
+      const at::Tensor copy = stage3_ ? stage3_->copy_back_slice(g, offset, master.numel())
+                                      : masters_->copy_back_slice(g, offset, master.numel());
+      optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second, copy);
+      if (!copy.defined()) write_master_slice(g, offset, master);
     });
   } else if (stage3_) {
     optimizer_->step(stage3_->masters(), grads);

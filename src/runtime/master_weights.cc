@@ -95,6 +95,13 @@ void MasterWeights::write_slice(size_t group, int64_t offset, const at::Tensor& 
   my_slice(groups_.at(group)).narrow(0, offset, master.numel()).copy_(master);
 }
 
+at::Tensor MasterWeights::copy_back_slice(size_t group, int64_t offset, int64_t n) const {
+  at::Tensor slice = options_.partitioned ? my_slice(groups_.at(group)) : groups_.at(group).params_flat;
+  const at::ScalarType dtype = slice.scalar_type();
+  if ((dtype != at::kBFloat16 && dtype != at::kHalf) || !slice.device().is_cpu()) return at::Tensor();
+  return slice.narrow(0, offset, n);
+}
+
 at::Tensor MasterWeights::initial_master(size_t group) const {
   const FlatGroup& g = groups_.at(group);
   return (options_.partitioned ? my_slice(g) : g.params_flat).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);

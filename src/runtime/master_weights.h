@@ -74,6 +74,9 @@ class MasterWeights {
   // With external masters: this rank's updated master values for elements [offset, offset + master.numel()) of
   // group g's partition, copied into the parameters before publish() gathers them.
   void write_slice(size_t group, int64_t offset, const at::Tensor& master);
+  // The parameters' slice [offset, offset + n) of this rank's partition of group g when an optimizer kernel can
+  // write it in its pass (bf16/fp16 in host memory); undefined otherwise (then call write_slice).
+  at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const;
   // This rank's slice of group g's parameters as fp32 (the initial masters for a swapper).
   at::Tensor initial_master(size_t group) const;
 

@@ -111,8 +111,8 @@ class FusedOptimizer final : public EngineOptimizer {
   void begin_step() override { ++step_; }
 
   void step_slice(size_t i, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
-                  const at::Tensor& second) override {
-    update(i, master, grad, first, second, at::Tensor());
+                  const at::Tensor& second, const at::Tensor& copy) override {
+    update(i, master, grad, first, second, copy);
   }
 
   double lr(size_t group) const override { return lrs_.at(group); }

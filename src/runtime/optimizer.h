@@ -61,8 +61,10 @@ class EngineOptimizer {
   // fused optimizers support it. num_states(): state tensors per element (Adam 2, SGD with momentum 1, ...).
   virtual int num_states() const { return -1; }
   virtual void begin_step() {}
+  // `copy`, when defined, is a bf16/fp16 CPU tensor shaped like `master` that also receives the updated master,
+  // rounded to nearest even, in the same pass (the fused copy-back of set_copy_back, for one slice).
   virtual void step_slice(size_t group, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
-                          const at::Tensor& second) {
+                          const at::Tensor& second, const at::Tensor& copy = at::Tensor()) {
     DS_ASSERT(false, "step_slice is not supported by ", name());
   }
 };

@@ -202,6 +202,13 @@ void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master)
   lowp_.at(group).narrow(0, offset, master.numel()).copy_(master);
 }
 
+at::Tensor Stage3::copy_back_slice(size_t group, int64_t offset, int64_t n) const {
+  const at::Tensor& shard = lowp_.at(group);
+  if ((options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf) || !shard.device().is_cpu())
+    return at::Tensor();
+  return shard.narrow(0, offset - lowp_base_.at(group), n);
+}
+
 int64_t Stage3::host_grad_bytes() const {
   int64_t bytes = 0;
   for (const auto& g : host_grads_) bytes += static_cast<int64_t>(g.nbytes());

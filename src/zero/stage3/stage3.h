@@ -103,6 +103,8 @@ class Stage3 {
   // an updated slice [offset, offset + master.numel()) of it gets back into the model-dtype shard.
   at::Tensor initial_master(size_t group) const;
   void write_slice(size_t group, int64_t offset, const at::Tensor& master);
+  // The shard slice an optimizer kernel may write in its pass (bf16/fp16 in host memory), else undefined.
+  at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const;
   // This rank's model-dtype partitions (the fp32 masters themselves when the model is fp32 without offload).
   const std::vector<at::Tensor>& shard_buffers() const { return separate_shards() ? lowp_ : masters_; }
   void zero_grads();
