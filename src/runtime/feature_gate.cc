@@ -37,9 +37,6 @@ void check_supported_features(const config::Config& cfg) {
   const auto& op = z.offload_param;
   reject_if(op.enabled() && (z.stage != 3 || op.device != config::OffloadDevice::kNvme),
             "zero_optimization.offload_param", "parameter offload other than device \"nvme\" at stage 3");
-  reject_if(op.device == config::OffloadDevice::kNvme && oo.device == config::OffloadDevice::kNvme,
-            "zero_optimization.offload_param",
-            "offload_param nvme together with offload_optimizer nvme (combine it with offload_optimizer \"cpu\")");
   // Stage 1/2 keys: honoured unless listed here.
   reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
             "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "

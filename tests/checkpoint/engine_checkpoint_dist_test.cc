@@ -118,6 +118,14 @@ std::string param_offload() {
          dir.string() + "\"}";
 }
 
+// ZeRO-Infinity with both swapped: parameters and optimizer state in files.
+std::string infinity_offload() {
+  const char* port = std::getenv("MASTER_PORT");
+  const auto dir = fs::temp_directory_path() / ("ds_engine_ckpt_infinity_" + std::string(port ? port : "0"));
+  return ", \"sub_group_size\": 2000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+         dir.string() + "\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir.string() + "\"}";
+}
+
 const std::vector<Case>& resume_cases() {
   static const std::vector<Case> cases = {
       {0, "", "", "stage 0"},
@@ -132,6 +140,7 @@ const std::vector<Case>& resume_cases() {
       {2, nvme_offload(), "\"bf16\": {\"enabled\": true},", "stage 2 bf16 nvme offload"},
       {3, nvme_offload(), "", "stage 3 nvme offload"},
       {3, param_offload(), "", "stage 3 offload_param nvme"},
+      {3, infinity_offload(), "\"bf16\": {\"enabled\": true},", "stage 3 bf16 offload_param + offload_optimizer nvme"},
   };
   return cases;
 }

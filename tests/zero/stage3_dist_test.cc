@@ -97,7 +97,7 @@ TEST(Stage3, Fp32UnitsMatchStageZero) {
 }
 
 // offload_param nvme (ZeRO-Infinity): every unit's partition but the persistent ones' lives in a swap file and is
-// read straight into the gather buffer; alone and with offload_optimizer cpu, fp32 and bf16.
+// read straight into the gather buffer; alone and with offload_optimizer cpu or nvme, fp32 and bf16.
 TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   tiny_gpt::ensure_comm();
   const char* port = std::getenv("MASTER_PORT");
@@ -106,7 +106,11 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   const std::string param = ", \"stage3_param_persistence_threshold\": 64, \"offload_param\": {\"device\": "
                             "\"nvme\", \"nvme_path\": \"" + dir + "\"}";
   for (const std::string precision : {"", "bf16"}) {
-    for (const std::string optimizer : {"", ", \"offload_optimizer\": {\"device\": \"cpu\"}"}) {
+    // ZeRO-Infinity's full layout too: parameters and optimizer state both in swap files.
+    const std::string nvme_optimizer = ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
+                                       "\"}, \"sub_group_size\": 700";
+    for (const std::string& optimizer : {std::string(), std::string(", \"offload_optimizer\": {\"device\": \"cpu\"}"),
+                                         nvme_optimizer}) {
       Variant v{"offload_param nvme" + optimizer + " " + precision};
       v.uneven = true;
       v.gas = 2;

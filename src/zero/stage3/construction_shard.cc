@@ -34,7 +34,7 @@ void ConstructionShard::partition(UnitBase& unit) {
   const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
   for (size_t i = 0; i < cs->params_.size(); ++i) {
     at::Tensor p = cs->params_[i].detach().contiguous();
-    if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/0);
+    if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/cs->world_.ranks()[0]);
     const int64_t lo = std::max(begin, cs->offsets_[i]), hi = std::min(end, cs->offsets_[i] + cs->numels_[i]);
     if (lo < hi) cs->shard_.narrow(0, lo - begin, hi - lo).copy_(p.reshape({-1}).narrow(0, lo - cs->offsets_[i], hi - lo));
     cs->params_[i].set_data(at::empty({0}, p.options()));

@@ -145,7 +145,7 @@ void Stage3::build_unit(Unit& unit) {
       f.shapes.push_back(p.sizes().vec());
       f.full.narrow(0, f.offsets[i], p.numel()).copy_(p.reshape({-1}));
     }
-    if (world_.size() > 1) world_.broadcast(f.full, /*src=*/0);
+    if (world_.size() > 1) world_.broadcast(f.full, /*src=*/world_.ranks()[0]);
     at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (!options_.external_masters)
       masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
@@ -194,18 +194,53 @@ int64_t Stage3::master_copy_bytes() const {
 }
 
 at::Tensor Stage3::initial_master(size_t group) const {
-  return lowp_.at(group).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (!param_io_) return lowp_.at(group).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  // offload_param nvme: the swapped partitions come from this rank's swap file, one flat at a time.
+  at::Tensor master = at::empty({lowp_base_.at(group) + lowp_.at(group).numel()}, at::kFloat);
+  for (const auto& unit : units_)
+    for (const auto& f : unit->flats) {
+      if (f.group != group) continue;
+      at::Tensor shard = at::empty({f.layout.partition_size()}, at::TensorOptions().dtype(options_.dtype));
+      const_cast<Stage3*>(this)->load_shard(f, shard);
+      master.narrow(0, f.group_offset, shard.numel()).copy_(shard);
+    }
+  return master;
 }
 
 void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master) {
   at::NoGradGuard no_grad;
-  lowp_.at(group).narrow(0, offset, master.numel()).copy_(master);
+  if (!param_io_) {
+    lowp_.at(group).narrow(0, offset, master.numel()).copy_(master);
+    return;
+  }
+  // offload_param nvme: each flat the slice touches takes its part; a swapped flat only partly covered is read,
+  // patched and written back whole (its file extent is written in aligned units).
+  const int64_t end = offset + master.numel();
+  for (const auto& unit : units_)
+    for (const auto& f : unit->flats) {
+      const int64_t part = f.layout.partition_size();
+      const int64_t lo = std::max(offset, f.group_offset), hi = std::min(end, f.group_offset + part);
+      if (f.group != group || lo >= hi) continue;
+      at::Tensor values = master.narrow(0, lo - offset, hi - lo);
+      if (f.swap_offset < 0) {
+        lowp_[group].narrow(0, lo - lowp_base_[group], hi - lo).copy_(values);
+      } else if (hi - lo == part) {
+        store_shard(f, values);
+      } else {
+        at::Tensor shard = at::empty({part}, at::TensorOptions().dtype(options_.dtype));
+        load_shard(f, shard);
+        shard.narrow(0, lo - f.group_offset, hi - lo).copy_(values);
+        store_shard(f, shard);
+      }
+    }
 }
 
 at::Tensor Stage3::copy_back_slice(size_t group, int64_t offset, int64_t n) const {
   const at::Tensor& shard = lowp_.at(group);
   if ((options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf) || !shard.device().is_cpu())
     return at::Tensor();
+  // With offload_param nvme only the persistent tail is in memory; other slices go through write_slice.
+  if (offset < lowp_base_.at(group)) return at::Tensor();
   return shard.narrow(0, offset - lowp_base_.at(group), n);
 }
 
