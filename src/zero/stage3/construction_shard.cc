@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "deepspeed/error.h"
+#include "zero/stage3/detach_storage.h"
 
 namespace deepspeed::zero {
 
@@ -34,10 +35,14 @@ void ConstructionShard::partition(UnitBase& unit) {
   const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
   for (size_t i = 0; i < cs->params_.size(); ++i) {
     at::Tensor p = cs->params_[i].detach().contiguous();
+    // Held by nothing but the parameter (and `p`): then its memory may be freed at once below, rather than when the
+    // communication thread drops its reference to the broadcast buffer, some time after wait() returns.
+    const bool sole_owner = p.storage().use_count() == (p.is_alias_of(cs->params_[i]) ? 2u : 1u);
     if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/cs->world_.ranks()[0]);
     const int64_t lo = std::max(begin, cs->offsets_[i]), hi = std::min(end, cs->offsets_[i] + cs->numels_[i]);
     if (lo < hi) cs->shard_.narrow(0, lo - begin, hi - lo).copy_(p.reshape({-1}).narrow(0, lo - cs->offsets_[i], hi - lo));
     cs->params_[i].set_data(at::empty({0}, p.options()));
+    if (sole_owner) detach_storage(p);
   }
   unit.set_hooks(cs);
 }
@@ -64,6 +69,7 @@ void ConstructionShard::gather() {
 void ConstructionShard::materialize() {
   gather();
   for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(params_[i].detach().clone());
+  detach_storage(full_);  // now, not when the communication threads drop their references
   full_ = at::Tensor();
   shard_ = at::Tensor();
   materialized_ = true;
@@ -82,6 +88,7 @@ void ConstructionShard::scatter(int modifier_rank) {
   }
   shard_.copy_(full_.narrow(0, layout_.begin(layout_.rank()), layout_.partition_size()));  // in place: no second copy
   for (auto& p : params_) p.set_data(at::empty({0}, full_.options()));
+  detach_storage(full_);  // now, not when the communication threads drop their references
   full_ = at::Tensor();
 }
 

@@ -10,6 +10,7 @@
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/stage3/construction_shard.h"
+#include "zero/stage3/detach_storage.h"
 #include "zero/stage3/stage3_state.h"
 
 namespace deepspeed::zero {
@@ -17,14 +18,6 @@ namespace {
 
 constexpr int64_t kAlignElems = kPartitionAlign;
 int64_t align_up(int64_t n) { return (n + kAlignElems - 1) / kAlignElems * kAlignElems; }
-
-// Points a tensor's storage at nothing: the memory is freed (or, for a pool buffer, no longer referenced) while
-// every tensor sharing the storage, autograd's saved ones included, stays valid to re-point later.
-void detach_storage(const at::Tensor& full) {
-  c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
-  st->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
-  st->set_nbytes(0);
-}
 
 }  // namespace
 
