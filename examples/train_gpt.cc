@@ -5,6 +5,10 @@
 // Rank 0 prints the engine's step log, then one summary line that scripts and benchmarks compare runs by:
 //   final step=<N> loss=<float> params_l2=<float> tokens_per_s=<float> peak_rss_mb=<float>
 //
+// --pipe_stages P trains the same GPT split into layers (models/gpt_pipe.h) as a P-stage pipeline, data parallel over
+// the remaining ranks (train_gpt_pipe.cc). Its layers are seeded one by one, so its initial values differ from the
+// unsplit GPT's, but every P (1 included) starts from the same values and trains the same model.
+//
 // Checkpoints: --save_dir DIR saves every --save_interval steps and after the last one; --load_dir DIR resumes from
 // DIR's `latest` (weights, optimizer, schedule, counters; the data position is the global step). --steps counts
 // global steps, so a run resumed at step 5 with --steps 10 runs 5 more. The checkpoint may come from another number
@@ -28,25 +32,33 @@
 #include "deepspeed/error.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
+#include "train_gpt_args.h"
+
+namespace examples {
+
+void print_final(int64_t step, double loss, double params_sq, double tokens, double seconds) {
+  auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
+  at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
+  deepspeed::comm::get_world_group().all_reduce(peak, deepspeed::comm::ReduceOp::kMax);
+  if (deepspeed::comm::get_rank() != 0) return;
+  std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
+              static_cast<long long>(step), loss, std::sqrt(params_sq), tokens / seconds,
+              peak.item<double>() / (1024.0 * 1024.0));
+  std::fflush(stdout);
+}
+
+}  // namespace examples
 
 namespace {
 
-struct Args {
-  std::string config_path;
-  std::string data_path;
-  int64_t steps = 100;
-  std::string save_dir;
-  int64_t save_interval = 0;  // 0: only after the last step
-  std::string load_dir;
-  int64_t seed = 1234;
-  deepspeed::models::GPTConfig model;
-  bool untied_head = false;
-};
+
+using Args = examples::TrainGptArgs;
 
 int train(const Args& args) {
   deepspeed::comm::init_distributed();
   const int rank = deepspeed::comm::get_rank();
   auto config = deepspeed::Config::from_file(args.config_path);
+  if (args.pipe_stages > 0) return examples::train_pipeline(args, config);
 
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
   deepspeed::models::GPTConfig model_cfg = args.model;
@@ -118,17 +130,9 @@ int train(const Args& args) {
     deepspeed::zero::GatheredParameters gathered(*model);  // stage 3: the full parameters, for their norm
     for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   }
-  auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
-  at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
-  world.all_reduce(peak, deepspeed::comm::ReduceOp::kMax);
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
-  if (rank == 0) {
-    std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
-                static_cast<long long>(engine.global_steps()), loss_t.item<double>(), std::sqrt(sq),
-                tokens / seconds, peak.item<double>() / (1024.0 * 1024.0));
-    std::fflush(stdout);
-  }
+  examples::print_final(engine.global_steps(), loss_t.item<double>(), sq, tokens, seconds);
   return 0;
 }
 
@@ -157,6 +161,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{256}, int64_t{1} << 20));
   app.add_option("--dropout", args.model.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
   app.add_flag("--untied_head", args.untied_head, "give the LM head its own weight");
+  app.add_option("--pipe_stages", args.pipe_stages,
+                 "run as a pipeline of this many stages (data parallel over the remaining ranks)")
+      ->check(CLI::PositiveNumber);
   int local_rank = 0;  // the deepspeed launcher passes it, as DeepSpeed's does; LOCAL_RANK in the env is used
   app.add_option("--local_rank", local_rank, "set by the launcher");
   CLI11_PARSE(app, argc, argv);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/zero.h"
 
@@ -56,6 +57,16 @@ struct InitializeOptions {
   std::shared_ptr<runtime::LrScheduler> lr_scheduler;
   // Optimizer steps the run will take, if known: the step log then shows progress (`step 40/200 (20%)`).
   int64_t total_steps = 0;
+
+  // For an engine that holds one part of a larger layout (the pipeline engine builds one per stage):
+  // The ranks holding copies of this module, over which gradients are reduced and ZeRO partitions (null: the world).
+  comm::ProcessGroup data_parallel_group;
+  // The ranks holding the other parts of the same model replica (DeepSpeed's model-parallel group): the gradient
+  // norm and the fp16 overflow decision are agreed over it, so every part clips and skips alike (null: none).
+  comm::ProcessGroup model_parallel_group;
+  // Parameters whose gradients are counted in the global norm by another rank of model_parallel_group (this rank's
+  // copies of tied weights), so that a tied weight counts once, as in the undivided model.
+  std::vector<at::Tensor> norm_excluded_params;
 };
 
 // What this rank holds for the model states, from the engine's own buffers (bytes). ZeRO shrinks the optimizer

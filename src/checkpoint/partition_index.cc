@@ -116,11 +116,11 @@ const SavedParam* PartitionIndex::find(const std::string& name) const {
 }
 
 PartitionIndex load_partition_index(const std::string& dir, const std::string& tag,
-                                    FileSystem* fs) {
+                                    FileSystem* fs, int mp_rank) {
   if (fs == nullptr) fs = default_file_system();
   PartitionIndex index;
   index.tag = tag;
-  index.files = list_optim_states_files(dir, tag, 0, fs);
+  index.files = list_optim_states_files(dir, tag, mp_rank, fs);
   for (size_t r = 0; r < index.files.size(); ++r) {
     const std::string& file = index.files[r];
     StateDict state = load_state(file, LoadOptions{/*mmap=*/true});

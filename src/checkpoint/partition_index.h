@@ -53,8 +53,9 @@ struct PartitionIndex {
 // file and the field on a missing rank, metadata from another run or format,
 // partition_count/dp_rank disagreement, a malformed slice, or a parameter whose fragments leave a
 // gap or overlap.
+// `mp_rank`: whose files (a pipeline stage's; 0 without model parallelism).
 PartitionIndex load_partition_index(const std::string& dir, const std::string& tag,
-                                    FileSystem* fs = nullptr);
+                                    FileSystem* fs = nullptr, int mp_rank = 0);
 
 // The 1-D float32 tensors under `key` of a rank file (fp32_flat_groups, or an optimizer state
 // list).

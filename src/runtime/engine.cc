@@ -93,7 +93,10 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
     : module_(std::move(module)), config_(config) {
   DS_CHECK(module_ != nullptr, "initialize: model is null");
   if (!comm::is_initialized()) comm::init_distributed();
-  world_ = comm::get_world_group();
+  world_ = options.data_parallel_group.is_member() ? options.data_parallel_group : comm::get_world_group();
+  if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
+    model_parallel_ = options.model_parallel_group;
+  norm_excluded_ = options.norm_excluded_params;
   config_.resolve_batch(world_.size());
   runtime::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
@@ -118,7 +121,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
   if (stage < 3) zero::materialize_construction_shards(module_);
   groups_ = make_groups(*module_, std::move(options.param_groups));
-  if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), world_.rank());
+  if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
   if (stage == 3) {
     build_stage3();
   } else {
@@ -137,7 +140,7 @@ void EngineImpl::build_flat_stages() {
   runtime::flatten_into(groups_, fo);
   // Every rank starts from rank 0's parameters, whatever its own initialization drew.
   if (world_.size() > 1)
-    for (auto& g : groups_) world_.broadcast(g.params_flat, /*src=*/0);
+    for (auto& g : groups_) world_.broadcast(g.params_flat, /*src=*/world_.ranks()[0]);
 
   runtime::GradReducerOptions ro;
   ro.bucket_elems = config_.zero.reduce_bucket_size;
@@ -172,7 +175,7 @@ void EngineImpl::build_stage3() {
   so.reduce_bucket_elems = config_.zero.reduce_bucket_size;
   so.prescale_gradients = config_.prescale_gradients;
   so.gradient_predivide_factor = config_.gradient_predivide_factor;
-  if (config_.zero.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && world_.rank() == 0)
+  if (config_.zero.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && comm::get_rank() == 0)
     std::fprintf(stderr,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
                  "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
@@ -185,7 +188,7 @@ void EngineImpl::build_stage3() {
     so.aio = swap::aio_options_from_config(config_.aio);
     so.param_buffer_elems = op.buffer_size;
     const config::OffloadParamConfig defaults;
-    if (world_.rank() == 0 && (op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu ||
+    if (comm::get_rank() == 0 && (op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu ||
                                op.pin_memory != defaults.pin_memory))
       std::fprintf(stderr,
                    "deepspeed: note: zero_optimization.offload_param.buffer_count, max_in_cpu and pin_memory are not used: "
@@ -225,7 +228,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     DS_CHECK(scheduler_->num_groups() == groups_.size(), "lr scheduler has ", scheduler_->num_groups(),
              " groups, the optimizer ", groups_.size());
 
-  if (config_.dump_state && world_.rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
+  if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   last_log_time_ = std::chrono::steady_clock::now();
 }
 
@@ -296,6 +299,11 @@ void EngineImpl::step() {
   const bool boundary = is_boundary();
   ++micro_steps_;
   if (!boundary) return;
+  boundary_step();
+  if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
+}
+
+void EngineImpl::boundary_step() {
   DS_CHECK(optimizer_ != nullptr, "step: no optimizer (the config has no `optimizer` section and none was passed "
                                   "to initialize)");
   if (breakdown_) timers_.start("step");
@@ -312,7 +320,6 @@ void EngineImpl::step() {
   }
   ++global_steps_;
   if (breakdown_) timers_.stop("step");
-  if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
 }
 
 void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
@@ -346,8 +353,11 @@ bool EngineImpl::take_model_step() {
     const double used_scale = scaler_->loss_scale();
     auto overflow = stage3_ ? stage3_->first_overflow(grads) : masters_->first_overflow(grads);
     std::string name = overflow ? parameter_name(overflow->first, overflow->second) : "";
-    if (scaler_->update(overflow.has_value(), name)) {
-      if (world_.rank() == 0) {
+    // Every part of the model replica skips or steps together.
+    const bool any_overflow = agree_overflow(overflow.has_value());
+    if (any_overflow && !overflow) name = "a parameter of another model-parallel rank";
+    if (scaler_->update(any_overflow, name)) {
+      if (comm::get_rank() == 0) {
         std::printf("%s\n", scaler_->last_message().c_str());
         std::fflush(stdout);
       }
@@ -356,7 +366,8 @@ bool EngineImpl::take_model_step() {
     }
     unscale = 1.0 / used_scale;
   }
-  global_grad_norm_ = (stage3_ ? stage3_->global_norm(grads) : masters_->global_norm(grads)) * unscale;
+  global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
+                     : (stage3_ ? stage3_->global_norm(grads) : masters_->global_norm(grads)) * unscale;
   double coef = unscale;
   const double clip = config_.gradient_clipping;
   if (clip > 0.0) {

@@ -79,7 +79,7 @@ std::string make_run_id(comm::ProcessGroup& world) {
     id[0] = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) >> 1);
     id[1] = static_cast<int64_t>(now);
   }
-  if (world.size() > 1) world.broadcast(id, 0);
+  if (world.size() > 1) world.broadcast(id, world.ranks()[0]);
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%016llx-%016llx",
                 static_cast<unsigned long long>(id[0].item<int64_t>()),
@@ -337,10 +337,10 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
-    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank()),
+    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));
     if (world_.rank() == 0)
-      ckpt::save_state(ckpt::model_states_path(dir, tag),
+      ckpt::save_state(ckpt::model_states_path(dir, tag, mp_rank()),
                        model_state_dict(run_id, client_state, params));
   });
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
@@ -350,7 +350,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
       if (world_.rank() == 0) ckpt::write_latest(dir, tag);
     });
   if (breakdown_) timers_.stop("save_checkpoint");
-  if (world_.rank() == 0) {
+  if (comm::get_rank() == 0) {
     std::printf("saved checkpoint %s/%s\n", dir.c_str(), tag.c_str());
     std::fflush(stdout);
   }

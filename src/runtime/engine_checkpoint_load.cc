@@ -180,10 +180,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     if (tag.empty()) tag = ckpt::read_latest(dir, fs);
     result.path = ckpt::tag_dir(dir, tag);
-    const std::string model_file = ckpt::model_states_path(dir, tag);
+    const std::string model_file = ckpt::model_states_path(dir, tag, mp_rank());
     ckpt::StateDict model = ckpt::load_state(model_file, ckpt::LoadOptions{/*mmap=*/true});
     ckpt::check_metadata(model, model_file);
-    ckpt::PartitionIndex index = ckpt::load_partition_index(dir, tag, fs);
+    ckpt::PartitionIndex index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
     const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
     DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],
                " is from another run than ", model_file, " (ds_run_id '", index.run_id, "' vs '",

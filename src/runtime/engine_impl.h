@@ -40,6 +40,22 @@ class EngineImpl {
   std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
   bool save_16bit_model(const std::string& dir, const std::string& file_name);
 
+  // ---- For the pipeline engine (src/pipe/), which drives micro-batches itself (engine_pipe.cc) ----
+  // One micro-batch's backward: from a scalar loss (`grad` undefined: scaled as backward() scales it) or from a
+  // stage's `output` with the gradient received from the next stage (already scaled). Gradients accumulate here;
+  // nothing is reduced until reduce_gradients().
+  void backward_micro_batch(const at::Tensor& output, const at::Tensor& grad);
+  // The data-parallel reduction of the accumulated gradients that backward() runs at a boundary (stages 0 and 1).
+  void reduce_gradients();
+  // Where parameter `p`'s accumulated fp32 gradient lives (a view of the flat gradient buffer), e.g. to all-reduce a
+  // tied weight's gradient among the stages sharing it before reduce_gradients().
+  at::Tensor accumulated_grad(const at::Tensor& p) const;
+  // The boundary step after `micro_batches` micro-batches: optimizer, LR schedule, zeroed gradients, counters.
+  void pipeline_step(int64_t micro_batches);
+
+  // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
+  int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
+
   bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
   std::vector<double> get_lr() const;
   std::vector<at::Tensor> parameters() const;
@@ -65,8 +81,20 @@ class EngineImpl {
   double global_grad_norm_ = -1.0;
 
  private:
+  // The accumulation boundary's work after backward: model step, schedule, zeroed gradients, global_steps_ + 1.
+  void boundary_step();
   // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
   bool take_model_step();
+  // engine_pipe.cc: `local` OR-ed over model_parallel_ (itself when there is none).
+  bool agree_overflow(bool local);
+  // engine_pipe.cc: the gradient norm over the whole replica: this part's reduced gradients (`grads`, as
+  // take_model_step holds them) without norm_excluded_, summed over model_parallel_.
+  double replica_grad_norm(const std::vector<at::Tensor>& grads);
+  // (group, index) of a parameter of groups_; throws when `p` is not one.
+  std::pair<size_t, size_t> locate(const at::Tensor& p) const;
+
+  comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
+  std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
   // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
   // parameters' names by (group, index).

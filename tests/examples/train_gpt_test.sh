@@ -40,6 +40,58 @@ for group in (losses, norms):
         assert abs(x - group[0]) <= 1e-4 * abs(group[0]), (losses, norms)
 PY
     ;;
+  pipeline)
+    # --pipe_stages: the same global batch of 8 through 1, 2 and 4 stages (alone and with data parallelism) trains
+    # the same model: 1 stage x 1 rank, 1 stage x 2 ranks, 2 stages (4 micro-batches), 2 stages x 2 ranks, 4 stages.
+    declare -A loss l2
+    layouts=("1 micro8.json 1" "2 micro4.json 1" "2 micro2_gas4.json 2" "4 micro4.json 2" "4 micro2_gas4.json 4")
+    for layout in "${layouts[@]}"; do
+      set -- $layout
+      run "$1" "$2" --steps 6 --pipe_stages "$3" || fail "layout $layout exited with $?"
+      grep -q "pipeline of $3 stages" "$log" || fail "layout $layout: no pipeline of $3 stages"
+      loss[$layout]=$(final_field loss)
+      l2[$layout]=$(final_field params_l2)
+      echo "layout $layout: loss=${loss[$layout]} params_l2=${l2[$layout]}"
+    done
+    args=()
+    for layout in "${layouts[@]}"; do args+=("${loss[$layout]}"); done
+    for layout in "${layouts[@]}"; do args+=("${l2[$layout]}"); done
+    python3 - "${args[@]}" <<'PY' || fail "pipeline layouts disagree"
+import sys
+v = [float(x) for x in sys.argv[1:]]
+n = len(v) // 2
+losses, norms = v[:n], v[n:]
+for group in (losses, norms):
+    for x in group[1:]:
+        assert abs(x - group[0]) <= 1e-4 * abs(group[0]), (losses, norms)
+PY
+    ;;
+  pipeline_resume)
+    # A pipeline run resumed from its checkpoint in new processes ends where the uninterrupted run ends.
+    dir=$(mktemp -d)
+    run 2 micro2_gas4.json --steps 6 --pipe_stages 2 || fail "uninterrupted run exited with $?"
+    whole=$(final_field params_l2); whole_loss=$(final_field loss)
+    run 2 micro2_gas4.json --steps 3 --pipe_stages 2 --save_dir "$dir" || { rm -rf "$dir"; fail "first half exited with $?"; }
+    [ -f "$dir/global_step3/layer_00-model_states.pt" ] && [ -f "$dir/global_step3/mp_rank_01_model_states.pt" ] && \
+      [ -f "$dir/global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt" ] || { ls -R "$dir"; rm -rf "$dir"; fail "pipeline checkpoint layout"; }
+    run 2 micro2_gas4.json --steps 6 --pipe_stages 2 --load_dir "$dir" || { rm -rf "$dir"; fail "resumed half exited with $?"; }
+    rm -rf "$dir"
+    grep -q "resumed at step 3" "$log" || fail "did not resume at step 3"
+    [ "$(final_field params_l2)" = "$whole" ] && [ "$(final_field loss)" = "$whole_loss" ] || \
+      fail "resumed run ended at params_l2=$(final_field params_l2) loss=$(final_field loss), uninterrupted $whole $whole_loss"
+    ;;
+  pipeline_bad)
+    run 2 micro4.json --steps 2 --pipe_stages 3 && fail "3 stages on 2 ranks must be refused"
+    grep -q "world size 2 is not divisible by num_stages 3" "$log" || fail "no clear message for 3 stages on 2 ranks"
+    run 2 zero3.json --steps 2 --pipe_stages 2 && fail "ZeRO stage 3 with a pipeline must be refused"
+    grep -q "zero_optimization.stage 3 is not supported with pipeline parallelism" "$log" || fail "no clear message for stage 3"
+    # A checkpoint of 2 stages does not load into 1 stage (the message names both partitions).
+    dir=$(mktemp -d)
+    run 2 micro2_gas4.json --steps 2 --pipe_stages 2 --save_dir "$dir" || fail "saving a pipeline checkpoint failed"
+    run 2 micro4.json --steps 4 --pipe_stages 1 --load_dir "$dir" && { rm -rf "$dir"; fail "2-stage checkpoint loaded into 1 stage"; }
+    rm -rf "$dir"
+    grep -q "splits the layers as \[0,2,5\] (2 stages); this pipeline as \[0,5\]" "$log" || fail "no clear message for the stage count"
+    ;;
   loss_falls)
     run 2 micro4.json --steps 30 || fail "exited with $?"
     first=$(grep -o "step 2/30 ([0-9]*%) | loss [0-9.]*" "$log" | sed 's/.*loss //')

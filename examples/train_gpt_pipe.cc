@@ -1,0 +1,113 @@
+// train_gpt --pipe_stages P: the reference GPT as a P-stage pipeline (DeepSpeed's PipelineModule of LayerSpecs),
+// data parallel over world / P replicas. Stage 0 reads the token windows, the last stage their shifted targets;
+// both draw the same indices from the sampler of their data-parallel replica. --save_dir/--load_dir write and read
+// DeepSpeed's pipeline checkpoint layout (layer files plus each stage's engine state); a resume needs the same
+// stage count.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/data.h"
+#include "deepspeed/error.h"
+#include "deepspeed/pipe/engine.h"
+#include "gpt_pipe.h"
+#include "train_gpt_args.h"
+
+namespace examples {
+namespace {
+
+namespace dsp = deepspeed::pipe;
+
+// Squared L2 norm of the whole model: each stage's parameters once (data-parallel replica 0 only) and each tied
+// module once (on the first stage that holds it).
+double model_params_sq(const dsp::PipelineModule& module, int data_rank) {
+  double sq = 0.0;
+  if (data_rank == 0) {
+    std::vector<std::string> copies;  // prefixes of tied modules another stage counts
+    for (const std::string& key : module->tied_keys())
+      if (module->tied_stages(key).front() != module->stage_id()) copies.push_back("tied_modules." + key + ".");
+    for (const auto& item : module->named_parameters()) {
+      const std::string& name = item.key();
+      if (std::any_of(copies.begin(), copies.end(), [&](const std::string& c) { return name.rfind(c, 0) == 0; }))
+        continue;
+      sq += item.value().detach().to(at::kDouble).pow(2).sum().item<double>();
+    }
+  }
+  at::Tensor t = at::tensor({sq}, at::kDouble);
+  deepspeed::comm::get_world_group().all_reduce(t, deepspeed::comm::ReduceOp::kSum);
+  return t.item<double>();
+}
+
+}  // namespace
+
+int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
+  const int rank = deepspeed::comm::get_rank();
+  deepspeed::models::GPTConfig model_cfg = args.model;
+  model_cfg.tied_head = !args.untied_head;
+
+  dsp::PipelineModuleOptions o;
+  o.layers = deepspeed::models::gpt_pipeline_layers(model_cfg);
+  o.num_stages = args.pipe_stages;
+  o.loss_fn = deepspeed::models::gpt_pipeline_loss;
+  o.base_seed = static_cast<uint64_t>(args.seed);  // every stage count builds the same initial model
+  dsp::PipelineModule module(o);
+  deepspeed::InitializeOptions options;
+  options.total_steps = args.steps;
+  auto engine = dsp::initialize(module, config, options);
+
+  const int data_rank = module->topology().get_coord(rank).get("data");
+  at::Tensor windows = make_windows(load_corpus(args.data_path), model_cfg.seq_len);
+  deepspeed::Engine& stage = engine.stage_engine();
+  deepspeed::DataParallelSampler sampler(windows.size(0), stage.train_micro_batch_size_per_gpu(),
+                                         stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size(),
+                                         static_cast<uint64_t>(args.seed));
+  if (rank == 0) {
+    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d stages x %d data-parallel ranks, "
+                "global batch %lld\n",
+                static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
+                static_cast<long long>(model_cfg.seq_len), engine.num_stages(), engine.dp_world_size(),
+                static_cast<long long>(stage.train_batch_size()));
+    std::fflush(stdout);
+  }
+  int64_t first_step = 0;
+  if (!args.load_dir.empty()) {
+    auto loaded = engine.load_checkpoint(args.load_dir);
+    DS_CHECK(loaded.has_value(), "--load_dir ", args.load_dir, ": no checkpoint to resume from (no 'latest' file)");
+    first_step = engine.global_steps();
+    auto data_step = loaded->client_state.find("data_step");
+    DS_CHECK(data_step != loaded->client_state.end() && data_step->value().toInt() == first_step, "--load_dir ",
+             args.load_dir, ": the checkpoint's data position does not match its global step ", first_step);
+    if (rank == 0) std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(first_step));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  double last_loss = std::nan("");
+  for (int64_t step = first_step; step < args.steps; ++step) {
+    int64_t m = 0;
+    at::Tensor loss = engine.train_batch([&] {
+      at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m++), at::kLong));
+      return dsp::MicroBatch{batch.narrow(1, 0, model_cfg.seq_len), batch.narrow(1, 1, model_cfg.seq_len)};
+    });
+    last_loss = loss.item<double>();
+    const bool last = step + 1 == args.steps;
+    if (!args.save_dir.empty() && (last || (args.save_interval > 0 && (step + 1) % args.save_interval == 0))) {
+      auto client = deepspeed::checkpoint::make_state_dict();
+      client.insert("data_step", step + 1);
+      engine.save_checkpoint(args.save_dir, std::nullopt, client);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double tokens =
+      static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * stage.train_batch_size() * model_cfg.seq_len);
+  print_final(engine.global_steps(), last_loss, model_params_sq(module, data_rank), tokens, seconds);
+  return 0;
+}
+
+}  // namespace examples

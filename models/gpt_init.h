@@ -1,0 +1,23 @@
+// Pieces models/gpt.cc and models/gpt_pipe.cc share: the configuration check, dropout that is free
+// when off, and GPT-2's weight initialisation.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+
+#include "gpt.h"
+
+namespace deepspeed::models {
+
+// Throws std::invalid_argument naming the first bad field.
+void check_config(const GPTConfig& c);
+
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training);
+
+// GPT-2's scheme: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 *
+// layers); LayerNorms keep weight 1, bias 0. Draws in the order of module.named_parameters().
+void init_gpt_weights(torch::nn::Module& module, int64_t layers);
+
+}  // namespace deepspeed::models

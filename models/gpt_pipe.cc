@@ -1,0 +1,74 @@
+#include "gpt_pipe.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "gpt_init.h"
+
+namespace deepspeed::models {
+
+GPTEmbeddingImpl::GPTEmbeddingImpl(const GPTConfig& cfg) : cfg_(cfg) {
+  wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden));
+  wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden));
+}
+
+at::Tensor GPTEmbeddingImpl::forward(const at::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  if (t > cfg_.seq_len)
+    throw std::invalid_argument("GPT: sequence of " + std::to_string(t) +
+                                " tokens exceeds seq_len " + std::to_string(cfg_.seq_len));
+  auto pos = at::arange(t, tokens.options().dtype(at::kLong));
+  return maybe_dropout(wte_->forward(tokens) + wpe_->forward(pos), cfg_.dropout, is_training());
+}
+
+at::Tensor GPTEmbeddingImpl::head(const at::Tensor& x) { return at::matmul(x, wte_->weight.t()); }
+
+std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
+  check_config(cfg);
+  auto embedding = [cfg] {
+    GPTEmbedding e(cfg);
+    init_gpt_weights(*e, cfg.layers);
+    return torch::nn::AnyModule(e);
+  };
+  std::vector<pipe::LayerSpec> layers;
+  if (cfg.tied_head) {
+    layers.push_back(
+        pipe::TiedLayerSpec("embed", "GPTEmbedding", embedding, nullptr, {"wte.weight"}));
+  } else {
+    layers.emplace_back("GPTEmbedding", embedding);
+  }
+  for (int64_t i = 0; i < cfg.layers; ++i)
+    layers.emplace_back("GPTBlock", [cfg] {
+      GPTBlock block(cfg);
+      init_gpt_weights(*block, cfg.layers);
+      return torch::nn::AnyModule(block);
+    });
+  // LayerNorm keeps its default weight 1, bias 0 (as GPT's ln_f).
+  layers.emplace_back("LayerNorm", [cfg] {
+    return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
+  });
+  if (cfg.tied_head) {
+    layers.push_back(pipe::TiedLayerSpec("embed", "GPTEmbedding", embedding,
+                                         [](torch::nn::Module& m, const at::Tensor& x) {
+                                           return dynamic_cast<GPTEmbeddingImpl&>(m).head(x);
+                                         },
+                                         {"wte.weight"}));
+  } else {
+    layers.emplace_back("Linear", [cfg] {
+      torch::nn::Linear head(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false));
+      init_gpt_weights(*head, cfg.layers);
+      return torch::nn::AnyModule(head);
+    });
+  }
+  return layers;
+}
+
+at::Tensor gpt_pipeline_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace deepspeed::models

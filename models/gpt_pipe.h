@@ -1,0 +1,39 @@
+// The reference GPT (models/gpt.h) as a pipeline layer list: DeepSpeed's way of writing a model for
+// PipelineModule. Layers: the embedding (token + position), one GPTBlock per block, the final
+// LayerNorm, and the LM head, which with a tied head is a second occurrence of the embedding
+// ("embed") computing x @ wte.weight^T. Each layer is initialised as GPT's init_weights initialises
+// it, but from its own seed (PipelineModuleOptions base_seed), so the values differ from an unsplit
+// GPT's while every stage count builds the same model.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+
+#include <vector>
+
+#include "deepspeed/pipe/module.h"
+#include "gpt.h"
+
+namespace deepspeed::models {
+
+// Token and position embeddings: tokens [batch, seq] (int64) -> [batch, seq, hidden].
+class GPTEmbeddingImpl : public torch::nn::Module {
+ public:
+  explicit GPTEmbeddingImpl(const GPTConfig& cfg);
+  at::Tensor forward(const at::Tensor& tokens);
+  // The LM head through the token embedding's weight: [.., hidden] -> [.., vocab].
+  at::Tensor head(const at::Tensor& x);
+
+ private:
+  GPTConfig cfg_;
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+};
+TORCH_MODULE(GPTEmbedding);
+
+std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg);
+
+// Mean next-token cross-entropy of logits [batch, seq, vocab] against targets [batch, seq].
+at::Tensor gpt_pipeline_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace deepspeed::models

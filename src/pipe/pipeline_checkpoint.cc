@@ -1,0 +1,132 @@
+// PipelineEngine checkpoints in DeepSpeed's pipeline layout:
+//   <dir>/<tag>/layer_<index:02d>-model_states.pt                  one per module layer (tied modules at their first
+//                                                                   index): the layer's own state dict
+//   <dir>/<tag>/mp_rank_<stage:02d>_model_states.pt                 the stage's engine state (module, counters, ...)
+//   <dir>/<tag>/zero_pp_rank_<dp>_mp_rank_<stage:02d>_optim_states.pt   the stage's optimizer partitions
+//   <dir>/latest                                                     written last, once every stage is done
+// Each stage saves and loads its own files through its engine (which names them by its model-parallel rank, the
+// stage); the layer files are written by data-parallel rank 0 of the stage holding the layer. A load checks that
+// the checkpoint's layer partition is this pipeline's before anything is overwritten.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <set>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/error.h"
+#include "pipe/pipeline_engine_impl.h"
+#include "runtime/engine_checkpoint_util.h"
+
+namespace deepspeed::pipe {
+namespace {
+
+namespace ckpt = deepspeed::checkpoint;
+
+// Where the pipeline's layer partition is kept (in the stage's client state, removed again on load).
+constexpr const char* kPartsKey = "ds_pipeline_parts";
+
+std::string layer_file(const std::string& dir, const std::string& tag, int index) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/layer_%02d-model_states.pt", index);
+  return ckpt::tag_dir(dir, tag) + name;
+}
+
+// The stage module's parameters and buffers under `prefix`, renamed relative to it (values copied: a view would
+// drag its whole flat buffer into the file).
+ckpt::StateDict sub_state_dict(const torch::nn::Module& m, const std::string& prefix) {
+  ckpt::StateDict out = ckpt::make_state_dict();
+  for (const auto& item : m.named_parameters())
+    if (item.key().rfind(prefix, 0) == 0) out.insert(item.key().substr(prefix.size()), item.value().detach().clone());
+  for (const auto& item : m.named_buffers())
+    if (item.key().rfind(prefix, 0) == 0) out.insert(item.key().substr(prefix.size()), item.value().detach().clone());
+  return out;
+}
+
+std::string parts_text(const std::vector<int64_t>& parts) {
+  std::string s;
+  for (int64_t p : parts) s += (s.empty() ? "" : ",") + std::to_string(p);
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const std::optional<std::string>& tag_in,
+                                                const std::optional<checkpoint::StateDict>& client_state) {
+  DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
+  const std::string tag = tag_in.value_or(ckpt::default_tag(impl_->global_steps_));
+  runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
+  ckpt::StateDict client = client_state ? client_state->copy() : ckpt::make_state_dict();
+  client.insert_or_assign(kPartsKey, std::vector<int64_t>(module_->parts().begin(), module_->parts().end()));
+
+  // Each layer once: by data-parallel rank 0 of its stage; a tied module at the first index of its key.
+  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    if (grid_.data_parallel_id != 0) return;
+    ckpt::default_file_system()->create_dirs(ckpt::tag_dir(dir, tag));
+    std::set<std::string> seen;
+    for (int i = 0; i < module_->num_layers(); ++i) {
+      const LayerSpec& spec = module_->options().layers[static_cast<size_t>(i)];
+      std::string prefix;
+      if (spec.tied_key()) {
+        if (!seen.insert(*spec.tied_key()).second) continue;  // not the key's first index
+        prefix = "tied_modules." + *spec.tied_key() + ".";
+      } else if (!spec.is_function()) {
+        prefix = std::to_string(i) + ".";
+      } else {
+        continue;
+      }
+      if (i < module_->local_start() || i >= module_->local_stop()) continue;
+      ckpt::save_state(layer_file(dir, tag, i), sub_state_dict(*module_, prefix));
+    }
+  });
+  impl_->save_checkpoint(dir, tag, client, /*save_latest=*/false);
+  // Every stage's files are durable (the collective is the barrier): only now may `latest` name the tag.
+  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    if (world_.rank() == 0) ckpt::write_latest(dir, tag);
+  });
+  return tag;
+}
+
+std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const std::string& dir,
+                                                                        const LoadCheckpointOptions& options) {
+  if (!options.tag && !ckpt::default_file_system()->file_exists(ckpt::latest_path(dir))) {
+    if (world_.rank() == 0)
+      std::fprintf(stderr, "deepspeed: warning: load_checkpoint: no file %s; nothing loaded\n",
+                   ckpt::latest_path(dir).c_str());
+    return std::nullopt;
+  }
+  // Before anything is overwritten, on every rank: the checkpoint must split the layers as this pipeline does.
+  std::string tag;
+  runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
+    tag = ckpt::resolve_tag(dir, options.tag);
+    const std::string file = ckpt::model_states_path(dir, tag, grid_.stage_id);
+    ckpt::StateDict model = ckpt::load_state(file);
+    std::vector<int64_t> saved;
+    if (model.contains("client_state")) {
+      auto client = model.at("client_state").toGenericDict();
+      if (client.contains(kPartsKey)) saved = client.at(kPartsKey).toIntVector();
+    }
+    const std::vector<int64_t> mine(module_->parts().begin(), module_->parts().end());
+    DS_CHECK_T(ckpt::CheckpointError, !saved.empty(), "checkpoint file ", file,
+               " was not saved by a pipeline (no ", kPartsKey, ")");
+    DS_CHECK_T(ckpt::CheckpointError, saved == mine, "checkpoint ", ckpt::tag_dir(dir, tag),
+               " splits the layers as ", parts_text(saved), " (", saved.size() - 1, " stages); this pipeline as ",
+               parts_text(mine), ": load it into the same stage count and partition_method");
+  });
+  LoadCheckpointOptions stage_options = options;
+  stage_options.tag = tag;
+  auto result = impl_->load_checkpoint(dir, stage_options);
+  if (result) result->client_state.erase(kPartsKey);
+  return result;
+}
+
+std::string PipelineEngine::save_checkpoint(const std::string& save_dir, const std::optional<std::string>& tag,
+                                            const std::optional<checkpoint::StateDict>& client_state) {
+  return impl_->save_checkpoint(save_dir, tag, client_state);
+}
+
+std::optional<LoadCheckpointResult> PipelineEngine::load_checkpoint(const std::string& load_dir,
+                                                                    const LoadCheckpointOptions& options) {
+  return impl_->load_checkpoint(load_dir, options);
+}
+
+}  // namespace deepspeed::pipe

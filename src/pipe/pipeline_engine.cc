@@ -1,0 +1,282 @@
+// PipelineEngine (include/deepspeed/pipe/engine.h): interprets the schedules' instruction streams on one stage.
+// The stage's parameters, optimizer, precision and data-parallel reduction are an ordinary EngineImpl built over the
+// stage's data-parallel group; this file adds what only a pipeline has: the communicator groups from the topology,
+// the point-to-point traffic, the per-buffer activations, tied-weight synchronisation and the batch's loss.
+#include "deepspeed/pipe/engine.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/generated/variable_factories.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "deepspeed/error.h"
+#include "deepspeed/pipe/schedule.h"
+#include "pipe/pipeline_engine_impl.h"
+
+namespace deepspeed::pipe {
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Every tied key of the whole layer list, sorted: the same on every rank.
+std::vector<std::string> all_tied_keys(const PipelineModuleImpl& m) {
+  std::set<std::string> keys;
+  for (const auto& spec : m.options().layers)
+    if (spec.tied_key()) keys.insert(*spec.tied_key());
+  return {keys.begin(), keys.end()};
+}
+
+}  // namespace
+
+PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& config, InitializeOptions options)
+    : module_(std::move(module)) {
+  DS_CHECK(!module_.is_empty(), "pipe::initialize: module is empty");
+  DS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
+             " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
+  DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
+           "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
+  if (!comm::is_initialized()) comm::init_distributed();
+  world_ = comm::get_world_group();
+  const ProcessTopology& topo = module_->topology();
+  DS_CHECK(topo.world_size() == world_.size(), "pipe::initialize: the module's topology has ", topo.world_size(),
+           " ranks but the world has ", world_.size());
+  DS_CHECK(topo.get_dim("model") <= 1, "pipe::initialize: a \"model\" axis of ", topo.get_dim("model"),
+           " (tensor slicing) is not supported; use a pipe x data topology");
+  grid_ = pipe_grid_ranks(topo, world_.rank());
+  DS_ASSERT(grid_.stage_id == module_->stage_id(), "module and topology disagree on the stage");
+  make_groups(options);
+  sync_tied_weights();
+  impl_ = std::make_shared<EngineImpl>(module_.ptr(), config, std::move(options));
+  engine_.emplace(torch::nn::AnyModule(module_), impl_);
+  micro_batches_ = static_cast<int>(impl_->config_.gradient_accumulation_steps.value());
+  buffers_.resize(static_cast<size_t>(TrainSchedule(micro_batches_, grid_.pipe_parallel_size, grid_.stage_id)
+                                          .num_pipe_buffers()));
+  const std::string s = std::to_string(grid_.stage_id);
+  if (!grid_.is_last_stage()) {
+    act_to_next_ = std::make_unique<P2PLink>(world_, grid_.next_stage_rank, "activations from stage " + s);
+    grad_from_next_ = std::make_unique<P2PLink>(world_, grid_.next_stage_rank, "gradients to stage " + s);
+  }
+  if (!grid_.is_first_stage()) {
+    act_from_prev_ = std::make_unique<P2PLink>(world_, grid_.prev_stage_rank, "activations to stage " + s);
+    grad_to_prev_ = std::make_unique<P2PLink>(world_, grid_.prev_stage_rank, "gradients from stage " + s);
+  }
+  if (world_.rank() == 0)
+    std::printf("deepspeed: pipeline of %d stages x %d data-parallel ranks, %d micro-batches per step\n",
+                grid_.pipe_parallel_size, grid_.data_parallel_size, micro_batches_);
+}
+
+void PipelineEngineImpl::make_groups(InitializeOptions& options) {
+  const ProcessTopology& topo = module_->topology();
+  // Groups are created in the same order on every rank; each keeps those it belongs to.
+  for (const auto& ranks : topo.get_axis_comm_lists("data")) {
+    comm::ProcessGroup g = comm::new_group(ranks);
+    if (g.is_member()) data_group_ = g;
+  }
+  for (const auto& ranks : topo.get_axis_comm_lists("pipe")) {
+    comm::ProcessGroup g = comm::new_group(ranks);
+    if (g.is_member()) pipe_group_ = g;
+  }
+  options.data_parallel_group = data_group_;
+  if (grid_.pipe_parallel_size > 1) options.model_parallel_group = pipe_group_;
+  for (const std::string& key : all_tied_keys(*module_)) {
+    const std::vector<int> stages = module_->tied_stages(key);
+    if (stages.size() < 2) continue;
+    for (int d = 0; d < grid_.data_parallel_size; ++d) {
+      std::vector<int> ranks;
+      for (int stage : stages) ranks.push_back(topo.get_rank({{"pipe", stage}, {"data", d}}));
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (!g.is_member()) continue;
+      tie_groups_.emplace_back(key, g);
+      // The first stage of the tie counts the weight in the gradient norm; the others hold copies.
+      if (grid_.stage_id != stages.front())
+        for (const auto& p : module_->tied_parameters(key)) options.norm_excluded_params.push_back(p);
+    }
+  }
+}
+
+void PipelineEngineImpl::sync_tied_weights() {
+  // Before the engine copies parameters into its buffers and masters: every stage starts from the first stage's
+  // values of a tied weight.
+  at::NoGradGuard no_grad;
+  for (auto& [key, group] : tie_groups_)
+    for (const auto& p : module_->tied_parameters(key)) group.broadcast(p, group.ranks()[0]);
+}
+
+void PipelineEngineImpl::execute(const PipeInstruction& ins, const DataIterator& data, bool train) {
+  const auto start = Clock::now();
+  double* bucket = &timing_.compute;
+  Buffer* b = ins.buffer_id >= 0 ? &buffers_.at(static_cast<size_t>(ins.buffer_id)) : nullptr;
+  switch (ins.kind) {
+    case InstructionKind::kLoadMicroBatch: {
+      if (!grid_.is_first_stage() && !grid_.is_last_stage()) break;
+      MicroBatch mb = data();
+      if (grid_.is_first_stage()) {
+        DS_CHECK(mb.inputs.defined(), "pipeline: the data iterator gave the first stage no inputs");
+        b->input = mb.inputs;
+      }
+      if (grid_.is_last_stage()) {
+        DS_CHECK(mb.labels.defined(), "pipeline: the data iterator gave the last stage no labels");
+        b->label = mb.labels;
+      }
+      break;
+    }
+    case InstructionKind::kForwardPass: {
+      at::Tensor x = b->input;
+      if (!grid_.is_first_stage() && train && x.is_floating_point()) x = x.detach().requires_grad_(true);
+      b->input = x;
+      impl_->begin_forward();
+      at::Tensor out = module_->forward(x);
+      impl_->end_forward();
+      if (grid_.is_last_stage()) {
+        at::Tensor loss = module_->loss(out, b->label);
+        DS_CHECK(loss.numel() == 1, "pipeline: loss_fn returned a tensor of shape ", loss.sizes(), ", not a scalar");
+        losses_.push_back(loss.detach().to(at::kFloat).reshape({}));
+        out = loss;
+      }
+      b->output = out;
+      if (!train) b->input = at::Tensor();
+      break;
+    }
+    case InstructionKind::kBackwardPass: {
+      at::Tensor grad = grid_.is_last_stage() ? at::Tensor() : b->grad_recv;
+      impl_->backward_micro_batch(b->output, grad);
+      b->output = at::Tensor();  // frees the micro-batch's graph
+      break;
+    }
+    case InstructionKind::kSendActivation:
+      bucket = &timing_.p2p;
+      act_to_next_->send(b->output.detach());
+      if (!train) b->output = at::Tensor();
+      break;
+    case InstructionKind::kRecvActivation:
+      bucket = &timing_.p2p;
+      b->input = act_from_prev_->recv(b->act_recv);
+      break;
+    case InstructionKind::kSendGrad: {
+      bucket = &timing_.p2p;
+      at::Tensor g = b->input.grad();
+      DS_CHECK(g.defined(), "pipeline: stage ", grid_.stage_id,
+               "'s input got no gradient; its layers must use their input");
+      grad_to_prev_->send(g);
+      b->input = at::Tensor();
+      break;
+    }
+    case InstructionKind::kRecvGrad:
+      bucket = &timing_.p2p;
+      grad_from_next_->recv(b->grad_recv);
+      break;
+    case InstructionKind::kReduceTiedGrads:
+      bucket = &timing_.reduce;
+      for (auto& [key, group] : tie_groups_)
+        for (const auto& p : module_->tied_parameters(key)) group.all_reduce(impl_->accumulated_grad(p));
+      break;
+    case InstructionKind::kReduceGrads:
+      bucket = &timing_.reduce;
+      impl_->reduce_gradients();
+      break;
+    case InstructionKind::kOptimizerStep:
+      impl_->pipeline_step(micro_batches_);
+      break;
+  }
+  *bucket += seconds_since(start);
+}
+
+at::Tensor PipelineEngineImpl::finish_loss() {
+  // The last stage averages over micro-batches and data-parallel replicas, then tells the other stages.
+  at::Tensor loss = at::zeros({1}, at::kFloat);
+  if (grid_.is_last_stage()) {
+    DS_ASSERT(!losses_.empty(), "no losses on the last stage");
+    loss = at::stack(losses_).mean().reshape({1});
+    if (data_group_.size() > 1) data_group_.all_reduce(loss, comm::ReduceOp::kAvg);
+  }
+  losses_.clear();
+  if (pipe_group_.size() > 1) pipe_group_.broadcast(loss, pipe_group_.ranks().back());
+  return loss.reshape({});
+}
+
+at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
+  DS_CHECK(static_cast<bool>(data), "pipeline: no data iterator");
+  timing_ = PipelineTiming{};
+  const auto start = Clock::now();
+  const bool was_training = module_->is_training();
+  module_->train(train);
+  std::optional<at::NoGradGuard> no_grad;
+  if (!train) no_grad.emplace();
+  losses_.clear();
+  try {
+    if (train) {
+      TrainSchedule schedule(micro_batches_, grid_.pipe_parallel_size, grid_.stage_id);
+      for (const PipeStep& step : schedule.steps())
+        for (const PipeInstruction& ins : step) execute(ins, data, train);
+    } else {
+      InferenceSchedule schedule(micro_batches_, grid_.pipe_parallel_size, grid_.stage_id);
+      DS_ASSERT(schedule.num_pipe_buffers() <= static_cast<int>(buffers_.size()), "too few pipeline buffers");
+      for (const PipeStep& step : schedule.steps())
+        for (const PipeInstruction& ins : step) execute(ins, data, train);
+    }
+  } catch (...) {
+    module_->train(was_training);
+    for (auto& b : buffers_) b.input = b.output = b.label = at::Tensor();
+    throw;
+  }
+  module_->train(was_training);
+  for (auto& b : buffers_) b.input = b.output = b.label = at::Tensor();
+  const auto reduce_start = Clock::now();
+  at::Tensor loss = finish_loss();
+  timing_.reduce += seconds_since(reduce_start);
+  timing_.total = seconds_since(start);
+  if (train) {
+    const int64_t every = impl_->config_.steps_per_print;
+    if (every > 0 && impl_->global_steps_ % every == 0) log_step(loss.item<double>());
+  }
+  return loss;
+}
+
+void PipelineEngineImpl::log_step(double loss) {
+  const double seconds = seconds_since(last_log_time_);
+  const double samples =
+      static_cast<double>((impl_->global_steps_ - last_log_step_) * impl_->config_.train_batch_size.value());
+  last_log_time_ = Clock::now();
+  last_log_step_ = impl_->global_steps_;
+  if (world_.rank() != 0) return;
+  std::string lrs;
+  for (double lr : impl_->get_lr()) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%s%.4g", lrs.empty() ? "" : ",", lr);
+    lrs += buf;
+  }
+  std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s | stage 0 idle %.0f%%\n",
+              static_cast<long long>(impl_->global_steps_), loss, lrs.c_str(), impl_->global_grad_norm_,
+              seconds > 0 ? samples / seconds : 0.0, 100.0 * timing_.idle_fraction());
+  std::fflush(stdout);
+}
+
+// ---- PipelineEngine: the public handle ----
+
+PipelineEngine::PipelineEngine(std::shared_ptr<PipelineEngineImpl> impl) : impl_(std::move(impl)) {}
+
+at::Tensor PipelineEngine::train_batch(const DataIterator& data) { return impl_->run(data, /*train=*/true); }
+at::Tensor PipelineEngine::eval_batch(const DataIterator& data) { return impl_->run(data, /*train=*/false); }
+int PipelineEngine::stage_id() const { return impl_->grid_.stage_id; }
+int PipelineEngine::num_stages() const { return impl_->grid_.pipe_parallel_size; }
+int PipelineEngine::micro_batches() const { return impl_->micro_batches_; }
+int PipelineEngine::dp_world_size() const { return impl_->grid_.data_parallel_size; }
+int64_t PipelineEngine::global_steps() const { return impl_->impl_->global_steps_; }
+std::vector<double> PipelineEngine::get_lr() const { return impl_->impl_->get_lr(); }
+double PipelineEngine::get_global_grad_norm() const { return impl_->impl_->global_grad_norm_; }
+double PipelineEngine::loss_scale() const { return impl_->engine_->loss_scale(); }
+int64_t PipelineEngine::skipped_steps() const { return impl_->engine_->skipped_steps(); }
+const PipelineTiming& PipelineEngine::last_timing() const { return impl_->timing_; }
+PipelineModule PipelineEngine::module() const { return impl_->module_; }
+Engine& PipelineEngine::stage_engine() { return *impl_->engine_; }
+
+PipelineEngine initialize(PipelineModule module, const Config& config, InitializeOptions options) {
+  return PipelineEngine(std::make_shared<PipelineEngineImpl>(std::move(module), config, std::move(options)));
+}
+
+}  // namespace deepspeed::pipe

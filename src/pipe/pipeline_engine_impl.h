@@ -1,0 +1,66 @@
+// PipelineEngine's state (include/deepspeed/pipe/engine.h): the stage's EngineImpl, the communicator groups built
+// from the topology, the point-to-point links and the per-buffer activations. pipeline_engine.cc runs the schedules,
+// pipeline_checkpoint.cc saves and loads.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepspeed/pipe/engine.h"
+#include "deepspeed/pipe/schedule.h"
+#include "deepspeed/pipe/topology.h"
+#include "pipe/p2p.h"
+#include "runtime/engine_impl.h"
+
+namespace deepspeed::pipe {
+
+using Clock = std::chrono::steady_clock;
+
+class PipelineEngineImpl {
+ public:
+  PipelineEngineImpl(PipelineModule module, const Config& config, InitializeOptions options);
+
+  at::Tensor run(const DataIterator& data, bool train);
+  // pipeline_checkpoint.cc
+  std::string save_checkpoint(const std::string& dir, const std::optional<std::string>& tag,
+                              const std::optional<checkpoint::StateDict>& client_state);
+  std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
+
+  PipelineModule module_;
+  PipeGridRanks grid_;
+  comm::ProcessGroup world_;
+  comm::ProcessGroup data_group_;
+  comm::ProcessGroup pipe_group_;
+  // This stage's tied keys shared with other stages, and their groups (the same data-parallel coordinate).
+  std::vector<std::pair<std::string, comm::ProcessGroup>> tie_groups_;
+  std::shared_ptr<EngineImpl> impl_;
+  std::optional<Engine> engine_;
+  std::unique_ptr<P2PLink> act_to_next_, act_from_prev_, grad_to_prev_, grad_from_next_;
+  int micro_batches_ = 1;
+  PipelineTiming timing_;
+  Clock::time_point last_log_time_ = Clock::now();
+  int64_t last_log_step_ = 0;
+
+ private:
+  struct Buffer {
+    at::Tensor input, label, output;
+    at::Tensor act_recv, grad_recv;  // reused receive buffers
+  };
+  void make_groups(InitializeOptions& options);
+  void sync_tied_weights();
+  void execute(const PipeInstruction& ins, const DataIterator& data, bool train);
+  at::Tensor finish_loss();
+  void log_step(double loss);
+
+  std::vector<Buffer> buffers_;
+  std::vector<at::Tensor> losses_;  // this batch's micro-batch losses (last stage)
+};
+
+
+}  // namespace deepspeed::pipe

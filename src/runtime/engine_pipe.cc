@@ -1,0 +1,103 @@
+// The engine's entry points for the pipeline engine (src/pipe/), which drives micro-batches itself: one
+// micro-batch's backward without reduction, the deferred data-parallel reduction, a parameter's accumulated
+// gradient (for tied weights) and the boundary step; plus the gradient norm and overflow decision agreed over the
+// model-parallel group (the other stages of the same replica).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/engine_impl.h"
+
+namespace deepspeed {
+
+void EngineImpl::backward_micro_batch(const at::Tensor& output, const at::Tensor& grad) {
+  DS_ASSERT(!stage3_ && reducer_ != nullptr, "backward_micro_batch needs ZeRO stage 0 or 1");
+  DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call train() first");
+  check_states_resident("backward");
+  if (breakdown_) timers_.start("bwd");
+  runtime::ensure_grad_views(groups_);
+  reducer_->begin_backward(/*reduce=*/false);
+  if (grad.defined()) {
+    output.backward(grad);
+  } else {
+    DS_CHECK(output.defined() && output.numel() == 1, "backward: expected a scalar loss, got ",
+             output.defined() ? output.sizes() : at::IntArrayRef{});
+    const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
+                          static_cast<double>(config_.gradient_accumulation_steps.value());
+    (factor != 1.0 ? output * factor : output).backward();
+  }
+  reducer_->finish_backward();
+  if (breakdown_) timers_.stop("bwd");
+}
+
+void EngineImpl::reduce_gradients() {
+  DS_ASSERT(reducer_ != nullptr, "reduce_gradients needs ZeRO stage 0 or 1");
+  // An armed pass with no backward in it launches every bucket from the accumulated flat gradients.
+  reducer_->begin_backward(/*reduce=*/true);
+  reducer_->finish_backward();
+}
+
+std::pair<size_t, size_t> EngineImpl::locate(const at::Tensor& p) const {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i)
+      if (groups_[g].params[i].unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return {g, i};
+  DS_CHECK(false, "engine: a parameter of shape ", p.sizes(), " is not one the engine trains");
+  return {0, 0};
+}
+
+at::Tensor EngineImpl::accumulated_grad(const at::Tensor& p) const {
+  auto [g, i] = locate(p);
+  const runtime::FlatGroup& fg = groups_[g];
+  DS_ASSERT(fg.grads_flat.defined(), "accumulated_grad needs ZeRO stage 0 or 1");
+  return fg.grads_flat.narrow(0, fg.offsets[i], p.numel()).view(p.sizes());
+}
+
+void EngineImpl::pipeline_step(int64_t micro_batches) {
+  check_states_resident("step");
+  micro_steps_ += micro_batches;
+  boundary_step();
+}
+
+bool EngineImpl::agree_overflow(bool local) {
+  if (!model_parallel_.is_member()) return local;
+  at::Tensor flag = at::tensor({local ? int64_t{1} : int64_t{0}}, at::kLong);
+  model_parallel_.all_reduce(flag, comm::ReduceOp::kMax);
+  return flag.item<int64_t>() != 0;
+}
+
+double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
+  DS_ASSERT(!stage3_, "replica_grad_norm: stage 3 has no model-parallel support");
+  // Excluded ranges per group, relative to this rank's gradient partition (the whole buffer at stage 0).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> excluded(groups_.size());
+  for (const auto& p : norm_excluded_) {
+    auto [g, i] = locate(p);
+    const runtime::FlatGroup& fg = groups_[g];
+    const int64_t begin = fg.layout.begin(fg.layout.rank());
+    const int64_t lo = std::max(fg.offsets[i], begin) - begin;
+    const int64_t hi = std::min(fg.offsets[i] + p.numel(), begin + fg.layout.partition_size()) - begin;
+    if (lo < hi) excluded[g].emplace_back(lo, hi);
+  }
+  double sq = 0.0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.numel() == 0) return;
+    const double n = t.norm().item<double>();
+    sq += n * n;
+  };
+  for (size_t g = 0; g < grads.size(); ++g) {
+    auto& ranges = excluded[g];
+    std::sort(ranges.begin(), ranges.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : ranges) {
+      if (lo > at) add(grads[g].narrow(0, at, lo - at));
+      at = std::max(at, hi);
+    }
+    if (at < grads[g].numel()) add(grads[g].narrow(0, at, grads[g].numel() - at));
+  }
+  at::Tensor total = at::tensor({sq}, at::kDouble);
+  if (config_.zero.stage >= 1 && world_.size() > 1) world_.all_reduce(total, comm::ReduceOp::kSum);
+  model_parallel_.all_reduce(total, comm::ReduceOp::kSum);
+  return std::sqrt(std::max(0.0, total.item<double>()));
+}
+
+}  // namespace deepspeed

@@ -1,0 +1,397 @@
+// PipelineEngine at 2 and 4 ranks against a plain single-process LibTorch run of the same layers (the 1-stage
+// PipelineModule, which every rank builds and trains on its own): every layout of the world as stages x data-parallel
+// replicas, fp32 with SGD (exactly the reference's arithmetic), gradient clipping across stages, ZeRO stage 1, bf16
+// with Adam (against a single-rank Engine), tied weights bit-identical on their stages, eval_batch, and bad input.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/error.h"
+#include "deepspeed/pipe/engine.h"
+
+namespace ds = deepspeed;
+namespace dsp = deepspeed::pipe;
+
+namespace {
+
+constexpr int64_t kVocab = 16, kHidden = 8, kSeq = 4, kMicro = 2;
+constexpr int kGas = 4, kSteps = 5;
+
+class ToyBlockImpl : public torch::nn::Module {
+ public:
+  explicit ToyBlockImpl(int64_t h) : fc(register_module("fc", torch::nn::Linear(h, h))) {}
+  at::Tensor forward(const at::Tensor& x) { return x + at::tanh(fc->forward(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(ToyBlock);
+
+torch::nn::AnyModule make_embedding() { return torch::nn::AnyModule(torch::nn::Embedding(kVocab, kHidden)); }
+
+// 9 layers: embedding, six blocks, a parameter-free function, and the head tied to the embedding.
+std::vector<dsp::LayerSpec> toy_layers(int blocks = 6) {
+  std::vector<dsp::LayerSpec> layers;
+  layers.push_back(dsp::TiedLayerSpec("embed", "Embedding", make_embedding));
+  for (int i = 0; i < blocks; ++i) layers.push_back(dsp::LayerSpec::of<ToyBlock>("ToyBlock", kHidden));
+  layers.push_back(dsp::LayerSpec::function("Scale", [](const at::Tensor& x) { return x * 0.5; }));
+  layers.push_back(dsp::TiedLayerSpec("embed", "Embedding", make_embedding,
+                                       [](torch::nn::Module& m, const at::Tensor& x) {
+                                         return at::matmul(x, m.named_parameters()["weight"].t());
+                                       }));
+  return layers;
+}
+
+at::Tensor toy_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  return at::cross_entropy_loss(logits.reshape({-1, kVocab}).to(at::kFloat), labels.reshape({-1}));
+}
+
+dsp::PipelineModuleOptions toy_options(int num_stages, const std::string& partition = "parameters") {
+  dsp::PipelineModuleOptions o;
+  o.layers = toy_layers();
+  o.num_stages = num_stages;
+  o.loss_fn = toy_loss;
+  o.partition_method = partition;
+  o.base_seed = 42;
+  return o;
+}
+
+// Micro-batch m of data-parallel replica d at step `step`: the same on every rank and in the reference.
+dsp::MicroBatch micro_batch(int step, int d, int m) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 * step + 10 * d + m);
+  return {at::randint(kVocab, {kMicro, kSeq}, gen, at::kLong), at::randint(kVocab, {kMicro, kSeq}, gen, at::kLong)};
+}
+
+ds::Config make_config(const std::string& precision, const std::string& optimizer, int stage, double clip) {
+  std::string opt = optimizer == "SGD" ? R"({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}})"
+                                       : R"({"type": "Adam", "params": {"lr": 0.01}})";
+  std::string prec = precision == "bf16" ? R"(, "bf16": {"enabled": true})" : "";
+  return ds::Config::from_string(R"({"train_micro_batch_size_per_gpu": )" + std::to_string(kMicro) +
+                                 R"(, "gradient_accumulation_steps": )" + std::to_string(kGas) +
+                                 R"(, "steps_per_print": 1000, "gradient_clipping": )" + std::to_string(clip) +
+                                 R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
+                                 R"(}, "optimizer": )" + opt + prec + "}");
+}
+
+using Params = std::map<std::string, at::Tensor>;
+
+Params snapshot(const torch::nn::Module& m) {
+  Params out;
+  for (const auto& item : m.named_parameters()) out[item.key()] = item.value().detach().to(at::kFloat).clone();
+  return out;
+}
+
+struct Reference {
+  Params params;
+  std::vector<double> losses;  // per step: mean over micro-batches and replicas
+};
+
+// Plain LibTorch: the whole model in one process, SGD with momentum, the pipeline's batch (dp x gas micro-batches).
+Reference sgd_reference(int dp, double clip) {
+  dsp::PipelineModule model(toy_options(1), /*num_stages=*/1, /*stage_id=*/0);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  Reference ref;
+  for (int step = 0; step < kSteps; ++step) {
+    sgd.zero_grad();
+    double total = 0;
+    for (int d = 0; d < dp; ++d) {
+      for (int m = 0; m < kGas; ++m) {
+        dsp::MicroBatch mb = micro_batch(step, d, m);
+        at::Tensor loss = model->loss(model->forward(mb.inputs), mb.labels);
+        total += loss.item<double>();
+        (loss / static_cast<double>(dp * kGas)).backward();
+      }
+    }
+    if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
+    sgd.step();
+    ref.losses.push_back(total / (dp * kGas));
+  }
+  ref.params = snapshot(*model);
+  return ref;
+}
+
+// The same model in a single-rank Engine (for precisions and optimizers LibTorch alone does not reproduce): one group
+// per rank, created in the same order everywhere, each rank keeping its own.
+Reference engine_reference(int dp, const std::string& precision, const std::string& optimizer) {
+  ds::comm::ProcessGroup self;
+  for (int r = 0; r < ds::comm::get_world_size(); ++r) {
+    auto g = ds::comm::new_group({r});
+    if (g.is_member()) self = g;
+  }
+  ds::Config config = make_config(precision, optimizer, 0, 0.0);
+  config.gradient_accumulation_steps = kGas * dp;
+  config.train_batch_size.reset();
+  dsp::PipelineModule model(toy_options(1), 1, 0);
+  ds::InitializeOptions options;
+  options.data_parallel_group = self;
+  auto engine = ds::initialize(model, config, std::move(options));
+  Reference ref;
+  for (int step = 0; step < kSteps; ++step) {
+    double total = 0;
+    for (int d = 0; d < dp; ++d) {
+      for (int m = 0; m < kGas; ++m) {
+        dsp::MicroBatch mb = micro_batch(step, d, m);
+        at::Tensor loss = model->loss(engine.forward(mb.inputs), mb.labels);
+        total += loss.item<double>();
+        engine.backward(loss);
+        engine.step();
+      }
+    }
+    ref.losses.push_back(total / (dp * kGas));
+  }
+  ref.params = snapshot(*model);
+  return ref;
+}
+
+struct PipelineRun {
+  Params params;  // this stage's parameters
+  std::vector<double> losses;
+  dsp::PipelineModule module{nullptr};
+};
+
+PipelineRun train_pipeline(int stages, const ds::Config& config, const std::string& partition = "parameters") {
+  dsp::PipelineModule module(toy_options(stages, partition));
+  auto engine = dsp::initialize(module, config);
+  const int d = module->topology().get_coord(ds::comm::get_rank()).get("data");
+  PipelineRun run;
+  for (int step = 0; step < kSteps; ++step) {
+    int m = 0;
+    at::Tensor loss = engine.train_batch([&] { return micro_batch(step, d, m++); });
+    EXPECT_EQ(m, engine.is_first_stage() || engine.is_last_stage() ? kGas : 0) << "data iterator calls";
+    run.losses.push_back(loss.item<double>());
+  }
+  EXPECT_EQ(engine.global_steps(), kSteps);
+  const dsp::PipelineTiming& t = engine.last_timing();
+  EXPECT_GT(t.total, 0.0);
+  EXPECT_LE(t.compute + t.p2p + t.reduce, t.total * 1.01 + 1e-3) << "the timers' parts fit in the batch";
+  run.params = snapshot(*module);
+  run.module = module;
+  return run;
+}
+
+double max_rel_error(const PipelineRun& run, const Reference& ref) {
+  double worst = 0;
+  EXPECT_FALSE(run.params.empty());
+  for (const auto& [name, value] : run.params) {
+    auto it = ref.params.find(name);
+    EXPECT_NE(it, ref.params.end()) << name << " is not a parameter of the whole model";
+    if (it == ref.params.end()) continue;
+    const double scale = std::max(it->second.abs().max().item<double>(), 1e-3);
+    worst = std::max(worst, (value - it->second).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+// Every rank holding the tied embedding has bit-identical values (ranks without it are neutral in MAX/MIN).
+void expect_tied_identical(const PipelineRun& run) {
+  auto it = run.params.find("tied_modules.embed.weight");
+  const bool has = it != run.params.end();
+  at::Tensor hi = has ? it->second.clone() : at::full({kVocab, kHidden}, -INFINITY);
+  at::Tensor lo = has ? it->second.clone() : at::full({kVocab, kHidden}, INFINITY);
+  auto world = ds::comm::get_world_group();
+  world.all_reduce(hi, ds::comm::ReduceOp::kMax);
+  world.all_reduce(lo, ds::comm::ReduceOp::kMin);
+  EXPECT_TRUE(at::equal(hi, lo)) << "tied copies differ by " << (hi - lo).abs().max().item<double>();
+}
+
+// The layouts of the world: (stages, data-parallel) for every stage count dividing it.
+std::vector<int> stage_counts() {
+  std::vector<int> out;
+  for (int s = 1; s <= ds::comm::get_world_size(); ++s)
+    if (ds::comm::get_world_size() % s == 0) out.push_back(s);
+  return out;
+}
+
+class PipelineEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!ds::comm::is_initialized()) ds::comm::init_distributed();
+  }
+};
+
+TEST_F(PipelineEngineTest, Fp32SgdMatchesSingleProcessLibTorch) {
+  for (int stages : stage_counts()) {
+    const int dp = ds::comm::get_world_size() / stages;
+    SCOPED_TRACE("stages " + std::to_string(stages) + " x dp " + std::to_string(dp));
+    Reference ref = sgd_reference(dp, 0.0);
+    PipelineRun run = train_pipeline(stages, make_config("fp32", "SGD", 0, 0.0));
+    EXPECT_LT(max_rel_error(run, ref), 2e-5);
+    for (int s = 0; s < kSteps; ++s) EXPECT_NEAR(run.losses[s], ref.losses[s], 1e-5) << "step " << s;
+    expect_tied_identical(run);
+  }
+}
+
+TEST_F(PipelineEngineTest, ClippingAcrossStagesAndZeroStage1MatchLibTorch) {
+  // A clip well below the gradient norm: every step is clipped, so a norm that missed a stage, or counted the tied
+  // embedding twice, would scale the update differently.
+  const double clip = 0.05;
+  for (int stages : stage_counts()) {
+    const int dp = ds::comm::get_world_size() / stages;
+    SCOPED_TRACE("stages " + std::to_string(stages) + " x dp " + std::to_string(dp));
+    Reference ref = sgd_reference(dp, clip);
+    PipelineRun run = train_pipeline(stages, make_config("fp32", "SGD", 1, clip), "uniform");
+    EXPECT_LT(max_rel_error(run, ref), 2e-5);
+    expect_tied_identical(run);
+    Reference unclipped = sgd_reference(dp, 0.0);
+    EXPECT_GT(max_rel_error(run, unclipped), 1e-3) << "the clip must have changed the result";
+  }
+}
+
+TEST_F(PipelineEngineTest, Bf16AdamMatchesSingleRankEngine) {
+  for (int stages : stage_counts()) {
+    if (stages == 1) continue;
+    const int dp = ds::comm::get_world_size() / stages;
+    SCOPED_TRACE("stages " + std::to_string(stages) + " x dp " + std::to_string(dp));
+    Reference ref = engine_reference(dp, "bf16", "Adam");
+    PipelineRun run = train_pipeline(stages, make_config("bf16", "Adam", 1, 0.0));
+    EXPECT_LT(max_rel_error(run, ref), 2e-2);
+    for (int s = 0; s < kSteps; ++s) EXPECT_NEAR(run.losses[s], ref.losses[s], 2e-2) << "step " << s;
+    expect_tied_identical(run);
+  }
+}
+
+TEST_F(PipelineEngineTest, EvalBatchMatchesReferenceAndLeavesParameters) {
+  const int stages = ds::comm::get_world_size();
+  dsp::PipelineModule module(toy_options(stages));
+  auto engine = dsp::initialize(module, make_config("fp32", "SGD", 0, 0.0));
+  dsp::PipelineModule whole(toy_options(1), 1, 0);
+  const Params before = snapshot(*module);
+  int m = 0;
+  at::Tensor loss = engine.eval_batch([&] { return micro_batch(7, 0, m++); });
+  double expected = 0;
+  {
+    at::NoGradGuard no_grad;
+    for (int i = 0; i < kGas; ++i) {
+      dsp::MicroBatch mb = micro_batch(7, 0, i);
+      expected += whole->loss(whole->forward(mb.inputs), mb.labels).item<double>() / kGas;
+    }
+  }
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-6);
+  for (const auto& [name, value] : snapshot(*module)) EXPECT_TRUE(at::equal(value, before.at(name))) << name;
+  EXPECT_TRUE(module->is_training()) << "eval_batch restores the training mode";
+  EXPECT_EQ(engine.global_steps(), 0);
+}
+
+TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
+  const int world = ds::comm::get_world_size();
+  auto expect_error = [](const std::function<void()>& fn, const std::string& words) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one mentioning \"" << words << "\"";
+    } catch (const ds::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  // A world that the stage count does not divide.
+  expect_error([&] { dsp::PipelineModule m(toy_options(world + 1)); }, "not divisible");
+  // More stages than layers.
+  expect_error(
+      [&] {
+        dsp::PipelineModuleOptions o = toy_options(world);
+        o.layers.erase(o.layers.begin() + (world - 1), o.layers.end());
+        dsp::PipelineModule m(o);
+      },
+      "layers");
+  // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
+  for (int stage : {2, 3}) {
+    expect_error(
+        [&] {
+          dsp::PipelineModule m(toy_options(world));
+          dsp::initialize(m, make_config("fp32", "SGD", stage, 0.0));
+        },
+        "pipeline");
+  }
+}
+
+// Save mid-run, keep training; a fresh engine that loads the checkpoint and trains the same steps ends bit-identical.
+// The layer files hold each layer's weights as they were at the save; a pipeline of another stage count is refused.
+TEST_F(PipelineEngineTest, CheckpointResumeIsBitExact) {
+  const int world = ds::comm::get_world_size();
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ds_pipe_ckpt_" + std::string(port ? port : "0"))).string();
+  if (ds::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+  ds::comm::barrier();
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const ds::Config config = make_config(precision, "Adam", 1, 0.5);
+    auto run_steps = [&](dsp::PipelineEngine& engine, int from, int to) {
+      const int d = engine.module()->topology().get_coord(ds::comm::get_rank()).get("data");
+      for (int step = from; step < to; ++step) {
+        int m = 0;
+        engine.train_batch([&] { return micro_batch(step, d, m++); });
+      }
+    };
+    dsp::PipelineModule first(toy_options(world));
+    auto a = dsp::initialize(first, config);
+    run_steps(a, 0, 2);
+    auto client = ds::checkpoint::make_state_dict();
+    client.insert("data_step", int64_t{2});
+    const std::string tag = a.save_checkpoint(dir, "mid_" + precision, client);
+    const Params at_save = snapshot(*first);
+    run_steps(a, 2, kSteps);
+
+    dsp::PipelineModuleOptions other = toy_options(world);
+    other.base_seed = 7;  // different initial values: everything must come from the checkpoint
+    dsp::PipelineModule second(other);
+    auto b = dsp::initialize(second, config);
+    auto loaded = b.load_checkpoint(dir);
+    ASSERT_TRUE(loaded.has_value());
+    EXPECT_EQ(loaded->client_state.at("data_step").toInt(), 2);
+    EXPECT_FALSE(loaded->client_state.contains("ds_pipeline_parts")) << "the pipeline's own key is not the client's";
+    EXPECT_EQ(b.global_steps(), 2);
+    run_steps(b, 2, kSteps);
+    const Params p1 = snapshot(*first), p2 = snapshot(*second);
+    for (const auto& [name, value] : p1) EXPECT_TRUE(at::equal(value, p2.at(name))) << name;
+
+    // Layer files (written by data-parallel rank 0 of each stage): this stage's layers as they were at the save.
+    if (first->topology().get_coord(ds::comm::get_rank()).get("data") == 0) {
+      int checked = 0;
+      for (const auto& [name, value] : at_save) {
+        const auto dot = name.find('.');
+        std::string layer = name.substr(0, dot), rest = name.substr(dot + 1);
+        int index = 0;
+        if (layer == "tied_modules") {
+          const auto dot2 = rest.find('.');
+          rest = rest.substr(dot2 + 1);
+          if (first->stage_id() != 0) continue;  // the tied module is filed at its first index, layer 0
+        } else {
+          index = std::stoi(layer);
+        }
+        char file[64];
+        std::snprintf(file, sizeof(file), "/layer_%02d-model_states.pt", index);
+        auto state = ds::checkpoint::load_state(ds::checkpoint::tag_dir(dir, tag) + file);
+        EXPECT_TRUE(at::equal(state.at(rest).toTensor().to(at::kFloat), value)) << name << " in " << file;
+        ++checked;
+      }
+      EXPECT_GT(checked, 0);
+    }
+  }
+  // Another stage count: refused before anything changes.
+  const int other_stages = world == 4 ? 2 : 1;
+  dsp::PipelineModule third(toy_options(other_stages));
+  auto c = dsp::initialize(third, make_config("fp32", "Adam", 1, 0.5));
+  const Params before = snapshot(*third);
+  try {
+    c.load_checkpoint(dir);
+    ADD_FAILURE() << "loading a " << world << "-stage checkpoint into " << other_stages << " stages must fail";
+  } catch (const ds::checkpoint::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("splits the layers"), std::string::npos) << e.what();
+  }
+  for (const auto& [name, value] : snapshot(*third)) EXPECT_TRUE(at::equal(value, before.at(name))) << name;
+  ds::comm::barrier();
+  if (ds::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
