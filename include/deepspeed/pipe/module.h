@@ -116,6 +116,8 @@ using Partition = std::vector<int>;
 // by at most one, the larger parts first.
 Partition partition_uniform(int num_items, int num_parts);
 // Contiguous parts that minimise the heaviest part's total weight (DeepSpeed's partition_balanced).
+// Among optimal splits the earlier parts take as many items as the optimum allows (10 equal weights
+// in 3 parts: 0,4,8,10). Every part is non-empty when there are at least num_parts items.
 Partition partition_balanced(const std::vector<double>& weights, int num_parts);
 // The partition `method` gives `layers` for `num_stages` stages. Throws deepspeed::Error for an
 // unknown method, a regex that matches no layer, bad explicit boundaries, or fewer layers than
