@@ -314,6 +314,83 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
   }
 }
 
+// fp16 (elementwise layers: LibTorch 1.13 has no fp16 matmul on CPU): a loss scale of 2^20 overflows for the first
+// steps; every stage must skip the same steps (the overflow decision is agreed over the pipeline) and end where a
+// single-rank engine ends.
+class AffineImpl : public torch::nn::Module {
+ public:
+  AffineImpl() : w(register_parameter("w", at::randn({37}) * 0.5 + 1.0)), b(register_parameter("b", at::randn({37}) * 0.1)) {}
+  at::Tensor forward(const at::Tensor& x) { return x * w + b; }
+  at::Tensor w, b;
+};
+TORCH_MODULE(Affine);
+
+dsp::PipelineModuleOptions fp16_options(int num_stages) {
+  dsp::PipelineModuleOptions o;
+  for (int i = 0; i < 4; ++i) o.layers.push_back(dsp::LayerSpec::of<Affine>("Affine"));
+  o.num_stages = num_stages;
+  o.partition_method = "uniform";
+  o.base_seed = 3;
+  o.loss_fn = [](const at::Tensor& out, const at::Tensor& t) { return (out.sum(1) - t).pow(2).mean().to(at::kFloat); };
+  return o;
+}
+
+dsp::MicroBatch fp16_micro_batch(int step, int d, int m) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5000 + 1000 * step + 10 * d + m);
+  return {at::randn({kMicro, 37}, gen).to(at::kHalf), at::randn({kMicro}, gen).to(at::kHalf)};
+}
+
+TEST_F(PipelineEngineTest, Fp16SkipsOverflowingStepsOnEveryStage) {
+  const int world = ds::comm::get_world_size();
+  const std::string json = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+      "steps_per_print": 1000, "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
+      "fp16": {"enabled": true, "initial_scale_power": 20, "hysteresis": 1}})";
+  const int steps = 10;
+  // Reference: the whole model in a single-rank engine, the pipeline's batches in the same order.
+  ds::comm::ProcessGroup self;
+  for (int r = 0; r < world; ++r) {
+    auto g = ds::comm::new_group({r});
+    if (g.is_member()) self = g;
+  }
+  // Pure pipelines only: with data parallelism each micro-batch's loss is scaled by 1/gas rather than the
+  // reference's 1/(gas x dp), so fp16 overflows at another loss scale, as it does in DeepSpeed.
+  for (int stages : {world}) {
+    const int dp = 1;
+    SCOPED_TRACE("stages " + std::to_string(stages));
+    ds::Config ref_config = ds::Config::from_string(json);
+    ref_config.gradient_accumulation_steps = kGas * dp;
+    dsp::PipelineModule whole(fp16_options(1), 1, 0);
+    ds::InitializeOptions ref_options;
+    ref_options.data_parallel_group = self;
+    auto ref = ds::initialize(whole, ref_config, std::move(ref_options));
+    for (int step = 0; step < steps; ++step)
+      for (int d = 0; d < dp; ++d)
+        for (int m = 0; m < kGas; ++m) {
+          dsp::MicroBatch mb = fp16_micro_batch(step, d, m);
+          at::Tensor loss = whole->loss(ref.forward(mb.inputs), mb.labels);
+          ref.backward(loss);
+          ref.step();
+        }
+    ASSERT_GT(ref.skipped_steps(), 0) << "the loss scale must start too high";
+    ASSERT_LT(ref.skipped_steps(), steps) << "some steps must be taken";
+
+    dsp::PipelineModule module(fp16_options(stages));
+    auto engine = dsp::initialize(module, ds::Config::from_string(json));
+    const int d = module->topology().get_coord(ds::comm::get_rank()).get("data");
+    for (int step = 0; step < steps; ++step) {
+      int m = 0;
+      engine.train_batch([&] { return fp16_micro_batch(step, d, m++); });
+    }
+    EXPECT_EQ(engine.skipped_steps(), ref.skipped_steps()) << "every stage skips what the whole model skips";
+    EXPECT_EQ(engine.loss_scale(), ref.loss_scale());
+    const Params mine = snapshot(*module), expected = snapshot(*whole);
+    for (const auto& [name, value] : mine) {
+      const at::Tensor& e = expected.at(name);
+      EXPECT_LT((value - e).abs().max().item<double>(), 2e-2 * std::max(1.0, e.abs().max().item<double>())) << name;
+    }
+  }
+}
+
 // Save mid-run, keep training; a fresh engine that loads the checkpoint and trains the same steps ends bit-identical.
 // The layer files hold each layer's weights as they were at the save; a pipeline of another stage count is refused.
 TEST_F(PipelineEngineTest, CheckpointResumeIsBitExact) {
