@@ -90,13 +90,13 @@ class ParkedSink {
   int64_t bytes_ = 0;
 };
 
+}  // namespace
+
 std::string first_line(const char* what) {
   std::string s = what;
   size_t nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
-
-}  // namespace
 
 int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink) {
   c10::IValue exact = storage_exact(value);

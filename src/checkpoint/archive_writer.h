@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace deepspeed::checkpoint {
@@ -31,5 +32,8 @@ int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink);
 
 // The archive as bytes (for callers that want it in memory); one copy of the tensor bytes.
 std::vector<char> torch_archive_bytes(const c10::IValue& value);
+
+// The first line of a LibTorch error message (c10::Error carries a backtrace; our errors promise one line).
+std::string first_line(const char* what);
 
 }  // namespace deepspeed::checkpoint

@@ -170,13 +170,6 @@ class BytesReadAdapter : public caffe2::serialize::ReadAdapterInterface {
 
 void release_bytes(void* ctx) { delete static_cast<std::shared_ptr<FileBytes>*>(ctx); }
 
-// c10::Error messages carry a backtrace; one line is what our errors promise.
-std::string first_line(const char* what) {
-  std::string s = what;
-  size_t nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
 // Every storage must lie inside the file: a corrupt record table must not make tensors read past
 // it.
 void check_storages(const c10::IValue& value, const FileBytes& bytes, const std::string& name) {
