@@ -65,7 +65,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
 
   const int data_rank = module->topology().get_coord(rank).get("data");
   at::Tensor windows = make_windows(load_corpus(args.data_path), model_cfg.seq_len);
-  deepspeed::Engine& stage = engine.stage_engine();
+  const deepspeed::Engine& stage = engine.stage_engine();
   deepspeed::DataParallelSampler sampler(windows.size(0), stage.train_micro_batch_size_per_gpu(),
                                          stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size(),
                                          static_cast<uint64_t>(args.seed));

@@ -93,8 +93,19 @@ void PipelineModuleImpl::build(int num_stages, int stage_id) {
   // module type it builds.
   std::map<std::string, int> first_index;
   for (int i = 0; i < num_layers(); ++i) {
-    const auto& key = specs_[static_cast<size_t>(i)].tied_key();
-    if (key && !first_index.count(*key)) first_index[*key] = i;
+    const LayerSpec& spec = specs_[static_cast<size_t>(i)];
+    const auto& key = spec.tied_key();
+    if (!key) continue;
+    if (!first_index.count(*key)) {
+      first_index[*key] = i;
+      continue;
+    }
+    // Every stage reduces the tie's gradients tensor by tensor: all occurrences must agree on what is shared.
+    const LayerSpec& first = specs_[static_cast<size_t>(first_index[*key])];
+    DS_CHECK(spec.type_name() == first.type_name() && spec.tied_weight_attr() == first.tied_weight_attr(),
+             "pipeline: tied layers \"", *key, "\" at ", first_index[*key], " and ", i,
+             " differ in type or tied_weight_attr; every TiedLayerSpec of a key must build the same module and share "
+             "the same weights");
   }
   std::shared_ptr<torch::nn::Module> tied_holder;
   std::map<std::string, std::shared_ptr<torch::nn::Module>> tied;

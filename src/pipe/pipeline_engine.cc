@@ -222,6 +222,7 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
   } catch (...) {
     module_->train(was_training);
     for (auto& b : buffers_) b.input = b.output = b.label = at::Tensor();
+    if (train) impl_->discard_gradients();  // the next batch must not inherit part of this one
     throw;
   }
   module_->train(was_training);
@@ -273,7 +274,7 @@ double PipelineEngine::loss_scale() const { return impl_->engine_->loss_scale();
 int64_t PipelineEngine::skipped_steps() const { return impl_->engine_->skipped_steps(); }
 const PipelineTiming& PipelineEngine::last_timing() const { return impl_->timing_; }
 PipelineModule PipelineEngine::module() const { return impl_->module_; }
-Engine& PipelineEngine::stage_engine() { return *impl_->engine_; }
+const Engine& PipelineEngine::stage_engine() const { return *impl_->engine_; }
 
 PipelineEngine initialize(PipelineModule module, const Config& config, InitializeOptions options) {
   return PipelineEngine(std::make_shared<PipelineEngineImpl>(std::move(module), config, std::move(options)));

@@ -97,6 +97,10 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
     model_parallel_ = options.model_parallel_group;
   norm_excluded_ = options.norm_excluded_params;
+  DS_CHECK_T(ConfigError, norm_excluded_.empty() || model_parallel_.is_member(),
+             "initialize: norm_excluded_params needs a model_parallel_group of more than one rank");
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() || config_.zero.stage <= 1,
+             "initialize: a model_parallel_group works with zero_optimization.stage 0 or 1, got ", config_.zero.stage);
   config_.resolve_batch(world_.size());
   runtime::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a

@@ -52,6 +52,8 @@ class EngineImpl {
   at::Tensor accumulated_grad(const at::Tensor& p) const;
   // The boundary step after `micro_batches` micro-batches: optimizer, LR schedule, zeroed gradients, counters.
   void pipeline_step(int64_t micro_batches);
+  // Drops the gradients accumulated since the last step (a batch that failed half-way).
+  void discard_gradients();
 
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
   int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }

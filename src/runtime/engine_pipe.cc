@@ -59,6 +59,12 @@ void EngineImpl::pipeline_step(int64_t micro_batches) {
   boundary_step();
 }
 
+void EngineImpl::discard_gradients() {
+  DS_ASSERT(reducer_ != nullptr, "discard_gradients needs ZeRO stage 0 or 1");
+  runtime::zero_grads(groups_);
+  reducer_->zero_partition_grads();
+}
+
 bool EngineImpl::agree_overflow(bool local) {
   if (!model_parallel_.is_member()) return local;
   at::Tensor flag = at::tensor({local ? int64_t{1} : int64_t{0}}, at::kLong);

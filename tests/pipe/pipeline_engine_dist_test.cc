@@ -261,6 +261,30 @@ TEST_F(PipelineEngineTest, Bf16AdamMatchesSingleRankEngine) {
   }
 }
 
+// A batch whose data iterator throws half-way leaves no gradients behind: the run then equals one without it. (One
+// stage, every rank its own first and last stage, so every rank throws at the same point and none is left waiting.)
+TEST_F(PipelineEngineTest, FailedBatchLeavesNoGradients) {
+  const int dp = ds::comm::get_world_size();
+  Reference ref = sgd_reference(dp, 0.0);
+  dsp::PipelineModule module(toy_options(1));
+  auto engine = dsp::initialize(module, make_config("fp32", "SGD", 0, 0.0));
+  const int d = module->topology().get_coord(ds::comm::get_rank()).get("data");
+  int m = 0;
+  EXPECT_THROW(engine.train_batch([&]() -> dsp::MicroBatch {
+    if (m == 2) throw std::runtime_error("data source failed");
+    return micro_batch(0, d, m++);
+  }),
+               std::runtime_error);
+  EXPECT_EQ(engine.global_steps(), 0);
+  for (int step = 0; step < kSteps; ++step) {
+    int k = 0;
+    engine.train_batch([&] { return micro_batch(step, d, k++); });
+  }
+  PipelineRun run;
+  run.params = snapshot(*module);
+  EXPECT_LT(max_rel_error(run, ref), 2e-5);
+}
+
 TEST_F(PipelineEngineTest, EvalBatchMatchesReferenceAndLeavesParameters) {
   const int stages = ds::comm::get_world_size();
   dsp::PipelineModule module(toy_options(stages));
@@ -303,6 +327,14 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
         dsp::PipelineModule m(o);
       },
       "layers");
+  // Tied layers of one key that share different weights would reduce different tensors on different stages.
+  expect_error(
+      [&] {
+        dsp::PipelineModuleOptions o = toy_options(world);
+        o.layers.back() = dsp::TiedLayerSpec("embed", "Embedding", make_embedding, nullptr, {"weight", "bias"});
+        dsp::PipelineModule m(o);
+      },
+      "tied_weight_attr");
   // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
   for (int stage : {2, 3}) {
     expect_error(

@@ -317,8 +317,8 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
   EXPECT_GE(plain, embed_bytes + c.layers * block_bytes) << "the plain model holds every block";
   // Measured beyond the partitions: 0.97 blocks at 1-4 ranks (the block being built, or a block gathered for its
   // initialisation under GatheredParameters), never the model. The count is process-wide, so a buffer that the
-  // communication threads released only after wait() returned would count too: construction frees its broadcast
-  // buffers itself (zero/stage3/detach_storage.h); before it did, 1.3-2.6 blocks were measured.
+  // communication threads released only after wait() returned would count too: construction waits for them to let
+  // go of its broadcast buffers (zero/stage3/detach_storage.h); before it did, 1.3-2.6 blocks were measured.
   EXPECT_LE(sharded, embed_bytes + partitions + block_bytes + 64 * 1024)
       << "zero::Init held more than one block whole (block " << block_bytes << " B, plain " << plain << " B)";
   if (n >= 2) EXPECT_LT(sharded, plain);

@@ -14,7 +14,10 @@
 // config as for deepspeed::Engine; ZeRO stages 2 and 3 are rejected, as DeepSpeed rejects them with pipelines.
 //
 // The data iterator is called once per micro-batch on the first stage (for inputs) and on the last stage (for
-// labels); other stages never call it. Every micro-batch of a run must have the same shape.
+// labels); other stages never call it. Every micro-batch of a run, in train_batch and eval_batch alike, must have
+// the same shape: shapes are announced once per link. An error on one stage (a changed shape, a missing label, a
+// non-scalar loss) throws there; its neighbours, blocked in a transfer, fail when the communication timeout
+// (DS_COMM_TIMEOUT, 30 minutes by default) expires. A batch that threw leaves no gradients behind.
 //
 // Thread-safety: driven from one thread, in the same order on every rank.
 #pragma once
@@ -86,8 +89,9 @@ class PipelineEngine {
   std::optional<LoadCheckpointResult> load_checkpoint(const std::string& load_dir,
                                                       const LoadCheckpointOptions& options = {});
   PipelineModule module() const;
-  // This stage's engine (its optimizer, schedule, counters and model-state accounting).
-  Engine& stage_engine();
+  // This stage's engine, for reading (batch sizes, counters, model-state accounting). Training and checkpoints go
+  // through the pipeline engine: the stage engine alone knows nothing of the other stages.
+  const Engine& stage_engine() const;
 
  private:
   std::shared_ptr<PipelineEngineImpl> impl_;

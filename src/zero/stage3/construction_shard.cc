@@ -35,14 +35,14 @@ void ConstructionShard::partition(UnitBase& unit) {
   const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
   for (size_t i = 0; i < cs->params_.size(); ++i) {
     at::Tensor p = cs->params_[i].detach().contiguous();
-    // Held by nothing but the parameter (and `p`): then its memory may be freed at once below, rather than when the
-    // communication thread drops its reference to the broadcast buffer, some time after wait() returns.
-    const bool sole_owner = p.storage().use_count() == (p.is_alias_of(cs->params_[i]) ? 2u : 1u);
+    const size_t before = p.storage().use_count();
+    const bool alias = p.is_alias_of(cs->params_[i]);
     if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/cs->world_.ranks()[0]);
     const int64_t lo = std::max(begin, cs->offsets_[i]), hi = std::min(end, cs->offsets_[i] + cs->numels_[i]);
     if (lo < hi) cs->shard_.narrow(0, lo - begin, hi - lo).copy_(p.reshape({-1}).narrow(0, lo - cs->offsets_[i], hi - lo));
     cs->params_[i].set_data(at::empty({0}, p.options()));
-    if (sole_owner) detach_storage(p);
+    // The parameter's memory goes with `p` below, not when the communication thread lets go of the broadcast.
+    wait_for_release(p, alias ? before - 1 : before);
   }
   unit.set_hooks(cs);
 }
@@ -60,8 +60,10 @@ void ConstructionShard::gather() {
   full_.narrow(0, layout_.begin(layout_.rank()), part).copy_(shard_);
   // One broadcast per owner straight into the full buffer: Gloo's list all-gather would stage a second whole copy
   // of the unit, and construction must hold no more than one.
+  const size_t before = full_.storage().use_count();
   for (int r = 0; r < world_.size() && world_.size() > 1; ++r)
     world_.broadcast(full_.narrow(0, layout_.begin(r), part), world_.ranks()[r]);
+  wait_for_release(full_, before);  // so that releasing the unit later frees it at once
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].set_data(full_.narrow(0, offsets_[i], numels_[i]).view(shapes_[i]));
 }
@@ -69,7 +71,6 @@ void ConstructionShard::gather() {
 void ConstructionShard::materialize() {
   gather();
   for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(params_[i].detach().clone());
-  detach_storage(full_);  // now, not when the communication threads drop their references
   full_ = at::Tensor();
   shard_ = at::Tensor();
   materialized_ = true;
@@ -84,12 +85,13 @@ void ConstructionShard::scatter(int modifier_rank) {
       at::Tensor dst = full_.narrow(0, offsets_[i], numels_[i]);
       if (params_[i].data_ptr() != dst.data_ptr()) dst.copy_(params_[i].reshape({-1}));
     }
+    const size_t before = full_.storage().use_count();
     world_.broadcast(full_, modifier_rank);
+    wait_for_release(full_, before);  // so that releasing the unit below frees it at once
   }
   shard_.copy_(full_.narrow(0, layout_.begin(layout_.rank()), layout_.partition_size()));  // in place: no second copy
   for (auto& p : params_) p.set_data(at::empty({0}, full_.options()));
-  detach_storage(full_);  // now, not when the communication threads drop their references
-  full_ = at::Tensor();
+  full_ = at::Tensor();  // freed now unless the caller still holds a view of it
 }
 
 void ConstructionShard::pre_forward() {
