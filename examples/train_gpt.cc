@@ -47,6 +47,27 @@ void print_final(int64_t step, double loss, double params_sq, double tokens, dou
   std::fflush(stdout);
 }
 
+int64_t resumed_step(const std::optional<deepspeed::LoadCheckpointResult>& loaded, int64_t global_steps,
+                     const std::string& load_dir) {
+  DS_CHECK(loaded.has_value(), "--load_dir ", load_dir, ": no checkpoint to resume from (no 'latest' file)");
+  auto data_step = loaded->client_state.find("data_step");
+  DS_CHECK(data_step != loaded->client_state.end() && data_step->value().toInt() == global_steps, "--load_dir ",
+           load_dir, ": the checkpoint's data position does not match its global step ", global_steps);
+  if (deepspeed::comm::get_rank() == 0)
+    std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(global_steps));
+  return global_steps;
+}
+
+deepspeed::checkpoint::StateDict data_position(int64_t done) {
+  auto client = deepspeed::checkpoint::make_state_dict();
+  client.insert("data_step", done);
+  return client;
+}
+
+bool is_save_point(const TrainGptArgs& args, int64_t done) {
+  return !args.save_dir.empty() && (done == args.steps || (args.save_interval > 0 && done % args.save_interval == 0));
+}
+
 }  // namespace examples
 
 namespace {
@@ -88,19 +109,9 @@ int train(const Args& args) {
 
   int64_t first_step = 0;
   if (!args.load_dir.empty()) {
-    auto loaded = engine.load_checkpoint(args.load_dir);
-    DS_CHECK(loaded.has_value(), "--load_dir ", args.load_dir, ": no checkpoint to resume from (no 'latest' file)");
-    first_step = engine.global_steps();
-    auto data_step = loaded->client_state.find("data_step");
-    DS_CHECK(data_step != loaded->client_state.end() && data_step->value().toInt() == first_step, "--load_dir ",
-             args.load_dir, ": the checkpoint's data position does not match its global step ", first_step);
-    if (rank == 0) std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(first_step));
+    auto loaded = engine.load_checkpoint(args.load_dir);  // before global_steps(): it sets them
+    first_step = examples::resumed_step(loaded, engine.global_steps(), args.load_dir);
   }
-  auto save = [&](int64_t done) {
-    auto client = deepspeed::checkpoint::make_state_dict();
-    client.insert("data_step", done);
-    engine.save_checkpoint(args.save_dir, std::nullopt, client);
-  };
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
   for (int64_t step = first_step; step < args.steps; ++step) {
@@ -115,9 +126,8 @@ int train(const Args& args) {
       step_loss += loss.item<double>();
     }
     last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
-    const bool last = step + 1 == args.steps;
-    if (!args.save_dir.empty() && (last || (args.save_interval > 0 && (step + 1) % args.save_interval == 0)))
-      save(step + 1);
+    if (examples::is_save_point(args, step + 1))
+      engine.save_checkpoint(args.save_dir, std::nullopt, examples::data_position(step + 1));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/config.h"
+#include "deepspeed/deepspeed.h"
 #include "gpt.h"
 
 namespace examples {
@@ -25,6 +28,16 @@ struct TrainGptArgs {
 // Rank 0 prints the summary line scripts compare runs by (collective: the peak memory is the largest rank's):
 //   final step=<N> loss=<float> params_l2=<sqrt(params_sq)> tokens_per_s=<tokens/seconds> peak_rss_mb=<float>
 void print_final(int64_t step, double loss, double params_sq, double tokens, double seconds);
+
+// --load_dir: the global step the run continues from. Checks that a checkpoint was loaded and that its data
+// position (client_state "data_step", written by data_position) is that step; rank 0 says where it resumed.
+int64_t resumed_step(const std::optional<deepspeed::LoadCheckpointResult>& loaded, int64_t global_steps,
+                     const std::string& load_dir);
+// The client state every save records: the data position (the number of finished global steps).
+deepspeed::checkpoint::StateDict data_position(int64_t done);
+// True when --save_dir is set and finishing step `done` (1-based) is a save point: every --save_interval steps
+// and after the last step.
+bool is_save_point(const TrainGptArgs& args, int64_t done);
 
 // --pipe_stages: train_gpt_pipe.cc.
 int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config);

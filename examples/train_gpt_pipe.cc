@@ -79,13 +79,8 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   }
   int64_t first_step = 0;
   if (!args.load_dir.empty()) {
-    auto loaded = engine.load_checkpoint(args.load_dir);
-    DS_CHECK(loaded.has_value(), "--load_dir ", args.load_dir, ": no checkpoint to resume from (no 'latest' file)");
-    first_step = engine.global_steps();
-    auto data_step = loaded->client_state.find("data_step");
-    DS_CHECK(data_step != loaded->client_state.end() && data_step->value().toInt() == first_step, "--load_dir ",
-             args.load_dir, ": the checkpoint's data position does not match its global step ", first_step);
-    if (rank == 0) std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(first_step));
+    auto loaded = engine.load_checkpoint(args.load_dir);  // before global_steps(): it sets them
+    first_step = resumed_step(loaded, engine.global_steps(), args.load_dir);
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
@@ -96,12 +91,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
       return dsp::MicroBatch{batch.narrow(1, 0, model_cfg.seq_len), batch.narrow(1, 1, model_cfg.seq_len)};
     });
     last_loss = loss.item<double>();
-    const bool last = step + 1 == args.steps;
-    if (!args.save_dir.empty() && (last || (args.save_interval > 0 && (step + 1) % args.save_interval == 0))) {
-      auto client = deepspeed::checkpoint::make_state_dict();
-      client.insert("data_step", step + 1);
-      engine.save_checkpoint(args.save_dir, std::nullopt, client);
-    }
+    if (is_save_point(args, step + 1)) engine.save_checkpoint(args.save_dir, std::nullopt, data_position(step + 1));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens =

@@ -30,21 +30,16 @@
 #include <vector>
 
 #include "deepspeed/checkpoint.h"
+#include "drop_cache.h"
 
 namespace ckpt = deepspeed::checkpoint;
 
 namespace {
 
+using deepspeed::bench::drop_cache;
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void drop_cache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
 }
 
 void raw_write(const std::string& path, const std::vector<at::Tensor>& tensors) {

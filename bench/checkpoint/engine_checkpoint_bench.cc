@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "drop_cache.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
@@ -52,6 +53,8 @@
 #include "gpt.h"
 
 namespace {
+
+using deepspeed::bench::drop_cache;
 
 namespace dc = deepspeed::comm;
 namespace ckpt = deepspeed::checkpoint;
@@ -85,14 +88,6 @@ std::string config_json(const Args& args) {
   })",
                 static_cast<long long>(args.micro));
   return buf;
-}
-
-void drop_cache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
 }
 
 void check_io(bool ok, const char* what, const std::string& path) {
