@@ -172,6 +172,11 @@ at::Tensor PipelineModuleImpl::forward(const at::Tensor& x) {
   return h;
 }
 
+void PipelineModuleImpl::set_activation_checkpoint_interval(int interval) {
+  DS_CHECK(interval >= 0, "pipeline: activation_checkpoint_interval must be >= 0, got ", interval);
+  options_.activation_checkpoint_interval = interval;
+}
+
 at::Tensor PipelineModuleImpl::loss(const at::Tensor& output, const at::Tensor& labels) const {
   DS_CHECK(static_cast<bool>(options_.loss_fn),
            "pipeline: no loss_fn in the PipelineModuleOptions");

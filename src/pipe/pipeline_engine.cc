@@ -49,9 +49,23 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
            " (tensor slicing) is not supported; use a pipe x data topology");
   grid_ = pipe_grid_ranks(topo, world_.rank());
   DS_ASSERT(grid_.stage_id == module_->stage_id(), "module and topology disagree on the stage");
+  // The config's pipeline section: stages must agree with the module; partition and seed_layers belong to
+  // PipelineModuleOptions (the module is split before the config is read); the checkpoint interval is applied here.
+  // pipe_partitioned / grad_partitioned split activations over a tensor-slicing group, which a pipe x data topology
+  // does not have: nothing to do for them.
+  const config::PipelineConfig& pc = config.pipeline;
+  DS_CHECK_T(ConfigError, !pc.stages || *pc.stages == grid_.pipe_parallel_size, "pipeline.stages ",
+             pc.stages.value_or(0), " differs from the PipelineModule's ", grid_.pipe_parallel_size, " stages");
+  DS_CHECK_T(ConfigError, pc.partition == "best", "pipeline.partition \"", pc.partition,
+             "\": set PipelineModuleOptions::partition_method instead (parameters, uniform, type:<regex>, boundaries)");
+  DS_CHECK_T(ConfigError, !pc.seed_layers,
+             "pipeline.seed_layers: set PipelineModuleOptions::base_seed instead (layers are built with the module)");
+  if (pc.activation_checkpoint_interval > 0) module_->set_activation_checkpoint_interval(pc.activation_checkpoint_interval);
+  Config stage_config = config;
+  stage_config.pipeline = config::PipelineConfig{};  // consumed here
   make_groups(options);
   sync_tied_weights();
-  impl_ = std::make_shared<EngineImpl>(module_.ptr(), config, std::move(options));
+  impl_ = std::make_shared<EngineImpl>(module_.ptr(), stage_config, std::move(options));
   engine_.emplace(torch::nn::AnyModule(module_), impl_);
   micro_batches_ = static_cast<int>(impl_->config_.gradient_accumulation_steps.value());
   buffers_.resize(static_cast<size_t>(TrainSchedule(micro_batches_, grid_.pipe_parallel_size, grid_.stage_id)

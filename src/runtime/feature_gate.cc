@@ -65,8 +65,14 @@ void check_supported_features(const config::Config& cfg) {
             "data_types.grad_accum_dtype", "accumulating gradients in a lower precision");
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");
   reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");
-  reject_if(cfg.pipeline.stages.has_value() && *cfg.pipeline.stages > 1, "pipeline.stages",
-            "pipeline parallelism");
+  // The pipeline engine consumes the pipeline section before its stage engines see the config.
+  DS_CHECK_T(ConfigError, !(cfg.pipeline.stages.has_value() && *cfg.pipeline.stages > 1),
+             "pipeline.stages ", cfg.pipeline.stages.value_or(1),
+             ": a pipeline is built with deepspeed::pipe::initialize from a PipelineModule, not deepspeed::initialize");
+  DS_CHECK_T(ConfigError, cfg.pipeline.partition == "best" && !cfg.pipeline.seed_layers &&
+                              cfg.pipeline.activation_checkpoint_interval == 0,
+             "pipeline: partition, seed_layers and activation_checkpoint_interval apply to a PipelineModule "
+             "(deepspeed::pipe::initialize), not to deepspeed::initialize");
   reject_if(cfg.monitor.tensorboard.enabled, "tensorboard.enabled", "the TensorBoard monitor");
   reject_if(cfg.monitor.csv_monitor.enabled, "csv_monitor.enabled", "the CSV monitor");
   reject_if(cfg.monitor.wandb.enabled, "wandb.enabled", "the Weights & Biases monitor");

@@ -73,7 +73,8 @@ dsp::MicroBatch micro_batch(int step, int d, int m) {
   return {at::randint(kVocab, {kMicro, kSeq}, gen, at::kLong), at::randint(kVocab, {kMicro, kSeq}, gen, at::kLong)};
 }
 
-ds::Config make_config(const std::string& precision, const std::string& optimizer, int stage, double clip) {
+ds::Config make_config(const std::string& precision, const std::string& optimizer, int stage, double clip,
+                       const std::string& extra = "") {
   std::string opt = optimizer == "SGD" ? R"({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}})"
                                        : R"({"type": "Adam", "params": {"lr": 0.01}})";
   std::string prec = precision == "bf16" ? R"(, "bf16": {"enabled": true})" : "";
@@ -81,7 +82,7 @@ ds::Config make_config(const std::string& precision, const std::string& optimize
                                  R"(, "gradient_accumulation_steps": )" + std::to_string(kGas) +
                                  R"(, "steps_per_print": 1000, "gradient_clipping": )" + std::to_string(clip) +
                                  R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
-                                 R"(}, "optimizer": )" + opt + prec + "}");
+                                 R"(}, "optimizer": )" + opt + prec + extra + "}");
 }
 
 using Params = std::map<std::string, at::Tensor>;
@@ -335,6 +336,27 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
         dsp::PipelineModule m(o);
       },
       "tied_weight_attr");
+  // The config's pipeline section: stages must match the module; partition and seed_layers belong to the module.
+  auto with_pipeline = [&](const std::string& section) {
+    return make_config("fp32", "SGD", 0, 0.0, ", \"pipeline\": " + section);
+  };
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, with_pipeline("{\"stages\": " + std::to_string(world + 1) + "}"));
+      },
+      "pipeline.stages");
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, with_pipeline("{\"partition\": \"uniform\"}"));
+      },
+      "pipeline.partition");
+  {
+    dsp::PipelineModule m(toy_options(world));
+    dsp::initialize(m, with_pipeline("{\"stages\": " + std::to_string(world) + ", \"activation_checkpoint_interval\": 2}"));
+    EXPECT_EQ(m->options().activation_checkpoint_interval, 2) << "the config's interval applies to the module";
+  }
   // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
   for (int stage : {2, 3}) {
     expect_error(

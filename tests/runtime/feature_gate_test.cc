@@ -83,5 +83,18 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   }
 }
 
+// The pipeline section belongs to deepspeed::pipe::initialize: the plain engine names it rather than ignore it.
+TEST(FeatureGate, PipelineSectionNeedsThePipelineEngine) {
+  std::string msg = rejection(R"({"train_batch_size": 8, "pipeline": {"stages": 2}})");
+  EXPECT_EQ(msg.rfind("pipeline.stages 2", 0), 0u) << msg;
+  EXPECT_NE(msg.find("deepspeed::pipe::initialize"), std::string::npos) << msg;
+  for (const char* section : {R"({"partition": "uniform"})", R"({"seed_layers": true})",
+                              R"({"activation_checkpoint_interval": 2})"}) {
+    msg = rejection(std::string(R"({"train_batch_size": 8, "pipeline": )") + section + "}");
+    EXPECT_EQ(msg.rfind("pipeline:", 0), 0u) << section << " got: " << msg;
+  }
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "pipeline": {"stages": 1}})"), "");
+}
+
 }  // namespace
 }  // namespace deepspeed::runtime

@@ -162,6 +162,8 @@ class PipelineModuleImpl : public torch::nn::Module {
   // This stage's copy of the tied module's shared parameters (tied_weight_attr), in attr order.
   std::vector<at::Tensor> tied_parameters(const std::string& key) const;
   const PipelineModuleOptions& options() const { return options_; }
+  // The config's pipeline.activation_checkpoint_interval, when set, overrides the module's (as in DeepSpeed).
+  void set_activation_checkpoint_interval(int interval);
 
  private:
   void build(int num_stages, int stage_id);
