@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "deepspeed/accelerator.h"
@@ -18,6 +19,7 @@
 #include "deepspeed/error.h"
 #include "runtime/engine_impl.h"
 #include "runtime/feature_gate.h"
+#include "moe/expert_params.h"
 #include "runtime/scheduler_factory.h"
 #include "zero/stage3/construction_shard.h"
 
@@ -43,6 +45,38 @@ std::vector<runtime::FlatGroup> make_groups(torch::nn::Module& module, std::vect
     groups.push_back(std::move(g));
   }
   return groups;
+}
+
+// Moves MoE expert parameters (of ep_size > 1) out of `groups` into groups of their own, one per group and
+// ep_size, reduced over their expert-data-parallel ranks (moe/expert_params.h). Groups left empty are dropped.
+void split_expert_groups(torch::nn::Module& module, std::vector<runtime::FlatGroup>& groups) {
+  std::vector<moe::ExpertParams> experts = moe::find_expert_params(module);
+  if (experts.empty()) return;
+  std::unordered_map<const void*, size_t> which;  // parameter -> entry of `experts`
+  for (size_t e = 0; e < experts.size(); ++e)
+    for (const auto& p : experts[e].params) which[p.unsafeGetTensorImpl()] = e;
+  std::vector<runtime::FlatGroup> dense, expert;
+  for (auto& g : groups) {
+    std::vector<runtime::FlatGroup> split(experts.size());
+    runtime::FlatGroup rest;
+    for (auto& p : g.params) {
+      auto it = which.find(p.unsafeGetTensorImpl());
+      (it == which.end() ? rest : split[it->second]).params.push_back(p);
+    }
+    for (size_t e = 0; e < split.size(); ++e) {
+      if (split[e].params.empty()) continue;
+      split[e].group = experts[e].group;
+      split[e].lr = g.lr;
+      split[e].weight_decay = g.weight_decay;
+      expert.push_back(std::move(split[e]));
+    }
+    if (rest.params.empty()) continue;
+    rest.lr = g.lr;
+    rest.weight_decay = g.weight_decay;
+    dense.push_back(std::move(rest));
+  }
+  groups = std::move(dense);
+  for (auto& g : expert) groups.push_back(std::move(g));
 }
 
 void configure_threads() {
@@ -125,6 +159,16 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
   if (stage < 3) zero::materialize_construction_shards(module_);
   groups_ = make_groups(*module_, std::move(options.param_groups));
+  split_expert_groups(*module_, groups_);
+  has_experts_ = std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); });
+  DS_CHECK_T(ConfigError, !has_experts_ || stage <= 2,
+             "zero_optimization.stage: MoE expert parallelism (ep_size > 1) works with stages 0-2, got ", stage);
+  DS_CHECK_T(ConfigError, !has_experts_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
+             "initialize: MoE expert parallelism (ep_size > 1) is not supported inside a pipeline or another "
+             "data-parallel layout; its groups are formed over the whole world");
+  DS_CHECK_T(ConfigError, !has_experts_ || config_.zero.offload_optimizer.device != config::OffloadDevice::kNvme,
+             "zero_optimization.offload_optimizer.device: nvme is not supported with MoE expert parallelism "
+             "(ep_size > 1); use \"cpu\" or none");
   if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
   if (stage == 3) {
     build_stage3();
@@ -134,17 +178,27 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   finish_construction(options);
 }
 
+void EngineImpl::check_no_expert_parallelism(const char* what) const {
+  // Each expert-parallel rank holds other experts under the same local names: the single-model files of this
+  // layout would keep rank 0's and lose the rest. DeepSpeed's per-expert files are not written yet.
+  DS_CHECK(!has_experts_, what, ": checkpoints of models with MoE expert parallelism (ep_size > 1) are not "
+           "supported yet (per-expert files are not written); train with ep_size 1 to checkpoint");
+}
+
 void EngineImpl::build_flat_stages() {
   const int stage = config_.zero.stage;
   runtime::FlattenOptions fo;
   fo.dtype = dtype_;
-  fo.world_size = stage >= 1 ? world_.size() : 1;
-  fo.rank = stage >= 1 ? world_.rank() : 0;
+  fo.partitioned = stage >= 1;
+  fo.group = world_;
   fo.full_grads = stage < 2;
   runtime::flatten_into(groups_, fo);
   // Every rank starts from rank 0's parameters, whatever its own initialization drew.
-  if (world_.size() > 1)
-    for (auto& g : groups_) world_.broadcast(g.params_flat, /*src=*/world_.ranks()[0]);
+  // (Experts from the first rank of their own group: other expert-parallel ranks hold other experts.)
+  for (auto& g : groups_) {
+    comm::ProcessGroup copies = runtime::copies_group(g, world_);
+    if (copies.size() > 1) copies.broadcast(g.params_flat, /*src=*/copies.ranks()[0]);
+  }
 
   runtime::GradReducerOptions ro;
   ro.bucket_elems = config_.zero.reduce_bucket_size;

@@ -326,6 +326,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         const std::optional<ckpt::StateDict>& client_state,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
+  check_no_expert_parallelism("save_checkpoint");
   check_boundary("save_checkpoint");
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
@@ -359,6 +360,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
 
 bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& file_name) {
   check_states_resident("save_16bit_model");
+  check_no_expert_parallelism("save_16bit_model");
   DS_CHECK(!dir.empty() && !file_name.empty() && file_name.find('/') == std::string::npos,
            "save_16bit_model: save_dir must be set and save_filename a plain file name, got '", dir,
            "' and '", file_name, "'");

@@ -162,6 +162,7 @@ SavedOptimizer read_optimizer(const ckpt::PartitionIndex& index) {
 std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     const std::string& dir, const LoadCheckpointOptions& options) {
   check_states_resident("load_checkpoint");
+  check_no_expert_parallelism("load_checkpoint");
   check_boundary("load_checkpoint");
   ckpt::FileSystem* fs = ckpt::default_file_system();
   std::string tag = options.tag.value_or("");

@@ -96,6 +96,7 @@ class EngineImpl {
   std::pair<size_t, size_t> locate(const at::Tensor& p) const;
 
   comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
+  bool has_experts_ = false;               // some groups_ are MoE experts reduced over their own ranks
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
   // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
@@ -121,6 +122,7 @@ class EngineImpl {
                                          const std::optional<checkpoint::StateDict>& client_state,
                                          const std::optional<checkpoint::StateDict>& params) const;
   void check_boundary(const char* what) const;
+  void check_no_expert_parallelism(const char* what) const;
   void apply_schedule();
   void log_step();
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);

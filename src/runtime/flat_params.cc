@@ -21,6 +21,10 @@ at::Tensor view_of(const at::Tensor& flat, int64_t offset, const at::Tensor& lik
 
 }  // namespace
 
+const comm::ProcessGroup& copies_group(const FlatGroup& group, const comm::ProcessGroup& fallback) {
+  return group.group.is_member() ? group.group : fallback;
+}
+
 bool grads_are_views(const FlatGroup& group) {
   return group.grads_flat.defined() && group.params_flat.scalar_type() == at::kFloat;
 }
@@ -46,7 +50,9 @@ void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options)
       group.offsets.push_back(total);
       total = align_up(total + p.numel());
     }
-    group.layout = zero::PartitionLayout(total, options.world_size, options.rank);
+    const comm::ProcessGroup& copies = copies_group(group, options.group);
+    const bool split = options.partitioned && copies.is_member();
+    group.layout = zero::PartitionLayout(total, split ? copies.size() : 1, split ? copies.rank() : 0);
     const int64_t padded = group.layout.padded_numel();  // == total when not partitioned (already aligned)
     auto device = group.params[0].device();
     // Padding stays zero: no gradient reaches it, so no update moves it.

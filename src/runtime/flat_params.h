@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "deepspeed/comm.h"
 #include "zero/partition.h"
 
 namespace deepspeed::runtime {
@@ -26,16 +27,24 @@ struct FlatGroup {
   zero::PartitionLayout layout;        // this rank's slice; the whole buffer when not partitioned
   std::optional<double> lr;            // caller's override of the optimizer's lr
   std::optional<double> weight_decay;  // caller's override of the optimizer's weight decay
+  // The ranks holding copies of these parameters, over which their gradients are reduced and (ZeRO 1/2) their
+  // buffer is partitioned. Null: the data-parallel group the engine (or flatten/reducer caller) passes. Set for MoE
+  // experts, whose copies live on their expert-data-parallel group only (each expert-parallel rank holds others).
+  comm::ProcessGroup group;
 
   int64_t numel() const { return params_flat.numel(); }
 };
 
 struct FlattenOptions {
   at::ScalarType dtype = at::kFloat;  // parameters are converted to it (bf16/fp16 for mixed precision)
-  int world_size = 1;                 // partitions: 1 = not partitioned
-  int rank = 0;
+  // Partition each buffer over its group's ranks (FlatGroup::group, else `group`); false: one whole buffer.
+  bool partitioned = false;
+  comm::ProcessGroup group;
   bool full_grads = true;             // allocate grads_flat (stages 0 and 1)
 };
+
+// The ranks a group's copies live on: its own group, else `fallback`.
+const comm::ProcessGroup& copies_group(const FlatGroup& group, const comm::ProcessGroup& fallback);
 
 // Moves each group's parameters into a fresh flat buffer (values kept, converted to options.dtype) and points
 // every parameter at a view of it; with fp32 parameters and full_grads, .grad becomes a view of grads_flat.

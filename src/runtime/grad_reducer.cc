@@ -53,7 +53,12 @@ struct GradReducer::State {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> hook_keys;
 
+  // Gradients are averaged over the whole data-parallel group, even where a group's copies live on fewer ranks
+  // (MoE experts: the copies on an expert-data-parallel group already hold the sum over every expert-parallel rank's
+  // tokens, so dividing by the full world gives the same mean gradient as experts replicated everywhere).
   int world() const { return group.size(); }
+  // The ranks that hold copies of bucket b's parameters, over which it is reduced.
+  const comm::ProcessGroup& copies(const Bucket& b) const { return copies_group((*groups)[b.group], group); }
   double pre_factor() const {
     return options.prescale_gradients ? 1.0 / world() : 1.0 / options.gradient_predivide_factor;
   }
@@ -103,19 +108,22 @@ struct GradReducer::State {
   void launch(Bucket& b) {
     at::Tensor src = source(b);
     b.launched = true;
-    if (world() == 1) {
+    if (world() > 1) {
+      double pre = pre_factor();
+      if (pre != 1.0) src.mul_(pre);
+    }
+    comm::ProcessGroup cg = copies(b);
+    if (cg.size() == 1) {
       // Nothing to communicate; stage 2 moves the bucket into its partition right away.
       if (options.storage == GradStorage::kPartitioned) complete(b);
       return;
     }
-    double pre = pre_factor();
-    if (pre != 1.0) src.mul_(pre);
     if (options.reduction == Reduction::kAllReduce) {
-      b.works.push_back(group.all_reduce(src, comm::ReduceOp::kSum, /*async_op=*/true));
+      b.works.push_back(cg.all_reduce(src, comm::ReduceOp::kSum, /*async_op=*/true));
     } else {
       for (const auto& seg : layout(b).owner_segments(b.begin, b.end)) {
         at::Tensor piece = src.narrow(0, seg.begin - b.begin, seg.end - seg.begin);
-        b.works.push_back(group.reduce(piece, group.ranks()[seg.owner], comm::ReduceOp::kSum, /*async_op=*/true));
+        b.works.push_back(cg.reduce(piece, cg.ranks()[seg.owner], comm::ReduceOp::kSum, /*async_op=*/true));
       }
     }
     if (options.storage == GradStorage::kPartitioned) in_flight.push_back(&b - buckets.data());

@@ -25,6 +25,7 @@ constexpr int64_t kGroupStride = int64_t{1} << 40;
 
 MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup world, MasterWeightsOptions options)
     : groups_(groups), world_(std::move(world)), options_(options) {
+  narrow_groups_ = has_narrow_groups();
   DS_CHECK(options_.allgather_bucket_elems >= 1, "allgather_bucket_size must be >= 1, got ",
            options_.allgather_bucket_elems);
   auto& acc = accelerator::get_accelerator();
@@ -64,8 +65,26 @@ std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>
   return host_grads_;
 }
 
+bool MasterWeights::has_narrow_groups() const {
+  for (const auto& g : groups_)
+    if (copies_group(g, world_).size() != world_.size()) return true;
+  return false;
+}
+
 double MasterWeights::global_norm(const std::vector<at::Tensor>& grads) const {
-  return zero::global_norm(grads, options_.partitioned ? &world_ : nullptr);
+  if (!narrow_groups_) return zero::global_norm(grads, options_.partitioned ? &world_ : nullptr);
+  // Some groups (MoE experts) differ between ranks: sum every rank's squares over the whole group, each element
+  // counted once: a partition is held by one rank; a whole buffer by each of its group's ranks, so it is weighted
+  // by 1 / copies.
+  double sq = 0.0;
+  for (size_t g = 0; g < grads.size(); ++g) {
+    const double n = grads[g].norm().item<double>();
+    const double copies = options_.partitioned ? 1.0 : copies_group(groups_[g], world_).size();
+    sq += n * n / copies;
+  }
+  at::Tensor t = at::tensor({sq}, at::kDouble);
+  world_.all_reduce(t, comm::ReduceOp::kSum);
+  return std::sqrt(t.item<double>());
 }
 
 std::optional<std::pair<size_t, size_t>> MasterWeights::first_overflow(const std::vector<at::Tensor>& grads) const {
@@ -77,7 +96,7 @@ std::optional<std::pair<size_t, size_t>> MasterWeights::first_overflow(const std
     int64_t offset = options_.partitioned ? fg.layout.begin(fg.layout.rank()) + local : local;
     first = static_cast<int64_t>(g) * kGroupStride + offset;
   }
-  if (options_.partitioned && world_.size() > 1) {
+  if ((options_.partitioned || narrow_groups_) && world_.size() > 1) {
     at::Tensor t = at::tensor({first}, at::kLong);
     world_.all_reduce(t, comm::ReduceOp::kMin);
     first = t.item<int64_t>();
@@ -165,15 +184,16 @@ void MasterWeights::publish_impl(bool from_masters) {
     if (!options_.partitioned) continue;
     const int world = g.layout.world_size();
     if (world == 1) continue;
+    comm::ProcessGroup copies = copies_group(g, world_);
     const int64_t part = g.layout.partition_size();
     if (!options_.allgather_partitions) {
       for (int r = 0; r < world; ++r)
-        world_.broadcast(g.params_flat.narrow(0, g.layout.begin(r), part), world_.ranks()[r]);
+        copies.broadcast(g.params_flat.narrow(0, g.layout.begin(r), part), copies.ranks()[r]);
       continue;
     }
     if (options_.allgather_bucket_elems >= part * world) {
       // One all-gather straight into the padded buffer, which is exactly world x partition.
-      world_.all_gather_into_tensor(g.params_flat, mine.clone());
+      copies.all_gather_into_tensor(g.params_flat, mine.clone());
       continue;
     }
     const int64_t chunk = std::max<int64_t>(1, options_.allgather_bucket_elems / world);
@@ -181,7 +201,7 @@ void MasterWeights::publish_impl(bool from_masters) {
     for (int64_t pos = 0; pos < part; pos += chunk) {
       const int64_t len = std::min(chunk, part - pos);
       at::Tensor out = gathered.narrow(0, 0, len * world);
-      world_.all_gather_into_tensor(out, mine.narrow(0, pos, len).clone());
+      copies.all_gather_into_tensor(out, mine.narrow(0, pos, len).clone());
       for (int r = 0; r < world; ++r)
         g.params_flat.narrow(0, g.layout.begin(r) + pos, len).copy_(out.narrow(0, r * len, len));
     }

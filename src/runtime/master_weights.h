@@ -55,7 +55,8 @@ class MasterWeights {
   // The gradients the optimizer should read: `grads` itself, or (offload) their copies in host memory.
   std::vector<at::Tensor> stage_grads(const std::vector<at::Tensor>& grads);
 
-  // L2 norm over every group's gradients `grads` (matching masters()), combined across ranks when partitioned.
+  // L2 norm over every group's gradients `grads` (matching masters()), combined across ranks when partitioned or
+  // when groups live on different ranks (FlatGroup::group).
   double global_norm(const std::vector<at::Tensor>& grads) const;
   // The name index of the first parameter (in group order) whose gradient holds inf/NaN on any rank, or nullopt.
   // Collective when partitioned: every rank must call it.
@@ -82,6 +83,9 @@ class MasterWeights {
 
  private:
   void publish_impl(bool from_masters);
+  // Whether some group's copies live on fewer ranks than world_ (MoE experts): norms and overflow checks then
+  // combine over world_ even when nothing is partitioned.
+  bool has_narrow_groups() const;
 
   std::vector<FlatGroup>& groups_;
   mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
@@ -90,6 +94,7 @@ class MasterWeights {
   std::vector<at::Tensor> host_grads_;  // offload only
   std::vector<at::Tensor> copy_back_;   // fused copy-back targets, one per group; empty when not fused
   bool copies_ = false;
+  bool narrow_groups_ = false;
 };
 
 }  // namespace deepspeed::runtime
