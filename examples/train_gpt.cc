@@ -9,6 +9,9 @@
 // the remaining ranks (train_gpt_pipe.cc). Its layers are seeded one by one, so its initial values differ from the
 // unsplit GPT's, but every P (1 included) starts from the same values and trains the same model.
 //
+// --moe_experts E [--ep_size K --top_k k ...] makes the MLP of every other block a Mixture of Experts (models/gpt_moe.h),
+// its experts split over K ranks; the loss includes the load-balancing term.
+//
 // Checkpoints: --save_dir DIR saves every --save_interval steps and after the last one; --load_dir DIR resumes from
 // DIR's `latest` (weights, optimizer, schedule, counters; the data position is the global step). --steps counts
 // global steps, so a run resumed at step 5 with --steps 10 runs 5 more. The checkpoint may come from another number
@@ -22,12 +25,14 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "corpus.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
+#include "deepspeed/moe/layer.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "deepspeed/zero.h"
@@ -75,17 +80,40 @@ namespace {
 
 using Args = examples::TrainGptArgs;
 
+// With experts split over ranks (ep_size > 1) this rank holds only its own: add the squares of the experts the
+// rest of its expert-parallel group holds, so params_l2 is the whole model's whatever the layout. Collective.
+double other_experts_sq(torch::nn::Module& model) {
+  double mine = 0.0;
+  int ep_size = 1;
+  for (const auto& m : model.modules()) {
+    auto* experts = dynamic_cast<deepspeed::moe::ExpertsImpl*>(m.get());
+    if (experts == nullptr || experts->ep_size() == 1) continue;
+    ep_size = experts->ep_size();
+    for (const auto& p : experts->parameters()) mine += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  if (ep_size == 1) return 0.0;
+  at::Tensor t = at::tensor({mine}, at::kDouble);
+  deepspeed::comm::ProcessGroup group = deepspeed::moe::expert_groups(ep_size).expert_parallel;
+  group.all_reduce(t, deepspeed::comm::ReduceOp::kSum);
+  return t.item<double>() - mine;
+}
+
 int train(const Args& args) {
   deepspeed::comm::init_distributed();
   const int rank = deepspeed::comm::get_rank();
   auto config = deepspeed::Config::from_file(args.config_path);
-  if (args.pipe_stages > 0) return examples::train_pipeline(args, config);
+  if (args.pipe_stages > 0) {
+    if (args.model.moe.enabled())
+      throw std::invalid_argument("--moe_experts does not combine with --pipe_stages (MoE runs on the plain engine)");
+    return examples::train_pipeline(args, config);
+  }
 
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
   deepspeed::models::GPTConfig model_cfg = args.model;
   model_cfg.tied_head = !args.untied_head;
   // ZeRO stage 3: every block is a unit, partitioned as soon as it is built (no rank ever holds the whole model).
-  model_cfg.shard_blocks = config.zero.stage == 3;
+  // (Not with MoE blocks: initialize() then names the unsupported stage.)
+  model_cfg.shard_blocks = config.zero.stage == 3 && !model_cfg.moe.enabled();
   deepspeed::models::GPT model = [&] {
     deepspeed::zero::Init init(config);
     return deepspeed::models::GPT(model_cfg);
@@ -140,6 +168,7 @@ int train(const Args& args) {
     deepspeed::zero::GatheredParameters gathered(*model);  // stage 3: the full parameters, for their norm
     for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   }
+  sq += other_experts_sq(*model);
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
   examples::print_final(engine.global_steps(), loss_t.item<double>(), sq, tokens, seconds);
@@ -174,6 +203,32 @@ int main(int argc, char** argv) {
   app.add_option("--pipe_stages", args.pipe_stages,
                  "run as a pipeline of this many stages (data parallel over the remaining ranks)")
       ->check(CLI::PositiveNumber);
+  auto* moe_experts = app.add_option("--moe_experts", args.model.moe.num_experts,
+                                     "make every other block's MLP a Mixture of Experts with this many experts "
+                                     "(one count, or one per MoE block, comma-separated: PR-MoE's pyramid)")
+                          ->delimiter(',')
+                          ->check(CLI::PositiveNumber);
+  app.add_option("--ep_size", args.model.moe.ep_size, "expert-parallel ranks the experts are split over")
+      ->check(CLI::PositiveNumber)
+      ->needs(moe_experts);
+  app.add_option("--top_k", args.model.moe.top_k, "experts per token")->check(CLI::PositiveNumber)->needs(moe_experts);
+  app.add_option("--moe_capacity_factor", args.model.moe.capacity_factor, "expert capacity factor")
+      ->check(CLI::PositiveNumber)
+      ->needs(moe_experts);
+  app.add_option("--moe_min_capacity", args.model.moe.min_capacity, "smallest expert capacity")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(moe_experts);
+  app.add_option("--moe_aux_loss_coef", args.model.moe.aux_loss_coef, "weight of the load-balancing loss")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(moe_experts);
+  app.add_option("--moe_noisy_gate_policy", args.model.moe.noisy_gate_policy, "None, Jitter or RSample")
+      ->check(CLI::IsMember({"None", "Jitter", "RSample"}))
+      ->needs(moe_experts);
+  app.add_flag("--moe_use_residual", args.model.moe.use_residual, "Residual MoE (PR-MoE)")->needs(moe_experts);
+  app.add_flag("!--moe_no_rts", args.model.moe.use_rts, "first-come instead of random token selection")
+      ->needs(moe_experts);
+  app.add_flag("!--moe_no_drop_tokens", args.model.moe.drop_tokens, "never drop tokens (capacity = largest load)")
+      ->needs(moe_experts);
   int local_rank = 0;  // the deepspeed launcher passes it, as DeepSpeed's does; LOCAL_RANK in the env is used
   app.add_option("--local_rank", local_rank, "set by the launcher");
   CLI11_PARSE(app, argc, argv);

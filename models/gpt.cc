@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpt_init.h"
+#include "gpt_moe.h"
 
 namespace deepspeed::models {
 
@@ -21,7 +22,17 @@ int64_t GPTConfig::num_parameters() const {
                       + (4 * h * h + h * b);     // MLP down
   int64_t total = vocab_size * h + seq_len * h + layers * per_block + 2 * h;
   if (!tied_head) total += vocab_size * h;
+  const int64_t mlp = (h * 4 * h + 4 * h * b) + (4 * h * h + h * b);
+  for (int64_t i = 0; i < num_moe_blocks(); ++i) {
+    // The MLP becomes experts_of(i) MLPs and a gate; a residual MoE keeps one dense MLP and adds its mixer.
+    total += (experts_of(i) - 1) * mlp + h * experts_of(i);
+    if (moe.use_residual) total += mlp + 2 * h + 2;
+  }
   return total;
+}
+
+int64_t GPTConfig::experts_of(int64_t moe_block) const {
+  return moe.num_experts.size() == 1 ? moe.num_experts[0] : moe.num_experts.at(static_cast<size_t>(moe_block));
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
@@ -63,7 +74,9 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.layers; ++i) {
-    if (cfg.shard_blocks) {
+    if (cfg.moe.enabled() && i % 2 == 1) {
+      blocks_->push_back(GPTMoEBlock(cfg, i / 2));
+    } else if (cfg.shard_blocks) {
       blocks_->push_back(deepspeed::zero::shard([&] { return GPTBlock(cfg); }));
     } else {
       blocks_->push_back(GPTBlock(cfg));
@@ -84,6 +97,10 @@ void GPTImpl::init_weights() {
   init_gpt_weights(*wte_, cfg_.layers);
   init_gpt_weights(*wpe_, cfg_.layers);
   for (const auto& block : *blocks_) {
+    if (auto* moe_block = block->as<GPTMoEBlockImpl>()) {
+      moe_block->init_dense_weights(cfg_.layers);
+      continue;
+    }
     deepspeed::zero::GatheredParameters gathered(*block, /*modifier_rank=*/0);
     init_gpt_weights(*block, cfg_.layers);
   }
@@ -98,9 +115,15 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
   }
   auto pos = at::arange(t, tokens.options().dtype(at::kLong));
   auto x = maybe_dropout(wte_->forward(tokens) + wpe_->forward(pos), cfg_.dropout, is_training());
+  aux_loss_ = at::zeros({}, at::kFloat);
+  exp_counts_.clear();
   for (const auto& block : *blocks_) {
     if (auto* unit = block->as<ShardedGPTBlock>()) {
       x = unit->forward(x);
+    } else if (auto* moe_block = block->as<GPTMoEBlockImpl>()) {
+      x = moe_block->forward(x);
+      aux_loss_ = aux_loss_ + moe_block->last_aux_loss;
+      exp_counts_.push_back(moe_block->last_exp_counts);
     } else {
       x = block->as<GPTBlockImpl>()->forward(x);
     }
@@ -111,7 +134,9 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
 
 at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
   auto out = logits(tokens);
-  return at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
+  auto loss = at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
+  if (!cfg_.moe.enabled()) return loss;
+  return loss + cfg_.moe.aux_loss_coef * aux_loss_.to(loss.scalar_type());
 }
 
 }  // namespace deepspeed::models

@@ -14,10 +14,35 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "deepspeed/zero.h"
 
 namespace deepspeed::models {
+
+// The GPT-MoE variant (DeepSpeed's Megatron-DeepSpeed GPT-MoE): blocks 1, 3, 5, ... replace their MLP by a
+// deepspeed::moe::MoE layer of experts shaped like that MLP, and the loss adds aux_loss_coef x the layers'
+// load-balancing losses.
+struct GPTMoEConfig {
+  // Experts per MoE block: one count for all, or one per MoE block (PR-MoE's pyramid, e.g. {4, 8}). Empty: dense.
+  std::vector<int64_t> num_experts;
+  int64_t ep_size = 1;
+  int64_t top_k = 1;
+  double capacity_factor = 1.0;
+  double eval_capacity_factor = 1.0;
+  int64_t min_capacity = 4;
+  bool use_residual = false;  // Residual MoE (PR-MoE)
+  bool drop_tokens = true;
+  bool use_rts = true;
+  bool top2_2nd_expert_sampling = true;
+  std::string noisy_gate_policy = "None";
+  double aux_loss_coef = 0.01;
+  // Experts are initialised from their own generator, seeded by (seed, block, expert id), so the same experts come
+  // out whichever ep_size splits them over ranks.
+  uint64_t seed = 1234;
+  bool enabled() const { return !num_experts.empty(); }
+};
 
 struct GPTConfig {
   int64_t vocab_size = 256;  // byte-level tokens by default
@@ -33,6 +58,11 @@ struct GPTConfig {
   // Each block is a ZeRO-3 unit (deepspeed::zero::shard): at stage 3 its parameters are gathered only while it runs;
   // inside a zero::Init scope each block is partitioned as soon as it is built. A pass-through at stages 0-2.
   bool shard_blocks = false;
+  GPTMoEConfig moe;
+  // Number of MoE blocks (every other block, starting with block 1).
+  int64_t num_moe_blocks() const { return moe.enabled() ? layers / 2 : 0; }
+  // Experts of the i-th MoE block.
+  int64_t experts_of(int64_t moe_block) const;
   // Number of parameters this configuration creates (tied weights counted once).
   int64_t num_parameters() const;
 };
@@ -75,6 +105,10 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor logits(const at::Tensor& tokens);
 
   const GPTConfig& config() const { return cfg_; }
+  // MoE: the load-balancing losses of the last forward (scalar sum; 0 for a dense model) and the tokens each MoE
+  // block sent to each expert ([experts] per MoE block).
+  at::Tensor last_aux_loss() const { return aux_loss_; }
+  const std::vector<at::Tensor>& last_expert_counts() const { return exp_counts_; }
 
  private:
   void init_weights();
@@ -84,6 +118,8 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear lm_head_{nullptr};  // only when the head is untied
+  at::Tensor aux_loss_;
+  std::vector<at::Tensor> exp_counts_;
 };
 TORCH_MODULE(GPT);
 

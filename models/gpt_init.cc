@@ -16,6 +16,15 @@ void check_config(const GPTConfig& c) {
   if (c.heads < 1 || c.hidden % c.heads != 0)
     fail("hidden (" + std::to_string(c.hidden) + ") must be a multiple of heads (" +
          std::to_string(c.heads) + ")");
+  if (c.moe.enabled()) {
+    const int64_t blocks = c.num_moe_blocks();
+    if (blocks < 1) fail("moe needs at least 2 layers (MoE blocks are 1, 3, ...), got " + std::to_string(c.layers));
+    const auto n = static_cast<int64_t>(c.moe.num_experts.size());
+    if (n != 1 && n != blocks)
+      fail("moe.num_experts has " + std::to_string(n) + " counts; give one, or one per MoE block (" +
+           std::to_string(blocks) + ")");
+    if (c.shard_blocks) fail("moe blocks cannot be ZeRO-3 units (MoE works with ZeRO stages 0-2)");
+  }
   if (c.dropout < 0 || c.dropout >= 1)
     fail("dropout must be in [0, 1), got " + std::to_string(c.dropout));
 }
@@ -24,9 +33,10 @@ at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return p > 0 ? at::dropout(x, p, training) : x;
 }
 
-void init_gpt_weights(torch::nn::Module& module, int64_t layers) {
+void init_gpt_weights(torch::nn::Module& module, int64_t layers, std::optional<at::Generator> generator) {
   at::NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
+  const c10::optional<at::Generator> gen = generator ? c10::optional<at::Generator>(*generator) : c10::nullopt;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
@@ -34,9 +44,9 @@ void init_gpt_weights(torch::nn::Module& module, int64_t layers) {
     if (p.dim() == 1) {
       p.zero_();
     } else if (name.find("proj.weight") != std::string::npos) {
-      p.normal_(0.0, residual_std);
+      p.normal_(0.0, residual_std, gen);
     } else {
-      p.normal_(0.0, 0.02);
+      p.normal_(0.0, 0.02, gen);
     }
   }
 }

@@ -5,7 +5,10 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <ATen/core/Generator.h>
+
 #include <cstdint>
+#include <optional>
 
 #include "gpt.h"
 
@@ -17,7 +20,9 @@ void check_config(const GPTConfig& c);
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training);
 
 // GPT-2's scheme: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 *
-// layers); LayerNorms keep weight 1, bias 0. Draws in the order of module.named_parameters().
-void init_gpt_weights(torch::nn::Module& module, int64_t layers);
+// layers); LayerNorms keep weight 1, bias 0. Draws in the order of module.named_parameters(), from `generator`
+// (default: the global one).
+void init_gpt_weights(torch::nn::Module& module, int64_t layers,
+                      std::optional<at::Generator> generator = std::nullopt);
 
 }  // namespace deepspeed::models

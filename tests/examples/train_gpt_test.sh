@@ -92,6 +92,42 @@ PY
     rm -rf "$dir"
     grep -q "splits the layers as \[0,2,5\] (2 stages); this pipeline as \[0,5\]" "$log" || fail "no clear message for the stage count"
     ;;
+  moe)
+    # --moe_experts: experts split over 2 ranks (ep_size 2) train the same model as every expert on every rank
+    # (ep_size 1), at ZeRO 0 and 2, top-2 gating with random token selection (the same draws on both layouts).
+    for cfg in micro4.json ckpt_stage2.json; do
+      run 2 "$cfg" --steps 6 --moe_experts 4 --top_k 2 --ep_size 1 || fail "$cfg ep_size 1 exited with $?"
+      grep -q "train_gpt: .* parameters" "$log" || fail "no start line"
+      loss1=$(final_field loss); l21=$(final_field params_l2)
+      run 2 "$cfg" --steps 6 --moe_experts 4 --top_k 2 --ep_size 2 || fail "$cfg ep_size 2 exited with $?"
+      loss2=$(final_field loss); l22=$(final_field params_l2)
+      echo "$cfg: ep1 loss=$loss1 l2=$l21; ep2 loss=$loss2 l2=$l22"
+      python3 - "$loss1" "$loss2" "$l21" "$l22" <<'PY' || fail "$cfg: ep_size 2 and 1 disagree"
+import sys
+a, b, c, d = (float(x) for x in sys.argv[1:])
+assert abs(a - b) <= 1e-4 * abs(a) and abs(c - d) <= 1e-4 * abs(c), (a, b, c, d)
+PY
+    done
+    # PR-MoE: a pyramid of expert counts (2 then 4) with residual MoE trains and the loss falls.
+    run 2 micro4.json --steps 20 --layers 4 --moe_experts 2,4 --ep_size 2 --moe_use_residual || fail "PR-MoE exited with $?"
+    first=$(grep -o "step 2/20 ([0-9]*%) | loss [0-9.]*" "$log" | sed 's/.*loss //')
+    last=$(final_field loss)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' || fail "PR-MoE loss did not fall: $first -> $last"
+    ;;
+  moe_bad)
+    run 2 micro4.json --steps 2 --moe_experts 6 --ep_size 3 && fail "ep_size 3 on 2 ranks must be refused"
+    grep -q "ep_size 3 does not divide the world of 2 ranks" "$log" || fail "no clear message for ep_size 3"
+    run 2 micro4.json --steps 2 --moe_experts 3 --ep_size 2 && fail "3 experts over 2 ranks must be refused"
+    grep -q "num_experts (3) must be a positive multiple of ep_size (2)" "$log" || fail "no clear message for 3 experts"
+    run 2 micro4.json --steps 2 --moe_experts 2,4,8 && fail "3 expert counts for 1 MoE block must be refused"
+    grep -q "moe.num_experts has 3 counts" "$log" || fail "no clear message for the pyramid"
+    run 2 zero3.json --steps 2 --moe_experts 4 --ep_size 2 && fail "MoE at ZeRO 3 must be refused"
+    grep -q "works with stages 0-2" "$log" || fail "no clear message for stage 3"
+    dir=$(mktemp -d)
+    run 2 micro4.json --steps 2 --moe_experts 4 --ep_size 2 --save_dir "$dir" && { rm -rf "$dir"; fail "ep_size 2 checkpoint must be refused"; }
+    rm -rf "$dir"
+    grep -q "save_checkpoint: checkpoints of models with MoE expert parallelism" "$log" || fail "no clear message for the checkpoint"
+    ;;
   loss_falls)
     run 2 micro4.json --steps 30 || fail "exited with $?"
     first=$(grep -o "step 2/30 ([0-9]*%) | loss [0-9.]*" "$log" | sed 's/.*loss //')
