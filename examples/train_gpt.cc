@@ -111,8 +111,10 @@ int train(const Args& args) {
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
   deepspeed::models::GPTConfig model_cfg = args.model;
   model_cfg.tied_head = !args.untied_head;
+  model_cfg.moe.seed = static_cast<uint64_t>(args.seed);
   // ZeRO stage 3: every block is a unit, partitioned as soon as it is built (no rank ever holds the whole model).
-  // (Not with MoE blocks: initialize() then names the unsupported stage.)
+  // (Not MoE blocks, which are not units: with ep_size > 1 initialize() names stage 3 as unsupported; at ep_size 1
+  // the model trains at stage 3 unpartitioned.)
   model_cfg.shard_blocks = config.zero.stage == 3 && !model_cfg.moe.enabled();
   deepspeed::models::GPT model = [&] {
     deepspeed::zero::Init init(config);

@@ -90,7 +90,9 @@ MOELayerImpl::Output MOELayerImpl::forward(const at::Tensor& x) {
   const int64_t S = tokens.size(0);
   const int64_t E = options_.num_experts;
   const comm::ProcessGroup& ep = groups_->expert_parallel;
-  Routing r = gate->forward(tokens, ep);
+  // The gate needs no group: with drop_tokens false its local largest load keeps every token here,
+  // and the maximum below makes the buffers agree.
+  Routing r = gate->forward(tokens);
   // Ranks of an expert-parallel group exchange [E, C, hidden] buffers, so they must agree on C even
   // when their token counts differ (the last, short batch): take the largest.
   int64_t C = r.capacity;

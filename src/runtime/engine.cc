@@ -166,6 +166,9 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   DS_CHECK_T(ConfigError, !has_experts_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
              "initialize: MoE expert parallelism (ep_size > 1) is not supported inside a pipeline or another "
              "data-parallel layout; its groups are formed over the whole world");
+  DS_CHECK_T(ConfigError, !has_experts_ || (!options.optimizer && !options.lr_scheduler),
+             "initialize: a client optimizer or LR scheduler sees one parameter group where the engine keeps the "
+             "MoE experts (ep_size > 1) in groups of their own; name the optimizer and scheduler in the config");
   DS_CHECK_T(ConfigError, !has_experts_ || config_.zero.offload_optimizer.device != config::OffloadDevice::kNvme,
              "zero_optimization.offload_optimizer.device: nvme is not supported with MoE expert parallelism "
              "(ep_size > 1); use \"cpu\" or none");
@@ -179,10 +182,10 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
 }
 
 void EngineImpl::check_no_expert_parallelism(const char* what) const {
-  // Each expert-parallel rank holds other experts under the same local names: the single-model files of this
-  // layout would keep rank 0's and lose the rest. DeepSpeed's per-expert files are not written yet.
-  DS_CHECK(!has_experts_, what, ": checkpoints of models with MoE expert parallelism (ep_size > 1) are not "
-           "supported yet (per-expert files are not written); train with ep_size 1 to checkpoint");
+  // Each expert-parallel rank holds other experts under the same local names: a single-model file written by one
+  // rank would keep rank 0's and lose the rest.
+  DS_CHECK(!has_experts_, what, ": not supported with MoE expert parallelism (ep_size > 1): no rank holds "
+           "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
 void EngineImpl::build_flat_stages() {

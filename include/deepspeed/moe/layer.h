@@ -22,8 +22,13 @@
 // coefficient.*.
 //
 // Every rank must build its MoE layers in the same order (the first layer with a given ep_size
-// creates that ep_size's process groups, collectively), and run them with the same number of tokens
-// per call.
+// creates that ep_size's process groups, collectively) and call them the same number of times.
+// Token counts may differ between ranks: an expert-parallel group agrees on the largest capacity
+// before it exchanges buffers.
+//
+// Precision: routing is computed in fp32; in a bf16/fp16 engine the gate's weight is stored in the
+// model's dtype like every other parameter (DeepSpeed keeps it in fp32), so routing sees a rounded
+// weight.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +57,7 @@ struct ExpertGroups {
   comm::ProcessGroup expert_data_parallel;  // the ranks holding the same experts as this one
   std::string name;                         // "ep_size_<n>", DeepSpeed's group name
 };
+// Valid until comm::destroy_process_group(); layers are not meant to outlive it.
 const ExpertGroups& expert_groups(int ep_size);
 
 struct MoEOptions {
@@ -78,7 +84,7 @@ struct MoEOptions {
 // expert's initialisation by id and get the same experts whatever ep_size splits them.
 using ExpertBuilder = std::function<torch::nn::AnyModule(int64_t expert_id)>;
 
-// The gate's linear layer (hidden -> experts, no bias, fp32) and the routing it feeds.
+// The gate's linear layer (hidden -> experts, no bias, applied in fp32) and the routing it feeds.
 class TopKGateImpl : public torch::nn::Module {
  public:
   TopKGateImpl(int64_t hidden_size, GateOptions options);
