@@ -110,6 +110,10 @@ std::string tag_dir(const std::string& dir, const std::string& tag);
 std::string latest_path(const std::string& dir);
 // <dir>/<tag>/mp_rank_<mp:02d>_model_states.pt
 std::string model_states_path(const std::string& dir, const std::string& tag, int mp_rank = 0);
+// <dir>/<tag>/layer_<layer>_expert_<expert>_mp_rank_<mp:02d>_model_states.pt: one MoE expert's weights (global
+// expert id; layer = the MoE layer's index among the model's MoE layers), as DeepSpeed names them.
+std::string expert_model_states_path(const std::string& dir, const std::string& tag, int64_t layer,
+                                     int64_t expert, int mp_rank = 0);
 // <dir>/<tag>/zero_pp_rank_<dp>_mp_rank_<mp:02d>_model_states.pt (ZeRO-3's per-rank module
 // partitions)
 std::string zero_model_states_path(const std::string& dir, const std::string& tag, int dp_rank,

@@ -53,6 +53,12 @@ std::string model_states_path(const std::string& dir, const std::string& tag, in
   return tag_dir(dir, tag) + "/" + mp_part(mp_rank) + "_model_states.pt";
 }
 
+std::string expert_model_states_path(const std::string& dir, const std::string& tag, int64_t layer,
+                                     int64_t expert, int mp_rank) {
+  return tag_dir(dir, tag) + "/layer_" + std::to_string(layer) + "_expert_" + std::to_string(expert) + "_" +
+         mp_part(mp_rank) + "_model_states.pt";
+}
+
 std::string zero_model_states_path(const std::string& dir, const std::string& tag, int dp_rank,
                                    int mp_rank) {
   return tag_dir(dir, tag) + "/zero_pp_rank_" + std::to_string(dp_rank) + "_" + mp_part(mp_rank) +

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "deepspeed/accelerator.h"
+#include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
 #include "runtime/engine_impl.h"
 
@@ -152,6 +153,9 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
   for (const auto& item : module_->named_parameters(/*recurse=*/true))
     names.emplace(item.value().unsafeGetTensorImpl(),
                   item.key());  // a tied weight keeps its first name
+  // Experts split over ranks are saved under their global names (moe/expert_params.h).
+  if (has_experts_)
+    for (const auto& [impl, name] : moe::expert_names(*module_).global) names[impl] = name;
   std::vector<std::vector<std::string>> out(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -177,8 +181,11 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
   ckpt::StateDict state = ckpt::make_state_dict();
   ckpt::stamp_metadata(state, run_id);
   const int rank = world_.rank();
-  // Stage 0: every rank holds everything; rank 0 saves it once.
+  // Stage 0: every rank holds everything; rank 0 saves it once (MoE experts: the first rank holding them).
   const bool holder = config_.zero.stage >= 1 || rank == 0;
+  auto holds = [&](size_t g) {
+    return config_.zero.stage >= 1 || runtime::copies_group(groups_[g], world_).rank() == 0;
+  };
   state.insert(ckpt::kPartitionCountKey, static_cast<int64_t>(world_.size()));
   state.insert(ckpt::kDpRankKey, static_cast<int64_t>(rank));
   state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
@@ -186,21 +193,24 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
   const std::vector<at::Tensor>& masters = train_state.masters;
   const at::Tensor empty = at::empty({0}, at::kFloat);
   c10::List<at::Tensor> flat;
-  for (const auto& m : masters) flat.push_back(holder ? m : empty);
+  for (size_t g = 0; g < masters.size(); ++g) flat.push_back(holds(g) ? masters[g] : empty);
   state.insert(ckpt::kFp32FlatGroupsKey, flat);
 
   const auto names = parameter_names();
-  std::vector<c10::impl::GenericList> per_group(masters.size(), any_list());
-  if (holder)
-    for (const auto& f : master_fragments()) {
-      c10::impl::GenericDict d = any_dict();
-      d.insert(std::string("name"), names[f.group][f.index]);
-      d.insert(std::string("shape"), c10::List<int64_t>(f.shape));
-      d.insert(std::string("begin"), f.begin);
-      d.insert(std::string("end"), f.end);
-      d.insert(std::string("offset"), f.offset);
-      per_group[f.group].push_back(d);
-    }
+  // One list each: c10 lists are shared handles, so filling the vector with copies of one would give every group
+  // the same list.
+  std::vector<c10::impl::GenericList> per_group;
+  for (size_t g = 0; g < masters.size(); ++g) per_group.push_back(any_list());
+  for (const auto& f : master_fragments()) {
+    if (!holds(f.group)) continue;
+    c10::impl::GenericDict d = any_dict();
+    d.insert(std::string("name"), names[f.group][f.index]);
+    d.insert(std::string("shape"), c10::List<int64_t>(f.shape));
+    d.insert(std::string("begin"), f.begin);
+    d.insert(std::string("end"), f.end);
+    d.insert(std::string("offset"), f.offset);
+    per_group[f.group].push_back(d);
+  }
   c10::impl::GenericList slices = any_list();
   for (auto& l : per_group) slices.push_back(l);
   state.insert(ckpt::kParamSlicesKey, slices);
@@ -217,7 +227,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
       c10::impl::GenericDict s = any_dict();
       const auto& tensors = train_state.states.at(g);
       for (size_t k = 0; k < state_names.size(); ++k)
-        s.insert(state_names[k], holder ? tensors.at(k) : empty);
+        s.insert(state_names[k], holds(g) ? tensors.at(k) : empty);
       states.push_back(s);
       c10::impl::GenericDict pg = any_dict();
       pg.insert(std::string("lr"), optimizer_->lr(g));
@@ -241,9 +251,13 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
 std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const {
   at::NoGradGuard no_grad;
   if (!stage3_) {
+    // Experts split over ranks go to their own files (save_expert_files): under their local names here they
+    // would stand for rank 0's experts only.
+    std::unordered_map<const void*, std::string> experts;
+    if (has_experts_) experts = moe::expert_names(*module_).global;
     ckpt::StateDict params = ckpt::make_state_dict();
     for (const auto& item : module_->named_parameters(/*recurse=*/true))
-      params.insert(item.key(), item.value());
+      if (!experts.count(item.value().unsafeGetTensorImpl())) params.insert(item.key(), item.value());
     return params;
   }
   if (!gather) return std::nullopt;
@@ -326,7 +340,6 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         const std::optional<ckpt::StateDict>& client_state,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
-  check_no_expert_parallelism("save_checkpoint");
   check_boundary("save_checkpoint");
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
@@ -343,6 +356,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
     if (world_.rank() == 0)
       ckpt::save_state(ckpt::model_states_path(dir, tag, mp_rank()),
                        model_state_dict(run_id, client_state, params));
+    if (has_experts_) save_expert_files(dir, tag);
   });
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
   // name the tag.
@@ -356,6 +370,18 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
     std::fflush(stdout);
   }
   return tag;
+}
+
+void EngineImpl::save_expert_files(const std::string& dir, const std::string& tag) const {
+  // DeepSpeed's layout: one file per expert, a plain {global name: weight} dict in the model's dtype, written by
+  // the first rank holding it. Loading reads the fp32 masters from the rank files instead (bit-exact resume).
+  at::NoGradGuard no_grad;
+  for (const auto& e : moe::local_experts(*module_)) {
+    if (!e.writer) continue;
+    ckpt::StateDict state = ckpt::make_state_dict();
+    for (const auto& [name, p] : e.params) state.insert(name, p.detach());
+    ckpt::save_state(ckpt::expert_model_states_path(dir, tag, e.layer, e.expert, mp_rank()), state);
+  }
 }
 
 bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& file_name) {

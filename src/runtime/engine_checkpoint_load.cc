@@ -18,6 +18,7 @@
 
 #include "checkpoint/partition_index.h"
 #include "deepspeed/accelerator.h"
+#include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
 #include "runtime/engine_impl.h"
 
@@ -67,12 +68,13 @@ struct CopyRun {
 
 // The copies that fill this rank's fragments; throws naming the parameter when the checkpoint lacks
 // it or its shape differs, and when the checkpoint holds a parameter the model does not have
-// (torch's strict loading).
+// (torch's strict loading). `other_ranks_names`: parameters of the model that other ranks hold (MoE experts).
 std::vector<CopyRun> plan_copies(const std::vector<zero::MasterFragment>& mine,
                                  const std::vector<std::vector<std::string>>& names,
                                  const std::vector<std::vector<std::vector<int64_t>>>& shapes,
-                                 const ckpt::PartitionIndex& index, const std::string& where) {
-  std::set<std::string> model_names;
+                                 const ckpt::PartitionIndex& index, const std::string& where,
+                                 const std::vector<std::string>& other_ranks_names) {
+  std::set<std::string> model_names(other_ranks_names.begin(), other_ranks_names.end());
   for (const auto& g : names) model_names.insert(g.begin(), g.end());
   for (const auto& p : index.params)
     DS_CHECK_T(CheckpointError, model_names.count(p.name), "checkpoint ", where,
@@ -162,7 +164,6 @@ SavedOptimizer read_optimizer(const ckpt::PartitionIndex& index) {
 std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     const std::string& dir, const LoadCheckpointOptions& options) {
   check_states_resident("load_checkpoint");
-  check_no_expert_parallelism("load_checkpoint");
   check_boundary("load_checkpoint");
   ckpt::FileSystem* fs = ckpt::default_file_system();
   std::string tag = options.tag.value_or("");
@@ -193,7 +194,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     // Check everything before overwriting anything.
     const auto names = parameter_names();
     const std::vector<CopyRun> runs =
-        plan_copies(master_fragments(), names, parameter_shapes(), index, result.path);
+        plan_copies(master_fragments(), names, parameter_shapes(), index, result.path,
+                    has_experts_ ? moe::expert_names(*module_).all : std::vector<std::string>{});
     c10::impl::GenericDict module = dict_entry(model, ckpt::kModuleKey, model_file);
     std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
     for (const auto& item : module_->named_buffers(/*recurse=*/true)) {

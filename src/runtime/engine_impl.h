@@ -123,6 +123,8 @@ class EngineImpl {
                                          const std::optional<checkpoint::StateDict>& params) const;
   void check_boundary(const char* what) const;
   void check_no_expert_parallelism(const char* what) const;
+  // engine_checkpoint.cc: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt for the experts this rank writes.
+  void save_expert_files(const std::string& dir, const std::string& tag) const;
   void apply_schedule();
   void log_step();
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);

@@ -10,10 +10,13 @@
 #include <torch/optim/adam.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
@@ -110,6 +113,8 @@ struct Case {
   int stage;
   int64_t k;
   double clip;
+  bool half_ep = false;  // ep_size = world / 2: experts also have copies (expert-data-parallel
+                         // groups of 2 at 4 ranks)
 };
 
 class MoEEngine : public ::testing::TestWithParam<Case> {};
@@ -118,32 +123,42 @@ TEST_P(MoEEngine, ExpertParallelMatchesPlainLoop) {
   tiny_gpt::ensure_comm();
   const Case c = GetParam();
   const int world = deepspeed::comm::get_world_size();
-  GPT model = tiny_gpt::make_model(moe_config(world, c.k));
+  const int64_t ep = c.half_ep ? std::max(1, world / 2) : world;
+  GPT model = tiny_gpt::make_model(moe_config(ep, c.k));
   const std::string clip = c.clip > 0 ? ", \"gradient_clipping\": " + std::to_string(c.clip) : "";
   auto engine = deepspeed::initialize(model, engine_config(c.stage, clip));
-  tiny_gpt::train(engine, tiny_gpt::dataset(moe_config(world, c.k)), kSteps);
+  tiny_gpt::train(engine, tiny_gpt::dataset(moe_config(ep, c.k)), kSteps);
   auto want = run_reference(moe_config(1, c.k), world, c.clip);
-  EXPECT_LT(worst_error(by_global_name(model), want), 2e-5) << "stage " << c.stage << " k " << c.k;
+  EXPECT_LT(worst_error(by_global_name(model), want), 2e-5)
+      << "stage " << c.stage << " k " << c.k << " ep_size " << ep;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoEEngine,
                          ::testing::Values(Case{0, 1, 0}, Case{1, 2, 0}, Case{2, 1, 0},
-                                           Case{2, 2, 0.05}, Case{0, 2, 0.05}));
+                                           Case{2, 2, 0.05}, Case{0, 2, 0.05},
+                                           Case{0, 1, 0.05, true}, Case{1, 2, 0.05, true},
+                                           Case{2, 1, 0.05, true}));
 
-TEST(MoEEngineEp, EpSizeWorldReproducesEpSizeOne) {
+// k = 1 exercises random token selection, k = 2 the second expert's Gumbel sampling.
+class MoEEngineEp : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(MoEEngineEp, EpSizeWorldReproducesEpSizeOne) {
   tiny_gpt::ensure_comm();
   const int world = deepspeed::comm::get_world_size();
-  auto run = [&](int64_t ep) {
-    GPTConfig cfg = moe_config(ep, 2);
+  const int64_t k = GetParam();
+  auto make_config = [&](int64_t ep) {
+    GPTConfig cfg = moe_config(ep, k);
     cfg.moe.use_rts = true;
     cfg.moe.top2_2nd_expert_sampling = true;
-    cfg.moe.num_experts = {4};
     cfg.moe.use_residual = true;
-    GPT model = tiny_gpt::make_model(cfg);
+    return cfg;
+  };
+  auto run = [&](int64_t ep) {
+    GPT model = tiny_gpt::make_model(make_config(ep));
     auto engine = deepspeed::initialize(model, engine_config(1));
-    at::manual_seed(1000 +
-                    deepspeed::comm::get_rank());  // the same draws (RTS, sampling) on both layouts
-    tiny_gpt::train(engine, tiny_gpt::dataset(cfg), kSteps);
+    // The same draws on both layouts (each rank routes its own tokens, so its draws are the same).
+    at::manual_seed(1000 + deepspeed::comm::get_rank());
+    tiny_gpt::train(engine, tiny_gpt::dataset(make_config(ep)), kSteps);
     return by_global_name(model);
   };
   auto ep_world = run(world);
@@ -153,13 +168,107 @@ TEST(MoEEngineEp, EpSizeWorldReproducesEpSizeOne) {
   // or scale is off by far more.
   EXPECT_LT(worst_error(ep_world, ep_one), 2e-4);
   // And training moved every expert: the comparison is not between untouched copies.
-  GPTConfig cfg = moe_config(1, 2);
-  cfg.moe.use_residual = true;
-  auto initial = by_global_name(tiny_gpt::make_model(cfg));
+  auto initial = by_global_name(tiny_gpt::make_model(make_config(1)));
   for (const auto& [name, t] : ep_world)
     if (name.find("deepspeed_experts") != std::string::npos)
       EXPECT_GT((t - initial.at(name)).norm().item<double>(), 1e-3) << name;
 }
+
+INSTANTIATE_TEST_SUITE_P(TopK, MoEEngineEp, ::testing::Values(1, 2));
+
+// Save mid-run with experts split over the ranks; a fresh engine (other initial values) that loads
+// it and trains on ends bit-identical; the expert files hold each expert's weights under its global
+// name; and the checkpoint loads into every expert on every rank (ep_size 1), matching expert for
+// expert.
+class MoECheckpoint : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoECheckpoint, ResumeIsBitExactAndLoadsAtAnotherEpSize) {
+  tiny_gpt::ensure_comm();
+  const int stage = GetParam();
+  const int world = deepspeed::comm::get_world_size();
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("ds_moe_ckpt_" + std::to_string(stage) + "_" + (port ? port : "0")))
+                              .string();
+  if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+  deepspeed::comm::barrier();
+  const GPTConfig cfg = moe_config(world, 2);
+  const at::Tensor data = tiny_gpt::dataset(cfg);
+
+  GPT first = tiny_gpt::make_model(cfg);
+  auto a = deepspeed::initialize(first, engine_config(stage));
+  tiny_gpt::train(a, data, 2);
+  const std::string tag = a.save_checkpoint(dir);
+  const auto saved = by_global_name(first);
+  tiny_gpt::train(a, data, 2, /*first_step=*/2);
+
+  GPTConfig other_cfg = cfg;
+  other_cfg.moe.seed = 99;  // other experts too: everything must come from the checkpoint
+  at::manual_seed(5);
+  GPT second(other_cfg);
+  auto b = deepspeed::initialize(second, engine_config(stage));
+  ASSERT_TRUE(b.load_checkpoint(dir).has_value());
+  EXPECT_EQ(b.global_steps(), 2);
+  tiny_gpt::train(b, data, 2, /*first_step=*/2);
+  const auto want = by_global_name(first), got = by_global_name(second);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) EXPECT_TRUE(at::equal(got.at(name), t)) << name;
+
+  // One file per expert (global ids 0..3 of MoE layer 0), holding that expert's weights at the
+  // save.
+  deepspeed::comm::barrier();
+  int own_files = 0;
+  for (int64_t e = 0; e < 4; ++e) {
+    const std::string file = deepspeed::checkpoint::expert_model_states_path(dir, tag, 0, e);
+    ASSERT_TRUE(std::filesystem::exists(file)) << file;
+    const auto state = deepspeed::checkpoint::load_state(file);
+    int64_t found = 0;
+    for (const auto& [name, t] : saved) {
+      if (name.find("deepspeed_experts." + std::to_string(e) + ".") == std::string::npos) continue;
+      ASSERT_TRUE(state.contains(name)) << file << " lacks " << name;
+      EXPECT_TRUE(at::equal(state.at(name).toTensor().to(at::kFloat), t)) << name;
+      ++found;
+    }
+    // This rank holds the expert: the file holds exactly its weights. (Other ranks' experts are
+    // checked against their files below, through a model that holds every expert.)
+    if (found > 0) {
+      EXPECT_EQ(found, static_cast<int64_t>(state.size())) << file;
+      ++own_files;
+    }
+  }
+  EXPECT_EQ(own_files, 4 / world);
+
+  // Every expert on every rank (ep_size 1) loads the same checkpoint: each expert as saved.
+  GPT whole = tiny_gpt::make_model(moe_config(1, 2));
+  auto c = deepspeed::initialize(whole, engine_config(stage));
+  c.load_checkpoint(dir);
+  // This rank's experts and the dense parameters against this rank's copy at the save; other ranks'
+  // experts against their files (written from the same fp32 values).
+  int64_t checked = 0, from_files = 0;
+  for (const auto& [name, t] : by_global_name(whole)) {
+    auto it = saved.find(name);
+    if (it != saved.end()) {
+      EXPECT_TRUE(at::equal(t, it->second)) << name;
+    } else {
+      const size_t at_id =
+          name.find("deepspeed_experts.") + std::string("deepspeed_experts.").size();
+      const int64_t e = std::stoll(name.substr(at_id));
+      const auto state = deepspeed::checkpoint::load_state(
+          deepspeed::checkpoint::expert_model_states_path(dir, tag, 0, e));
+      EXPECT_TRUE(at::equal(t, state.at(name).toTensor())) << name;
+      ++from_files;
+    }
+    ++checked;
+  }
+  // The whole model has every expert: at W ranks, (W - 1) / W of the experts came from other ranks'
+  // files.
+  EXPECT_EQ(checked - static_cast<int64_t>(saved.size()), from_files);
+  if (world > 1) EXPECT_GT(from_files, 0);
+  deepspeed::comm::barrier();
+  if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, MoECheckpoint, ::testing::Values(0, 2));
 
 TEST(MoEBadInput, NumExpertsNotDivisibleByEpSize) {
   tiny_gpt::ensure_comm();
