@@ -10,6 +10,7 @@
 #include <torch/optim/adam.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -44,11 +45,13 @@ GPTConfig moe_config(int64_t ep_size, int64_t k) {
   return c;
 }
 
-deepspeed::Config engine_config(int stage, const std::string& extra = "") {
-  return deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
-      "gradient_accumulation_steps": 1, "optimizer": {"type": "Adam", "params": {"lr": 1e-2}},
-      "zero_optimization": {"stage": )" +
-                                        std::to_string(stage) + "}" + extra + "}");
+deepspeed::Config engine_config(int stage, const std::string& extra = "",
+                                const std::string& zero_extra = "") {
+  return deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "Adam", "params": {"lr": 1e-2}},
+          "zero_optimization": {"stage": )" +
+      std::to_string(stage) + zero_extra + "}" + extra + "}");
 }
 
 // Global parameters by name, experts under their global ids: "<block>.experts.<global id>.<rest>".
@@ -115,6 +118,8 @@ struct Case {
   double clip;
   bool half_ep = false;  // ep_size = world / 2: experts also have copies (expert-data-parallel
                          // groups of 2 at 4 ranks)
+  bool no_drop = false;  // drop_tokens false: capacity = the largest load
+  std::string zero_extra = "";
 };
 
 class MoEEngine : public ::testing::TestWithParam<Case> {};
@@ -124,11 +129,16 @@ TEST_P(MoEEngine, ExpertParallelMatchesPlainLoop) {
   const Case c = GetParam();
   const int world = deepspeed::comm::get_world_size();
   const int64_t ep = c.half_ep ? std::max(1, world / 2) : world;
-  GPT model = tiny_gpt::make_model(moe_config(ep, c.k));
+  auto config_of = [&](int64_t ep_size) {
+    GPTConfig cfg = moe_config(ep_size, c.k);
+    cfg.moe.drop_tokens = !c.no_drop;
+    return cfg;
+  };
+  GPT model = tiny_gpt::make_model(config_of(ep));
   const std::string clip = c.clip > 0 ? ", \"gradient_clipping\": " + std::to_string(c.clip) : "";
-  auto engine = deepspeed::initialize(model, engine_config(c.stage, clip));
-  tiny_gpt::train(engine, tiny_gpt::dataset(moe_config(ep, c.k)), kSteps);
-  auto want = run_reference(moe_config(1, c.k), world, c.clip);
+  auto engine = deepspeed::initialize(model, engine_config(c.stage, clip, c.zero_extra));
+  tiny_gpt::train(engine, tiny_gpt::dataset(config_of(ep)), kSteps);
+  auto want = run_reference(config_of(1), world, c.clip);
   EXPECT_LT(worst_error(by_global_name(model), want), 2e-5)
       << "stage " << c.stage << " k " << c.k << " ep_size " << ep;
 }
@@ -137,7 +147,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoEEngine,
                          ::testing::Values(Case{0, 1, 0}, Case{1, 2, 0}, Case{2, 1, 0},
                                            Case{2, 2, 0.05}, Case{0, 2, 0.05},
                                            Case{0, 1, 0.05, true}, Case{1, 2, 0.05, true},
-                                           Case{2, 1, 0.05, true}));
+                                           Case{2, 1, 0.05, true}, Case{1, 2, 0, false, true},
+                                           Case{2, 2, 0.05, false, false,
+                                                R"(, "offload_optimizer": {"device": "cpu"})"}));
 
 // k = 1 exercises random token selection, k = 2 the second expert's Gumbel sampling.
 class MoEEngineEp : public ::testing::TestWithParam<int64_t> {};
@@ -269,6 +281,71 @@ TEST_P(MoECheckpoint, ResumeIsBitExactAndLoadsAtAnotherEpSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, MoECheckpoint, ::testing::Values(0, 2));
+
+// Eval mode (eval_capacity_factor, no random routing) through the all-to-all gives the loss the
+// same weights give with every expert local.
+TEST(MoEEval, EpSizeWorldForwardEqualsEpSizeOne) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  auto loss_of = [&](int64_t ep) {
+    GPTConfig cfg = moe_config(ep, 2);
+    cfg.moe.eval_capacity_factor = 0.5;  // drops tokens, differently from training's factor
+    GPT model = tiny_gpt::make_model(cfg);
+    model->eval();
+    const at::Tensor data = tiny_gpt::dataset(cfg);
+    at::Tensor x, y;
+    tiny_gpt::split_batch(
+        data, {2 * deepspeed::comm::get_rank(), 2 * deepspeed::comm::get_rank() + 1}, &x, &y);
+    at::NoGradGuard no_grad;
+    return model->forward(x, y).item<double>();
+  };
+  const double split = loss_of(world), local = loss_of(1);
+  EXPECT_NEAR(split, local, 1e-6 * std::abs(local));
+  // The factor matters: training capacity would route differently.
+  GPTConfig cfg = moe_config(1, 2);
+  GPT model = tiny_gpt::make_model(cfg);
+  model->eval();
+  at::Tensor x, y;
+  tiny_gpt::split_batch(tiny_gpt::dataset(cfg),
+                        {2 * deepspeed::comm::get_rank(), 2 * deepspeed::comm::get_rank() + 1}, &x,
+                        &y);
+  at::NoGradGuard no_grad;
+  EXPECT_NE(model->forward(x, y).item<double>(), local);
+}
+
+// bf16 through the engine (the all-to-all moves bf16 bytes; gradients reduce in fp32): ep_size =
+// world against ep_size 1, both bf16, after 5 SGD steps. The layouts round an expert's gradient
+// differently (one bf16 matmul over every rank's tokens vs one per rank, summed in fp32), so they
+// agree to bf16 precision, not bit for bit; SGD keeps that difference at its size (Adam's first
+// steps turn near-zero gradients into full-size updates of either sign). A lost or doubled expert
+// gradient is off by far more.
+TEST(MoEBf16, EpSizeWorldTracksEpSizeOne) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  const auto config = deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+          "optimizer": {"type": "SGD", "params": {"lr": 0.5}}, "zero_optimization": {"stage": 2}})");
+  auto run = [&](int64_t ep) {
+    GPT model = tiny_gpt::make_model(moe_config(ep, 1));
+    auto engine = deepspeed::initialize(model, config);
+    tiny_gpt::train(engine, tiny_gpt::dataset(moe_config(ep, 1)), kSteps);
+    return by_global_name(model);
+  };
+  auto split = run(world), local = run(1);
+  auto initial = by_global_name(tiny_gpt::make_model(moe_config(1, 1)));
+  // Relative to how far training moved each expert weight.
+  double worst = 0;
+  for (const auto& [name, t] : split) {
+    if (name.find("deepspeed_experts") == std::string::npos || t.dim() < 2) continue;
+    const double moved = (t - initial.at(name)).norm().item<double>();
+    ASSERT_GT(moved, 0) << name;
+    worst = std::max(worst, (t - local.at(name)).norm().item<double>() / moved);
+  }
+  // Measured: 0.04-0.05 of the movement (and 0.012 of the weights); with experts reduced over the
+  // world instead of their own ranks, 0.6-0.8 (0.1).
+  EXPECT_LT(worst, 0.15);
+  EXPECT_LT(worst_error(split, local), 2e-2);
+}
 
 TEST(MoEBadInput, NumExpertsNotDivisibleByEpSize) {
   tiny_gpt::ensure_comm();
