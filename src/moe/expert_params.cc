@@ -68,7 +68,6 @@ std::vector<ExpertParams> find_expert_params(torch::nn::Module& model) {
     if (experts == nullptr || experts->ep_size() == 1) continue;
     const ExpertGroups& groups = expert_groups(experts->ep_size());
     ExpertParams& entry = by_ep[experts->ep_size()];
-    entry.name = groups.name;
     entry.group = groups.expert_data_parallel;
     for (const auto& p : experts->parameters(/*recurse=*/true))
       if (p.requires_grad()) entry.params.push_back(p);

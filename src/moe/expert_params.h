@@ -16,7 +16,6 @@
 namespace deepspeed::moe {
 
 struct ExpertParams {
-  std::string name;                // DeepSpeed's group name, "ep_size_<n>"
   comm::ProcessGroup group;        // expert-data-parallel group
   std::vector<at::Tensor> params;  // in module order
 };
