@@ -20,6 +20,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/feature_gate.h"
 #include "moe/expert_params.h"
+#include "monitor/monitor.h"
 #include "runtime/scheduler_factory.h"
 #include "zero/stage3/construction_shard.h"
 
@@ -290,7 +291,11 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
              " groups, the optimizer ", groups_.size());
 
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
+  monitor_ = std::make_unique<monitor::MonitorMaster>(config_, comm::get_rank());
+  DS_CHECK_T(ConfigError, !monitor_->enabled() || !options.data_parallel_group.is_member(),
+             "csv_monitor: the pipeline engine does not write monitor events yet; remove the section");
   last_log_time_ = std::chrono::steady_clock::now();
+  last_step_time_ = last_log_time_;
 }
 
 void EngineImpl::check_states_resident(const char* what) const {
@@ -350,8 +355,11 @@ void EngineImpl::backward(const at::Tensor& loss) {
     scaled.backward();
     reducer_->finish_backward();
   }
-  loss_sum_ += loss.item<double>();
+  const double value = loss.item<double>();
+  loss_sum_ += value;
   ++loss_count_;
+  step_loss_sum_ += value;
+  ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
 }
 
@@ -361,7 +369,29 @@ void EngineImpl::step() {
   ++micro_steps_;
   if (!boundary) return;
   boundary_step();
+  if (monitor_->enabled()) write_monitor_events();
+  step_loss_sum_ = 0.0;
+  step_loss_count_ = 0;
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
+}
+
+void EngineImpl::write_monitor_events() {
+  // DeepSpeed's event names and step (global samples); the loss is this rank's (rank 0's) mean over the step's
+  // micro-batches, as DeepSpeed logs it.
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_step_time_).count();
+  last_step_time_ = now;
+  const int64_t samples = global_steps_ * config_.train_batch_size.value();
+  std::vector<monitor::Event> events;
+  auto add = [&](const char* name, double value) { events.push_back({std::string("Train/Samples/") + name, value, samples}); };
+  add("train_loss", step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0);
+  add("lr", get_lr().at(0));
+  if (scaler_) add("loss_scale", scaler_->loss_scale());
+  if (global_grad_norm_ >= 0) add("grad_norm", global_grad_norm_);
+  if (seconds > 0) add("samples_per_sec", static_cast<double>(config_.train_batch_size.value()) / seconds);
+  add("memory_allocated_mb",
+      static_cast<double>(accelerator::get_accelerator().memory_stats().allocated_bytes) / (1024.0 * 1024.0));
+  monitor_->write_events(events);
 }
 
 void EngineImpl::boundary_step() {

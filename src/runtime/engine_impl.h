@@ -12,6 +12,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/lr_schedules.h"
+#include "monitor/monitor.h"
 #include "runtime/flat_params.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
@@ -133,6 +134,13 @@ class EngineImpl {
   void build_stage3();
   void build_flat_stages();
   void finish_construction(InitializeOptions& options);
+
+  // Monitor events (csv_monitor) at each boundary: this step's mean loss, lr, loss scale, grad norm, samples/s.
+  void write_monitor_events();
+  std::unique_ptr<monitor::MonitorMaster> monitor_;
+  double step_loss_sum_ = 0.0;
+  int64_t step_loss_count_ = 0;
+  std::chrono::steady_clock::time_point last_step_time_;
 
   bool breakdown_ = false;
   double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line

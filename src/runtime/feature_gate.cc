@@ -74,8 +74,9 @@ void check_supported_features(const config::Config& cfg) {
              "pipeline: partition, seed_layers and activation_checkpoint_interval apply to a PipelineModule "
              "(deepspeed::pipe::initialize), not to deepspeed::initialize");
   reject_if(cfg.monitor.tensorboard.enabled, "tensorboard.enabled", "the TensorBoard monitor");
-  reject_if(cfg.monitor.csv_monitor.enabled, "csv_monitor.enabled", "the CSV monitor");
-  reject_if(cfg.monitor.wandb.enabled, "wandb.enabled", "the Weights & Biases monitor");
+  DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
+             "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
+             "(its files can be uploaded with wandb's own tools)");
   reject_if(cfg.flops_profiler.enabled, "flops_profiler.enabled", "the flops profiler");
   reject_if(cfg.autotuning.enabled, "autotuning.enabled", "the autotuner");
   reject_if(cfg.checkpoint.load_universal, "checkpoint.load_universal", "universal checkpoint loading");

@@ -70,7 +70,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
        "zero_optimization.offload_param"},
       {R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled"},
-      {R"({"train_batch_size": 8, "csv_monitor": {"enabled": true}})", "csv_monitor.enabled"},
       {R"({"train_batch_size": 8, "flops_profiler": {"enabled": true}})", "flops_profiler.enabled"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
@@ -81,6 +80,14 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
     EXPECT_EQ(msg.rfind(c.key, 0), 0u) << "for " << c.json << " got: " << msg;
     EXPECT_NE(msg.find("not implemented"), std::string::npos) << msg;
   }
+}
+
+// Weights & Biases is refused with the reason (no C++ client), not as "not implemented yet".
+TEST(FeatureGate, WandbNamesTheMissingClient) {
+  const std::string msg = rejection(R"({"train_batch_size": 8, "wandb": {"enabled": true}})");
+  EXPECT_EQ(msg.rfind("wandb.enabled", 0), 0u) << msg;
+  EXPECT_NE(msg.find("no C++ client"), std::string::npos) << msg;
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true}})"), "");
 }
 
 // The pipeline section belongs to deepspeed::pipe::initialize: the plain engine names it rather than ignore it.
