@@ -18,6 +18,8 @@ packages=(
   procps
   # checkpoint interop tests: Python's torch.load must read our checkpoint files (Debian's PyTorch 1.13, ~18 MB)
   python3-torch
+  # monitor tests: TensorBoard event files are read back with Google's protobuf library (~1 MB)
+  python3-protobuf
 )
 
 sudo_cmd=()

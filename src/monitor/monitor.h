@@ -31,8 +31,8 @@ class Writer {
 
 class MonitorMaster {
  public:
-  // Writers for the enabled sections of `config` (csv_monitor); none on ranks other than 0.
-  // (Monitors this build has no writer for are refused by name at initialize:
+  // Writers for the enabled sections of `config` (tensorboard, csv_monitor); none on ranks other
+  // than 0. (Monitors this build has no writer for are refused by name at initialize:
   // runtime/feature_gate.cc.)
   MonitorMaster(const config::Config& config, int rank);
   bool enabled() const { return !writers_.empty(); }

@@ -73,7 +73,6 @@ void check_supported_features(const config::Config& cfg) {
                               cfg.pipeline.activation_checkpoint_interval == 0,
              "pipeline: partition, seed_layers and activation_checkpoint_interval apply to a PipelineModule "
              "(deepspeed::pipe::initialize), not to deepspeed::initialize");
-  reject_if(cfg.monitor.tensorboard.enabled, "tensorboard.enabled", "the TensorBoard monitor");
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
              "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
              "(its files can be uploaded with wandb's own tools)");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,9 @@ TEST(CsvMonitorEngine, RowsReadBackToTheEnginesValues) {
           "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
                                                        "warmup_num_steps": 4}},
           "csv_monitor": {"enabled": true, "output_path": ")" +
-      dir + R"(", "job_name": "tiny"}})");
+      dir + R"(", "job_name": "tiny"},
+          "tensorboard": {"enabled": true, "output_path": ")" +
+      dir + R"(/tb", "job_name": "tiny"}})");
   auto model = tiny_gpt::make_model(tiny_gpt::config());
   auto engine = deepspeed::initialize(model, config);
   const int steps = 5;
@@ -77,6 +80,33 @@ TEST(CsvMonitorEngine, RowsReadBackToTheEnginesValues) {
               static_cast<size_t>(steps));
     EXPECT_FALSE(std::filesystem::exists(job + "Train_Samples_loss_scale.csv"))
         << "no loss scale without fp16";
+
+    // One event file, read independently: "<step> <tag> <value>" per scalar.
+    std::vector<std::filesystem::path> files;
+    for (const auto& f : std::filesystem::directory_iterator(dir + "/tb/tiny"))
+      files.push_back(f.path());
+    ASSERT_EQ(files.size(), 1u);
+    const std::string out = dir + "/tb.txt";
+    ASSERT_EQ(std::system(
+                  ("/usr/bin/python3 " READ_TFEVENTS " '" + files[0].string() + "' > '" + out + "'")
+                      .c_str()),
+              0)
+        << "read_tfevents.py failed (python3-protobuf missing? run scripts/setup.sh)";
+    std::ifstream in(out);
+    std::map<std::string, std::vector<std::pair<int64_t, double>>> tb;
+    int64_t step = 0;
+    std::string tag;
+    double value = 0;
+    while (in >> step >> tag >> value) tb[tag].emplace_back(step, value);
+    ASSERT_EQ(tb["Train/Samples/train_loss"].size(), static_cast<size_t>(steps));
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_EQ(tb["Train/Samples/train_loss"][s].first, (s + 1) * 8);
+      EXPECT_EQ(tb["Train/Samples/train_loss"][s].second,
+                static_cast<double>(static_cast<float>(losses[s])));
+      EXPECT_EQ(tb["Train/Samples/lr"][s].second, static_cast<double>(static_cast<float>(lrs[s])));
+      EXPECT_EQ(tb["Train/Samples/grad_norm"][s].second,
+                static_cast<double>(static_cast<float>(norms[s])));
+    }
     std::filesystem::remove_all(dir);
   }
 }
