@@ -10,9 +10,8 @@
 namespace deepspeed::monitor {
 
 CsvMonitor::CsvMonitor(const std::string& output_path, const std::string& job_name) {
-  const std::filesystem::path base =
-      std::filesystem::path(output_path.empty() ? std::string("csv_monitor") : output_path);
-  log_dir_ = (base / job_name).string();
+  // DeepSpeed joins the two as they are: the default output_path "" puts the files in ./<job_name>.
+  log_dir_ = (std::filesystem::path(output_path) / job_name).string();
   std::error_code ec;
   std::filesystem::create_directories(log_dir_, ec);
   DS_CHECK(!ec, "csv_monitor: cannot create the output directory ", log_dir_, ": ", ec.message());
@@ -45,9 +44,12 @@ void CsvMonitor::write_events(const std::vector<Event>& events) {
       it = files_.emplace(e.name, f).first;
     }
     // %.17g: the value read back is the value written.
-    std::fprintf(it->second, "%lld,%.17g\n", static_cast<long long>(e.step), e.value);
+    DS_CHECK(std::fprintf(it->second, "%lld,%.17g\n", static_cast<long long>(e.step), e.value) > 0,
+             "csv_monitor: cannot write ", file_for(e.name), ": ", std::strerror(errno));
   }
-  for (auto& [name, f] : files_) std::fflush(f);
+  for (auto& [name, f] : files_)
+    DS_CHECK(std::fflush(f) == 0, "csv_monitor: cannot write ", file_for(name), ": ",
+             std::strerror(errno));
 }
 
 }  // namespace deepspeed::monitor

@@ -1,6 +1,6 @@
-// DeepSpeed's csv_monitor: one CSV file per metric under <output_path>/<job_name>/ (output_path ""
-// means
-// ./csv_monitor), named after the metric with '/' and ' ' turned into '_'
+// DeepSpeed's csv_monitor: one CSV file per metric under <output_path>/<job_name>/ (as in
+// DeepSpeed, the default output_path "" means ./<job_name>), named after the metric with '/' and '
+// ' turned into '_'
 // ("Train_Samples_train_loss.csv"), holding a "step,<last part of the name>" header and one
 // "step,value" row per event. Files are appended to, so a resumed run continues them; the header is
 // written when a file is new.

@@ -1,5 +1,8 @@
 #include "monitor/monitor.h"
 
+#include <cstdio>
+#include <exception>
+
 #include "deepspeed/error.h"
 #include "monitor/csv_monitor.h"
 #include "monitor/tensorboard_monitor.h"
@@ -18,7 +21,15 @@ MonitorMaster::MonitorMaster(const config::Config& config, int rank) {
 }
 
 void MonitorMaster::write_events(const std::vector<Event>& events) {
-  for (auto& w : writers_) w->write_events(events);
+  // Only rank 0 writes: an exception here would stop rank 0 alone and leave the others waiting in
+  // their next collective. A monitor that cannot write is reported once and turned off; training
+  // goes on.
+  try {
+    for (auto& w : writers_) w->write_events(events);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepspeed: warning: monitor turned off: %s\n", e.what());
+    writers_.clear();
+  }
 }
 
 }  // namespace deepspeed::monitor

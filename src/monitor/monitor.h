@@ -4,8 +4,10 @@
 // in DeepSpeed.
 //
 // Only rank 0 writes (the engine constructs the master with its rank). Each writer flushes after
-// every call, so a crash loses at most the events of the step in flight. Not thread-safe: one
-// engine thread writes.
+// every call, so a crash loses at most the events of the step in flight; a writer that fails (disk
+// full) is reported and turned off rather than stopping rank 0 alone. Every metric of a step is
+// logged at the global samples after it (DeepSpeed logs train_loss at the samples before the step
+// and lr after it). Not thread-safe: one engine thread writes.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,7 @@ class MonitorMaster {
   // runtime/feature_gate.cc.)
   MonitorMaster(const config::Config& config, int rank);
   bool enabled() const { return !writers_.empty(); }
+  // Never throws (see above).
   void write_events(const std::vector<Event>& events);
 
  private:

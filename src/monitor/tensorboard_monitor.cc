@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,10 @@
 
 namespace deepspeed::monitor {
 namespace {
+
+// The wire format and TFRecord are little-endian; put_fixed copies the host's bytes.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the TensorBoard encoder assumes a little-endian host");
 
 std::array<uint32_t, 256> make_crc_table() {
   std::array<uint32_t, 256> t{};
@@ -110,9 +115,7 @@ std::string tfrecord(const std::string& data) {
 
 TensorBoardMonitor::TensorBoardMonitor(const std::string& output_path,
                                        const std::string& job_name) {
-  const std::filesystem::path dir =
-      std::filesystem::path(output_path.empty() ? std::string("tensorboard") : output_path) /
-      job_name;
+  const std::filesystem::path dir = std::filesystem::path(output_path) / job_name;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   DS_CHECK(!ec, "tensorboard: cannot create the output directory ", dir.string(), ": ",
@@ -120,9 +123,11 @@ TensorBoardMonitor::TensorBoardMonitor(const std::string& output_path,
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
   const double now = now_seconds();
-  path_ = (dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host))
+  static std::atomic<int> count{0};
+  path_ = (dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host +
+                  "." + std::to_string(::getpid()) + "." + std::to_string(count++)))
               .string();
-  file_ = std::fopen(path_.c_str(), "ab");
+  file_ = std::fopen(path_.c_str(), "wbx");  // a new file: never two writers in one
   DS_CHECK(file_ != nullptr, "tensorboard: cannot open ", path_, ": ", std::strerror(errno));
   append(tfrecord(encode_file_version_event(now)));
 }

@@ -1,10 +1,11 @@
 // DeepSpeed's tensorboard monitor without TensorBoard's libraries: an event file that TensorBoard
 // reads, written by our own small encoder.
-// <output_path>/<job_name>/events.out.tfevents.<seconds>.<host> (output_path "" means
-// ./tensorboard) holds TFRecords: a little-endian uint64 length, its masked CRC-32C, the bytes,
-// their masked CRC-32C. The first record is an Event with file_version "brain.Event:2"; then one
-// Event per call and step (wall_time, step, summary with one scalar value per metric, tag = the
-// metric's name), as torch's SummaryWriter writes add_scalar. Flushed after every call.
+// <output_path>/<job_name>/events.out.tfevents.<seconds>.<host>.<pid>.<n> (as in DeepSpeed, the
+// default output_path "" means ./<job_name>; pid and a per-process count keep writers apart, as
+// torch's SummaryWriter does) holds TFRecords: a little-endian uint64 length, its masked CRC-32C,
+// the bytes, their masked CRC-32C. The first record is an Event with file_version "brain.Event:2";
+// then one Event per call and step (wall_time, step, summary with one scalar value per metric, tag
+// = the metric's name), as torch's SummaryWriter writes add_scalar. Flushed after every call.
 #pragma once
 
 #include <cstdint>

@@ -40,6 +40,8 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
              " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
   DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
            "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
+  DS_CHECK_T(ConfigError, !config.monitor.tensorboard.enabled && !config.monitor.csv_monitor.enabled,
+             "tensorboard/csv_monitor: the pipeline engine does not write monitor events yet; remove the section");
   if (!comm::is_initialized()) comm::init_distributed();
   world_ = comm::get_world_group();
   const ProcessTopology& topo = module_->topology();

@@ -292,8 +292,6 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
 
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   monitor_ = std::make_unique<monitor::MonitorMaster>(config_, comm::get_rank());
-  DS_CHECK_T(ConfigError, !monitor_->enabled() || !options.data_parallel_group.is_member(),
-             "tensorboard/csv_monitor: the pipeline engine does not write monitor events yet; remove the section");
   last_log_time_ = std::chrono::steady_clock::now();
   last_step_time_ = last_log_time_;
 }

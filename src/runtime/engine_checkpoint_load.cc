@@ -288,6 +288,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       global_steps_ = steps;
       micro_steps_ = steps * config_.gradient_accumulation_steps.value();
       last_log_step_ = steps;
+      // Losses and clocks of steps before the load belong to no step after it.
+      loss_sum_ = step_loss_sum_ = 0.0;
+      loss_count_ = step_loss_count_ = 0;
+      last_log_time_ = last_step_time_ = std::chrono::steady_clock::now();
       if (scaler_state) scaler_->load_state(*scaler_state);
       if (scheduler_state) {
         scheduler_->load_state_dict(*scheduler_state);

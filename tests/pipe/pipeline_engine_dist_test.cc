@@ -336,6 +336,13 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
         dsp::PipelineModule m(o);
       },
       "tied_weight_attr");
+  // Monitors are not written by the pipeline engine yet: every rank refuses alike (not rank 0 alone).
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, make_config("fp32", "SGD", 0, 0.0, R"(, "csv_monitor": {"enabled": true})"));
+      },
+      "the pipeline engine does not write monitor events");
   // The config's pipeline section: stages must match the module; partition and seed_layers belong to the module.
   auto with_pipeline = [&](const std::string& section) {
     return make_config("fp32", "SGD", 0, 0.0, ", \"pipeline\": " + section);
