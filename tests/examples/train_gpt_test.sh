@@ -160,8 +160,8 @@ PY
     [ "$(grep -c 'samples/s' "$log")" -eq 4 ] || fail "expected one log line per step (steps_per_print 1) on rank 0 only"
     ;;
   unsupported_feature)
-    run 1 unsupported.json --steps 2 && fail "the TensorBoard monitor must be rejected until it is implemented"
-    grep -q "train_gpt: tensorboard.enabled: the TensorBoard monitor .*not implemented" "$log" || fail "unclear rejection"
+    run 1 unsupported.json --steps 2 && fail "the flops profiler must be rejected until it is implemented"
+    grep -q "train_gpt: flops_profiler.enabled: the flops profiler .*not implemented" "$log" || fail "unclear rejection"
     ;;
   zero3)
     # Stage 3 (blocks as units, built under zero::Init) trains the same numbers as stage 0 on 2 ranks.
