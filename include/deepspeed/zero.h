@@ -160,6 +160,12 @@ struct Stage3Stats {
   int64_t pool_allocations = 0;
   int64_t pool_peak_bytes = 0;
   int64_t peak_pending_reduce_elems = 0;  // gradient elements being reduced at once (bounded by reduce_bucket_size)
+  // Wall time (ms, cumulative) the training thread spent blocked: issuing and waiting for gathers of units needed
+  // now (not prefetched), waiting for gathers issued ahead of use (what prefetching did not hide), and waiting for
+  // gradient reductions.
+  double gather_ms = 0;
+  double prefetch_wait_ms = 0;
+  double reduce_wait_ms = 0;
 };
 
 // Every unit wrapper under `module` (itself included), in module order.

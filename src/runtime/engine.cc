@@ -521,10 +521,11 @@ void EngineImpl::log_step() {
   loss_count_ = 0;
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - last_log_time_).count();
-  double samples = static_cast<double>((global_steps_ - last_log_step_) * config_.train_batch_size.value());
+  const int64_t steps = global_steps_ - last_log_step_;
+  double samples = static_cast<double>(steps * config_.train_batch_size.value());
   last_log_time_ = now;
   last_log_step_ = global_steps_;
-  std::string timers = breakdown_ ? " | " + timers_.log({"fwd", "bwd", "step"}) + " (ms)" : "";
+  const std::string timers = breakdown_ ? timer_table(steps) : "";
   if (world_.rank() != 0) return;
   std::string progress;
   if (total_steps_ > 0) {
@@ -546,10 +547,33 @@ void EngineImpl::log_step() {
                   static_cast<long long>(scaler_->skipped_steps()));
     fp16 = buf;
   }
-  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s%s\n",
+  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s\n%s",
               static_cast<long long>(global_steps_), progress.c_str(), loss.item<double>(), lrs.c_str(),
               global_grad_norm_, fp16.c_str(), seconds > 0 ? samples / seconds : 0.0, timers.c_str());
   std::fflush(stdout);
+}
+
+std::string EngineImpl::timer_table(int64_t steps) {
+  // Backward's reduction share: time the reducer kept backward waiting (stages 0-2), or stage 3's waits for its
+  // gradient reductions; both are cumulative counters, read as the difference since the last table.
+  const zero::Stage3Stats s3 = stage3_ ? stage3_->stats() : zero::Stage3Stats{};
+  const double reduce_total = stage3_ ? s3.reduce_wait_ms : reducer_ ? reducer_->blocked_ms() : 0.0;
+  const double reduce = reduce_total - logged_waits_.reduce_wait_ms;
+  const double fwd = timers_.elapsed_ms("fwd"), bwd = timers_.elapsed_ms("bwd"), step = timers_.elapsed_ms("step");
+  std::vector<runtime::TimerRow> rows = {{"forward", fwd, 0},
+                                         {"backward", bwd, 0},
+                                         {"compute", std::max(0.0, bwd - reduce), 1},
+                                         {"reduce (blocked)", reduce, 1},
+                                         {"step", step, 0}};
+  if (stage3_) {
+    // Parts of forward and backward: gathers of parameters needed at once, and what prefetching did not hide.
+    rows.push_back({"stage 3 gather (on demand)", s3.gather_ms - logged_waits_.gather_ms, 0});
+    rows.push_back({"stage 3 prefetch wait", s3.prefetch_wait_ms - logged_waits_.prefetch_wait_ms, 0});
+  }
+  logged_waits_ = s3;
+  logged_waits_.reduce_wait_ms = reduce_total;
+  timers_.reset();
+  return runtime::format_timer_table(rows, global_steps_, steps, fwd + bwd + step);
 }
 
 std::vector<double> EngineImpl::get_lr() const {

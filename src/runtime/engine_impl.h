@@ -128,6 +128,9 @@ class EngineImpl {
   void save_expert_files(const std::string& dir, const std::string& tag) const;
   void apply_schedule();
   void log_step();
+  // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
+  std::string timer_table(int64_t steps);
+  zero::Stage3Stats logged_waits_;  // the cumulative wait counters as of the last table
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);
   // nvme offload: an updated slice of group g's fp32 master partition back into the model-dtype parameters.
   void write_master_slice(size_t group, int64_t offset, const at::Tensor& master);

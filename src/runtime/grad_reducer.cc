@@ -6,9 +6,11 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "deepspeed/error.h"
+#include "runtime/timers.h"
 
 namespace deepspeed::runtime {
 
@@ -47,6 +49,7 @@ struct GradReducer::State {
   int live_staging = 0;              // kPartitioned: staging buffers allocated and not dropped
   size_t next_launch = 0;
   size_t launched_in_hooks = 0;
+  double blocked_ms = 0;  // see GradReducer::blocked_ms
   bool armed = false;
   std::mutex mutex;  // autograd may run hooks from its worker thread
   // Kept alive here: a parameter holds only a weak pointer to its AccumulateGrad node (FACTS.md).
@@ -200,10 +203,12 @@ struct GradReducer::State {
     // never holds more than a few buckets; without overlap it waits for each reduction before going on.
     const bool partitioned = options.storage == GradStorage::kPartitioned;
     if (!options.overlap_comm && !partitioned) return;
+    const auto start = std::chrono::steady_clock::now();
     const size_t first_new = next_launch;
     launch_ready_in_order();
     if (!options.overlap_comm)
       for (size_t i = first_new; i < next_launch; ++i) complete(buckets[i]);
+    blocked_ms += ms_since(start);
   }
 };
 
@@ -306,12 +311,14 @@ void GradReducer::finish_backward() {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.armed) return;
   s.armed = false;
+  const auto start = std::chrono::steady_clock::now();
   for (; s.next_launch < s.buckets.size(); ++s.next_launch) s.launch(s.buckets[s.next_launch]);
   for (auto& b : s.buckets) {
     if (s.options.storage == GradStorage::kPartitioned && !b.staging.defined()) continue;  // completed early
     s.complete(b);
   }
   s.in_flight.clear();
+  s.blocked_ms += ms_since(start);
 }
 
 at::Tensor GradReducer::partition_grads(size_t g) const {
@@ -326,6 +333,8 @@ void GradReducer::zero_partition_grads() {
 }
 
 size_t GradReducer::num_buckets() const { return state_->buckets.size(); }
+
+double GradReducer::blocked_ms() const { return state_->blocked_ms; }
 
 size_t GradReducer::buckets_launched_during_backward() const { return state_->launched_in_hooks; }
 

@@ -65,6 +65,9 @@ class GradReducer {
   void zero_partition_grads();
 
   size_t num_buckets() const;
+  // Wall time (ms, cumulative) backward spent in the reduction rather than in autograd: launching buckets
+  // (pre-scaling), waiting for them and post-scaling, from the hooks and in finish_backward().
+  double blocked_ms() const;
   // Buckets whose reduction was started from a hook during the last backward (for tests of overlap).
   size_t buckets_launched_during_backward() const;
   // Bytes held in stage 2's staging pool right now (for memory accounting).

@@ -155,9 +155,19 @@ PY
   breakdown)
     # WarmupDecayLR (total 4, warmup 2): after step 4 the schedule is at iteration 3, lr = 0.001 * (4 - 3) / (4 - 2).
     run 2 breakdown.json --steps 4 || fail "exited with $?"
-    grep -Eq "step 4/4 \(100%\) \| loss [0-9.]+ \| lr \[0\.0005\] \| grad_norm [0-9.]+ \| [0-9.]+ samples/s \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+ \(ms\)" \
-      "$log" || fail "no wall-clock breakdown in the step log"
+    grep -Eq "step 4/4 \(100%\) \| loss [0-9.]+ \| lr \[0\.0005\] \| grad_norm [0-9.]+ \| [0-9.]+ samples/s" \
+      "$log" || fail "no step log line"
     [ "$(grep -c 'samples/s' "$log")" -eq 4 ] || fail "expected one log line per step (steps_per_print 1) on rank 0 only"
+    # The wall-clock breakdown: one aligned table per log line, backward split into compute and reduce.
+    [ "$(grep -c 'time (ms), step [0-9]* *total *per step *share$' "$log")" -eq 4 ] || fail "no breakdown table"
+    for row in "  forward" "  backward" "    compute" "    reduce \\(blocked\\)" "  step"; do
+      [ "$(grep -Ec "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log")" -eq 4 ] || fail "no '$row' row"
+    done
+    grep -q "stage 3" "$log" && fail "stage 3 rows at stage 0"
+    run 2 zero3_breakdown.json --steps 2 || fail "stage 3 exited with $?"
+    for row in "  stage 3 gather \(on demand\)" "  stage 3 prefetch wait"; do
+      grep -Eq "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log" || fail "no '$row' row at stage 3"
+    done
     ;;
   unsupported_feature)
     run 1 unsupported.json --steps 2 && fail "the flops profiler must be rejected until it is implemented"

@@ -63,8 +63,16 @@ TEST(GradReducer, OverlappedBucketsAverageAcrossRanks) {
   reducer.begin_backward(true);
   net.loss(world.rank()).backward();
   if (world.size() > 1) EXPECT_EQ(reducer.buckets_launched_during_backward(), reducer.num_buckets());
+  const double blocked_in_hooks = reducer.blocked_ms();
   reducer.finish_backward();
   EXPECT_TRUE(at::allclose(net.groups[0].grads_flat, expected_average(false), 1e-6, 1e-7));
+  // The breakdown's "reduce (blocked)": counted in the hooks that launched the buckets and in finish_backward.
+  if (world.size() > 1) {
+    EXPECT_GT(blocked_in_hooks, 0.0);
+    EXPECT_GT(reducer.blocked_ms(), blocked_in_hooks);
+  } else {
+    EXPECT_EQ(reducer.blocked_ms(), 0.0) << "one fp32 rank has nothing to reduce";
+  }
 }
 
 TEST(GradReducer, WithoutOverlapNothingStartsDuringBackward) {

@@ -283,6 +283,10 @@ TEST(Stage3Memory, LiveParametersStayUnderTheBoundAndThePoolStopsGrowing) {
   EXPECT_GE(s1.peak_live_elems, block) << "a block must have been gathered";
   EXPECT_LE(s1.peak_live_elems, 2 * block + 512) << "stage3_max_live_parameters exceeded";
   EXPECT_EQ(s1.trace_invalidations, 0);
+  // The breakdown's stage 3 rows: time blocked on gathers needed now, on prefetched ones, on reductions.
+  EXPECT_GT(s1.gather_ms, 0.0);
+  EXPECT_GT(s1.prefetch_wait_ms, 0.0);
+  if (deepspeed::comm::get_world_size() > 1) EXPECT_GT(s1.reduce_wait_ms, 0.0);
   tiny_gpt::train(engine, data, 3);
   auto s2 = engine.stage3_stats();
   EXPECT_EQ(s2.pool_allocations, s1.pool_allocations) << "after the first steps a step must allocate nothing new";

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "deepspeed/error.h"
+#include "runtime/timers.h"
 #include "zero/global_norm.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
@@ -107,7 +109,9 @@ void Stage3::drain_reductions(size_t keep) {
     pending_elems_ -= r.input.numel();
     Flat& f = r.unit->flats[r.flat];
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
+    const auto wait_start = std::chrono::steady_clock::now();
     for (auto& w : r.works) w.wait();
+    stats_.reduce_wait_ms += runtime::ms_since(wait_start);
     at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "deepspeed/error.h"
+#include "runtime/timers.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -19,6 +20,7 @@ void Stage3::note_live(int64_t delta) {
 
 void Stage3::gather_async(Unit& unit, bool prefetch) {
   if (unit.state != Unit::State::kReleased) return;
+  const auto start = std::chrono::steady_clock::now();
   for (auto& f : unit.flats) {
     f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
@@ -36,16 +38,22 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     }
   }
   unit.state = Unit::State::kInflight;
+  unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
+  if (!prefetch) stats_.gather_ms += runtime::ms_since(start);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
 }
 
 void Stage3::wait_gathered(Unit& unit) {
   if (unit.state != Unit::State::kInflight) return;
+  const auto start = std::chrono::steady_clock::now();
   for (auto& f : unit.flats) {
     for (auto& w : f.gather_work) w.wait();
     f.gather_work.clear();
+  }
+  (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += runtime::ms_since(start);
+  for (auto& f : unit.flats) {
     for (size_t i = 0; i < f.params.size(); ++i)
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
   }

@@ -40,6 +40,7 @@ struct Stage3::Unit {
   std::vector<Flat> flats;
   int64_t numel = 0;  // padded elements gathered when whole
   State state = State::kReleased;
+  bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
   bool running = false;  // inside its forward, or armed for its backward and not yet reduced
   bool armed = false;
   bool reduced = false;
