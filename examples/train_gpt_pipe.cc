@@ -61,6 +61,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   dsp::PipelineModule module(o);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
+  options.tokens_per_sample = model_cfg.seq_len;
   auto engine = dsp::initialize(module, config, options);
 
   const int data_rank = module->topology().get_coord(rank).get("data");

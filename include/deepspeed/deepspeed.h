@@ -57,6 +57,9 @@ struct InitializeOptions {
   std::shared_ptr<runtime::LrScheduler> lr_scheduler;
   // Optimizer steps the run will take, if known: the step log then shows progress (`step 40/200 (20%)`).
   int64_t total_steps = 0;
+  // Tokens in one sample (the sequence length of a language model), if the model has tokens: the step log and the
+  // monitors then report tokens/s as well (samples/s x this).
+  int64_t tokens_per_sample = 0;
 
   // For an engine that holds one part of a larger layout (the pipeline engine builds one per stage):
   // The ranks holding copies of this module, over which gradients are reduced and ZeRO partitions (null: the world).

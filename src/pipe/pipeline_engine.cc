@@ -40,8 +40,11 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
              " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
   DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
            "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
-  DS_CHECK_T(ConfigError, !config.monitor.tensorboard.enabled && !config.monitor.csv_monitor.enabled,
-             "tensorboard/csv_monitor: the pipeline engine does not write monitor events yet; remove the section");
+  // DeepSpeed's pipeline engine profiles through its stage modules' hooks; here a stage's forward is a stream of
+  // instructions over micro-batches, which the flops profiler's per-step driver does not follow yet.
+  DS_CHECK_T(ConfigError, !config.flops_profiler.enabled,
+             "flops_profiler.enabled: the flops profiler is not supported by the pipeline engine yet; profile the "
+             "model with deepspeed::initialize or deepspeed::profiling::FlopsProfiler");
   if (!comm::is_initialized()) comm::init_distributed();
   world_ = comm::get_world_group();
   const ProcessTopology& topo = module_->topology();
@@ -248,6 +251,8 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
   timing_.reduce += seconds_since(reduce_start);
   timing_.total = seconds_since(start);
   if (train) {
+    // Global rank 0 (the first stage) writes the monitors, with the batch loss the last stage sent every stage.
+    if (impl_->monitor_->enabled()) impl_->write_monitor_events(loss.item<double>());
     const int64_t every = impl_->config_.steps_per_print;
     if (every > 0 && impl_->global_steps_ % every == 0) log_step(loss.item<double>());
   }
@@ -267,9 +272,16 @@ void PipelineEngineImpl::log_step(double loss) {
     std::snprintf(buf, sizeof(buf), "%s%.4g", lrs.empty() ? "" : ",", lr);
     lrs += buf;
   }
-  std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s | stage 0 idle %.0f%%\n",
+  const double samples_per_sec = seconds > 0 ? samples / seconds : 0.0;
+  std::string tokens;
+  if (impl_->tokens_per_sample_ > 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", samples_per_sec * static_cast<double>(impl_->tokens_per_sample_));
+    tokens = buf;
+  }
+  std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s | stage 0 idle %.0f%%\n",
               static_cast<long long>(impl_->global_steps_), loss, lrs.c_str(), impl_->global_grad_norm_,
-              seconds > 0 ? samples / seconds : 0.0, 100.0 * timing_.idle_fraction());
+              samples_per_sec, tokens.c_str(), 100.0 * timing_.idle_fraction());
   std::fflush(stdout);
 }
 

@@ -155,6 +155,9 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
   breakdown_ = config_.wall_clock_breakdown;
   total_steps_ = options.total_steps;
+  DS_CHECK(options.tokens_per_sample >= 0, "InitializeOptions::tokens_per_sample must be >= 0, got ",
+           options.tokens_per_sample);
+  tokens_per_sample_ = options.tokens_per_sample;
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
@@ -367,26 +370,29 @@ void EngineImpl::step() {
   ++micro_steps_;
   if (!boundary) return;
   boundary_step();
-  if (monitor_->enabled()) write_monitor_events();
+  if (monitor_->enabled()) write_monitor_events(step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0);
   step_loss_sum_ = 0.0;
   step_loss_count_ = 0;
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
 }
 
-void EngineImpl::write_monitor_events() {
-  // DeepSpeed's event names and step (global samples); the loss is this rank's (rank 0's) mean over the step's
-  // micro-batches, as DeepSpeed logs it.
+void EngineImpl::write_monitor_events(double loss) {
+  // DeepSpeed's event names and step (global samples).
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - last_step_time_).count();
   last_step_time_ = now;
   const int64_t samples = global_steps_ * config_.train_batch_size.value();
   std::vector<monitor::Event> events;
   auto add = [&](const char* name, double value) { events.push_back({std::string("Train/Samples/") + name, value, samples}); };
-  add("train_loss", step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0);
+  add("train_loss", loss);
   add("lr", get_lr().at(0));
   if (scaler_) add("loss_scale", scaler_->loss_scale());
   if (global_grad_norm_ >= 0) add("grad_norm", global_grad_norm_);
-  if (seconds > 0) add("samples_per_sec", static_cast<double>(config_.train_batch_size.value()) / seconds);
+  if (seconds > 0) {
+    const double samples_per_sec = static_cast<double>(config_.train_batch_size.value()) / seconds;
+    add("samples_per_sec", samples_per_sec);
+    if (tokens_per_sample_ > 0) add("tokens_per_sec", samples_per_sec * static_cast<double>(tokens_per_sample_));
+  }
   add("memory_allocated_mb",
       static_cast<double>(accelerator::get_accelerator().memory_stats().allocated_bytes) / (1024.0 * 1024.0));
   monitor_->write_events(events);
@@ -547,9 +553,16 @@ void EngineImpl::log_step() {
                   static_cast<long long>(scaler_->skipped_steps()));
     fp16 = buf;
   }
-  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s\n%s",
+  const double samples_per_sec = seconds > 0 ? samples / seconds : 0.0;
+  std::string tokens;
+  if (tokens_per_sample_ > 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", samples_per_sec * static_cast<double>(tokens_per_sample_));
+    tokens = buf;
+  }
+  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s%s\n%s",
               static_cast<long long>(global_steps_), progress.c_str(), loss.item<double>(), lrs.c_str(),
-              global_grad_norm_, fp16.c_str(), seconds > 0 ? samples / seconds : 0.0, timers.c_str());
+              global_grad_norm_, fp16.c_str(), samples_per_sec, tokens.c_str(), timers.c_str());
   std::fflush(stdout);
 }
 

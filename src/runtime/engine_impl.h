@@ -83,6 +83,12 @@ class EngineImpl {
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;
 
+  // Monitor events at each boundary: `loss` (rank 0's mean over the step's micro-batches, as DeepSpeed logs it; the
+  // pipeline engine passes the batch loss), lr, loss scale, grad norm, samples/s, tokens/s, memory.
+  void write_monitor_events(double loss);
+  int64_t tokens_per_sample_ = 0;  // InitializeOptions::tokens_per_sample
+  std::unique_ptr<monitor::MonitorMaster> monitor_;
+
  private:
   // The accumulation boundary's work after backward: model step, schedule, zeroed gradients, global_steps_ + 1.
   void boundary_step();
@@ -138,9 +144,6 @@ class EngineImpl {
   void build_flat_stages();
   void finish_construction(InitializeOptions& options);
 
-  // Monitor events (csv_monitor) at each boundary: this step's mean loss, lr, loss scale, grad norm, samples/s.
-  void write_monitor_events();
-  std::unique_ptr<monitor::MonitorMaster> monitor_;
   double step_loss_sum_ = 0.0;
   int64_t step_loss_count_ = 0;
   std::chrono::steady_clock::time_point last_step_time_;
@@ -150,6 +153,7 @@ class EngineImpl {
   int64_t loss_count_ = 0;
   std::chrono::steady_clock::time_point last_log_time_;
   int64_t last_log_step_ = 0;
+
 };
 
 }  // namespace deepspeed

@@ -47,7 +47,9 @@ TEST(CsvMonitorEngine, RowsReadBackToTheEnginesValues) {
           "tensorboard": {"enabled": true, "output_path": ")" +
       dir + R"(/tb", "job_name": "tiny"}})");
   auto model = tiny_gpt::make_model(tiny_gpt::config());
-  auto engine = deepspeed::initialize(model, config);
+  deepspeed::InitializeOptions options;
+  options.tokens_per_sample = tiny_gpt::config().seq_len;
+  auto engine = deepspeed::initialize(model, config, options);
   const int steps = 5;
   std::vector<double> lrs, norms;
   std::vector<double> losses;
@@ -74,8 +76,14 @@ TEST(CsvMonitorEngine, RowsReadBackToTheEnginesValues) {
       EXPECT_EQ(norm[s].second, norms[s]) << s;
     }
     EXPECT_NE(lr[0].second, lr[steps - 1].second) << "the schedule moved the lr";
-    EXPECT_EQ(rows_of(job + "Train_Samples_samples_per_sec.csv").size(),
-              static_cast<size_t>(steps));
+    const auto samples = rows_of(job + "Train_Samples_samples_per_sec.csv");
+    const auto tokens = rows_of(job + "Train_Samples_tokens_per_sec.csv");
+    ASSERT_EQ(samples.size(), static_cast<size_t>(steps));
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(steps));
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_GT(samples[s].second, 0.0);
+      EXPECT_DOUBLE_EQ(tokens[s].second, samples[s].second * tiny_gpt::config().seq_len) << "tokens = samples x seq";
+    }
     EXPECT_EQ(rows_of(job + "Train_Samples_memory_allocated_mb.csv").size(),
               static_cast<size_t>(steps));
     EXPECT_FALSE(std::filesystem::exists(job + "Train_Samples_loss_scale.csv"))

@@ -12,7 +12,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -308,6 +310,59 @@ TEST_F(PipelineEngineTest, EvalBatchMatchesReferenceAndLeavesParameters) {
   EXPECT_EQ(engine.global_steps(), 0);
 }
 
+// Monitors: global rank 0 (on the first stage) alone writes one row per batch with the loss train_batch returned (which
+// the last stage computed), at DeepSpeed's step (global samples), plus tokens/s when tokens_per_sample is given.
+TEST_F(PipelineEngineTest, CsvMonitorRowsAreTheBatchLosses) {
+  const int world = ds::comm::get_world_size();
+  const int rank = ds::comm::get_rank();
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ds_pipe_monitor_" + std::string(port ? port : "0"))).string();
+  if (rank == 0) std::filesystem::remove_all(dir);
+  ds::comm::barrier();
+  dsp::PipelineModule module(toy_options(world));
+  ds::InitializeOptions options;
+  options.tokens_per_sample = kSeq;
+  auto engine = dsp::initialize(
+      module,
+      make_config("fp32", "SGD", 0, 0.0,
+                  R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir + R"(", "job_name": "pipe"})"),
+      options);
+  const int d = module->topology().get_coord(rank).get("data");
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    int m = 0;
+    losses.push_back(engine.train_batch([&] { return micro_batch(step, d, m++); }).item<double>());
+  }
+  ds::comm::barrier();
+  if (rank == 0) {
+    auto rows = [&](const std::string& metric) {
+      std::ifstream in(dir + "/pipe/Train_Samples_" + metric + ".csv");
+      std::vector<std::pair<int64_t, double>> out;
+      std::string line;
+      std::getline(in, line);
+      EXPECT_EQ(line, "step," + metric);
+      while (std::getline(in, line))
+        out.emplace_back(std::stoll(line.substr(0, line.find(','))), std::stod(line.substr(line.find(',') + 1)));
+      return out;
+    };
+    const auto loss = rows("train_loss");
+    ASSERT_EQ(loss.size(), static_cast<size_t>(kSteps));
+    const int64_t batch = engine.stage_engine().train_batch_size();
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_EQ(loss[s].first, (s + 1) * batch);
+      EXPECT_EQ(loss[s].second, losses[s]) << s;
+    }
+    const auto samples = rows("samples_per_sec"), tokens = rows("tokens_per_sec");
+    ASSERT_EQ(samples.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) EXPECT_DOUBLE_EQ(tokens[s].second, samples[s].second * kSeq);
+    EXPECT_EQ(rows("grad_norm").size(), static_cast<size_t>(kSteps));
+    std::filesystem::remove_all(dir);
+  }
+  ds::comm::barrier();
+}
+
 TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
   const int world = ds::comm::get_world_size();
   auto expect_error = [](const std::function<void()>& fn, const std::string& words) {
@@ -336,13 +391,6 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
         dsp::PipelineModule m(o);
       },
       "tied_weight_attr");
-  // Monitors are not written by the pipeline engine yet: every rank refuses alike (not rank 0 alone).
-  expect_error(
-      [&] {
-        dsp::PipelineModule m(toy_options(world));
-        dsp::initialize(m, make_config("fp32", "SGD", 0, 0.0, R"(, "csv_monitor": {"enabled": true})"));
-      },
-      "the pipeline engine does not write monitor events");
   // The config's pipeline section: stages must match the module; partition and seed_layers belong to the module.
   auto with_pipeline = [&](const std::string& section) {
     return make_config("fp32", "SGD", 0, 0.0, ", \"pipeline\": " + section);
