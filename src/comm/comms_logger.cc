@@ -107,19 +107,37 @@ std::string CommsLogger::summary() const {
   std::vector<CommsStat> all = stats();
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-24s %14s %8s %18s %16s %14s %14s\n", "Comm. Op",
+  int width = 24;  // the name column fits "<op> total"
+  for (const CommsStat& s : all) width = std::max(width, static_cast<int>(s.op.size()) + 6);
+  std::snprintf(line, sizeof(line), "%-*s %14s %8s %18s %16s %14s %14s\n", width, "Comm. Op",
                 "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "algbw (GB/s)",
                 "busbw (GB/s)");
   out += line;
-  std::string last_op;
-  for (const CommsStat& s : all) {
-    // Like DeepSpeed's table: the op name once, then one row per message size.
-    const char* name = s.op == last_op ? "" : s.op.c_str();
-    last_op = s.op;
-    std::snprintf(line, sizeof(line), "%-24s %14s %8lld %18.3f %16.3f %14.3f %14.3f\n", name,
-                  format_bytes(s.msg_bytes).c_str(), static_cast<long long>(s.count),
-                  s.total_latency_ms, s.avg_latency_ms, s.algbw_gbps, s.busbw_gbps);
+  auto row = [&](const std::string& name, const std::string& size, int64_t count, double total_ms,
+                 double avg_ms, double algbw, double busbw) {
+    std::snprintf(line, sizeof(line), "%-*s %14s %8lld %18.3f %16.3f %14.3f %14.3f\n", width,
+                  name.c_str(), size.c_str(), static_cast<long long>(count), total_ms, avg_ms,
+                  algbw, busbw);
     out += line;
+  };
+  for (size_t i = 0; i < all.size();) {
+    // Like DeepSpeed's table: the op name once, then one row per message size; then (ours) the
+    // op's totals: bytes moved, count and latency summed, bandwidth of the whole.
+    const std::string op = all[i].op;
+    int64_t count = 0, bytes = 0;
+    double total_ms = 0, busbw_factor = 1;
+    for (; i < all.size() && all[i].op == op; ++i) {
+      const CommsStat& s = all[i];
+      row(count == 0 ? op : "", format_bytes(s.msg_bytes), s.count, s.total_latency_ms,
+          s.avg_latency_ms, s.algbw_gbps, s.busbw_gbps);
+      count += s.count;
+      bytes += s.msg_bytes * s.count;
+      total_ms += s.total_latency_ms;
+      if (s.algbw_gbps > 0) busbw_factor = s.busbw_gbps / s.algbw_gbps;
+    }
+    const double algbw = total_ms > 0 ? bytes / total_ms * 1e-6 : 0;
+    row(op + " total", format_bytes(bytes), count, total_ms, count ? total_ms / count : 0, algbw,
+        algbw * busbw_factor);
   }
   return out;
 }

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -181,6 +182,10 @@ class Supervisor {
   bool spawn(Rank& r, const std::string& program, const std::string& log_file) {
     std::vector<std::string> base_env;
     for (char** e = environ; *e != nullptr; ++e) base_env.push_back(*e);
+    // The ranks' stdout is a pipe to us; tell them when it ends on a terminal, so rank 0 may draw a progress bar
+    // (src/runtime/progress.h). Not for per-rank log files, nor when the caller decided already.
+    if (log_file.empty() && ::isatty(STDOUT_FILENO) == 1 && std::getenv("DS_PROGRESS_TTY") == nullptr)
+      base_env.push_back("DS_PROGRESS_TTY=1");
     CStrings argv(rank_argv(launch_, r.local_rank));
     CStrings envp(rank_environment(launch_, r.local_rank, base_env));
     std::vector<int> cores;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
 
 namespace deepspeed::launcher {
 
@@ -21,27 +22,57 @@ void write_all(int fd, const char* data, size_t n) {
 
 std::string rank_prefix(int rank) { return "[rank" + std::to_string(rank) + "]: "; }
 
+namespace {
+
+// Whether a progress frame is on the line the cursor is at, per destination (stdout, stderr).
+bool& frame_on_screen(int fd) {
+  static std::map<int, bool> shown;
+  return shown[fd];
+}
+
+constexpr char kEraseLine[] = "\x1b[K";
+
+}  // namespace
+
 void RankOutput::emit(const char* line, size_t n) {
   // One write per line keeps lines whole when several ranks share the terminal or a pipe.
   std::string out;
-  out.reserve(prefix_.size() + n + 1);
+  out.reserve(prefix_.size() + n + 4);
+  if (frame_on_screen(dest_fd_)) out.append(kEraseLine);  // the cursor is at the frame's start
+  frame_on_screen(dest_fd_) = false;
   out.append(prefix_);
   out.append(line, n);
   out.push_back('\n');
   write_all(dest_fd_, out.data(), out.size());
 }
 
+void RankOutput::emit_frame(const char* frame, size_t n) {
+  std::string out;
+  out.reserve(prefix_.size() + n + 4);
+  if (frame_on_screen(dest_fd_)) out.append(kEraseLine);
+  out.append(prefix_);
+  out.append(frame, n);
+  out.push_back('\r');
+  write_all(dest_fd_, out.data(), out.size());
+  frame_on_screen(dest_fd_) = true;
+}
+
 void RankOutput::append(const char* data, size_t n) {
   size_t start = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (data[i] != '\n') continue;
-    if (pending_.empty()) {
-      emit(data + start, i - start);
-    } else {
-      pending_.append(data + start, i - start);
+    const bool newline = data[i] == '\n';
+    const bool frame = data[i] == '\r' && !(i + 1 < n && data[i + 1] == '\n');
+    if (!newline && !frame) continue;
+    // "\r\n" ends a line like "\n": the '\r' is dropped.
+    size_t end = i;
+    if (newline && i > start && data[i - 1] == '\r') --end;
+    pending_.append(data + start, end - start);
+    if (newline) {
       emit(pending_.data(), pending_.size());
-      pending_.clear();
+    } else {
+      emit_frame(pending_.data(), pending_.size());
     }
+    pending_.clear();
     start = i + 1;
   }
   pending_.append(data + start, n - start);

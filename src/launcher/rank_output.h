@@ -3,6 +3,11 @@
 // (`[rank1]: `), so lines of different ranks never mix. A partial last line is written,
 // newline-terminated, at flush(). Not thread-safe: the launcher's single poll loop owns every
 // RankOutput.
+//
+// Progress bars (src/runtime/progress.h): a segment ending in '\r' (not "\r\n") is a frame meant to
+// be redrawn in place. It is written with the prefix and its '\r' and no newline; the next line
+// written to the same destination, by any rank, first erases it ("\x1b[K"), so other ranks'
+// lines never land on top of a bar.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +36,7 @@ class RankOutput {
 
  private:
   void emit(const char* line, size_t n);
+  void emit_frame(const char* frame, size_t n);
 
   std::string prefix_;
   int dest_fd_;

@@ -362,6 +362,12 @@ TEST_F(CommTest, CommsLoggerCountsOpsAndSizes) {
   std::string table = dc::log_summary(/*print=*/false);
   EXPECT_NE(table.find("all_reduce"), std::string::npos) << table;
   EXPECT_NE(table.find("1.00 KiB"), std::string::npos) << table;
+  // Per-op totals: 3 all_reduces of 1 KiB moved 3 KiB.
+  const size_t total = table.find("all_reduce total");
+  ASSERT_NE(total, std::string::npos) << table;
+  const std::string total_row = table.substr(total, table.find('\n', total) - total);
+  EXPECT_NE(total_row.find("3.00 KiB        3"), std::string::npos) << total_row;
+  EXPECT_NE(table.find("all_gather_into_tensor total"), std::string::npos) << table;
 
   // prof_ops restricts what is recorded.
   opts.prof_all = false;

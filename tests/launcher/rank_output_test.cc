@@ -49,6 +49,32 @@ TEST(RankOutput, JoinsLinesSplitAcrossReads) {
   EXPECT_EQ(c.take(), "[rank0]: hello\n[rank0]: world\n");
 }
 
+// Progress frames (a segment ending in '\r') are forwarded in place: prefix, frame, '\r', no
+// newline. The next line to the same destination, from any rank, first erases the frame.
+TEST(RankOutput, ProgressFramesStayOnOneLineAndAreErasedBeforeTheNextLine) {
+  Capture c;
+  RankOutput rank0(rank_prefix(0), c.fd());
+  RankOutput rank1(rank_prefix(1), c.fd());
+  auto send = [](RankOutput& out, const std::string& s) { out.append(s.data(), s.size()); };
+  send(rank0, "[##..] 1/4\r[###.] 2");
+  send(rank0, "/4\r");
+  send(rank1, "hello\n");
+  send(rank0, "[####] 4/4\n");
+  EXPECT_EQ(c.take(),
+            "[rank0]: [##..] 1/4\r"
+            "\x1b[K[rank0]: [###.] 2/4\r"
+            "\x1b[K[rank1]: hello\n"
+            "[rank0]: [####] 4/4\n");
+}
+
+TEST(RankOutput, CarriageReturnNewlineEndsALine) {
+  Capture c;
+  RankOutput out(rank_prefix(2), c.fd());
+  const std::string s = "dos\r\nunix\n";
+  out.append(s.data(), s.size());
+  EXPECT_EQ(c.take(), "[rank2]: dos\n[rank2]: unix\n");
+}
+
 TEST(RankOutput, FlushWritesPartialLastLineWithNewline) {
   Capture c;
   RankOutput out(rank_prefix(1), c.fd());
