@@ -20,6 +20,8 @@ packages=(
   python3-torch
   # monitor tests: TensorBoard event files are read back with Google's protobuf library (~1 MB)
   python3-protobuf
+  # ds_plot draws csv_monitor runs with gnuplot (no X11); its tests render real PNGs
+  gnuplot-nox
 )
 
 sudo_cmd=()

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -83,16 +84,26 @@ std::vector<ReportLine> environment_report() {
   return lines;
 }
 
-std::string format_environment_report() {
+std::string format_report_section(const ReportSection& section) {
+  // One column for the values of a section: at least 24 wide, as DeepSpeed's, wider for long names.
+  size_t width = 24;
+  for (const auto& line : section.lines) width = std::max(width, line.first.size() + 3);
   std::ostringstream os;
-  os << "--------------------------------------------------\n"
-     << "DeepSpeed C++ general environment info:\n";
-  for (const auto& [name, value] : environment_report()) {
-    std::string dots(name.size() < 24 ? 24 - name.size() : 1, '.');
-    os << name << " " << dots << " " << value << "\n";
+  os << section.title << ":\n";
+  for (const auto& [name, value] : section.lines) {
+    if (name.empty()) {
+      os << std::string(width + 2, ' ') << value << "\n";
+      continue;
+    }
+    os << name << " " << std::string(width - name.size(), '.') << " " << value << "\n";
   }
   os << "--------------------------------------------------\n";
   return os.str();
+}
+
+std::string format_environment_report() {
+  return "--------------------------------------------------\n" +
+         format_report_section({"DeepSpeed C++ general environment info", environment_report()});
 }
 
 }  // namespace deepspeed

@@ -7,7 +7,7 @@ build_dir=$1 consumer_src=$2 scratch=$3
 rm -rf "$scratch"
 mkdir -p "$scratch"
 cmake --install "$build_dir" --prefix "$scratch/prefix" > "$scratch/install.log"
-for f in include/deepspeed/accelerator.h lib/libdeepspeed.so bin/deepspeed bin/ds_report \
+for f in include/deepspeed/accelerator.h lib/libdeepspeed.so bin/deepspeed bin/ds_report bin/ds_plot \
          lib/cmake/DeepSpeedCpp/DeepSpeedCppConfig.cmake; do
   [ -e "$scratch/prefix/$f" ] || { echo "install_test: $f missing from the installed tree"; exit 1; }
 done
