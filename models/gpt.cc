@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "deepspeed/profiling/flops_profiler.h"
 #include "gpt_init.h"
 #include "gpt_moe.h"
 
@@ -42,6 +43,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
+  deepspeed::profiling::ModuleScope scope(*this);  // the flops profiler charges the attention products here
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
   auto qkv = qkv_->forward(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // [3, b, h, t, d]
   auto q = qkv[0], k = qkv[1], v = qkv[2];
@@ -63,6 +65,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout) {
 }
 
 at::Tensor GPTBlockImpl::forward(const at::Tensor& x) {
+  deepspeed::profiling::ModuleScope scope(*this);
   auto h = x + attn_->forward(ln1_->forward(x));
   auto m = fc_proj_->forward(at::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
   return h + maybe_dropout(m, dropout_, is_training());
@@ -108,6 +111,7 @@ void GPTImpl::init_weights() {
 }
 
 at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
+  deepspeed::profiling::ModuleScope scope(*this);
   const int64_t t = tokens.size(1);
   if (t > cfg_.seq_len) {
     throw std::invalid_argument("GPT: sequence of " + std::to_string(t) + " tokens exceeds seq_len " +

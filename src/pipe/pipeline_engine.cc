@@ -255,6 +255,7 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
     if (impl_->monitor_->enabled()) impl_->write_monitor_events(loss.item<double>());
     const int64_t every = impl_->config_.steps_per_print;
     if (every > 0 && impl_->global_steps_ % every == 0) log_step(loss.item<double>());
+    if (impl_->progress_) impl_->progress_->on_step(impl_->global_steps_, loss.item<double>());
   }
   return loss;
 }
@@ -279,6 +280,7 @@ void PipelineEngineImpl::log_step(double loss) {
     std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", samples_per_sec * static_cast<double>(impl_->tokens_per_sample_));
     tokens = buf;
   }
+  if (impl_->progress_) impl_->progress_->clear_line();
   std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s | stage 0 idle %.0f%%\n",
               static_cast<long long>(impl_->global_steps_), loss, lrs.c_str(), impl_->global_grad_norm_,
               samples_per_sec, tokens.c_str(), 100.0 * timing_.idle_fraction());

@@ -3,6 +3,7 @@
 // all-gather, LR schedule, zero grads, log), for ZeRO stages 0-2 in fp32, bf16 and fp16.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <unistd.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -124,6 +125,15 @@ runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
 
 }  // namespace
 
+EngineImpl::~EngineImpl() {
+  if (!print_comms_summary_) return;
+  try {
+    std::printf("Communication summary of rank 0 (comms_logger):\n");
+    comm::log_summary(/*print=*/true);
+  } catch (...) {  // never throw from a destructor; the summary is a courtesy
+  }
+}
+
 EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options)
     : module_(std::move(module)), config_(config) {
   DS_CHECK(module_ != nullptr, "initialize: model is null");
@@ -153,11 +163,15 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   configure_threads();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
+  print_comms_summary_ = config_.comms_logger.enabled && comm::get_rank() == 0;
   breakdown_ = config_.wall_clock_breakdown;
   total_steps_ = options.total_steps;
   DS_CHECK(options.tokens_per_sample >= 0, "InitializeOptions::tokens_per_sample must be >= 0, got ",
            options.tokens_per_sample);
   tokens_per_sample_ = options.tokens_per_sample;
+  if (total_steps_ > 0 && comm::get_rank() == 0 && runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1))
+    progress_ = std::make_unique<runtime::ProgressBar>(total_steps_, tokens_per_sample_,
+                                                       config_.train_batch_size.value());
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
@@ -295,6 +309,27 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
 
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   monitor_ = std::make_unique<monitor::MonitorMaster>(config_, comm::get_rank());
+  if (config_.flops_profiler.enabled && comm::get_rank() == 0) {  // DeepSpeed profiles on global rank 0 only
+    profiling::TrainingInfo sizes;
+    sizes.world_size = comm::get_world_size();
+    sizes.dp_world_size = config_.dp_world_size;
+    sizes.mp_world_size = model_parallel_.is_member() ? model_parallel_.size() : 1;
+    sizes.micro_batch_size = config_.train_micro_batch_size_per_gpu.value();
+    sizes.samples_per_iter = config_.train_batch_size.value();
+    flops_profiler_ = std::make_unique<profiling::StepProfiler>(module_, config_.flops_profiler, sizes);
+    if (stage3_) {
+      // Released parameters are empty between uses: count their full shapes (DeepSpeed's ds_numel).
+      auto full = std::make_shared<std::unordered_map<const c10::TensorImpl*, int64_t>>();
+      const auto shapes = parameter_shapes();
+      for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
+        for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i)
+          (*full)[groups_[g].params[i].unsafeGetTensorImpl()] = c10::multiply_integers(shapes[g][i]);
+      flops_profiler_->set_parameter_numel([full](const at::Tensor& p) {
+        auto it = full->find(p.unsafeGetTensorImpl());
+        return it == full->end() ? p.numel() : it->second;
+      });
+    }
+  }
   last_log_time_ = std::chrono::steady_clock::now();
   last_step_time_ = last_log_time_;
 }
@@ -328,6 +363,7 @@ void EngineImpl::offload_states(const OffloadStatesOptions& options) {
 
 void EngineImpl::begin_forward() {
   check_states_resident("forward");
+  if (flops_profiler_) flops_profiler_->begin_forward(global_steps_);
   if (breakdown_) timers_.start("fwd");
   if (stage3_) stage3_->begin_forward();
 }
@@ -335,6 +371,7 @@ void EngineImpl::begin_forward() {
 void EngineImpl::end_forward() {
   if (stage3_) stage3_->end_forward();
   if (breakdown_) timers_.stop("fwd");
+  if (flops_profiler_) flops_profiler_->end_forward();
 }
 
 void EngineImpl::backward(const at::Tensor& loss) {
@@ -342,6 +379,7 @@ void EngineImpl::backward(const at::Tensor& loss) {
            loss.defined() ? loss.sizes() : at::IntArrayRef{});
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
   check_states_resident("backward");
+  if (flops_profiler_) flops_profiler_->begin_backward();
   if (breakdown_) timers_.start("bwd");
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
                         static_cast<double>(config_.gradient_accumulation_steps.value());
@@ -362,18 +400,26 @@ void EngineImpl::backward(const at::Tensor& loss) {
   step_loss_sum_ += value;
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
+  if (flops_profiler_) flops_profiler_->end_backward();
 }
 
 void EngineImpl::step() {
   check_states_resident("step");
   const bool boundary = is_boundary();
+  if (flops_profiler_) flops_profiler_->begin_step();
   ++micro_steps_;
-  if (!boundary) return;
+  if (!boundary) {
+    if (flops_profiler_) flops_profiler_->end_step(false, global_steps_);
+    return;
+  }
   boundary_step();
-  if (monitor_->enabled()) write_monitor_events(step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0);
+  const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0;
+  if (monitor_->enabled()) write_monitor_events(step_loss);
   step_loss_sum_ = 0.0;
   step_loss_count_ = 0;
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
+  if (progress_) progress_->on_step(global_steps_, step_loss);
+  if (flops_profiler_) flops_profiler_->end_step(true, global_steps_);
 }
 
 void EngineImpl::write_monitor_events(double loss) {
@@ -534,11 +580,16 @@ void EngineImpl::log_step() {
   const std::string timers = breakdown_ ? timer_table(steps) : "";
   if (world_.rank() != 0) return;
   std::string progress;
+  std::string eta;
   if (total_steps_ > 0) {
     char buf[48];
     std::snprintf(buf, sizeof(buf), "/%lld (%.0f%%)", static_cast<long long>(total_steps_),
                   100.0 * global_steps_ / total_steps_);
     progress = buf;
+    // From this window's pace: (steps left) x (seconds per step).
+    if (steps > 0 && seconds > 0)
+      eta = " | ETA " + runtime::format_eta(static_cast<double>(std::max<int64_t>(0, total_steps_ - global_steps_)) *
+                                            seconds / static_cast<double>(steps));
   }
   std::string lrs;
   for (double lr : get_lr()) {
@@ -560,9 +611,10 @@ void EngineImpl::log_step() {
     std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", samples_per_sec * static_cast<double>(tokens_per_sample_));
     tokens = buf;
   }
-  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s%s\n%s",
+  if (progress_) progress_->clear_line();
+  std::printf("step %lld%s | loss %.4f | lr [%s] | grad_norm %.4f%s | %.1f samples/s%s%s\n%s",
               static_cast<long long>(global_steps_), progress.c_str(), loss.item<double>(), lrs.c_str(),
-              global_grad_norm_, fp16.c_str(), samples_per_sec, tokens.c_str(), timers.c_str());
+              global_grad_norm_, fp16.c_str(), samples_per_sec, tokens.c_str(), eta.c_str(), timers.c_str());
   std::fflush(stdout);
 }
 

@@ -13,12 +13,14 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/lr_schedules.h"
 #include "monitor/monitor.h"
+#include "profiling/step_profiler.h"
 #include "runtime/flat_params.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/master_weights.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
+#include "runtime/progress.h"
 #include "runtime/timers.h"
 #include "swap/optimizer_swapper.h"
 #include "zero/stage3/stage3.h"
@@ -28,6 +30,9 @@ namespace deepspeed {
 class EngineImpl {
  public:
   EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options);
+  // With comms_logger enabled, global rank 0 prints the communication summary (comm::log_summary) here: the end
+  // of training for the usual script.
+  ~EngineImpl();
 
   void begin_forward();
   void end_forward();
@@ -88,6 +93,9 @@ class EngineImpl {
   void write_monitor_events(double loss);
   int64_t tokens_per_sample_ = 0;  // InitializeOptions::tokens_per_sample
   std::unique_ptr<monitor::MonitorMaster> monitor_;
+  // Rank 0's progress bar when InitializeOptions::total_steps is known and stdout is a terminal (progress.h).
+  std::unique_ptr<runtime::ProgressBar> progress_;
+  bool print_comms_summary_ = false;
 
  private:
   // The accumulation boundary's work after backward: model step, schedule, zeroed gradients, global_steps_ + 1.
@@ -154,6 +162,8 @@ class EngineImpl {
   std::chrono::steady_clock::time_point last_log_time_;
   int64_t last_log_step_ = 0;
 
+  // flops_profiler: set on global rank 0 when enabled; counts and times the profiled step, prints at its boundary.
+  std::unique_ptr<profiling::StepProfiler> flops_profiler_;
 };
 
 }  // namespace deepspeed

@@ -76,7 +76,6 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
              "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
              "(its files can be uploaded with wandb's own tools)");
-  reject_if(cfg.flops_profiler.enabled, "flops_profiler.enabled", "the flops profiler");
   reject_if(cfg.autotuning.enabled, "autotuning.enabled", "the autotuner");
   reject_if(cfg.checkpoint.load_universal, "checkpoint.load_universal", "universal checkpoint loading");
   reject_if(cfg.memory_breakdown, "memory_breakdown", "the per-step memory breakdown log");

@@ -168,10 +168,40 @@ PY
     for row in "  stage 3 gather \(on demand\)" "  stage 3 prefetch wait"; do
       grep -Eq "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log" || fail "no '$row' row at stage 3"
     done
+    # comms_logger: rank 0 prints the per-op summary once, at the end of training (stage 2 reduces to owners and
+    # all-gathers the updated parameters).
+    run 2 comms.json --steps 2 || fail "comms_logger run exited with $?"
+    [ "$(grep -c 'Communication summary' "$log")" -eq 1 ] || fail "expected one communication summary"
+    grep -q "^\[rank0\]: Communication summary of rank 0" "$log" || fail "the summary is rank 0's"
+    grep -Eq "^\[rank0\]: Comm. Op +Message Size +Count" "$log" || fail "no summary header"
+    for op in reduce all_gather_into_tensor; do
+      grep -Eq "^\[rank0\]: $op total +[0-9.]+ [KMG]?i?B +[0-9]+ " "$log" || fail "no '$op total' row"
+    done
+    ;;
+  progress)
+    # Through a pseudo-terminal (script(1), from Debian's essential bsdutils) rank 0 redraws one bar line in place
+    # and finishes it at the last step; piped, only the periodic step lines, with the ETA.
+    cmd=$(printf '%q ' "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" \
+      --deepspeed_config "$configs/micro4.json" "${small[@]}" --steps 6)
+    script -qefc "$cmd" /dev/null > "$log" 2>&1 || fail "exited with $? under a terminal"
+    /usr/bin/python3 - "$log" <<'PY' || fail "no progress bar on a terminal"
+import re, sys
+out = open(sys.argv[1], "rb").read().decode(errors="replace")
+frame = r"\[rank0\]: \[[#.]{24}\] +(\d)/6 +\d+% \| [0-9.]+ samples/s \| \d+ tokens/s \| loss [0-9.]+ \| ETA [0-9a-z?]+\x1b\[K"
+redrawn = re.findall(frame + r"\r(?!\n)", out)  # frames that stay on their line
+final = re.findall(frame + r"\r\n", out)  # the terminal turns the last frame's "\n" into "\r\n"
+assert redrawn, "no frame redrawn in place"
+assert final == ["6"], f"the bar must end once, at step 6: {final}"
+assert "ETA ?" in out and "6/6 100%" in out
+PY
+    run 2 micro4.json --steps 6 || fail "exited with $?"
+    grep -q $'\r' "$log" && fail "piped output must not draw a bar"
+    grep -Eq "step 6/6 \(100%\) \| .* tokens/s \| ETA 0s$" "$log" || fail "no ETA in the plain step lines"
+    grep -Eq "step 2/6 \(33%\) \| .* \| ETA [0-9]+s$" "$log" || fail "no ETA at step 2"
     ;;
   unsupported_feature)
-    run 1 unsupported.json --steps 2 && fail "the flops profiler must be rejected until it is implemented"
-    grep -q "train_gpt: flops_profiler.enabled: the flops profiler .*not implemented" "$log" || fail "unclear rejection"
+    run 1 unsupported.json --steps 2 && fail "the memory breakdown must be rejected until it is implemented"
+    grep -q "train_gpt: memory_breakdown: the per-step memory breakdown log .*not implemented" "$log" || fail "unclear rejection"
     ;;
   zero3)
     # Stage 3 (blocks as units, built under zero::Init) trains the same numbers as stage 0 on 2 ranks.

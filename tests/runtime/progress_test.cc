@@ -1,0 +1,43 @@
+// The progress bar's text and when it is drawn (src/runtime/progress.h).
+#include "runtime/progress.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace rt = deepspeed::runtime;
+
+TEST(Progress, EtaReadsAsHoursMinutesSeconds) {
+  EXPECT_EQ(rt::format_eta(0), "0s");
+  EXPECT_EQ(rt::format_eta(42.4), "42s");
+  EXPECT_EQ(rt::format_eta(185), "3m05s");
+  EXPECT_EQ(rt::format_eta(3600 + 2 * 60 + 59), "1h02m");
+  EXPECT_EQ(rt::format_eta(-5), "0s");
+}
+
+TEST(Progress, BarShowsStepTotalRatesLossAndEta) {
+  // 40 of 200 steps: 20% of a 10-wide bar is 2 marks.
+  EXPECT_EQ(rt::format_progress_bar(40, 200, 12.5, 3200, 2.31, 65, 10),
+            "[##........]  40/200  20% | 12.5 samples/s | 3200 tokens/s | loss 2.3100 | ETA 1m05s");
+  // No tokens per sample, ETA unknown yet (first step), the last step fills the bar.
+  EXPECT_EQ(rt::format_progress_bar(1, 3, 0, -1, 5.0, -1, 6),
+            "[##....] 1/3  33% | 0.0 samples/s | loss 5.0000 | ETA ?");
+  EXPECT_EQ(rt::format_progress_bar(3, 3, 8, -1, 1.5, 0, 6),
+            "[######] 3/3 100% | 8.0 samples/s | loss 1.5000 | ETA 0s");
+}
+
+TEST(Progress, DrawnOnATerminalOrWhenForcedAndNeverWhenTurnedOff) {
+  ::unsetenv("DS_PROGRESS");
+  ::unsetenv("DS_PROGRESS_TTY");
+  EXPECT_TRUE(rt::progress_bar_wanted(true));
+  EXPECT_FALSE(rt::progress_bar_wanted(false));
+  ::setenv("DS_PROGRESS_TTY", "1", 1);  // the launcher forwards rank output to a terminal
+  EXPECT_TRUE(rt::progress_bar_wanted(false));
+  ::setenv("DS_PROGRESS", "lines", 1);
+  EXPECT_FALSE(rt::progress_bar_wanted(true));
+  ::setenv("DS_PROGRESS", "bar", 1);
+  ::unsetenv("DS_PROGRESS_TTY");
+  EXPECT_TRUE(rt::progress_bar_wanted(false));
+  ::unsetenv("DS_PROGRESS");
+}
