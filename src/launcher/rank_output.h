@@ -41,6 +41,8 @@ class RankOutput {
   std::string prefix_;
   int dest_fd_;
   std::string pending_;
+  bool cr_ended_read_ = false;  // the last read ended in '\r' (its text went out as a frame)
+  std::string last_frame_;
 };
 
 // "[rank<N>]: "

@@ -251,6 +251,10 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
   timing_.reduce += seconds_since(reduce_start);
   timing_.total = seconds_since(start);
   if (train) {
+    window_.total += timing_.total;
+    window_.compute += timing_.compute;
+    window_.p2p += timing_.p2p;
+    window_.reduce += timing_.reduce;
     // Global rank 0 (the first stage) writes the monitors, with the batch loss the last stage sent every stage.
     if (impl_->monitor_->enabled()) impl_->write_monitor_events(loss.item<double>());
     const int64_t every = impl_->config_.steps_per_print;
@@ -264,8 +268,21 @@ void PipelineEngineImpl::log_step(double loss) {
   const double seconds = seconds_since(last_log_time_);
   const double samples =
       static_cast<double>((impl_->global_steps_ - last_log_step_) * impl_->config_.train_batch_size.value());
+  const int64_t steps = impl_->global_steps_ - last_log_step_;
   last_log_time_ = Clock::now();
   last_log_step_ = impl_->global_steps_;
+  // wall_clock_breakdown: this stage's batches over the window, split as PipelineTiming splits them.
+  std::string table;
+  if (impl_->config_.wall_clock_breakdown) {
+    const PipelineTiming& w = window_;
+    table = runtime::format_timer_table({{"batch", 1e3 * w.total, 0},
+                                         {"compute (fwd, bwd, step)", 1e3 * w.compute, 1},
+                                         {"p2p (incl. waits for neighbours)", 1e3 * w.p2p, 1},
+                                         {"reduce", 1e3 * w.reduce, 1}},
+                                        impl_->global_steps_, steps, 1e3 * w.total);
+    impl_->timers_.reset();
+  }
+  window_ = PipelineTiming{};
   if (world_.rank() != 0) return;
   std::string lrs;
   for (double lr : impl_->get_lr()) {
@@ -284,6 +301,7 @@ void PipelineEngineImpl::log_step(double loss) {
   std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s | stage 0 idle %.0f%%\n",
               static_cast<long long>(impl_->global_steps_), loss, lrs.c_str(), impl_->global_grad_norm_,
               samples_per_sec, tokens.c_str(), 100.0 * timing_.idle_fraction());
+  std::fputs(table.c_str(), stdout);
   std::fflush(stdout);
 }
 

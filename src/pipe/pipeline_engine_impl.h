@@ -44,6 +44,7 @@ class PipelineEngineImpl {
   std::unique_ptr<P2PLink> act_to_next_, act_from_prev_, grad_to_prev_, grad_from_next_;
   int micro_batches_ = 1;
   PipelineTiming timing_;
+  PipelineTiming window_;  // wall_clock_breakdown: the training batches' timings since the last log line
   Clock::time_point last_log_time_ = Clock::now();
   int64_t last_log_step_ = 0;
 

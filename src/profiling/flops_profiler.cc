@@ -30,7 +30,9 @@ FlopsProfiler::FlopsProfiler(std::shared_ptr<torch::nn::Module> model, double re
 
 FlopsProfiler::~FlopsProfiler() = default;
 
-void FlopsProfiler::set_parameter_numel(ParameterNumel numel) { parameter_numel_ = std::move(numel); }
+void FlopsProfiler::set_parameter_numel(ParameterNumel numel) {
+  parameter_numel_ = std::move(numel);
+}
 
 void FlopsProfiler::start_profile() {
   if (state_) state_->deactivate();

@@ -56,7 +56,8 @@ void ModuleTree::add(const torch::nn::Module& raw, const std::string& name, cons
     node.args = pretty_args(raw);
     std::unordered_set<const c10::TensorImpl*> seen;
     for (const auto& p : raw.parameters(/*recurse=*/true))
-      if (seen.insert(p.unsafeGetTensorImpl()).second) node.params += numel_ ? numel_(p) : p.numel();
+      if (seen.insert(p.unsafeGetTensorImpl()).second)
+        node.params += numel_ ? numel_(p) : p.numel();
   }
   by_module_.emplace(&raw, index);
   if (const auto* unit = dynamic_cast<const zero::UnitBase*>(&raw)) {

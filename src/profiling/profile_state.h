@@ -26,7 +26,8 @@ namespace deepspeed::profiling::detail {
 class ProfileState {
  public:
   // `numel`: a parameter's element count (null: numel()).
-  ProfileState(const torch::nn::Module& root, const std::function<int64_t(const at::Tensor&)>& numel);
+  ProfileState(const torch::nn::Module& root,
+               const std::function<int64_t(const at::Tensor&)>& numel);
   ~ProfileState();
   ProfileState(const ProfileState&) = delete;
   ProfileState& operator=(const ProfileState&) = delete;

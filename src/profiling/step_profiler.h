@@ -40,6 +40,8 @@ class StepProfiler {
  private:
   using Clock = std::chrono::steady_clock;
   double since(Clock::time_point start) const;
+  void sync() const;
+  void stop_leftover_forward();
 
   FlopsProfiler profiler_;
   config::FlopsProfilerConfig config_;

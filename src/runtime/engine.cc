@@ -332,6 +332,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   }
   last_log_time_ = std::chrono::steady_clock::now();
   last_step_time_ = last_log_time_;
+  if (stage3_) logged_waits_ = stage3_->stats();  // the breakdown starts here, not with construction's gathers
 }
 
 void EngineImpl::check_states_resident(const char* what) const {
@@ -361,9 +362,19 @@ void EngineImpl::offload_states(const OffloadStatesOptions& options) {
   offloader_.offload(tensors, options.pin_memory);
 }
 
+void EngineImpl::profile(const std::function<void(profiling::StepProfiler&)>& call) {
+  if (!flops_profiler_) return;
+  try {
+    call(*flops_profiler_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepspeed: flops_profiler turned off: %s\n", e.what());
+    flops_profiler_.reset();
+  }
+}
+
 void EngineImpl::begin_forward() {
   check_states_resident("forward");
-  if (flops_profiler_) flops_profiler_->begin_forward(global_steps_);
+  profile([&](profiling::StepProfiler& p) { p.begin_forward(global_steps_); });
   if (breakdown_) timers_.start("fwd");
   if (stage3_) stage3_->begin_forward();
 }
@@ -371,7 +382,7 @@ void EngineImpl::begin_forward() {
 void EngineImpl::end_forward() {
   if (stage3_) stage3_->end_forward();
   if (breakdown_) timers_.stop("fwd");
-  if (flops_profiler_) flops_profiler_->end_forward();
+  profile([&](profiling::StepProfiler& p) { p.end_forward(); });
 }
 
 void EngineImpl::backward(const at::Tensor& loss) {
@@ -379,7 +390,7 @@ void EngineImpl::backward(const at::Tensor& loss) {
            loss.defined() ? loss.sizes() : at::IntArrayRef{});
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
   check_states_resident("backward");
-  if (flops_profiler_) flops_profiler_->begin_backward();
+  profile([&](profiling::StepProfiler& p) { p.begin_backward(); });
   if (breakdown_) timers_.start("bwd");
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
                         static_cast<double>(config_.gradient_accumulation_steps.value());
@@ -400,16 +411,16 @@ void EngineImpl::backward(const at::Tensor& loss) {
   step_loss_sum_ += value;
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
-  if (flops_profiler_) flops_profiler_->end_backward();
+  profile([&](profiling::StepProfiler& p) { p.end_backward(); });
 }
 
 void EngineImpl::step() {
   check_states_resident("step");
   const bool boundary = is_boundary();
-  if (flops_profiler_) flops_profiler_->begin_step();
+  profile([&](profiling::StepProfiler& p) { p.begin_step(); });
   ++micro_steps_;
   if (!boundary) {
-    if (flops_profiler_) flops_profiler_->end_step(false, global_steps_);
+    profile([&](profiling::StepProfiler& p) { p.end_step(false, global_steps_); });
     return;
   }
   boundary_step();
@@ -419,7 +430,7 @@ void EngineImpl::step() {
   step_loss_count_ = 0;
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
   if (progress_) progress_->on_step(global_steps_, step_loss);
-  if (flops_profiler_) flops_profiler_->end_step(true, global_steps_);
+  profile([&](profiling::StepProfiler& p) { p.end_step(true, global_steps_); });
 }
 
 void EngineImpl::write_monitor_events(double loss) {
@@ -632,8 +643,8 @@ std::string EngineImpl::timer_table(int64_t steps) {
                                          {"step", step, 0}};
   if (stage3_) {
     // Parts of forward and backward: gathers of parameters needed at once, and what prefetching did not hide.
-    rows.push_back({"stage 3 gather (on demand)", s3.gather_ms - logged_waits_.gather_ms, 0});
-    rows.push_back({"stage 3 prefetch wait", s3.prefetch_wait_ms - logged_waits_.prefetch_wait_ms, 0});
+    rows.push_back({"stage 3 gather (on demand, in fwd/bwd)", s3.gather_ms - logged_waits_.gather_ms, 0});
+    rows.push_back({"stage 3 prefetch wait (in fwd/bwd)", s3.prefetch_wait_ms - logged_waits_.prefetch_wait_ms, 0});
   }
   logged_waits_ = s3;
   logged_waits_.reduce_wait_ms = reduce_total;

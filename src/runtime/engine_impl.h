@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -164,6 +165,9 @@ class EngineImpl {
 
   // flops_profiler: set on global rank 0 when enabled; counts and times the profiled step, prints at its boundary.
   std::unique_ptr<profiling::StepProfiler> flops_profiler_;
+  // Runs `call` on the flops profiler if there is one. It runs on rank 0 alone, so a failure (its output file,
+  // another profiler active) is reported and turns it off rather than stopping rank 0 while the others wait.
+  void profile(const std::function<void(profiling::StepProfiler&)>& call);
 };
 
 }  // namespace deepspeed

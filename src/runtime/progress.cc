@@ -68,6 +68,7 @@ void ProgressBar::on_step(int64_t step, double loss) {
     first_time_ = now;
   }
   const bool last = step >= total_;
+  if (finished_) return;  // the bar ended at the last step; steps beyond `total` draw nothing
   if (drawn_ && !cleared_ && !last && now - last_draw_ < std::chrono::milliseconds(200)) return;
   const double seconds = std::chrono::duration<double>(now - first_time_).count();
   const int64_t steps = step - first_step_;
@@ -83,6 +84,7 @@ void ProgressBar::on_step(int64_t step, double loss) {
   std::fwrite(frame.data(), 1, frame.size(), stdout);
   std::fflush(stdout);
   drawn_ = !last;
+  finished_ = last;
   cleared_ = false;
   last_draw_ = now;
 }

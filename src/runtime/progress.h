@@ -50,6 +50,7 @@ class ProgressBar {
   Clock::time_point first_time_, last_draw_;
   bool drawn_ = false;
   bool cleared_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace deepspeed::runtime

@@ -164,8 +164,17 @@ PY
       [ "$(grep -Ec "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log")" -eq 4 ] || fail "no '$row' row"
     done
     grep -q "stage 3" "$log" && fail "stage 3 rows at stage 0"
+    # Backward's parts add up to it, and reduce is a part of it, in every table.
+    awk '/^\[rank0\]:   backward / { b = $3 } /^\[rank0\]:     compute / { c = $3 }
+         /^\[rank0\]:     reduce \(blocked\) / { r = $4; n++; if ((c + r - b) ^ 2 > 0.0121 || r > b) bad++ }
+         END { exit !(n == 4 && bad == 0) }' "$log" || fail "compute + reduce != backward"
+    # The pipeline engine's table: the batch split into compute, p2p and reduce, per log line.
+    run 2 breakdown.json --steps 2 --pipe_stages 2 || fail "pipeline exited with $?"
+    for row in "  batch" "    compute \(fwd, bwd, step\)" "    p2p \(incl. waits for neighbours\)" "    reduce"; do
+      [ "$(grep -Ec "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log")" -eq 2 ] || fail "no pipeline '$row' row"
+    done
     run 2 zero3_breakdown.json --steps 2 || fail "stage 3 exited with $?"
-    for row in "  stage 3 gather \(on demand\)" "  stage 3 prefetch wait"; do
+    for row in "  stage 3 gather \(on demand, in fwd/bwd\)" "  stage 3 prefetch wait \(in fwd/bwd\)"; do
       grep -Eq "^\[rank0\]: $row +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$log" || fail "no '$row' row at stage 3"
     done
     # comms_logger: rank 0 prints the per-op summary once, at the end of training (stage 2 reduces to owners and

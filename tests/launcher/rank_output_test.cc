@@ -75,6 +75,18 @@ TEST(RankOutput, CarriageReturnNewlineEndsALine) {
   EXPECT_EQ(c.take(), "[rank2]: dos\n[rank2]: unix\n");
 }
 
+TEST(RankOutput, CarriageReturnNewlineSplitAcrossReadsEndsALine) {
+  Capture c;
+  RankOutput out(rank_prefix(2), c.fd());
+  RankOutput other(rank_prefix(3), c.fd());
+  auto send = [](RankOutput& to, const std::string& s) { to.append(s.data(), s.size()); };
+  send(out, "dos\r");  // a frame until the '\n' comes: then its line just ends
+  send(out, "\nnext\r");
+  send(other, "hi\n");  // erases the frame "next"...
+  send(out, "\n");      // ...which was a line after all: written again
+  EXPECT_EQ(c.take(), "[rank2]: dos\r\n[rank2]: next\r\x1b[K[rank3]: hi\n[rank2]: next\n");
+}
+
 TEST(RankOutput, FlushWritesPartialLastLineWithNewline) {
   Capture c;
   RankOutput out(rank_prefix(1), c.fd());

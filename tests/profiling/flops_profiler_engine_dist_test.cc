@@ -131,8 +131,8 @@ TEST(FlopsProfilerEngine, Rank0WritesTheProfiledStepOnce) {
     EXPECT_NE(report.find(line), std::string::npos) << line;
 }
 
-// ZeRO-3 releases each block's parameters between uses: the counts are still the full model's (DeepSpeed's
-// ds_numel), and the FLOPs the same as unpartitioned.
+// ZeRO-3 releases each block's parameters between uses: the counts are still the full model's
+// (DeepSpeed's ds_numel), and the FLOPs the same as unpartitioned.
 TEST(FlopsProfilerEngine, Stage3CountsTheFullParameters) {
   ensure_comm();
   const int rank = deepspeed::comm::get_rank();
@@ -142,7 +142,8 @@ TEST(FlopsProfilerEngine, Stage3CountsTheFullParameters) {
   cfg.shard_blocks = true;  // each block a ZeRO-3 unit
   GPT model(cfg);
   auto engine = deepspeed::initialize(
-      model, make_config(R"({"enabled": true, "profile_step": 1, "output_file": ")" + file + R"("})", 3));
+      model,
+      make_config(R"({"enabled": true, "profile_step": 1, "output_file": ")" + file + R"("})", 3));
   train_step(engine, cfg);
   train_step(engine, cfg);  // profiled: it begins at global_steps 1
   if (rank != 0) return;
@@ -153,6 +154,22 @@ TEST(FlopsProfilerEngine, Stage3CountsTheFullParameters) {
   const gpt_flops::Count one = gpt_flops::forward(cfg, kMicro);
   EXPECT_EQ(summary_value(report, "fwd MACs per GPU:"),
             dsp::macs_to_string(static_cast<double>(kAccumulation * one.macs)));
+}
+
+// The profiler runs on rank 0 alone: an output file it cannot write turns it off with a message
+// instead of throwing from rank 0's step() while the other ranks wait in their next collective.
+TEST(FlopsProfilerEngine, UnwritableOutputDoesNotStopTraining) {
+  ensure_comm();
+  const std::string dir = shared_dir("unwritable");
+  if (deepspeed::comm::get_rank() == 0) std::ofstream(dir + "/a_file") << "not a directory";
+  deepspeed::comm::barrier();
+  const auto cfg = gpt_flops::config();
+  GPT model(cfg);
+  auto engine = deepspeed::initialize(
+      model, make_config(R"({"enabled": true, "profile_step": 1, "output_file": ")" + dir +
+                         R"(/a_file/profile.txt"})"));
+  for (int s = 0; s < 3; ++s) EXPECT_NO_THROW(train_step(engine, cfg)) << "step " << s;
+  EXPECT_EQ(engine.global_steps(), 3);
 }
 
 TEST(FlopsProfilerEngine, DisabledWritesNothing) {

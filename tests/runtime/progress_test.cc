@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 namespace rt = deepspeed::runtime;
@@ -40,4 +41,29 @@ TEST(Progress, DrawnOnATerminalOrWhenForcedAndNeverWhenTurnedOff) {
   ::unsetenv("DS_PROGRESS_TTY");
   EXPECT_TRUE(rt::progress_bar_wanted(false));
   ::unsetenv("DS_PROGRESS");
+}
+
+// Frames end in "\x1b[K\r" (the cursor rests at the bar's start), are redrawn at once after a log
+// line erased the bar (else at most every 0.2 s: not asserted, timing-dependent), and the last step
+// ends the line once.
+TEST(Progress, FramesAreThrottledRedrawnAfterALogLineAndEndedOnce) {
+  rt::ProgressBar bar(/*total=*/3, /*tokens_per_sample=*/0, /*samples_per_step=*/8);
+  auto drawn = [](const std::function<void()>& fn) {
+    testing::internal::CaptureStdout();
+    fn();
+    return testing::internal::GetCapturedStdout();
+  };
+  const std::string first = drawn([&] { bar.on_step(1, 5.0); });
+  EXPECT_EQ(first.rfind("[########................] 1/3  33% |", 0), 0u) << first;
+  EXPECT_EQ(first.substr(first.size() - 4), "\x1b[K\r") << first;
+  EXPECT_EQ(drawn([&] { bar.clear_line(); }), "\x1b[K");
+  EXPECT_EQ(drawn([&] { bar.clear_line(); }), "") << "erased once";
+  const std::string again = drawn([&] { bar.on_step(2, 4.0); });
+  EXPECT_NE(again.find("2/3  67%"), std::string::npos)
+      << "a log line erased the bar: redrawn at once";
+  const std::string last = drawn([&] { bar.on_step(3, 3.0); });
+  EXPECT_NE(last.find("3/3 100%"), std::string::npos) << last;
+  EXPECT_EQ(last.substr(last.size() - 4), "\x1b[K\n") << "the last frame ends the line";
+  EXPECT_EQ(drawn([&] { bar.on_step(4, 2.0); }), "") << "nothing after the end";
+  EXPECT_EQ(drawn([&] { bar.clear_line(); }), "") << "nothing to erase after the end";
 }
