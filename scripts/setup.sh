@@ -22,6 +22,9 @@ packages=(
   python3-protobuf
   # ds_plot draws csv_monitor runs with gnuplot (no X11); its tests render real PNGs
   gnuplot-nox
+  # multi-node launch: the pdsh/ssh/openmpi backends, and the test that runs them across network
+  # namespaces with an sshd per namespace (tests/launcher/multinode_netns_test.sh)
+  openssh-client openssh-server pdsh openmpi-bin iproute2
 )
 
 sudo_cmd=()

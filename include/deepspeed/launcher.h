@@ -1,23 +1,26 @@
 // The `deepspeed` launcher: DeepSpeed's command line, hostfile and resource pool, and the local
 // spawner.
 //
-// The flow mirrors DeepSpeed's runner.py + launch.py in one process:
-//   args   = parse_args(argv)                         // DeepSpeed's flags and defaults
-//   pool   = fetch_hostfile(args.hostfile)            // absent file -> local resources only
-//   launch = plan_launch(args, pool)                  // include/exclude, --num_nodes/--num_gpus,
-//   this node's ranks code   = run_local(launch)                        // spawn, prefix output,
-//   forward signals, reap
+// The flow mirrors DeepSpeed's runner.py + launch.py in one binary:
+//   args = parse_args(argv)                  // DeepSpeed's flags and defaults
+//   pool = fetch_hostfile(args.hostfile)     // absent file -> local resources only
+//   if needs_multinode(args, pool):          // several hosts, or a remote one
+//     run_multinode(plan_multinode(args, pool))  // pdsh/ssh start `deepspeed --world_info=...`
+//                                                // on every host; mpirun/srun start the ranks
+//   else:
+//     run_local(plan_launch(args, pool))     // this node's ranks: spawn, prefix output, reap
 // `main()` does all of that for tools/deepspeed.cc; the autotuner calls the pieces to run its
 // trials.
 //
 // Nothing here depends on LibTorch or on the engine. Errors in user input (hostfile, flags,
 // filters) throw deepspeed::LaunchError with a one-line message naming the file:line, flag or
-// value. run_local() must be called from a single-threaded process (it blocks signals and forks);
-// it is not reentrant.
+// value. run_local() and run_multinode() must be called from a single-threaded process (they block
+// signals and fork); they are not reentrant.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/error.h"
@@ -26,7 +29,7 @@ namespace deepspeed::launcher {
 
 inline constexpr int kDefaultMasterPort = 29500;             // TORCH_DISTRIBUTED_DEFAULT_PORT
 inline constexpr char kDefaultHostfile[] = "/job/hostfile";  // DLTS_HOSTFILE
-inline constexpr char kDefaultLauncher[] = "pdsh";
+inline constexpr char kDefaultLauncher[] = "pdsh";  // when pdsh is on $PATH, else ssh
 inline constexpr char kLocalMasterAddr[] = "127.0.0.1";
 
 // One host of the resource pool and the slot (device) ids it may use, in ascending order.
@@ -91,14 +94,18 @@ struct LauncherArgs {
   int num_gpus = -1;  // also --num_accelerators and our alias --num_procs
   int master_port = kDefaultMasterPort;
   std::string master_addr;  // empty: 127.0.0.1 for a local run
-  int node_rank = -1;       // only with --no_ssh
-  std::string launcher = kDefaultLauncher;
+  int node_rank = -1;       // with --no_ssh or --world_info
+  std::string launcher;     // pdsh, ssh, openmpi, slurm; empty: pdsh when found, else ssh
   std::string launcher_args;
-  int ssh_port = 2222;
+  int ssh_port = -1;  // -1: ssh's own default (or ~/.ssh/config)
   std::string comment;
   std::string account;
   bool no_ssh = false;
   bool no_ssh_check = false;
+  bool force_multi = false;  // use the multi-node runner even for one host
+  // Set by a multi-node runner on each node-local launcher it starts (DeepSpeed's launch.py flags):
+  std::string world_info;          // base64 resource pool of the whole job (world_info.h)
+  bool stop_on_stdin_eof = false;  // stop the ranks when the runner's connection closes
   bool no_local_rank = false;
   bool save_pid = false;
   std::string enable_each_rank_log;  // directory; empty (or DeepSpeed's "None") = off
@@ -132,13 +139,74 @@ struct LocalLaunch {
   std::string each_rank_log_dir;  // per-rank log files instead of prefixed output
   std::vector<int> bind_cores;    // non-empty: split these cores evenly over the local ranks
   int kill_grace_seconds = 5;     // SIGTERM -> SIGKILL delay when stopping ranks
+  bool stop_on_stdin_eof = false;  // stdin's end-of-file means the multi-node runner is gone
 };
+
+// The hosts and slots a run uses: the hostfile's pool (or this machine's devices when there is
+// none), then --include/--exclude, --num_nodes, --num_gpus. With --world_info, its pool as given.
+ResourcePool active_resources(const LauncherArgs& args,
+                              const std::optional<ResourcePool>& hostfile_pool);
+
+// True when the run needs a multi-node runner: more than one host, a host that is not this
+// machine, or --force_multi; never with --no_ssh or --world_info (this node's share only).
+bool needs_multinode(const LauncherArgs& args, const std::optional<ResourcePool>& hostfile_pool);
 
 // Applies DeepSpeed's rules to decide the world and this node's part of it. `hostfile_pool` is
 // fetch_hostfile()'s result. Single-node cases: no hostfile; one selected host that is this
-// machine; --no_ssh with --node_rank. Anything that needs a remote runner (ssh/pdsh/mpirun/slurm)
-// throws LaunchError: not supported yet.
+// machine; --no_ssh or --world_info with --node_rank. Throws LaunchError when needs_multinode().
 LocalLaunch plan_launch(const LauncherArgs& args, const std::optional<ResourcePool>& hostfile_pool);
+
+// ---- multi-node (multinode_plan.cc, multinode_commands.cc, multinode_runner.cc) ----
+
+// A run across hosts: one node-local launcher per host started over ssh or pdsh (each runs
+// `deepspeed --world_info=... --node_rank=R ...` and starts its own ranks), or every rank started
+// directly by mpirun (openmpi) or srun (slurm), which find their rank in OMPI_*/SLURM_* variables.
+struct MultiNodeLaunch {
+  std::string backend;  // "pdsh", "ssh", "openmpi", "slurm"
+  ResourcePool pool;    // hosts in rank order
+  std::string master_addr;  // empty: resolved at run time (address of the first host)
+  int master_port = kDefaultMasterPort;
+  std::vector<std::pair<std::string, std::string>> exports;  // NAME, VALUE for every rank
+  std::string launcher_exe;  // absolute path of `deepspeed`, the same on every host
+  std::string cwd;           // the ranks run here on every host
+  std::vector<std::string> node_flags;  // node-local launcher flags (--no_local_rank, ...)
+  std::string program;
+  std::vector<std::string> program_args;
+  std::vector<std::string> launcher_args;  // --launcher_args split into words
+  int ssh_port = -1;
+  std::string comment;  // slurm
+  std::string account;  // slurm
+  bool check_ssh = true;
+};
+
+// DeepSpeed's multi-node decisions: backend (--launcher; pdsh when found, else ssh), the active
+// pool, flags each node-local launcher gets, and the checks that need no host (unsupported
+// backends, options a backend cannot honour). Exports and the master address are filled by
+// run_multinode().
+MultiNodeLaunch plan_multinode(const LauncherArgs& args,
+                               const std::optional<ResourcePool>& hostfile_pool);
+
+// The command line every node-local launcher runs, for a POSIX shell on the remote host: `cd`,
+// `export`s, then `exec deepspeed --world_info=... --node_rank=<node_rank> ...`. Every value is
+// single-quoted; `node_rank` is inserted as is (pdsh's "%n" placeholder or a number).
+std::string node_command(const MultiNodeLaunch& launch, const std::string& node_rank);
+
+// Complete argv of each backend. pdsh and ssh: one node_command each; pdsh's own '%' expansion is
+// escaped in everything but the node rank. mpirun gets `hostfile_path` (mpi_hostfile()'s text
+// written there) and the exports as -x NAME=VALUE; srun gets --export=ALL,NAME=VALUE,....
+std::vector<std::string> pdsh_argv(const MultiNodeLaunch& launch);
+std::vector<std::string> ssh_argv(const MultiNodeLaunch& launch, int node);
+std::vector<std::string> mpirun_argv(const MultiNodeLaunch& launch,
+                                     const std::string& hostfile_path);
+std::vector<std::string> srun_argv(const MultiNodeLaunch& launch);
+std::string mpi_hostfile(const ResourcePool& pool);
+
+// Runs the job: checks each host answers over ssh (unless --no_ssh_check; not for slurm), resolves
+// the master address once (`hostname -I` of the first host over ssh; the first host's name for
+// slurm), collects the exports (exports.h), starts the backend and supervises it like run_local():
+// output passes through, signals are forwarded, and when one host fails the others are stopped.
+// Returns the failing host's exit code, 0 when all succeed.
+int run_multinode(MultiNodeLaunch launch);
 
 // ---- local spawner (local_runner.cc) ----
 

@@ -2,7 +2,12 @@
 // Everything LibTorch-version-dependent in deepspeed::comm lives in this file (see c10d_backend.h).
 #include "comm/c10d_backend.h"
 
+#include <arpa/inet.h>
 #include <c10/util/Exception.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -112,17 +117,47 @@ bool is_loopback(const std::string& addr) {
   return addr.empty() || addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
+// The address of this host's interface that routes to `master_addr`: a UDP socket "connected" to it
+// sends nothing but learns its source address. Empty when the master cannot be resolved or
+// routed to.
+std::string address_towards(const std::string& master_addr) {
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local = {};
+  socklen_t len = sizeof(local);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* a = local.ss_family == AF_INET
+                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+    if (::inet_ntop(local.ss_family, a, buf, sizeof(buf)) != nullptr) out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
 class GlooBackend : public Backend {
  public:
   GlooBackend(const BackendOptions& o, const c10::intrusive_ptr<c10d::Store>& store)
       : timeout_(o.timeout) {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     // Like torch: GLOO_SOCKET_IFNAME picks the interface; a local master means every rank is on
-    // this host.
+    // this host. Otherwise the interface that reaches the master: torch's default (the address
+    // the host name resolves to) is loopback on many machines (Debian's 127.0.1.1 entry), which
+    // peers on other hosts cannot connect to.
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
     } else if (is_loopback(o.master_addr)) {
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else if (const std::string local = address_towards(o.master_addr);
+               !local.empty() && !is_loopback(local)) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
     } else {
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }

@@ -4,11 +4,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "deepspeed/error.h"
 
 namespace deepspeed::comm::detail {
 namespace {
+
+constexpr int kDefaultMasterPort = 29500;  // TORCH_DISTRIBUTED_DEFAULT_PORT
 
 constexpr const char* kVars[] = {"RANK",        "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                  "MASTER_ADDR", "MASTER_PORT"};
@@ -27,6 +30,55 @@ int parse_int(const char* name, const char* value, long lo, long hi) {
   return static_cast<int>(v);
 }
 
+// Where mpirun and srun put a rank's place in the world, for ranks they start directly (the
+// deepspeed launcher's openmpi and slurm backends, or by hand).
+struct RankSource {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+constexpr RankSource kRankSources[] = {
+    {"OpenMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+     "MV2_COMM_WORLD_LOCAL_SIZE"},
+    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+// RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE from an MPI or Slurm launch when RANK is unset.
+// Slurm's variables also exist in a batch script that runs a single process, so they count only
+// when MASTER_ADDR says a distributed run was meant (deepspeed --launcher slurm exports it).
+std::optional<DistEnv> discover_rank(const EnvLookup& env) {
+  if (env("RANK") != nullptr) return std::nullopt;
+  for (const RankSource& src : kRankSources) {
+    if (env(src.rank) == nullptr || env(src.size) == nullptr) continue;
+    const bool slurm = std::string(src.name) == "Slurm";
+    const char* addr = env("MASTER_ADDR");
+    if (slurm && (addr == nullptr || !*addr)) continue;
+    DistEnv d;
+    d.single_process = false;
+    d.world_size = parse_int(src.size, env(src.size), 1, 1 << 20);
+    d.rank = parse_int(src.rank, env(src.rank), 0, d.world_size - 1);
+    d.local_rank = env(src.local_rank) ? parse_int(src.local_rank, env(src.local_rank), 0,
+                                                   d.world_size - 1)
+                                       : 0;
+    d.local_world_size = env(src.local_size) ? parse_int(src.local_size, env(src.local_size), 1,
+                                                         d.world_size)
+                                             : d.world_size;
+    DS_CHECK(addr != nullptr && *addr, "init_distributed: ", src.name, " started this rank (",
+             src.size, "=", d.world_size, ") but MASTER_ADDR is not set; export MASTER_ADDR (and ",
+             "MASTER_PORT) to every rank, or launch with deepspeed --launcher openmpi/slurm");
+    d.master_addr = addr;
+    d.master_port = env("MASTER_PORT") ? parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65535)
+                                       : kDefaultMasterPort;
+    return d;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 EnvLookup process_env() {
@@ -34,6 +86,7 @@ EnvLookup process_env() {
 }
 
 DistEnv read_dist_env(const EnvLookup& env) {
+  if (std::optional<DistEnv> from_launcher = discover_rank(env)) return *from_launcher;
   DistEnv d;
   bool any = false;
   for (const char* v : kVars) any = any || env(v) != nullptr;

@@ -24,7 +24,11 @@ struct DistEnv {
   bool single_process = true;  // none of the variables set: a world of one without a TCP store
 };
 
-// Throws deepspeed::Error, e.g. "init_distributed: RANK='x' is not an integer".
+// torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
+// when RANK is unset, a rank started by mpirun (OMPI_COMM_WORLD_*, MV2_COMM_WORLD_*, PMI_*) or
+// srun (SLURM_PROCID, SLURM_NTASKS, ...; only with MASTER_ADDR set) finds its place there, as
+// DeepSpeed's MPI discovery does. Throws deepspeed::Error, e.g. "init_distributed: RANK='x' is not
+// an integer".
 DistEnv read_dist_env(const EnvLookup& env);
 
 // DS_COMM_TIMEOUT in seconds (fractions allowed), or nullopt when unset.

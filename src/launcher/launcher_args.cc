@@ -14,7 +14,6 @@ namespace {
 struct Rejected {
   bool module = false;
   bool no_python = false;
-  bool force_multi = false;
   bool elastic_training = false;
   int min_elastic_nodes = -1;
   int max_elastic_nodes = -1;
@@ -42,16 +41,25 @@ void add_options(CLI::App& app, LauncherArgs& a, Rejected& r) {
   app.add_option("--node_rank", a.node_rank, "This node's index in [0, num_nodes), with --no_ssh")
       ->capture_default_str();
   app.add_option("--launcher", a.launcher,
-                 "Multi-node backend: pdsh, openmpi, mvapich, slurm, mpich, impi")
-      ->capture_default_str()
-      ->transform(CLI::IsMember({"pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi"},
+                 "Multi-node backend: pdsh (default when installed), ssh, openmpi, slurm")
+      ->transform(CLI::IsMember({"pdsh", "ssh", "openmpi", "mvapich", "slurm", "mpich", "impi"},
                                 CLI::ignore_case));
-  app.add_option("--launcher_args", a.launcher_args, "Extra arguments for the multi-node backend");
-  app.add_option("--ssh_port", a.ssh_port, "SSH port for remote hosts")->capture_default_str();
+  app.add_option("--launcher_args", a.launcher_args,
+                 "Extra arguments for the multi-node backend (pdsh, ssh, mpirun or srun), one "
+                 "shell-quoted string");
+  app.add_option("--ssh_port", a.ssh_port, "SSH port for remote hosts (default: ssh's own)");
   app.add_option("--comment", a.comment, "Comment passed to srun (slurm launcher)");
   app.add_option("--account", a.account, "Account passed to srun (slurm launcher)");
   app.add_flag("--no_ssh", a.no_ssh, "Run this node's ranks without ssh (use with --node_rank)");
   app.add_flag("--no_ssh_check", a.no_ssh_check, "Skip the passwordless-ssh check (multi-node)");
+  app.add_flag("--force_multi", a.force_multi,
+               "Use the multi-node runner even when the run fits on this host");
+  // Set by the multi-node runners on the node-local launchers they start; not for users.
+  app.add_option("--world_info", a.world_info, "(internal) base64 resource pool of the job")
+      ->group("");
+  app.add_flag("--stop_on_stdin_eof", a.stop_on_stdin_eof,
+               "(internal) stop the ranks when stdin closes")
+      ->group("");
   app.add_flag("--no_local_rank", a.no_local_rank,
                "Do not pass --local_rank=N as the program's first argument");
   app.add_flag("--save_pid", a.save_pid,
@@ -64,7 +72,6 @@ void add_options(CLI::App& app, LauncherArgs& a, Rejected& r) {
 
   app.add_flag("--module", r.module, "(Python only; rejected)")->group("");
   app.add_flag("--no_python", r.no_python, "(Python only; rejected)")->group("");
-  app.add_flag("--force_multi", r.force_multi, "(multi-node; not supported yet)")->group("");
   app.add_flag("--elastic_training", r.elastic_training, "(not supported yet)")->group("");
   app.add_option("--min_elastic_nodes", r.min_elastic_nodes, "(not supported yet)")->group("");
   app.add_option("--max_elastic_nodes", r.max_elastic_nodes, "(not supported yet)")->group("");
@@ -78,8 +85,6 @@ void reject_unsupported(const Rejected& r) {
   DS_CHECK_T(
       UsageError, !r.no_python,
       "--no_python is Python-only: deepspeed-cpp always runs the program directly; drop the flag");
-  DS_CHECK_T(UsageError, !r.force_multi,
-             "--force_multi needs a multi-node runner, which deepspeed-cpp does not support yet");
   DS_CHECK_T(UsageError,
              !r.elastic_training && r.min_elastic_nodes == -1 && r.max_elastic_nodes == -1,
              "elastic training (--elastic_training, --min/max_elastic_nodes) is not supported yet");
@@ -93,7 +98,7 @@ LauncherArgs parse_args(const std::vector<std::string>& argv) {
   LauncherArgs a;
   Rejected r;
   CLI::App app{
-      "DeepSpeed runner: launch a program as N ranks on this node (multi-node comes later).",
+      "DeepSpeed runner: launch a program as ranks on this node or across the hostfile's hosts.",
       "deepspeed"};
   app.prefix_command();
   add_options(app, a, r);

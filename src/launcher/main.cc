@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
                    "deepspeed: warning: hostfile %s not found; using local resources only\n",
                    args.hostfile.c_str());
     }
+    if (needs_multinode(args, pool)) return run_multinode(plan_multinode(args, pool));
     return run_local(plan_launch(args, pool));
   } catch (const HelpRequested& help) {
     std::fputs(help.what(), stdout);

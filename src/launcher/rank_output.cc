@@ -41,6 +41,7 @@ void RankOutput::emit(const char* line, size_t n) {
   out.append(line, n);
   out.push_back('\n');
   write_all(dest_fd_, out.data(), out.size());
+  if (observer_) observer_(std::string(line, n));
 }
 
 void RankOutput::emit_frame(const char* frame, size_t n) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -34,6 +35,11 @@ class RankOutput {
   // Writes the pending partial line, if any, followed by '\n'.
   void flush();
 
+  // Called with every whole line (without prefix and newline) after it is written.
+  void set_line_observer(std::function<void(const std::string&)> observer) {
+    observer_ = std::move(observer);
+  }
+
  private:
   void emit(const char* line, size_t n);
   void emit_frame(const char* frame, size_t n);
@@ -43,6 +49,7 @@ class RankOutput {
   std::string pending_;
   bool cr_ended_read_ = false;  // the last read ended in '\r' (its text went out as a frame)
   std::string last_frame_;
+  std::function<void(const std::string&)> observer_;
 };
 
 // "[rank<N>]: "

@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstdlib>
 
+#include "deepspeed/error.h"
+
 namespace deepspeed::launcher {
 
 std::string trim(const std::string& s) {
@@ -55,6 +57,60 @@ bool parse_int(const std::string& s, int* out) {
   if (errno == ERANGE || v < INT_MIN || v > INT_MAX) return false;
   *out = static_cast<int>(v);
   return true;
+}
+
+std::string sh_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::vector<std::string> split_shell_words(const std::string& s, const std::string& what) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+      ++i;
+      continue;
+    }
+    in_word = true;
+    if (c == '\'') {
+      const size_t end = s.find('\'', i + 1);
+      DS_CHECK_T(LaunchError, end != std::string::npos, what, ": unterminated ' in '", s, "'");
+      word += s.substr(i + 1, end - i - 1);
+      i = end + 1;
+    } else if (c == '"') {
+      ++i;
+      while (i < s.size() && s[i] != '"') {
+        if (s[i] == '\\' && i + 1 < s.size() &&
+            std::string("\"\\$`").find(s[i + 1]) != std::string::npos)
+          ++i;
+        word += s[i++];
+      }
+      DS_CHECK_T(LaunchError, i < s.size(), what, ": unterminated \" in '", s, "'");
+      ++i;
+    } else if (c == '\\' && i + 1 < s.size()) {
+      word += s[i + 1];
+      i += 2;
+    } else {
+      word += c;
+      ++i;
+    }
+  }
+  if (in_word) words.push_back(word);
+  return words;
 }
 
 }  // namespace deepspeed::launcher

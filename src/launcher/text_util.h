@@ -21,4 +21,13 @@ std::vector<std::string> split(const std::string& s, char sep);
 // overflow.
 bool parse_int(const std::string& s, int* out);
 
+// `s` as one word for a POSIX shell: single-quoted, with each ' written as '\''. Nothing inside is
+// expanded by the shell that reads it (remote commands built by the multi-node runners).
+std::string sh_quote(const std::string& s);
+
+// Splits `s` into words as a POSIX shell would without expanding anything: whitespace separates,
+// '...' and "..." group (inside "...", a backslash escapes " \ $ and `), a backslash outside
+// quotes escapes the next character. Throws LaunchError naming `what` on an unterminated quote.
+std::vector<std::string> split_shell_words(const std::string& s, const std::string& what);
+
 }  // namespace deepspeed::launcher

@@ -78,6 +78,49 @@ TEST(EnvInit, MissingAndMalformedVariablesAreNamed) {
   EXPECT_NE(error_of(env).find("MASTER_ADDR is not set"), std::string::npos) << error_of(env);
 }
 
+TEST(EnvInit, RanksStartedByMpirunOrSrunFindTheirPlace) {
+  // mpirun (deepspeed --launcher openmpi exports MASTER_ADDR/PORT with -x).
+  dd::DistEnv d = dd::read_dist_env(fake_env({{"OMPI_COMM_WORLD_RANK", "3"},
+                                              {"OMPI_COMM_WORLD_SIZE", "4"},
+                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                              {"MASTER_ADDR", "10.0.0.1"},
+                                              {"MASTER_PORT", "29600"}}));
+  EXPECT_FALSE(d.single_process);
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "10.0.0.1");
+  EXPECT_EQ(d.master_port, 29600);
+  // MPICH/Intel MPI, default port.
+  d = dd::read_dist_env(fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MASTER_ADDR", "h"}}));
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.world_size, 2);
+  EXPECT_EQ(d.master_port, 29500);
+  // srun with the runner's exports.
+  const std::map<std::string, std::string> slurm = {
+      {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+      {"SLURM_NTASKS_PER_NODE", "4"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}};
+  d = dd::read_dist_env(fake_env(slurm));
+  EXPECT_EQ(d.rank, 5);
+  EXPECT_EQ(d.local_world_size, 4);
+  // A batch script's single process sees Slurm's variables but no MASTER_ADDR: one process.
+  auto batch = slurm;
+  batch.erase("MASTER_ADDR");
+  batch.erase("MASTER_PORT");
+  EXPECT_TRUE(dd::read_dist_env(fake_env(batch)).single_process);
+  // Our launcher's RANK wins over an enclosing allocation's variables.
+  auto both = full_env();
+  both.insert(slurm.begin(), slurm.end());
+  EXPECT_EQ(dd::read_dist_env(fake_env(both)).rank, 2);
+  // mpirun by hand without MASTER_ADDR: a clear error, not four single-process runs.
+  EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
+                .find("OpenMPI started this rank (OMPI_COMM_WORLD_SIZE=4) but MASTER_ADDR is not "
+                      "set"),
+            std::string::npos);
+}
+
 TEST(EnvInit, TimeoutAndCheckVariables) {
   EXPECT_FALSE(dd::read_timeout_env(fake_env({})).has_value());
   EXPECT_EQ(dd::read_timeout_env(fake_env({{"DS_COMM_TIMEOUT", "2"}}))->count(), 2000);

@@ -62,10 +62,12 @@ TEST(DeepSpeedCli, BadHostfileNamesFileAndLine) {
                         hostfile + ":2: expected 'hostname slots=N', got 'worker-1 slots:2'");
 }
 
-TEST(DeepSpeedCli, MultiNodeIsRejectedForNow) {
+TEST(DeepSpeedCli, UnsupportedMultiNodeBackendIsRejected) {
   TempDir dir;
   const std::string hostfile = write_hostfile(dir, "remote-a slots=2\nremote-b slots=2\n");
-  expect_one_line_error(run_launcher({"-H", hostfile, DS_RANK_PROGRAM}), 1, "not supported yet");
+  expect_one_line_error(run_launcher({"-H", hostfile, "--launcher", "mvapich", DS_RANK_PROGRAM}),
+                        1, "--launcher mvapich is not supported by deepspeed-cpp; use pdsh, ssh, "
+                           "openmpi or slurm");
 }
 
 TEST(DeepSpeedCli, NumGpusWithIncludeIsRejected) {

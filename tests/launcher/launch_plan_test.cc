@@ -123,14 +123,24 @@ TEST_F(LaunchPlan, FiltersThatLeaveOneLocalHostRunLocally) {
   EXPECT_EQ(plan_launch(a, pool).world_size, 4);
 }
 
-TEST_F(LaunchPlan, RemoteOrMultipleHostsAreNotSupportedYet) {
+TEST_F(LaunchPlan, RemoteOrMultipleHostsNeedTheMultiNodeRunner) {
   LauncherArgs a = args_for();
-  EXPECT_EQ(
-      plan_error(a, ResourcePool{{"remote-a", {0}}, {"remote-b", {0}}}),
-      "multi-node launch on 2 host(s) (remote-a, remote-b) via pdsh is not supported yet; run on "
-      "one local host, or start each node with --no_ssh --node_rank R");
-  EXPECT_NE(plan_error(a, ResourcePool{{"remote-a", {0}}}).find("not supported yet"),
-            std::string::npos);
+  const ResourcePool two{{"remote-a", {0}}, {"remote-b", {0}}};
+  EXPECT_TRUE(needs_multinode(a, two));
+  EXPECT_TRUE(needs_multinode(a, ResourcePool{{"remote-a", {0}}}));
+  EXPECT_FALSE(needs_multinode(a, ResourcePool{{"localhost", {0, 1}}}));
+  EXPECT_FALSE(needs_multinode(a, std::nullopt));
+  EXPECT_EQ(plan_error(a, two),
+            "the run spans 2 host(s) (remote-a, remote-b): it needs the multi-node runner "
+            "(run_multinode), not plan_launch");
+  a.force_multi = true;  // DeepSpeed's --force_multi: the runner even for this host alone
+  EXPECT_TRUE(needs_multinode(a, ResourcePool{{"localhost", {0, 1}}}));
+  a.force_multi = false;
+  a.no_ssh = true;  // each node started by hand: never the runner
+  a.node_rank = 1;
+  a.master_addr = "remote-a";
+  EXPECT_FALSE(needs_multinode(a, two));
+  EXPECT_EQ(plan_launch(a, two).first_rank, 1);
 }
 
 TEST_F(LaunchPlan, NumNodesPicksTheFirstHosts) {

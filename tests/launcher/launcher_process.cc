@@ -54,7 +54,8 @@ TempDir::~TempDir() {
   ::rmdir(path_.c_str());
 }
 
-LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir)
+LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir,
+                                 int stdin_fd)
     : out_path_(work_dir + "/launcher.out"), err_path_(work_dir + "/launcher.err") {
   std::vector<std::string> argv_s{DS_DEEPSPEED_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -65,6 +66,7 @@ LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std
   const int err_fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
+    if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
     ::execv(argv[0], argv.data());

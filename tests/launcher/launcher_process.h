@@ -25,8 +25,9 @@ class TempDir {
 class LauncherProcess {
  public:
   // Starts DS_DEEPSPEED_BIN with `args` (not including argv[0]); output goes to files in
-  // `work_dir`.
-  LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir);
+  // `work_dir`; stdin is `stdin_fd` when given, else the test's own.
+  LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir,
+                  int stdin_fd = -1);
   ~LauncherProcess();  // SIGKILLs and reaps the launcher if the test left it running
 
   pid_t pid() const { return pid_; }

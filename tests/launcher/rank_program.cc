@@ -12,6 +12,10 @@
 //   --signal-rank R SIG rank R waits likewise, then kills itself with SIG
 //   --print-affinity    print the cores this rank may run on and $OMP_NUM_THREADS
 //   --hang              finally wait for a signal forever
+//   --print-env NAME    print "env NAME=<value>" ("(unset)" when unset)
+//   --word W            ignored: carries an argument whose quoting a test checks
+//   --wait-world        --exit-rank/--signal-rank wait for WORLD_SIZE pid files (ranks on
+//                       several "hosts" sharing DIR), not LOCAL_WORLD_SIZE
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>
@@ -56,8 +60,10 @@ int count_rank_pid_files(const std::string& dir) {
 
 // Waits (up to 30 s) until every local rank has recorded its pid, so the test knows all the pids it
 // must check.
+bool wait_world = false;
+
 void wait_for_all_pid_files(const std::string& dir) {
-  const int want = env_int("LOCAL_WORLD_SIZE");
+  const int want = env_int(wait_world ? "WORLD_SIZE" : "LOCAL_WORLD_SIZE");
   for (int i = 0; i < 3000 && count_rank_pid_files(dir) < want; ++i) usleep(10000);
 }
 
@@ -131,6 +137,13 @@ int main(int argc, char** argv) {
       std::printf("affinity=%s OMP_NUM_THREADS=%s\n", cores.c_str(), omp ? omp : "(unset)");
     } else if (a == "--hang") {
       hang = true;
+    } else if (a == "--print-env" && i + 1 < args.size()) {
+      const char* v = std::getenv(args[++i].c_str());
+      std::printf("env %s=%s\n", args[i].c_str(), v != nullptr ? v : "(unset)");
+    } else if (a == "--word" && i + 1 < args.size()) {
+      ++i;
+    } else if (a == "--wait-world") {
+      wait_world = true;
     } else {
       std::fprintf(stderr, "rank_program: unknown argument '%s'\n", a.c_str());
       return 12;
