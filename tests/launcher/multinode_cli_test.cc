@@ -27,6 +27,7 @@ const std::string kPort = std::to_string(DS_TEST_PORT);
 
 constexpr char kFakeSsh[] = R"(#!/bin/sh
 # Stand-in for ssh: the host is this machine; hosts named bad-* refuse connections.
+[ -n "$FAKE_SSH_LOG" ] && echo "ssh $*" >> "$FAKE_SSH_LOG"
 while [ $# -gt 0 ]; do
   case "$1" in -o|-p|-l|-i) shift 2;; -*) shift;; *) break;; esac
 done
@@ -133,6 +134,35 @@ TEST_F(MultiNodeCli, MissingBackendProgramIsNamed) {
   const RunResult r = run_launcher(launch_args("openmpi"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "deepspeed: error: --launcher openmpi needs mpirun, which is not on $PATH\n");
+}
+
+TEST_F(MultiNodeCli, SshPortAndNumGpusReachEveryCall) {
+  if (!have_pdsh()) GTEST_SKIP() << "pdsh is not installed (scripts/setup.sh installs it)";
+  const std::string calls = dir_.path() + "/ssh_calls";
+  setenv("FAKE_SSH_LOG", calls.c_str(), 1);
+  std::vector<std::string> args = launch_args("pdsh");
+  args.insert(args.begin(), {"--ssh_port", "2200", "--num_gpus", "1"});
+  args.push_back("--check-env");
+  const RunResult r = run_launcher(args);
+  unsetenv("FAKE_SSH_LOG");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // One rank per host: ranks 0 and 1, on node-a and node-b.
+  EXPECT_EQ(lines_starting_with(r.out, "node-a: [rank0]: env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "
+                                       "LOCAL_WORLD_SIZE=1")
+                .size(),
+            1u)
+      << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "node-b: [rank1]: env RANK=1 WORLD_SIZE=2").size(), 1u)
+      << r.out;
+  // The checks, the address lookup and pdsh's own ssh commands all used the port.
+  std::ifstream in(calls);
+  int with_port = 0;
+  int total = 0;
+  for (std::string line; std::getline(in, line); ++total) {
+    if (line.find(" -p 2200 ") != std::string::npos) ++with_port;
+  }
+  EXPECT_EQ(total, 5);  // 2 checks, 1 hostname -I, 2 node launchers
+  EXPECT_EQ(with_port, total);
 }
 
 // One host's rank fails: the job stops everywhere, the launcher returns that rank's code and says
