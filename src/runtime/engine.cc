@@ -330,6 +330,20 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
       });
     }
   }
+  autotuning_ = runtime::AutotuningProbe::create(config_.autotuning, config_.train_batch_size.value(),
+                                                comm::get_rank() == 0, module_);
+  if (autotuning_) {
+    int64_t total = 0;
+    int64_t trainable = 0;
+    const auto shapes = parameter_shapes();  // full shapes, also at ZeRO-3
+    for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
+      for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i) {
+        const int64_t n = c10::multiply_integers(shapes[g][i]);
+        total += n;
+        if (groups_[g].params[i].requires_grad()) trainable += n;
+      }
+    autotuning_->report_model_info(total, trainable);
+  }
   last_log_time_ = std::chrono::steady_clock::now();
   last_step_time_ = last_log_time_;
   if (stage3_) logged_waits_ = stage3_->stats();  // the breakdown starts here, not with construction's gathers
@@ -375,6 +389,7 @@ void EngineImpl::profile(const std::function<void(profiling::StepProfiler&)>& ca
 void EngineImpl::begin_forward() {
   check_states_resident("forward");
   profile([&](profiling::StepProfiler& p) { p.begin_forward(global_steps_); });
+  if (autotuning_) autotuning_->begin_forward(global_steps_);
   if (breakdown_) timers_.start("fwd");
   if (stage3_) stage3_->begin_forward();
 }
@@ -382,6 +397,7 @@ void EngineImpl::begin_forward() {
 void EngineImpl::end_forward() {
   if (stage3_) stage3_->end_forward();
   if (breakdown_) timers_.stop("fwd");
+  if (autotuning_) autotuning_->end_forward();
   profile([&](profiling::StepProfiler& p) { p.end_forward(); });
 }
 
@@ -430,6 +446,7 @@ void EngineImpl::step() {
   step_loss_count_ = 0;
   if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
   if (progress_) progress_->on_step(global_steps_, step_loss);
+  if (autotuning_) autotuning_->after_step(global_steps_);
   profile([&](profiling::StepProfiler& p) { p.end_step(true, global_steps_); });
 }
 

@@ -15,6 +15,7 @@
 #include "deepspeed/lr_schedules.h"
 #include "monitor/monitor.h"
 #include "profiling/step_profiler.h"
+#include "runtime/autotuning_probe.h"
 #include "runtime/flat_params.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
@@ -165,6 +166,7 @@ class EngineImpl {
 
   // flops_profiler: set on global rank 0 when enabled; counts and times the profiled step, prints at its boundary.
   std::unique_ptr<profiling::StepProfiler> flops_profiler_;
+  std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // runs started by the autotuner
   // Runs `call` on the flops profiler if there is one. It runs on rank 0 alone, so a failure (its output file,
   // another profiler active) is reported and turns it off rather than stopping rank 0 while the others wait.
   void profile(const std::function<void(profiling::StepProfiler&)>& call);
