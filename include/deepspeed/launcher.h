@@ -177,6 +177,7 @@ struct MultiNodeLaunch {
   std::string comment;  // slurm
   std::string account;  // slurm
   bool check_ssh = true;
+  bool save_pid = false;  // /tmp/<pid>.deepspeed for this launcher (not the node launchers)
 };
 
 // DeepSpeed's multi-node decisions: backend (--launcher; pdsh when found, else ssh), the active
@@ -186,13 +187,14 @@ struct MultiNodeLaunch {
 MultiNodeLaunch plan_multinode(const LauncherArgs& args,
                                const std::optional<ResourcePool>& hostfile_pool);
 
-// The command line every node-local launcher runs, for a POSIX shell on the remote host: `cd`,
-// `export`s, then `exec deepspeed --world_info=... --node_rank=<node_rank> ...`. Every value is
+// The command line every node-local launcher runs, for the remote host's shell: `cd <cwd> && exec
+// env NAME=VALUE ... deepspeed --world_info=... --node_rank=<node_rank> ...`. Every value is
 // single-quoted; `node_rank` is inserted as is (pdsh's "%n" placeholder or a number).
 std::string node_command(const MultiNodeLaunch& launch, const std::string& node_rank);
 
 // Complete argv of each backend. pdsh and ssh: one node_command each; pdsh's own '%' expansion is
-// escaped in everything but the node rank. mpirun gets `hostfile_path` (mpi_hostfile()'s text
+// escaped in everything but the node rank, and its fanout covers every host. mpirun also gets
+// --ssh_port for its daemons. mpirun gets `hostfile_path` (mpi_hostfile()'s text
 // written there) and the exports as -x NAME=VALUE; srun gets --export=ALL,NAME=VALUE,....
 std::vector<std::string> pdsh_argv(const MultiNodeLaunch& launch);
 std::vector<std::string> ssh_argv(const MultiNodeLaunch& launch, int node);

@@ -44,8 +44,9 @@ constexpr RankSource kRankSources[] = {
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
      "MV2_COMM_WORLD_LOCAL_SIZE"},
-    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    // Before MPICH's: srun's pmi2 plugin also sets PMI_RANK/PMI_SIZE, without the local rank.
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 };
 
 // RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE from an MPI or Slurm launch when RANK is unset.

@@ -62,7 +62,13 @@ EnvVars parse_env_file(const std::string& text, const std::string& source) {
     const std::string name = trim(t.substr(0, eq));
     DS_CHECK_T(LaunchError, is_identifier(name), source, ":", lineno, ": '", name,
                "' is not a valid environment variable name");
-    set_env_var(vars, name, trim(t.substr(eq + 1)));
+    std::string value = trim(t.substr(eq + 1));
+    // DeepSpeed pastes the value into a shell command, so users quote values with spaces; the
+    // value is quoted here anyway, so one level of matching quotes is the user's, not the value's.
+    if (value.size() >= 2 && (value[0] == '"' || value[0] == '\'') && value.back() == value[0]) {
+      value = value.substr(1, value.size() - 2);
+    }
+    set_env_var(vars, name, value);
   }
   return vars;
 }
@@ -95,7 +101,11 @@ EnvVars collect_exports(const std::vector<std::string>& environ_kv,
   EnvVars vars;
   for (const std::string& kv : environ_kv) {
     const size_t eq = kv.find('=');
-    if (eq == std::string::npos || !is_exported_name(kv.substr(0, eq))) continue;
+    // A name no shell can export (env 'DS_A;B=1' ...) would be a command on every host: skip it.
+    if (eq == std::string::npos || !is_exported_name(kv.substr(0, eq)) ||
+        !is_identifier(kv.substr(0, eq))) {
+      continue;
+    }
     set_env_var(vars, kv.substr(0, eq), kv.substr(eq + 1));
   }
   for (const std::string& path : env_files) {

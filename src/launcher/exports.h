@@ -1,7 +1,8 @@
 // The environment a multi-node run hands to every rank on every node, as DeepSpeed's runner does:
 // the launcher's own variables whose names start with one of kExportPrefixes (DeepSpeed exports
 // NCCL*, PYTHON*, MV2*, UCX*; a C++ program needs the list below instead), then the lines of
-// `.deepspeed_env` files (NAME=VALUE; `#` comments and blank lines skipped), read from the home
+// `.deepspeed_env` files (NAME=VALUE; `#` comments and blank lines skipped; one level of matching
+// quotes around VALUE removed, as a shell would in DeepSpeed's runner), read from the home
 // directory and then the current directory, later values replacing earlier ones. $DS_ENV_FILE
 // renames the file (an absolute path is used as is). Pure functions except env_file_paths();
 // thread-safe.
@@ -36,7 +37,8 @@ EnvVars parse_env_file(const std::string& text, const std::string& source);
 // the same file), <name> from $DS_ENV_FILE or ".deepspeed_env"; only files that exist.
 std::vector<std::string> env_file_paths();
 
-// Exports for a run: the matching NAME=VALUE entries of `environ_kv`, then every file's lines.
+// Exports for a run: the matching NAME=VALUE entries of `environ_kv` (names that are not shell
+// identifiers skipped), then every file's lines.
 EnvVars collect_exports(const std::vector<std::string>& environ_kv,
                         const std::vector<std::string>& env_files);
 

@@ -38,6 +38,8 @@ ResourcePool parse_hostfile(const std::string& text, const std::string& source) 
     int slots = 0;
     DS_CHECK_T(LaunchError, tokens.size() == 2 && parse_slots_token(tokens[1], &slots), source, ":",
                line_no, ": expected 'hostname slots=N', got '", trim(raw), "'");
+    DS_CHECK_T(LaunchError, is_valid_host_name(tokens[0]), source, ":", line_no, ": host '",
+               tokens[0], "' is not a valid host name (", kHostNameRule, ")");
     DS_CHECK_T(LaunchError, slots > 0, source, ":", line_no, ": host '", tokens[0],
                "' has slots=0; every host needs at least one slot");
     for (const HostSlots& h : pool) {

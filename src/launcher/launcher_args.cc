@@ -129,6 +129,8 @@ LauncherArgs parse_args(const std::vector<std::string>& argv) {
   std::transform(a.launcher.begin(), a.launcher.end(), a.launcher.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (a.enable_each_rank_log == "None") a.enable_each_rank_log.clear();  // DeepSpeed's "off" value
+  DS_CHECK_T(UsageError, a.ssh_port == -1 || (a.ssh_port > 0 && a.ssh_port < 65536),
+             "--ssh_port must be in [1, 65535], got ", a.ssh_port);
   DS_CHECK_T(UsageError, a.master_port > 0 && a.master_port < 65536,
              "--master_port must be in [1, 65535], got ", a.master_port);
   DS_CHECK_T(UsageError, !a.user_script.empty(), "the program to launch is an empty string");

@@ -18,30 +18,6 @@
 namespace deepspeed::launcher {
 namespace {
 
-// DeepSpeed's --save_pid file, /tmp/<pid>.deepspeed holding the launcher's pid; removed when the
-// run ends.
-class PidFile {
- public:
-  explicit PidFile(bool enabled) {
-    if (!enabled) return;
-    path_ = "/tmp/" + std::to_string(::getpid()) + ".deepspeed";
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    DS_CHECK_T(LaunchError, fd >= 0, "--save_pid: cannot create ", path_, ": ",
-               std::strerror(errno));
-    const std::string pid = std::to_string(::getpid());
-    write_all(fd, pid.data(), pid.size());
-    ::close(fd);
-    std::printf("launcher pid: %d\n", static_cast<int>(::getpid()));
-    std::fflush(stdout);
-  }
-  ~PidFile() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-
- private:
-  std::string path_;
-};
-
 std::string log_name_prefix() {
   char buf[32];
   const std::time_t t = std::time(nullptr);

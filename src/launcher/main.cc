@@ -10,8 +10,11 @@ namespace deepspeed::launcher {
 int main(int argc, char** argv) {
   try {
     const LauncherArgs args = parse_args(std::vector<std::string>(argv, argv + argc));
-    const std::optional<ResourcePool> pool = fetch_hostfile(args.hostfile);
-    if (!pool.has_value() && args.hostfile != kDefaultHostfile) {
+    // A node started by a multi-node runner gets the pool in --world_info; its own hostfile (if
+    // any) is not the job's.
+    const std::optional<ResourcePool> pool =
+        args.world_info.empty() ? fetch_hostfile(args.hostfile) : std::nullopt;
+    if (!pool.has_value() && args.world_info.empty() && args.hostfile != kDefaultHostfile) {
       // DeepSpeed silently falls back to local resources; an explicit path that is missing is
       // likely a typo.
       std::fprintf(stderr,

@@ -1,5 +1,6 @@
 // The exact commands each multi-node backend runs (golden-tested in
 // tests/launcher/multinode_commands_test.cc).
+#include <algorithm>
 #include <sstream>
 
 #include "deepspeed/launcher.h"
@@ -29,43 +30,50 @@ void append(std::vector<std::string>& to, const std::vector<std::string>& from) 
   to.insert(to.end(), from.begin(), from.end());
 }
 
+// node_command() around the node rank: what comes before it and after it.
+std::pair<std::string, std::string> node_command_parts(const MultiNodeLaunch& m) {
+  DS_CHECK_T(LaunchError, !m.master_addr.empty(), "node_command: the master address is not set");
+  std::ostringstream head;
+  // `exec env NAME=value ...` rather than `export`: it also works when the login shell is csh.
+  head << "cd " << sh_quote(m.cwd) << " && exec ";
+  if (!m.exports.empty()) {
+    head << "env ";
+    for (const auto& [name, value] : m.exports) head << name << "=" << sh_quote(value) << " ";
+  }
+  head << sh_quote(m.launcher_exe) << " " << sh_quote("--world_info=" + encode_world_info(m.pool))
+       << " --node_rank=";
+  std::ostringstream tail;
+  tail << " " << sh_quote("--master_addr=" + m.master_addr) << " --master_port=" << m.master_port
+       << " --stop_on_stdin_eof";
+  for (const std::string& f : m.node_flags) tail << " " << sh_quote(f);
+  tail << " " << sh_quote(m.program);
+  for (const std::string& a : m.program_args) tail << " " << sh_quote(a);
+  return {head.str(), tail.str()};
+}
+
+// pdsh expands %h, %u, %n and %% in the command it runs: a literal % is written %%.
+std::string escape_percent(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '%' ? std::string("%%") : std::string(1, c);
+  return out;
+}
+
 }  // namespace
 
 std::string node_command(const MultiNodeLaunch& m, const std::string& node_rank) {
-  DS_CHECK_T(LaunchError, !m.master_addr.empty(), "node_command: the master address is not set");
-  std::ostringstream os;
-  os << "cd " << sh_quote(m.cwd) << " && ";
-  if (!m.exports.empty()) {
-    os << "export";
-    for (const auto& [name, value] : m.exports) os << " " << name << "=" << sh_quote(value);
-    os << " && ";
-  }
-  os << "exec " << sh_quote(m.launcher_exe) << " "
-     << sh_quote("--world_info=" + encode_world_info(m.pool)) << " --node_rank=" << node_rank << " "
-     << sh_quote("--master_addr=" + m.master_addr) << " --master_port=" << m.master_port
-     << " --stop_on_stdin_eof";
-  for (const std::string& f : m.node_flags) os << " " << sh_quote(f);
-  os << " " << sh_quote(m.program);
-  for (const std::string& a : m.program_args) os << " " << sh_quote(a);
-  return os.str();
+  const auto [head, tail] = node_command_parts(m);
+  return head + node_rank + tail;
 }
 
 std::vector<std::string> pdsh_argv(const MultiNodeLaunch& m) {
-  // pdsh expands %h, %u, %n and %% in the command; only the node rank may be expanded.
-  const std::string placeholder = "\x01";
-  std::string cmd;
-  for (char c : node_command(m, placeholder)) {
-    if (c == '%') {
-      cmd += "%%";
-    } else if (c == placeholder[0]) {
-      cmd += "%n";
-    } else {
-      cmd += c;
-    }
-  }
-  std::vector<std::string> argv = {"pdsh", "-S", "-f", "1024", "-w", host_list(m.pool)};
+  const auto [head, tail] = node_command_parts(m);
+  // Every host starts at once: with a fanout below the host count, the first hosts' ranks would
+  // wait forever for hosts pdsh has not started.
+  const size_t fanout = std::max<size_t>(1024, m.pool.size());
+  std::vector<std::string> argv = {"pdsh",           "-S", "-f", std::to_string(fanout), "-w",
+                                   host_list(m.pool)};
   append(argv, m.launcher_args);
-  argv.push_back(cmd);
+  argv.push_back(escape_percent(head) + "%n" + escape_percent(tail));
   return argv;
 }
 
@@ -89,6 +97,8 @@ std::vector<std::string> mpirun_argv(const MultiNodeLaunch& m, const std::string
   std::vector<std::string> argv = {"mpirun",    "-n",          std::to_string(world_size(m.pool)),
                                    "-hostfile", hostfile_path, "-wdir",
                                    m.cwd};
+  // mpirun starts its daemons over ssh; --ssh_port must reach them too.
+  if (m.ssh_port > 0) append(argv, {"--mca", "plm_rsh_args", "-p " + std::to_string(m.ssh_port)});
   append(argv, m.launcher_args);
   for (const auto& [name, value] : rank_exports(m)) append(argv, {"-x", name + "=" + value});
   argv.push_back(m.program);

@@ -68,6 +68,16 @@ MultiNodeLaunch plan_multinode(const LauncherArgs& args,
   m.comment = args.comment;
   m.account = args.account;
   m.check_ssh = !args.no_ssh_check;
+  m.save_pid = args.save_pid;  // this launcher's pid, on this host
+  // A bare program name found on this host's $PATH runs from the same path on every host (as the
+  // launcher itself does); a remote non-interactive shell's $PATH is often shorter.
+  if (m.program.find('/') == std::string::npos) {
+    try {
+      m.program = resolve_program(m.program);
+    } catch (const LaunchError&) {
+      // not here: leave it to the remote hosts' $PATH
+    }
+  }
   DS_CHECK_T(LaunchError, m.backend == "slurm" || (m.comment.empty() && m.account.empty()),
              "--comment and --account are passed to srun; they need --launcher slurm");
 
@@ -75,7 +85,6 @@ MultiNodeLaunch plan_multinode(const LauncherArgs& args,
   if (node_launchers) {
     // What each node-local launcher needs to start its ranks as this launcher would.
     if (args.no_local_rank) m.node_flags.push_back("--no_local_rank");
-    if (args.save_pid) m.node_flags.push_back("--save_pid");
     if (!args.enable_each_rank_log.empty()) {
       m.node_flags.push_back("--enable_each_rank_log=" + args.enable_each_rank_log);
     }
@@ -88,9 +97,9 @@ MultiNodeLaunch plan_multinode(const LauncherArgs& args,
   } else {
     // mpirun/srun start the ranks themselves: no node-local launcher to honour these.
     DS_CHECK_T(LaunchError,
-               !args.save_pid && args.enable_each_rank_log.empty() && !args.bind_cores_to_rank &&
+               args.enable_each_rank_log.empty() && !args.bind_cores_to_rank &&
                    args.bind_core_list.empty(),
-               "--save_pid, --enable_each_rank_log and --bind_cores_to_rank need --launcher pdsh "
+               "--enable_each_rank_log and --bind_cores_to_rank need --launcher pdsh "
                "or ssh; with ",
                m.backend, " pass the backend's own options through --launcher_args");
     check_whole_hosts(m.pool, m.backend);

@@ -1,5 +1,8 @@
 // run_multinode(): the checks that need the hosts, then the backend under the supervisor.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -52,6 +55,11 @@ void check_hosts_reachable(const MultiNodeLaunch& m) {
   }
 }
 
+bool is_ip_address(const std::string& s) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, s.c_str(), buf) == 1 || ::inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
 // DeepSpeed's rule: the first address `hostname -I` prints on the first host, so that a name that
 // only ssh knows (a ~/.ssh/config alias) still gives the ranks an address to meet at.
 std::string resolve_master_addr(const MultiNodeLaunch& m) {
@@ -61,10 +69,10 @@ std::string resolve_master_addr(const MultiNodeLaunch& m) {
   argv.push_back("hostname -I");
   const CommandResult r = run_commands({argv}, kSshCheckSeconds)[0];
   const std::vector<std::string> addrs = split_whitespace(r.out);
-  DS_CHECK_T(LaunchError, r.exit_code == 0 && !addrs.empty(),
-             "cannot learn the address of the first host '", m.pool[0].host,
-             "' (`hostname -I` over ssh: ", r.exit_code == 0 ? "no address" : describe_failure(r),
-             "); pass --master_addr");
+  std::string why = r.exit_code != 0 ? describe_failure(r) : addrs.empty() ? "no address" : "";
+  if (why.empty() && !is_ip_address(addrs[0])) why = "'" + addrs[0] + "' is not an IP address";
+  DS_CHECK_T(LaunchError, why.empty(), "cannot learn the address of the first host '",
+             m.pool[0].host, "' (`hostname -I` over ssh: ", why, "); pass --master_addr");
   return addrs[0];
 }
 
@@ -156,11 +164,13 @@ int run_multinode(MultiNodeLaunch m) {
     set_env_var(m.exports, "DS_PROGRESS", "lines");
   }
 
+  PidFile pid_file(m.save_pid);
   std::fprintf(stderr, "deepspeed: %s run on %zu hosts, %d ranks, master %s:%d\n",
                m.backend.c_str(), m.pool.size(), world_size(m.pool), m.master_addr.c_str(),
                m.master_port);
   SuperviseOptions options;
   options.children_noun = "processes";
+  options.forward_signal = SIGTERM;
   std::vector<ChildSpec> children;
   std::optional<TempFile> hostfile;
   if (m.backend == "pdsh") {

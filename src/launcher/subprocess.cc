@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "launcher/text_util.h"
 
@@ -39,10 +42,13 @@ Running start(const std::vector<std::string>& argv, CommandResult& result) {
   std::vector<std::string> copy = argv;
   for (std::string& a : copy) args.push_back(a.data());
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
@@ -70,13 +76,27 @@ Running start(const std::vector<std::string>& argv, CommandResult& result) {
 
 std::vector<CommandResult> run_commands(const std::vector<std::vector<std::string>>& argvs,
                                         double timeout_s) {
+  using Clock = std::chrono::steady_clock;
   std::vector<CommandResult> results(argvs.size());
   std::vector<Running> running(argvs.size());
-  for (size_t i = 0; i < argvs.size(); ++i) running[i] = start(argvs[i], results[i]);
-
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::vector<bool> alive(argvs.size(), false);
+  for (size_t i = 0; i < argvs.size(); ++i) {
+    running[i] = start(argvs[i], results[i]);
+    alive[i] = running[i].pid > 0;
+  }
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  // Output still arriving after every command has exited is read for a moment, not waited for: a
+  // daemon the command left (ssh's ControlPersist master) may hold the pipes open for minutes.
+  std::optional<Clock::time_point> all_exited;
   while (true) {
+    for (size_t i = 0; i < running.size(); ++i) {
+      int status = 0;
+      if (alive[i] && ::waitpid(running[i].pid, &status, WNOHANG) == running[i].pid) {
+        alive[i] = false;
+        results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
     std::vector<pollfd> pfds;
     std::vector<std::pair<size_t, int>> owners;
     for (size_t i = 0; i < running.size(); ++i) {
@@ -86,23 +106,25 @@ std::vector<CommandResult> run_commands(const std::vector<std::vector<std::strin
         owners.emplace_back(i, s);
       }
     }
-    if (pfds.empty()) break;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
+    const bool any_alive = std::find(alive.begin(), alive.end(), true) != alive.end();
+    if (!any_alive && !all_exited) all_exited = Clock::now();
+    if (!any_alive &&
+        (pfds.empty() || Clock::now() - *all_exited > std::chrono::milliseconds(200))) {
+      break;
+    }
+    if (Clock::now() >= deadline) {
       for (size_t i = 0; i < running.size(); ++i) {
-        if (running[i].fds[0] < 0 && running[i].fds[1] < 0) continue;
+        if (!alive[i]) continue;
         results[i].timed_out = true;
         ::kill(-running[i].pid, SIGKILL);
-        for (int& fd : running[i].fds) {
-          if (fd >= 0) ::close(fd);
-          fd = -1;
-        }
+        int status = 0;
+        ::waitpid(running[i].pid, &status, 0);
+        alive[i] = false;
+        results[i].exit_code = 128 + SIGKILL;
       }
       break;
     }
-    const int ready = ::poll(pfds.data(), pfds.size(), static_cast<int>(left));
+    const int ready = ::poll(pfds.data(), pfds.size(), 50);
     if (ready < 0 && errno != EINTR) break;
     for (size_t k = 0; ready > 0 && k < pfds.size(); ++k) {
       if (pfds[k].revents == 0) continue;
@@ -121,11 +143,10 @@ std::vector<CommandResult> run_commands(const std::vector<std::vector<std::strin
     for (int fd : running[i].fds) {
       if (fd >= 0) ::close(fd);
     }
-    if (running[i].pid < 0) continue;
-    int status = 0;
-    while (::waitpid(running[i].pid, &status, 0) < 0 && errno == EINTR) {
+    if (alive[i]) {  // only after a poll failure
+      ::kill(-running[i].pid, SIGKILL);
+      ::waitpid(running[i].pid, nullptr, 0);
     }
-    results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   return results;
 }

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -72,7 +73,14 @@ class SignalScope {
  public:
   SignalScope() {
     sigemptyset(&handled_);
-    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
+    sigaddset(&handled_, SIGCHLD);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      // A signal the launcher was started ignoring (nohup, a background job) stays ignored: a
+      // blocked signal reaches the signalfd even when its disposition is SIG_IGN.
+      struct sigaction current = {};
+      ::sigaction(sig, nullptr, &current);
+      if (current.sa_handler != SIG_IGN) sigaddset(&handled_, sig);
+    }
     ::sigprocmask(SIG_BLOCK, &handled_, &old_mask_);
     struct sigaction ignore = {};
     ignore.sa_handler = SIG_IGN;
@@ -161,7 +169,7 @@ class Supervisor {
       if (::getppid() != parent) ::_exit(1);  // the launcher died before PDEATHSIG was armed
       ::sigaction(SIGPIPE, &signals_.old_pipe(), nullptr);
       ::sigprocmask(SIG_SETMASK, &signals_.old_mask(), nullptr);
-      const int in_fd = in_pipe[0] >= 0 ? in_pipe[0] : ::open("/dev/null", O_RDONLY);
+      const int in_fd = in_pipe[0] >= 0 ? in_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
       ::dup2(log_fd >= 0 ? log_fd : out_pipe[1], STDOUT_FILENO);
       ::dup2(log_fd >= 0 ? log_fd : err_pipe[1], STDERR_FILENO);
@@ -212,8 +220,15 @@ class Supervisor {
   }
 
   void signal_running(int sig) {
-    for (const Child& c : children_) {
+    for (Child& c : children_) {
       if (!c.running) continue;
+      if (sig != SIGKILL && c.stdin_fd >= 0) {
+        // An ssh session is ended by closing its input: the remote launcher stops its ranks and
+        // exits, so their last words come through and ssh ends by itself.
+        ::close(c.stdin_fd);
+        c.stdin_fd = -1;
+        continue;
+      }
       if (::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
     }
   }
@@ -238,7 +253,7 @@ class Supervisor {
       say("received " + signal_name(sig) + "; forwarding it to " + std::to_string(running_) + " " +
           options_.children_noun);
       exit_code_ = 128 + sig;
-      begin_stop(sig);
+      begin_stop(options_.forward_signal != 0 ? options_.forward_signal : sig);
     } else if (running_ > 0) {
       say("received " + signal_name(sig) + " again; killing " + std::to_string(running_) + " " +
           options_.children_noun);
@@ -414,6 +429,22 @@ class Supervisor {
 };
 
 }  // namespace
+
+PidFile::PidFile(bool enabled) {
+  if (!enabled) return;
+  path_ = "/tmp/" + std::to_string(::getpid()) + ".deepspeed";
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  DS_CHECK_T(LaunchError, fd >= 0, "--save_pid: cannot create ", path_, ": ", std::strerror(errno));
+  const std::string pid = std::to_string(::getpid());
+  write_all(fd, pid.data(), pid.size());
+  ::close(fd);
+  std::printf("launcher pid: %d\n", static_cast<int>(::getpid()));
+  std::fflush(stdout);
+}
+
+PidFile::~PidFile() {
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
 
 std::vector<std::string> current_environment() {
   std::vector<std::string> env;

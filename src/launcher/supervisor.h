@@ -33,7 +33,8 @@ struct ChildSpec {
   std::string log_file;          // non-empty: stdout and stderr go to this file
   std::string output_prefix;     // put before every output line
   // stdin is a pipe the launcher keeps open until the child ends (else /dev/null): ssh forwards its
-  // end-of-file to the remote side when the launcher dies, which stops the remote ranks.
+  // end-of-file to the remote side when the launcher dies, which stops the remote ranks. Stopping
+  // such a child closes the pipe (SIGKILL after the grace period if it does not end).
   bool stdin_pipe = false;
   FailureDetector detect_failure;  // applied to stderr lines
 };
@@ -41,6 +42,9 @@ struct ChildSpec {
 struct SuperviseOptions {
   std::string children_noun = "ranks";  // "3 other <noun>"
   int kill_grace_seconds = 5;           // SIGTERM -> SIGKILL delay when stopping
+  // Non-zero: the signal sent to the children when the launcher receives SIGINT/SIGTERM/SIGHUP
+  // (pdsh and srun need SIGTERM: one SIGINT only makes them print their status).
+  int forward_signal = 0;
   // Stop the children when the launcher's stdin reaches end-of-file: the node-local launcher of a
   // multi-node run learns so that the head node's launcher is gone.
   bool stop_on_stdin_eof = false;
@@ -50,6 +54,19 @@ struct SuperviseOptions {
 // (128+signal when killed), or 128+signal when the launcher itself was signalled. Waits for every
 // child before returning.
 int supervise(const std::vector<ChildSpec>& children, const SuperviseOptions& options);
+
+// DeepSpeed's --save_pid file, /tmp/<pid>.deepspeed holding the launcher's pid (also printed);
+// removed when the run ends. Does nothing when not enabled.
+class PidFile {
+ public:
+  explicit PidFile(bool enabled);
+  ~PidFile();
+  PidFile(const PidFile&) = delete;
+  PidFile& operator=(const PidFile&) = delete;
+
+ private:
+  std::string path_;
+};
 
 // The environment of this process as NAME=value strings.
 std::vector<std::string> current_environment();

@@ -59,6 +59,17 @@ bool parse_int(const std::string& s, int* out) {
   return true;
 }
 
+bool is_valid_host_name(const std::string& host) {
+  if (host.empty() || host[0] == '-') return false;
+  for (char c : host) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string(".-_:@").find(c) == std::string::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string sh_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {

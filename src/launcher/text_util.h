@@ -21,6 +21,13 @@ std::vector<std::string> split(const std::string& s, char sep);
 // overflow.
 bool parse_int(const std::string& s, int* out);
 
+// A host name (or address) safe on ssh, pdsh and mpirun command lines: letters, digits and
+// . - _ : @, not starting with '-' (it would read as an option; pdsh's -w takes '-' as "exclude")
+// and free of pdsh's hostlist syntax (, [ ]) and shell characters.
+bool is_valid_host_name(const std::string& host);
+inline constexpr char kHostNameRule[] =
+    "host names may hold letters, digits and . - _ : @ and must not start with '-'";
+
 // `s` as one word for a POSIX shell: single-quoted, with each ' written as '\''. Nothing inside is
 // expanded by the shell that reads it (remote commands built by the multi-node runners).
 std::string sh_quote(const std::string& s);

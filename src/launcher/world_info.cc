@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "launcher/text_util.h"
+
 namespace deepspeed::launcher {
 namespace {
 
@@ -84,6 +86,8 @@ ResourcePool decode_world_info(const std::string& encoded) {
   for (const auto& [host, slots] : j.items()) {
     DS_CHECK_T(LaunchError, slots.is_array() && !slots.empty(), "--world_info: host '", host,
                "' needs a non-empty list of slots");
+    DS_CHECK_T(LaunchError, is_valid_host_name(host), "--world_info: '", host,
+               "' is not a valid host name (", kHostNameRule, ")");
     HostSlots h{host, {}};
     std::set<int> seen;
     for (const auto& s : slots) {

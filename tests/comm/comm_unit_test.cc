@@ -105,6 +105,13 @@ TEST(EnvInit, RanksStartedByMpirunOrSrunFindTheirPlace) {
   d = dd::read_dist_env(fake_env(slurm));
   EXPECT_EQ(d.rank, 5);
   EXPECT_EQ(d.local_world_size, 4);
+  // srun's pmi2 plugin also sets PMI_RANK/PMI_SIZE (no local rank): Slurm's variables win.
+  auto pmi2 = slurm;
+  pmi2["PMI_RANK"] = "5";
+  pmi2["PMI_SIZE"] = "8";
+  d = dd::read_dist_env(fake_env(pmi2));
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_world_size, 4);
   // A batch script's single process sees Slurm's variables but no MASTER_ADDR: one process.
   auto batch = slurm;
   batch.erase("MASTER_ADDR");

@@ -53,6 +53,20 @@ TEST(Hostfile, BadSyntaxNamesFileLineAndText) {
   EXPECT_EQ(error_of("slots=2\n"), "hostfile:1: expected 'hostname slots=N', got 'slots=2'");
 }
 
+TEST(Hostfile, HostNamesThatWouldBreakRemoteCommandsAreErrors) {
+  // A leading '-' is an ssh option (-oProxyCommand=... runs a command here) or pdsh's "exclude".
+  EXPECT_EQ(error_of("node-1 slots=1\n-oProxyCommand=touch slots=1\n"),
+            "hostfile:2: host '-oProxyCommand=touch' is not a valid host name (host names may hold "
+            "letters, digits and . - _ : @ and must not start with '-')");
+  EXPECT_NE(error_of("a,b slots=1\n").find("'a,b' is not a valid host name"), std::string::npos);
+  EXPECT_NE(error_of("n[1-2] slots=1\n").find("is not a valid host name"), std::string::npos);
+  EXPECT_NE(error_of("a;b slots=1\n").find("is not a valid host name"), std::string::npos);
+  EXPECT_EQ(parse_hostfile("user@node-1.example.com slots=1\n10.0.0.2 slots=1\nfe80::1 slots=1\n",
+                           "hostfile")
+                .size(),
+            3u);
+}
+
 TEST(Hostfile, ZeroSlotsIsAnError) {
   EXPECT_EQ(error_of("a slots=1\nb slots=0\n"),
             "hostfile:2: host 'b' has slots=0; every host needs at least one slot");

@@ -99,6 +99,7 @@ TEST(LauncherArgs, MultiNodeFlags) {
   EXPECT_EQ(a.launcher, "ssh");
   EXPECT_EQ(a.world_info, "e30=");
   EXPECT_NE(usage_error({"--launcher", "rsh", "p"}).find("--launcher"), std::string::npos);
+  EXPECT_EQ(usage_error({"--ssh_port", "0", "p"}), "--ssh_port must be in [1, 65535], got 0");
 }
 
 TEST(LauncherArgs, ExcludeAndAliasesOfNumGpus) {

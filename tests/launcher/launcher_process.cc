@@ -66,6 +66,9 @@ LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std
   const int err_fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
+    // As if started from a terminal: a test run as a background job inherits SIGINT ignored, and
+    // the launcher leaves ignored signals alone (nohup).
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);

@@ -5,6 +5,7 @@
 // the same through real sshd across network namespaces.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,7 +35,9 @@ done
 host=$1; shift
 case "$host" in bad-*) echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255;; esac
 if [ "$*" = "hostname -I" ]; then echo "127.0.0.1 192.0.2.1"; exit 0; fi
-exec env -i PATH=/usr/bin:/bin HOME="$HOME" /bin/sh -c "$*"
+# Like sshd, the command runs in a session of its own: signals to this "ssh" do not reach it, and
+# it learns that the connection is gone only when its stdin closes.
+exec setsid -w env -i PATH=/usr/bin:/bin HOME="$HOME" /bin/sh -c "$*"
 )";
 
 // $PATH with the fake ssh first, restored afterwards; a hostfile and a .deepspeed_env next to it.
@@ -147,8 +150,9 @@ TEST_F(MultiNodeCli, SshPortAndNumGpusReachEveryCall) {
   unsetenv("FAKE_SSH_LOG");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // One rank per host: ranks 0 and 1, on node-a and node-b.
-  EXPECT_EQ(lines_starting_with(r.out, "node-a: [rank0]: env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "
-                                       "LOCAL_WORLD_SIZE=1")
+  EXPECT_EQ(lines_starting_with(r.out,
+                                "node-a: [rank0]: env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "
+                                "LOCAL_WORLD_SIZE=1")
                 .size(),
             1u)
       << r.out;
@@ -196,6 +200,48 @@ TEST_F(MultiNodeCli, FailingHostStopsTheOthersOverPdsh) {
   ::mkdir(pids.c_str(), 0755);
   expect_teardown(launch_args("pdsh"), pids, dir_.path(),
                   "deepspeed: host node-b failed (exit code 7); stopping the job");
+}
+
+// Ctrl-C (SIGINT) on the launcher stops every host's ranks: pdsh gets SIGTERM (one SIGINT only
+// makes it print its status), ssh sessions are closed.
+void expect_interrupt_stops_everything(const std::vector<std::string>& base,
+                                       const std::string& pid_dir, const std::string& work_dir) {
+  std::vector<std::string> args = base;
+  for (const std::string& a : {std::string("--pid-dir"), pid_dir, std::string("--hang")}) {
+    args.push_back(a);
+  }
+  LauncherProcess p(args, work_dir);
+  const std::vector<pid_t> ranks = testing::wait_for_rank_pids(pid_dir, 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << p.err();
+  ASSERT_EQ(::kill(p.pid(), SIGINT), 0);
+  ASSERT_TRUE(p.wait(30)) << "launcher hung after SIGINT\n" << p.err();
+  EXPECT_EQ(p.exit_code(), 128 + SIGINT) << p.err();
+  EXPECT_NE(p.err().find("deepspeed: received SIGINT; forwarding it to "), std::string::npos)
+      << p.err();
+  EXPECT_EQ(testing::wait_until_gone(ranks, 20), std::vector<pid_t>{});
+}
+
+TEST_F(MultiNodeCli, InterruptStopsEveryHostOverSsh) {
+  const std::string pids = dir_.path() + "/pids";
+  ::mkdir(pids.c_str(), 0755);
+  expect_interrupt_stops_everything(launch_args("ssh"), pids, dir_.path());
+}
+
+TEST_F(MultiNodeCli, InterruptStopsEveryHostOverPdsh) {
+  if (!have_pdsh()) GTEST_SKIP() << "pdsh is not installed (scripts/setup.sh installs it)";
+  const std::string pids = dir_.path() + "/pids";
+  ::mkdir(pids.c_str(), 0755);
+  expect_interrupt_stops_everything(launch_args("pdsh"), pids, dir_.path());
+}
+
+TEST_F(MultiNodeCli, SavePidIsTheLaunchersOwn) {
+  std::vector<std::string> args = launch_args("ssh");
+  args.insert(args.begin(), "--save_pid");
+  const RunResult r = run_launcher(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Only this launcher prints its pid; the node launchers are not given --save_pid.
+  EXPECT_EQ(lines_starting_with(r.out, "launcher pid: ").size(), 1u) << r.out;
+  EXPECT_EQ(testing::count_lines(r.out), 1) << r.out;
 }
 
 // The node-local launcher a runner starts stops its ranks when the runner's connection (its stdin)

@@ -2,10 +2,12 @@
 // the exact commands each backend runs (golden strings).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "deepspeed/launcher.h"
 #include "launcher/exports.h"
@@ -59,6 +61,11 @@ TEST(WorldInfo, MalformedIsOneLineError) {
             "--world_info: host 'a' lists slot 1 twice");
   EXPECT_NE(error_of([] { decode_world_info("bm90IGpzb24="); }).find("not base64 of a JSON"),
             std::string::npos);
+  EXPECT_EQ(error_of([] {
+              decode_world_info(encode_world_info({{"-oProxyCommand=x", {0}}}));
+            }),
+            "--world_info: '-oProxyCommand=x' is not a valid host name (host names may hold "
+            "letters, digits and . - _ : @ and must not start with '-')");
 }
 
 TEST(ShellWords, QuotedValuesSurviveAShell) {
@@ -115,7 +122,14 @@ TEST(Exports, EnvFilesFromHomeAndHereOrDsEnvFile) {
   std::system(("rm -rf " + home + " && mkdir -p " + home).c_str());
   std::ofstream(home + "/.deepspeed_env") << "A=1\n";
   const char* old_home = std::getenv("HOME");
-  const std::string saved = old_home != nullptr ? old_home : "";
+  const std::optional<std::string> saved =
+      old_home != nullptr ? std::optional<std::string>(old_home) : std::nullopt;
+  // ./.deepspeed_env would count too: run from a directory that has none.
+  char old_cwd[4096];
+  ASSERT_NE(::getcwd(old_cwd, sizeof(old_cwd)), nullptr);
+  const std::string here = home + "/cwd";
+  std::system(("mkdir -p " + here).c_str());
+  ASSERT_EQ(::chdir(here.c_str()), 0);
   setenv("HOME", home.c_str(), 1);
   EXPECT_EQ(env_file_paths(), std::vector<std::string>{home + "/.deepspeed_env"});
   setenv("DS_ENV_FILE", (home + "/other").c_str(), 1);
@@ -123,7 +137,12 @@ TEST(Exports, EnvFilesFromHomeAndHereOrDsEnvFile) {
   std::ofstream(home + "/other") << "B=2\n";
   EXPECT_EQ(env_file_paths(), std::vector<std::string>{home + "/other"});
   unsetenv("DS_ENV_FILE");
-  setenv("HOME", saved.c_str(), 1);
+  if (saved) {
+    setenv("HOME", saved->c_str(), 1);
+  } else {
+    unsetenv("HOME");
+  }
+  ASSERT_EQ(::chdir(old_cwd), 0);
 }
 
 MultiNodeLaunch example(const std::string& backend) {
@@ -146,7 +165,7 @@ const std::string kWorld = encode_world_info({{"node-a", {0, 1}}, {"node-b", {0,
 
 TEST(MultiNodeCommands, NodeCommandForARemoteShell) {
   EXPECT_EQ(node_command(example("ssh"), "1"),
-            "cd '/work/my run' && export NCCL_DEBUG='INFO' DS_X='it'\\''s 50%' && exec "
+            "cd '/work/my run' && exec env NCCL_DEBUG='INFO' DS_X='it'\\''s 50%' "
             "'/opt/ds/bin/deepspeed' '--world_info=" +
                 kWorld +
                 "' --node_rank=1 '--master_addr=10.0.0.1' --master_port=29600 "
@@ -162,12 +181,21 @@ TEST(MultiNodeCommands, PdshEscapesItsPercentExpansion) {
       std::vector<std::string>(argv.begin(), argv.begin() + 8),
       (std::vector<std::string>{"pdsh", "-S", "-f", "1024", "-w", "node-a,node-b", "-u", "30"}));
   EXPECT_EQ(argv[8],
-            "cd '/work/my run' && export NCCL_DEBUG='INFO' DS_X='it'\\''s 50%%' && exec "
+            "cd '/work/my run' && exec env NCCL_DEBUG='INFO' DS_X='it'\\''s 50%%' "
             "'/opt/ds/bin/deepspeed' '--world_info=" +
                 kWorld +
                 "' --node_rank=%n '--master_addr=10.0.0.1' --master_port=29600 "
                 "--stop_on_stdin_eof '--no_local_rank' 'bin/train' '--config' "
                 "'a b.json'");
+}
+
+TEST(MultiNodeCommands, PdshKeepsUserBytesAndStartsEveryHostAtOnce) {
+  MultiNodeLaunch m = example("pdsh");
+  m.program_args = {std::string("a\x01b"), "%n"};  // nothing in a value becomes pdsh's node rank
+  const std::string cmd = pdsh_argv(m).back();
+  EXPECT_NE(cmd.find(std::string("'a\x01b' '%%n'")), std::string::npos) << cmd;
+  for (int i = 0; i < 1500; ++i) m.pool.push_back({"h" + std::to_string(i), {0}});
+  EXPECT_EQ(pdsh_argv(m)[3], "1502");  // fanout >= hosts: later hosts must not wait for earlier
 }
 
 TEST(MultiNodeCommands, SshOneCommandPerHost) {
@@ -205,6 +233,14 @@ TEST(MultiNodeCommands, MpirunGolden) {
                                                                  "bin/train",
                                                                  "--config",
                                                                  "a b.json"}));
+}
+
+TEST(MultiNodeCommands, MpirunDaemonsUseTheSshPort) {
+  MultiNodeLaunch m = example("openmpi");
+  m.ssh_port = 2200;
+  const std::vector<std::string> argv = mpirun_argv(m, "/tmp/hf");
+  EXPECT_EQ(std::vector<std::string>(argv.begin() + 7, argv.begin() + 10),
+            (std::vector<std::string>{"--mca", "plm_rsh_args", "-p 2200"}));
 }
 
 TEST(MultiNodeCommands, SrunGolden) {
