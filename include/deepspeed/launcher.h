@@ -103,6 +103,7 @@ struct LauncherArgs {
   bool no_ssh = false;
   bool no_ssh_check = false;
   bool force_multi = false;  // use the multi-node runner even for one host
+  std::string autotuning;    // "tune" or "run": the autotuner drives the launch (autotuner.h)
   // Set by a multi-node runner on each node-local launcher it starts (DeepSpeed's launch.py flags):
   std::string world_info;          // base64 resource pool of the whole job (world_info.h)
   bool stop_on_stdin_eof = false;  // stop the ranks when the runner's connection closes
@@ -220,8 +221,13 @@ int run_multinode(MultiNodeLaunch launch);
 // Waits for every child before returning.
 int run_local(const LocalLaunch& launch);
 
+// What `deepspeed --autotuning tune|run` runs instead of the launch: given the parsed arguments and
+// the whole command line. The autotuner (autotuner.h) provides it; the launcher does not link it.
+using AutotuneCommand = int (*)(const LauncherArgs& args, const std::vector<std::string>& argv);
+
 // The whole `deepspeed` command: parse, plan, run. Prints one-line errors to stderr; returns the
 // process exit code (2 for a command-line error, 1 for other bad input, otherwise run_local()'s).
-int main(int argc, char** argv);
+// --autotuning goes to `autotune` (an error when null).
+int main(int argc, char** argv, AutotuneCommand autotune = nullptr);
 
 }  // namespace deepspeed::launcher

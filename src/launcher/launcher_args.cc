@@ -17,7 +17,6 @@ struct Rejected {
   bool elastic_training = false;
   int min_elastic_nodes = -1;
   int max_elastic_nodes = -1;
-  std::string autotuning;
 };
 
 void add_options(CLI::App& app, LauncherArgs& a, Rejected& r) {
@@ -52,6 +51,10 @@ void add_options(CLI::App& app, LauncherArgs& a, Rejected& r) {
   app.add_option("--account", a.account, "Account passed to srun (slurm launcher)");
   app.add_flag("--no_ssh", a.no_ssh, "Run this node's ranks without ssh (use with --node_rank)");
   app.add_flag("--no_ssh_check", a.no_ssh_check, "Skip the passwordless-ssh check (multi-node)");
+  app.add_option("--autotuning", a.autotuning,
+                 "Tune the program's DeepSpeed config first (tune), and then train with the best "
+                 "one (run); see the config's autotuning section")
+      ->check(CLI::IsMember({"tune", "run"}));
   app.add_flag("--force_multi", a.force_multi,
                "Use the multi-node runner even when the run fits on this host");
   // Set by the multi-node runners on the node-local launchers they start; not for users.
@@ -75,7 +78,7 @@ void add_options(CLI::App& app, LauncherArgs& a, Rejected& r) {
   app.add_flag("--elastic_training", r.elastic_training, "(not supported yet)")->group("");
   app.add_option("--min_elastic_nodes", r.min_elastic_nodes, "(not supported yet)")->group("");
   app.add_option("--max_elastic_nodes", r.max_elastic_nodes, "(not supported yet)")->group("");
-  app.add_option("--autotuning", r.autotuning, "(not supported yet)")->group("");
+
 }
 
 void reject_unsupported(const Rejected& r) {
@@ -88,8 +91,6 @@ void reject_unsupported(const Rejected& r) {
   DS_CHECK_T(UsageError,
              !r.elastic_training && r.min_elastic_nodes == -1 && r.max_elastic_nodes == -1,
              "elastic training (--elastic_training, --min/max_elastic_nodes) is not supported yet");
-  DS_CHECK_T(UsageError, r.autotuning.empty(), "--autotuning ", r.autotuning,
-             " is not supported by the launcher yet");
 }
 
 }  // namespace

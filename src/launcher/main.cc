@@ -7,9 +7,15 @@
 
 namespace deepspeed::launcher {
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv, AutotuneCommand autotune) {
   try {
-    const LauncherArgs args = parse_args(std::vector<std::string>(argv, argv + argc));
+    const std::vector<std::string> all(argv, argv + argc);
+    const LauncherArgs args = parse_args(all);
+    if (!args.autotuning.empty()) {
+      DS_CHECK_T(UsageError, autotune != nullptr,
+                 "--autotuning: this program was built without the autotuner");
+      return autotune(args, all);
+    }
     // A node started by a multi-node runner gets the pool in --world_info; its own hostfile (if
     // any) is not the job's.
     const std::optional<ResourcePool> pool =

@@ -174,10 +174,7 @@ TEST_F(MultiNodeCli, SshPortAndNumGpusReachEveryCall) {
 void expect_teardown(const std::vector<std::string>& base, const std::string& pid_dir,
                      const std::string& work_dir, const std::string& host_message) {
   std::vector<std::string> args = base;
-  for (const std::string& a :
-       {"--pid-dir", pid_dir.c_str(), "--exit-rank", "3", "7", "--wait-world"}) {
-    args.push_back(a);
-  }
+  args.insert(args.end(), {"--pid-dir", pid_dir, "--exit-rank", "3", "7", "--wait-world"});
   LauncherProcess p(args, work_dir);
   ASSERT_TRUE(p.wait(60)) << "launcher hung\n" << p.err();
   EXPECT_EQ(p.exit_code(), 7) << p.err();

@@ -1,0 +1,283 @@
+// run_autotuner(): see deepspeed/autotuner.h. The search logic is in autotuning.h; this file runs
+// it against real training runs started through the launcher.
+#include "deepspeed/autotuner.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "autotuning/command_line.h"
+#include "autotuning/trial_process.h"
+#include "deepspeed/autotuning.h"
+#include "deepspeed/config.h"
+
+namespace deepspeed::autotuning {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+constexpr double kDefaultTrialTimeout = 600;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  DS_CHECK(in.good(), "cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  DS_CHECK(out.good(), "cannot write ", path);
+}
+
+std::string this_executable() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  DS_CHECK(n > 0, "cannot find the deepspeed executable (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// Host memory available now (MemAvailable of /proc/meminfo), in bytes; 0 when unknown.
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || !*v) return fallback;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  DS_CHECK(end != v && *end == '\0' && s > 0, name, "='", v,
+           "' must be a positive number of seconds");
+  return s;
+}
+
+const char* metric_key(const std::string& metric) {
+  return metric == "flops" ? "FLOPS_per_gpu" : metric == "latency" ? "latency" : "throughput";
+}
+
+std::string describe_bytes(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+class Autotuner {
+ public:
+  Autotuner(const launcher::LauncherArgs& args, const std::vector<std::string>& argv)
+      : args_(args), argv_(argv) {}
+
+  int run() {
+    config_arg_ = find_config_arg(args_.user_args);
+    const config::Config parsed = config::Config::from_file(config_arg_.path);
+    at_ = parsed.autotuning;
+    try {
+      user_ = Json::parse(read_text(config_arg_.path));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(config_arg_.path + ": invalid JSON: " + e.what());
+    }
+    flags_ = launcher_flags_without_autotuning(argv_, args_.user_args.size());
+    self_ = this_executable();
+    timeout_ = env_seconds("DS_AUTOTUNING_TRIAL_TIMEOUT", kDefaultTrialTimeout);
+
+    const launcher::ResourcePool pool =
+        launcher::active_resources(args_, launcher::fetch_hostfile(args_.hostfile));
+    const int world = launcher::world_size(pool);
+    DS_CHECK_T(ConfigError, world % at_.mp_size == 0, "autotuning.mp_size: ", at_.mp_size,
+               " does not divide the ", world, " ranks");
+    dp_world_ = world / at_.mp_size;
+    fs::create_directories(at_.exps_dir);
+    fs::create_directories(at_.results_dir);
+
+    SearchInputs in;
+    in.autotuning = at_;
+    in.world_size = dp_world_;
+    in.stages = zero_stages_to_tune(user_);
+    in.num_params = model_params(in.stages.back());
+    in.precision = parsed.bf16.enabled   ? zero::Precision::kBf16
+                   : parsed.fp16.enabled ? zero::Precision::kFp16
+                                         : zero::Precision::kFp32;
+    in.reduce_bucket_size = std::min<int64_t>(parsed.zero.reduce_bucket_size, in.num_params);
+    if (user_.contains("train_batch_size") && user_["train_batch_size"].is_number_integer()) {
+      in.train_batch_size = user_["train_batch_size"].get<int64_t>();
+    }
+    in.memory_per_rank_bytes = memory_per_rank(static_cast<int>(pool.at(0).slots.size()));
+    const SearchSpace space = build_search_space(in);
+    std::printf(
+        "autotuning: %zu candidates (%zu pruned: model states above %s per rank), %d ranks, "
+        "%lld parameters, metric %s, tuner %s\n",
+        space.candidates.size(), space.pruned.size(),
+        describe_bytes(in.memory_per_rank_bytes).c_str(), dp_world_,
+        static_cast<long long>(in.num_params), at_.metric.c_str(), at_.tuner_type.c_str());
+    std::fflush(stdout);
+
+    std::vector<TrialResult> results = space.pruned;
+    const std::vector<TrialResult> history =
+        tune(space, at_, [&](const Candidate& c) { return run_trial(c); });
+    results.insert(results.end(), history.begin(), history.end());
+    const std::string table = results_table(results, at_.metric);
+    write_text(at_.results_dir + "/summary.txt", table);
+    std::printf("%s", table.c_str());
+    const std::optional<TrialResult> best = best_trial(results, at_.metric);
+    DS_CHECK(best.has_value(), "autotuning: no trial succeeded; see ", at_.results_dir,
+             "/summary.txt and the logs under ", at_.exps_dir);
+
+    const std::string optimal = at_.results_dir + "/ds_config_optimal.json";
+    const Json optimal_json = optimal_config(user_, best->candidate, dp_world_);
+    write_text(optimal, optimal_json.dump(2) + "\n");
+    const std::vector<std::string> final_argv = command_for(optimal, optimal_json);
+    std::string cmd;
+    for (const std::string& a : final_argv) cmd += (cmd.empty() ? "" : " ") + a;
+    write_text(at_.results_dir + "/cmd_optimal.txt", cmd + "\n");
+    std::printf("autotuning: best %s; config %s\n", best->candidate.name().c_str(),
+                optimal.c_str());
+    std::fflush(stdout);
+    if (args_.autotuning != "run") return 0;
+
+    std::printf("autotuning: running %s\n", cmd.c_str());
+    std::fflush(stdout);
+    std::vector<char*> c_argv;
+    std::vector<std::string> copy = final_argv;
+    for (std::string& a : copy) c_argv.push_back(a.data());
+    c_argv.push_back(nullptr);
+    return launcher::main(static_cast<int>(copy.size()), c_argv.data());
+  }
+
+ private:
+  // `deepspeed <flags> program <args with the config replaced and arg_mappings applied>`.
+  std::vector<std::string> command_for(const std::string& config_path, const Json& config) const {
+    std::vector<std::string> program_args = with_config(args_.user_args, config_arg_, config_path);
+    if (at_.arg_mappings)
+      program_args = apply_arg_mappings(program_args, *at_.arg_mappings, config);
+    std::vector<std::string> argv = {self_};
+    argv.insert(argv.end(), flags_.begin(), flags_.end());
+    argv.push_back(args_.user_script);
+    argv.insert(argv.end(), program_args.begin(), program_args.end());
+    return argv;
+  }
+
+  // autotuning.model_info.num_params, or what a short run at `stage` reports.
+  int64_t model_params(int stage) {
+    if (at_.model_info && at_.model_info->num_params) return *at_.model_info->num_params;
+    const std::string dir = at_.exps_dir + "/profile_model_info";
+    fs::create_directories(dir);
+    Candidate c;
+    c.zero_stage = stage;
+    c.micro_batch = at_.min_train_micro_batch_size_per_gpu;
+    Json config = trial_config(user_, c, dp_world_, dir + "/metrics.json");
+    config["autotuning"].erase("metric_path");
+    config["autotuning"]["model_info"] = Json{{"profile", true}};
+    const std::string info = dir + "/model_info.json";
+    config["autotuning"]["model_info_path"] = info;
+    write_text(dir + "/ds_config.json", config.dump(2) + "\n");
+    std::printf("autotuning: measuring the model (set autotuning.model_info.num_params to skip)\n");
+    std::fflush(stdout);
+    const TrialOutcome out = run_trial_process(command_for(dir + "/ds_config.json", config),
+                                               dir + "/stdout.log", info, timeout_);
+    DS_CHECK(out.kind == TrialOutcome::Kind::kReported,
+             "autotuning: the run that measures the model failed (", out.detail,
+             "); set autotuning.model_info.num_params");
+    try {
+      return Json::parse(out.report).at("num_params").get<int64_t>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error("autotuning: " + info + " holds no num_params");
+    }
+  }
+
+  int64_t memory_per_rank(int local_ranks) const {
+    if (const char* v = std::getenv("DS_AUTOTUNING_MEMORY_PER_RANK"); v != nullptr && *v) {
+      return parse_bytes(v, "DS_AUTOTUNING_MEMORY_PER_RANK");
+    }
+    return available_memory() / std::max(1, local_ranks);
+  }
+
+  TrialResult run_trial(const Candidate& c) {
+    const std::string dir = at_.exps_dir + "/" + c.name();
+    const std::string metrics = dir + "/metrics.json";
+    TrialResult r;
+    r.candidate = c;
+    ++trials_;
+    if (!at_.overwrite && fs::exists(metrics)) {
+      r = from_report(c, read_text(metrics));
+      if (r.status == TrialStatus::kOk) r.detail = "from an earlier run (overwrite false)";
+    } else {
+      fs::create_directories(dir);
+      const Json config = trial_config(user_, c, dp_world_, metrics);
+      write_text(dir + "/ds_config.json", config.dump(2) + "\n");
+      const TrialOutcome out = run_trial_process(command_for(dir + "/ds_config.json", config),
+                                                 dir + "/stdout.log", metrics, timeout_);
+      switch (out.kind) {
+        case TrialOutcome::Kind::kReported:
+          r = from_report(c, out.report);
+          break;
+        case TrialOutcome::Kind::kOutOfMemory:
+          r.status = TrialStatus::kOutOfMemory;
+          break;
+        case TrialOutcome::Kind::kTimeout:
+          r.status = TrialStatus::kTimeout;
+          break;
+        case TrialOutcome::Kind::kExited:
+          r.status = TrialStatus::kFailed;
+          break;
+      }
+      if (out.kind != TrialOutcome::Kind::kReported) r.detail = out.detail;
+    }
+    if (r.status == TrialStatus::kOk) {
+      std::printf("autotuning: trial %d %s: %s %g\n", trials_, c.name().c_str(), at_.metric.c_str(),
+                  r.metric);
+    } else {
+      std::printf("autotuning: trial %d %s: %s (%s)\n", trials_, c.name().c_str(),
+                  trial_status_name(r.status), r.detail.c_str());
+    }
+    std::fflush(stdout);
+    return r;
+  }
+
+  TrialResult from_report(const Candidate& c, const std::string& report) const {
+    TrialResult r;
+    r.candidate = c;
+    try {
+      r.metric = Json::parse(report).at(metric_key(at_.metric)).get<double>();
+      r.status = TrialStatus::kOk;
+    } catch (const nlohmann::json::exception&) {
+      r.status = TrialStatus::kFailed;
+      r.detail = std::string("the metrics file has no ") + metric_key(at_.metric);
+    }
+    return r;
+  }
+
+  const launcher::LauncherArgs& args_;
+  const std::vector<std::string>& argv_;
+  ConfigArg config_arg_;
+  config::AutotuningConfig at_;
+  Json user_;
+  std::vector<std::string> flags_;
+  std::string self_;
+  double timeout_ = kDefaultTrialTimeout;
+  int dp_world_ = 1;
+  int trials_ = 0;
+};
+
+}  // namespace
+
+int run_autotuner(const launcher::LauncherArgs& args, const std::vector<std::string>& argv) {
+  return Autotuner(args, argv).run();
+}
+
+}  // namespace deepspeed::autotuning
