@@ -74,7 +74,12 @@ const char* metric_key(const std::string& metric) {
 
 std::string describe_bytes(int64_t b) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  const double mib = static_cast<double>(b) / (1024.0 * 1024);
+  if (mib < 1024) {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", mib);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", mib / 1024);
+  }
   return buf;
 }
 

@@ -62,6 +62,34 @@ JSON
     python3 -c "import json; c = json.load(open('autotuning_results/ds_config_optimal.json')); assert c['train_micro_batch_size_per_gpu'] == 4 and c['gradient_accumulation_steps'] == 1, c" ||
       fail "default results_dir"
     ;;
+  pruning)
+    # 1e6 fp32 parameters on 2 ranks: model states need 16 MB at stage 0, 12 MB at stage 1, more
+    # than 10 MB at stage 2 (plus its reduce buckets) and 8 MB at stage 3 (memory_estimator.h), so
+    # 9 MiB per rank leaves stage 3 alone to run; overwrite false reuses what a run measured.
+    cat > ds.json << 'JSON'
+{"train_micro_batch_size_per_gpu": 1,
+ "autotuning": {"enabled": true, "max_train_micro_batch_size_per_gpu": 2, "overwrite": false,
+                "model_info": {"num_params": 1000000}}}
+JSON
+    for attempt in 1 2; do
+      DS_AUTOTUNING_MEMORY_PER_RANK=9M "$bin/deepspeed" --num_procs 2 --master_port "$port" --autotuning tune \
+        "$here/fake_trainer.py" --deepspeed_config ds.json > "$log" 2>&1 || fail "exit code $?"
+      cat "$log"
+      grep -q "autotuning: 2 candidates (6 pruned: model states above 9.00 MiB per rank)" "$log" || fail "pruning"
+      for stage in 0 1 2; do
+        for mbs in 1 2; do
+          grep -q "z${stage}_mbs${mbs}_gas1 .*pruned: " autotuning_results/summary.txt || fail "z${stage}_mbs${mbs} not pruned"
+        done
+      done
+      grep -q "^\* *| z3_mbs2_gas1 .*32 " autotuning_results/summary.txt || fail "best"
+    done
+    # The second attempt ran nothing: both stage-3 results came from the first.
+    [ "$(grep -c 'from an earlier run' "$log")" = 2 ] || fail "overwrite false should reuse the metrics"
+    DS_AUTOTUNING_MEMORY_PER_RANK=lots "$bin/deepspeed" --num_procs 2 --autotuning tune "$here/fake_trainer.py" \
+      --deepspeed_config ds.json > "$log" 2>&1
+    [ $? = 1 ] && [ "$(wc -l < "$log")" = 1 ] && grep -q "DS_AUTOTUNING_MEMORY_PER_RANK='lots'" "$log" ||
+      fail "bad DS_AUTOTUNING_MEMORY_PER_RANK"
+    ;;
   bad_input)
     echo '{"train_batch_size": 8}' > ds.json
     "$bin/deepspeed" --num_procs 2 --autotuning tune "$here/fake_trainer.py" > "$log" 2>&1
