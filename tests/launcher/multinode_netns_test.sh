@@ -4,7 +4,7 @@
 # `deepspeed` launcher started in the first one with a hostfile naming both addresses. The file
 # system is shared, as a cluster's home directory would be, so both "hosts" run the same binaries.
 #   usage: multinode_netns_test.sh <case> <bin-dir> <configs-dir> <port>
-#   cases: pdsh ssh openmpi kill_pdsh kill_ssh kill_launcher unreachable
+#   cases: pdsh ssh openmpi kill_pdsh kill_ssh kill_launcher kill_launcher_ssh unreachable
 # Exits 77 (skipped) with the reason when this machine cannot build the hosts (not root, no
 # namespaces, sshd/pdsh/mpirun missing).
 set -uo pipefail
@@ -120,11 +120,11 @@ ranks_in() {  # ranks_in <ns>: pids of train_gpt processes in that namespace
 
 case "$case_name" in
   pdsh | ssh | openmpi) across_hosts "$case_name" ;;
-  kill_pdsh | kill_ssh | kill_launcher)
+  kill_pdsh | kill_ssh | kill_launcher | kill_launcher_ssh)
     # kill_pdsh/kill_ssh: killing host B's ranks stops the job on both hosts; the launcher names
     # host B and exits non-zero. kill_launcher: SIGKILL of the launcher on host A stops every rank
     # on both hosts (each node's launcher sees its ssh session close).
-    launcher=$([ "$case_name" = kill_ssh ] && echo ssh || echo pdsh)
+    case "$case_name" in *ssh) launcher=ssh ;; *) launcher=pdsh ;; esac
     on_host_a timeout 120 "$bin/deepspeed" -H "$work/hostfile" --launcher $launcher --master_port "$port" \
       "$bin/train_gpt" --deepspeed_config "$configs/ckpt_stage2.json" "${small[@]}" --steps 100000 \
       > "$log" 2>&1 &
@@ -135,7 +135,7 @@ case "$case_name" in
     done
     grep -q "step 3/" "$log" || fail "training did not start"
     [ "$(ranks_in $ns_b | wc -w)" = 2 ] || fail "expected 2 ranks on host B, found: $(ranks_in $ns_b)"
-    if [ "$case_name" = kill_launcher ]; then
+    if [ "${case_name#kill_launcher}" != "$case_name" ]; then
       head=""
       for pid in $(ip netns pids $ns_a); do  # the head launcher: the one given --launcher
         args=$(tr '\0' ' ' 2> /dev/null < /proc/$pid/cmdline)
