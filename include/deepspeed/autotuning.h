@@ -17,13 +17,15 @@
 // Search space (build_search_space):
 //   * ZeRO stages: inputs.stages (all four unless the user's config fixes zero_optimization.stage,
 //     see zero_stages_to_tune()).
-//   * Offload: with autotuning.fast (the default) none. Without it, stages 1-3 also try optimizer
-//     offload to CPU and stage 3 also tries optimizer + parameter offload to CPU (the memory
-//     estimator models both; NVMe is never tried: it needs a path from the user).
+//   * Offload: the user's own when the config offloads (SearchInputs::user_offload; then only at
+//     the stages that allow it, and the user's offload sections are kept as written). Otherwise
+//     with autotuning.fast (the default) none, and without it stages 1-3 also try optimizer
+//     offload to CPU. Parameter offload is never tried: the engine offloads parameters to NVMe
+//     only, which needs a path from the user.
 //   * Micro-batch sizes: see tuning_micro_batch_sizes(). Gradient accumulation is 1, or
 //     train_batch_size / (micro_batch * world_size) when the user fixes train_batch_size.
-//   * Order (what gridsearch walks): stages ascending, then offload (none, optimizer, optimizer +
-//     parameters), then micro batch ascending. Cheaper communication first, and within a stage and
+//   * Order (what gridsearch walks): stages ascending, then offload (none, optimizer), then micro
+//     batch ascending. Cheaper communication first, and within a stage and
 //     offload choice the small micro batches run first, so one that runs out of memory lets tune()
 //     skip the larger ones (see tune()).
 //   * Pruning: a candidate whose model states (zero::estimate_model_states_mem_needs for its
@@ -43,6 +45,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/config/autotuning_config.h"
@@ -103,6 +106,8 @@ struct SearchInputs {
   // equal it. It overrides autotuning.min/max_train_batch_size.
   std::optional<int64_t> train_batch_size;
   std::vector<int> stages = {0, 1, 2, 3};
+  // The offload the user's config sets (user_offload()), tuned as is; nullopt: the tuner chooses.
+  std::optional<std::pair<zero::OffloadTarget, zero::OffloadTarget>> offload;
 };
 
 struct SearchSpace {
@@ -113,6 +118,11 @@ struct SearchSpace {
 // The ZeRO stages to tune: the user's zero_optimization.stage when it is an integer 0-3 (they chose
 // it; DeepSpeed's autotuner likewise tunes only a stage the user fixed), otherwise 0, 1, 2 and 3.
 std::vector<int> zero_stages_to_tune(const nlohmann::ordered_json& user_config);
+
+// The (optimizer, parameter) offload targets the user's zero_optimization sets (device cpu/nvme,
+// or the deprecated cpu_offload / cpu_offload_param flags); nullopt when it offloads nothing.
+std::optional<std::pair<zero::OffloadTarget, zero::OffloadTarget>> user_offload(
+    const nlohmann::ordered_json& user_config);
 
 // The micro-batch sizes to try, ascending:
 //   * bounds: lo = min_train_micro_batch_size_per_gpu, hi = max_train_micro_batch_size_per_gpu;
@@ -183,9 +193,11 @@ std::optional<TrialResult> best_trial(const std::vector<TrialResult>& results,
                                       const std::string& metric);
 
 // The ds_config a trial runs with: `user_config` (a JSON object) with every key kept except
-//   * zero_optimization.stage = the candidate's; offload_optimizer / offload_param present with
-//     device "cpu" when the candidate offloads (the user's other keys in them kept), removed
-//     otherwise; the deprecated cpu_offload / cpu_offload_param aliases removed;
+//   * zero_optimization.stage = the candidate's; when the candidate's offload is the user's own
+//     (user_offload()) the user's sections stay as written; otherwise offload_optimizer /
+//     offload_param present with device "cpu" when the candidate offloads (the user's other keys
+//     in them kept), removed otherwise, and the deprecated cpu_offload / cpu_offload_param aliases
+//     removed;
 //   * train_micro_batch_size_per_gpu, gradient_accumulation_steps and train_batch_size =
 //     micro_batch * gradient_accumulation * world_size;
 //   * autotuning.enabled = true, autotuning.metric_path = `metric_path`, and autotuning.metric,

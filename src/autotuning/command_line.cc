@@ -78,9 +78,12 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   if (suffix == "K" || suffix == "k") scale = 1024.0;
   if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
   if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
-  DS_CHECK(end != text.c_str() && std::isfinite(v) && v > 0 && (suffix.empty() || scale != 1), what,
-           "='", text, "' must be a positive number of bytes (K, M, G suffixes allowed)");
-  return static_cast<int64_t>(v * scale);
+  const double bytes = v * scale;
+  DS_CHECK(end != text.c_str() && std::isfinite(v) && (suffix.empty() || scale != 1) &&
+               bytes >= 1 && bytes <= 1e18,
+           what, "='", text,
+           "' must be a number of bytes from 1 to 1e18 (K, M, G suffixes allowed)");
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace deepspeed::autotuning

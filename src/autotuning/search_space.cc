@@ -2,7 +2,9 @@
 // memory of their model states.
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "deepspeed/autotuning.h"
 #include "deepspeed/error.h"
@@ -16,13 +18,22 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string key(const char* name) { return std::string("autotuning.") + name; }
 
-// The offload choices tried at `stage`: see the top of autotuning.h.
-std::vector<std::pair<OffloadTarget, OffloadTarget>> offload_choices(int stage, bool fast) {
+// The offload choices tried at `stage`: see the top of autotuning.h. The user's own offload, when
+// the config sets one, is the only choice, at the stages that allow it.
+std::vector<std::pair<OffloadTarget, OffloadTarget>> offload_choices(const SearchInputs& in,
+                                                                     int stage) {
+  if (in.offload) {
+    const auto [opt, param] = *in.offload;
+    const bool allowed = (opt == OffloadTarget::kNone || stage >= 1) &&
+                         (param == OffloadTarget::kNone || stage == 3);
+    if (!allowed) return {};
+    return {*in.offload};
+  }
   std::vector<std::pair<OffloadTarget, OffloadTarget>> choices = {
       {OffloadTarget::kNone, OffloadTarget::kNone}};
-  if (fast || stage == 0) return choices;
+  if (in.autotuning.fast || stage == 0) return choices;
+  // Parameter offload is NVMe only in this engine and needs the user's nvme_path: not tried.
   choices.push_back({OffloadTarget::kCpu, OffloadTarget::kNone});
-  if (stage == 3) choices.push_back({OffloadTarget::kCpu, OffloadTarget::kCpu});
   return choices;
 }
 
@@ -98,6 +109,33 @@ bool Candidate::operator==(const Candidate& o) const {
          offload_optimizer == o.offload_optimizer && offload_param == o.offload_param;
 }
 
+std::optional<std::pair<zero::OffloadTarget, zero::OffloadTarget>> user_offload(
+    const nlohmann::ordered_json& user_config) {
+  auto target_of = [](const nlohmann::ordered_json& zero, const char* section, const char* alias) {
+    if (zero.contains(section) && zero[section].is_object() && zero[section].contains("device") &&
+        zero[section]["device"].is_string()) {
+      const std::string d = zero[section]["device"].get<std::string>();
+      if (d == "cpu") return OffloadTarget::kCpu;
+      if (d == "nvme") return OffloadTarget::kNvme;
+      return OffloadTarget::kNone;
+    }
+    return zero.contains(alias) && zero[alias].is_boolean() && zero[alias].get<bool>()
+               ? OffloadTarget::kCpu
+               : OffloadTarget::kNone;
+  };
+  if (!user_config.is_object() || !user_config.contains("zero_optimization") ||
+      !user_config["zero_optimization"].is_object()) {
+    return std::nullopt;
+  }
+  const nlohmann::ordered_json& zero = user_config["zero_optimization"];
+  const auto choice = std::make_pair(target_of(zero, "offload_optimizer", "cpu_offload"),
+                                     target_of(zero, "offload_param", "cpu_offload_param"));
+  if (choice.first == OffloadTarget::kNone && choice.second == OffloadTarget::kNone) {
+    return std::nullopt;
+  }
+  return choice;
+}
+
 std::vector<int> zero_stages_to_tune(const nlohmann::ordered_json& user_config) {
   if (user_config.is_object()) {
     auto zero = user_config.find("zero_optimization");
@@ -169,8 +207,7 @@ SearchSpace build_search_space(const SearchInputs& in) {
 
   SearchSpace space;
   for (int stage : stages) {
-    for (const auto& [offload_optimizer, offload_param] :
-         offload_choices(stage, in.autotuning.fast)) {
+    for (const auto& [offload_optimizer, offload_param] : offload_choices(in, stage)) {
       const zero::MemoryEstimate estimate = zero::estimate_model_states_mem_needs(
           in.num_params, in.world_size, stage, in.precision, offload_optimizer, offload_param,
           in.largest_layer_params, in.reduce_bucket_size);

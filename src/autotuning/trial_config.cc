@@ -55,13 +55,18 @@ nlohmann::ordered_json trial_config(const nlohmann::ordered_json& user_config,
   cfg["train_micro_batch_size_per_gpu"] = candidate.micro_batch;
   cfg["gradient_accumulation_steps"] = candidate.gradient_accumulation;
 
+  const auto users = user_offload(user_config);
+  const bool keep_users_offload = users && users->first == candidate.offload_optimizer &&
+                                  users->second == candidate.offload_param;
   Json& zero = object_at(cfg, "zero_optimization");
   zero["stage"] = candidate.zero_stage;
-  // The deprecated aliases would turn offload back on, or clash with the sections set below.
-  zero.erase("cpu_offload");
-  zero.erase("cpu_offload_param");
-  set_offload(zero, "offload_optimizer", candidate.offload_optimizer);
-  set_offload(zero, "offload_param", candidate.offload_param);
+  if (!keep_users_offload) {
+    // The deprecated aliases would turn offload back on, or clash with the sections set below.
+    zero.erase("cpu_offload");
+    zero.erase("cpu_offload_param");
+    set_offload(zero, "offload_optimizer", candidate.offload_optimizer);
+    set_offload(zero, "offload_param", candidate.offload_param);
+  }
   // Partial optimizer offload (ratio < 1) is stage 3 only; elsewhere the parser would reject it.
   if (candidate.zero_stage != 3 && zero.contains("offload_optimizer")) {
     zero["offload_optimizer"].erase("ratio");

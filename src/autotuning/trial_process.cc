@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -34,6 +35,44 @@ std::string read_all(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+// The last `n` bytes of a file: where a run's fatal error is.
+std::string read_tail(const std::string& path, std::streamoff n) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return "";
+  in.seekg(std::max<std::streamoff>(0, size - n));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Blocks the signals that should stop the search (unless ignored, as under nohup) while a trial
+// runs, so the autotuner can stop the trial first; restores the mask after.
+class BlockedSignals {
+ public:
+  BlockedSignals() {
+    sigemptyset(&set_);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction current = {};
+      ::sigaction(sig, nullptr, &current);
+      if (current.sa_handler != SIG_IGN) sigaddset(&set_, sig);
+    }
+    ::sigprocmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~BlockedSignals() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  // A pending signal, or 0.
+  int take() {
+    timespec zero = {0, 0};
+    const int sig = ::sigtimedwait(&set_, nullptr, &zero);
+    return sig > 0 ? sig : 0;
+  }
+  const sigset_t& old_mask() const { return old_; }
+
+ private:
+  sigset_t set_;
+  sigset_t old_;
+};
 
 int decode_status(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -73,12 +112,15 @@ TrialOutcome run_trial_process(const std::vector<std::string>& argv, const std::
   std::vector<char*> args;
   for (std::string& a : copy) args.push_back(a.data());
   args.push_back(nullptr);
+  BlockedSignals signals;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // SIGTERM: the launcher then stops its ranks (and remote hosts) as on Ctrl-C.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
+    ::sigprocmask(SIG_SETMASK, &signals.old_mask(), nullptr);
     const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(log_fd, STDOUT_FILENO);
@@ -104,10 +146,21 @@ TrialOutcome run_trial_process(const std::vector<std::string>& argv, const std::
     }
     if (done == pid) {
       out.exit_code = decode_status(status);
-      const bool oom = out.exit_code == 128 + SIGKILL || says_out_of_memory(read_all(log_path));
+      const bool oom = out.exit_code != 0 && (out.exit_code == 128 + SIGKILL ||
+                                              says_out_of_memory(read_tail(log_path, 65536)));
       out.kind = oom ? TrialOutcome::Kind::kOutOfMemory : TrialOutcome::Kind::kExited;
-      out.detail = (oom ? "out of memory (exit code " : "exit code ") +
-                   std::to_string(out.exit_code) + (oom ? ")" : "") + "; log: " + log_path;
+      if (out.exit_code == 0) {
+        out.detail = "exited (code 0) before reporting its metrics; log: " + log_path;
+      } else {
+        out.detail = (oom ? "out of memory (exit code " : "exit code ") +
+                     std::to_string(out.exit_code) + (oom ? ")" : "") + "; log: " + log_path;
+      }
+      return out;
+    }
+    if (const int sig = signals.take()) {
+      stop(pid);
+      out.kind = TrialOutcome::Kind::kInterrupted;
+      out.signal = sig;
       return out;
     }
     if (std::chrono::steady_clock::now() > deadline) {

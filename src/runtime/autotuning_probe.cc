@@ -1,6 +1,7 @@
 // See autotuning_probe.h.
 #include "runtime/autotuning_probe.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "deepspeed/accelerator.h"
@@ -46,12 +47,23 @@ void AutotuningProbe::report_model_info(int64_t num_params, int64_t trainable_nu
 }
 
 void AutotuningProbe::begin_forward(int64_t global_steps) {
-  // Count the forwards of the first step inside the window (all its micro-batches).
+  // Count the forwards of the step just before the window (all its micro-batches): counting is
+  // slow and must not be timed.
   if (!writer_ || done_ || config_.metric != "flops" || !config_.metric_path.has_value()) return;
-  if (global_steps != config_.start_profile_step) return;
+  if (forward_flops_counted_ || global_steps + 1 < config_.start_profile_step) return;
   if (!flops_) {
     flops_ = std::make_unique<profiling::FlopsProfiler>(module_);
-    flops_->start_profile();
+    counting_step_ = global_steps;
+    try {
+      flops_->start_profile();
+    } catch (const std::exception& e) {  // another profiler (flops_profiler) counts this step
+      std::fprintf(stderr, "deepspeed: autotuning: cannot count flops: %s\n", e.what());
+      flops_.reset();
+      forward_flops_counted_ = true;
+      return;
+    }
+  } else if (global_steps != counting_step_) {
+    return;
   } else {
     flops_->continue_profile();
   }
@@ -67,17 +79,27 @@ void AutotuningProbe::end_forward() {
 
 void AutotuningProbe::after_step(int64_t global_steps) {
   if (done_ || !config_.metric_path.has_value()) return;
-  if (global_steps == config_.start_profile_step) {
+  if (flops_ && global_steps > counting_step_ && !forward_flops_counted_) {
+    forward_flops_counted_ = true;  // the counted step is over
+    flops_->end_profile();
+  }
+  // The window opens at the first step at or past start_profile_step (a resumed run may begin
+  // past it) and spans end - start steps from there.
+  if (!window_open_) {
+    if (global_steps < config_.start_profile_step) return;
     accelerator::get_accelerator().synchronize();
     window_start_ = std::chrono::steady_clock::now();
-  } else if (global_steps == config_.end_profile_step) {
-    accelerator::get_accelerator().synchronize();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
-    done_ = true;
-    if (flops_) flops_->end_profile();
-    if (writer_) write_metrics(seconds, config_.end_profile_step - config_.start_profile_step);
+    window_first_step_ = global_steps;
+    window_open_ = true;
+    return;
   }
+  const int64_t steps = global_steps - window_first_step_;
+  if (steps < config_.end_profile_step - config_.start_profile_step) return;
+  accelerator::get_accelerator().synchronize();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+  done_ = true;
+  if (writer_) write_metrics(seconds, steps);
 }
 
 void AutotuningProbe::write_metrics(double seconds, int64_t steps) {
@@ -89,6 +111,8 @@ void AutotuningProbe::write_metrics(double seconds, int64_t steps) {
       forward_flops_ > 0 ? 3.0 * static_cast<double>(forward_flops_) / latency : 0.0;
   j["start_profile_step"] = config_.start_profile_step;
   j["end_profile_step"] = config_.end_profile_step;
+  j["first_step"] = window_first_step_;  // the window: steps first_step+1 .. first_step+steps
+  j["steps"] = steps;
   j["train_batch_size"] = train_batch_size_;
   write_text(*config_.metric_path, j.dump() + "\n");
 }

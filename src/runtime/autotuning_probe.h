@@ -7,10 +7,13 @@
 // autotuner stops it once the file exists (deepspeed-cpp never exits from inside the library).
 // Files are written with checkpoint's write_file_atomic, so a reader never sees half of one.
 //
-// FLOPS_per_gpu is counted only when autotuning.metric is "flops": the forwards of the first step
-// in the window are counted at the operator level (profiling/flops_profiler.h) and a training step
-// is taken as 3 x its forward (backward ~ 2 x forward, DeepSpeed's estimate), divided by the
-// measured latency. Not thread-safe: the engine's training thread calls it.
+// The window opens after the first optimizer step at or past start_profile_step (a resumed run may
+// start past it) and closes end_profile_step - start_profile_step steps later. FLOPS_per_gpu is
+// counted only when autotuning.metric is "flops": the forwards of the step just before the window
+// are counted at the operator level (profiling/flops_profiler.h; counting is slow, so outside the
+// timed steps) and a training step is taken as 3 x its forward (backward ~ 2 x forward, DeepSpeed's
+// estimate), divided by the measured latency. Not thread-safe: the engine's training thread calls
+// it.
 #pragma once
 
 #include <chrono>
@@ -58,7 +61,11 @@ class AutotuningProbe {
   std::shared_ptr<torch::nn::Module> module_;
   std::unique_ptr<profiling::FlopsProfiler> flops_;
   int64_t forward_flops_ = 0;  // of the counted step
+  int64_t counting_step_ = -1;
   bool counting_ = false;
+  bool forward_flops_counted_ = false;
+  bool window_open_ = false;
+  int64_t window_first_step_ = 0;
   bool done_ = false;
   std::chrono::steady_clock::time_point window_start_;
 };

@@ -333,15 +333,22 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   autotuning_ = runtime::AutotuningProbe::create(config_.autotuning, config_.train_batch_size.value(),
                                                 comm::get_rank() == 0, module_);
   if (autotuning_) {
-    int64_t total = 0;
+    // Every parameter of the model, frozen ones too (they take memory), at its full size (ZeRO-3
+    // holds partitions); the trainable ones are those in the optimizer's groups.
+    std::unordered_map<const c10::TensorImpl*, int64_t> full;
+    const auto shapes = parameter_shapes();
     int64_t trainable = 0;
-    const auto shapes = parameter_shapes();  // full shapes, also at ZeRO-3
     for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
       for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i) {
         const int64_t n = c10::multiply_integers(shapes[g][i]);
-        total += n;
-        if (groups_[g].params[i].requires_grad()) trainable += n;
+        full[groups_[g].params[i].unsafeGetTensorImpl()] = n;
+        trainable += n;
       }
+    int64_t total = 0;
+    for (const auto& p : module_->parameters()) {
+      auto it = full.find(p.unsafeGetTensorImpl());
+      total += it != full.end() ? it->second : p.numel();
+    }
     autotuning_->report_model_info(total, trainable);
   }
   last_log_time_ = std::chrono::steady_clock::now();

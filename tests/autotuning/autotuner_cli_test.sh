@@ -75,7 +75,7 @@ JSON
       DS_AUTOTUNING_MEMORY_PER_RANK=9M "$bin/deepspeed" --num_procs 2 --master_port "$port" --autotuning tune \
         "$here/fake_trainer.py" --deepspeed_config ds.json > "$log" 2>&1 || fail "exit code $?"
       cat "$log"
-      grep -q "autotuning: 2 candidates (6 pruned: model states above 9.00 MiB per rank)" "$log" || fail "pruning"
+      grep -q "autotuning: 2 candidates (6 pruned: model states above 9.00 MiB per rank" "$log" || fail "pruning"
       for stage in 0 1 2; do
         for mbs in 1 2; do
           grep -q "z${stage}_mbs${mbs}_gas1 .*pruned: " autotuning_results/summary.txt || fail "z${stage}_mbs${mbs} not pruned"
@@ -103,7 +103,59 @@ JSON
     grep -q "autotuning.tuner_type" "$log" || fail "the key is not named"
     "$bin/deepspeed" --num_procs 2 --autotuning search "$here/fake_trainer.py" > "$log" 2>&1
     [ $? = 2 ] || fail "--autotuning search must be a usage error"
+    one_line_error() {  # one_line_error <config json> <expected text> [env...]
+      echo "$1" > case.json
+      env "${@:3}" "$bin/deepspeed" --num_procs 2 --autotuning tune "$here/fake_trainer.py" \
+        --deepspeed_config case.json > "$log" 2>&1
+      code=$?
+      [ $code = 1 ] && [ "$(wc -l < "$log")" = 1 ] && grep -qF -- "$2" "$log" || fail "want one line with '$2' (exit $code)"
+    }
+    info='"model_info": {"num_params": 1000}'
+    one_line_error "{\"train_micro_batch_size_per_gpu\": 1, \"autotuning\": {$info, \"arg_mappings\": {\"no_such_key\": \"--x\"}}}" \
+      "autotuning.arg_mappings.no_such_key: the trial config has no top-level value 'no_such_key' to pass as --x"
+    touch a_file
+    one_line_error "{\"train_micro_batch_size_per_gpu\": 1, \"autotuning\": {$info, \"exps_dir\": \"a_file/exps\"}}" \
+      "autotuning.exps_dir: cannot write to a_file/exps"
+    one_line_error "{\"train_micro_batch_size_per_gpu\": 1, \"autotuning\": {$info, \"metric\": \"latency\"}}" \
+      "autotuning.metric: latency (seconds per step) compares configs only at one batch size"
+    one_line_error '{"train_micro_batch_size_per_gpu": 1, "autotuning": {"model_info": {"hidden_size": 64}}}' \
+      "autotuning.model_info: give both hidden_size and num_layers"
+    one_line_error "{\"train_micro_batch_size_per_gpu\": 1, \"autotuning\": {$info}}" \
+      "DS_AUTOTUNING_TRIAL_TIMEOUT='inf' must be a number of seconds in (0, 1e7]" DS_AUTOTUNING_TRIAL_TIMEOUT=inf
+    one_line_error "{\"train_micro_batch_size_per_gpu\": 1, \"autotuning\": {$info}}" \
+      "DS_AUTOTUNING_MEMORY_PER_RANK='1e30G' must be a number of bytes from 1 to 1e18" DS_AUTOTUNING_MEMORY_PER_RANK=1e30G
+    "$bin/deepspeed" --num_procs 2 --no_ssh --node_rank 0 --autotuning tune "$here/fake_trainer.py" \
+      --deepspeed_config case.json > "$log" 2>&1
+    [ $? = 1 ] && grep -q "drop --no_ssh, --node_rank and --world_info" "$log" || fail "--no_ssh with --autotuning"
+    ;;
+  interrupt)
+    # Ctrl-C during a trial: the trial's ranks are stopped, the autotuner exits 130. Job control
+    # on, so the background autotuner does not start with SIGINT ignored (as under nohup).
+    set -m
+    cat > ds.json << 'JSON'
+{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 0},
+ "autotuning": {"min_train_micro_batch_size_per_gpu": 4, "max_train_micro_batch_size_per_gpu": 4,
+                "model_info": {"num_params": 1000}}}
+JSON
+    "$bin/deepspeed" --num_procs 2 --master_port "$port" --autotuning tune "$here/fake_trainer.py" \
+      --deepspeed_config ds.json > "$log" 2>&1 &
+    tuner=$!
+    for try in $(seq 100); do
+      [ "$(pgrep -f "$here/fake_trainer.py" | wc -l)" -ge 2 ] && break
+      sleep 0.1
+    done
+    [ "$(pgrep -f "$here/fake_trainer.py" | wc -l)" -ge 2 ] || fail "the trial did not start"
+    kill -INT $tuner
+    wait $tuner
+    code=$?
     cat "$log"
+    [ $code = 130 ] || fail "exit code $code, want 130"
+    grep -q "autotuning interrupted by signal 2 after 1 trials" "$log" || fail "no message"
+    for try in $(seq 100); do
+      pgrep -f "$here/fake_trainer.py" > /dev/null || break
+      sleep 0.1
+    done
+    pgrep -f "$here/fake_trainer.py" > /dev/null && fail "trial processes left running"
     ;;
   gpt)
     # A real small tuning run of the GPT example: every trial trains for real and reports its

@@ -144,7 +144,7 @@ TEST(SearchSpace, FastOrdersStagesThenMicroBatchAscendingWithoutOffload) {
   EXPECT_TRUE(space.pruned.empty());
 }
 
-TEST(SearchSpace, NotFastAddsOptimizerOffloadAndStage3ParamOffload) {
+TEST(SearchSpace, NotFastAddsOptimizerOffload) {
   SearchInputs in = small_inputs();
   in.autotuning.fast = false;
   in.autotuning.max_train_micro_batch_size_per_gpu = 1;
@@ -152,8 +152,30 @@ TEST(SearchSpace, NotFastAddsOptimizerOffloadAndStage3ParamOffload) {
   EXPECT_EQ(names(space.candidates),
             (std::vector<std::string>{"z0_mbs1_gas1", "z1_mbs1_gas1", "z1_mbs1_gas1_offopt-cpu",
                                       "z2_mbs1_gas1", "z2_mbs1_gas1_offopt-cpu", "z3_mbs1_gas1",
-                                      "z3_mbs1_gas1_offopt-cpu",
-                                      "z3_mbs1_gas1_offopt-cpu_offparam-cpu"}));
+                                      "z3_mbs1_gas1_offopt-cpu"}));
+}
+
+TEST(SearchSpace, TheUsersOwnOffloadIsKeptAtTheStagesThatAllowIt) {
+  SearchInputs in = small_inputs();
+  in.autotuning.fast = false;
+  in.autotuning.max_train_micro_batch_size_per_gpu = 1;
+  in.offload = std::make_pair(OffloadTarget::kNvme, OffloadTarget::kNvme);  // stage 3 only
+  EXPECT_EQ(names(build_search_space(in).candidates),
+            std::vector<std::string>{"z3_mbs1_gas1_offopt-nvme_offparam-nvme"});
+  in.offload = std::make_pair(OffloadTarget::kCpu, OffloadTarget::kNone);
+  EXPECT_EQ(names(build_search_space(in).candidates),
+            (std::vector<std::string>{"z1_mbs1_gas1_offopt-cpu", "z2_mbs1_gas1_offopt-cpu",
+                                      "z3_mbs1_gas1_offopt-cpu"}));
+  EXPECT_EQ(user_offload(nlohmann::ordered_json::parse(
+                R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})")),
+            std::make_pair(OffloadTarget::kNvme, OffloadTarget::kNone));
+  EXPECT_EQ(user_offload(
+                nlohmann::ordered_json::parse(R"({"zero_optimization": {"cpu_offload": true}})")),
+            std::make_pair(OffloadTarget::kCpu, OffloadTarget::kNone));
+  EXPECT_FALSE(
+      user_offload(nlohmann::ordered_json::parse(
+                       R"({"zero_optimization": {"offload_optimizer": {"device": "none"}}})"))
+          .has_value());
 }
 
 TEST(SearchSpace, RestrictedToTheGivenStages) {

@@ -71,6 +71,14 @@ TEST(TrialConfig, SetsStageAndOffload) {
   EXPECT_EQ(cfg["zero_optimization"]["offload_param"]["device"], "cpu");
 }
 
+TEST(TrialConfig, TheUsersOwnOffloadStaysAsWritten) {
+  const Json cfg =
+      trial_config(user_config(), candidate(2, 1, 1, OffloadTarget::kNvme), 1, "m.json");
+  EXPECT_EQ(cfg["zero_optimization"]["offload_optimizer"],
+            user_config()["zero_optimization"]["offload_optimizer"]);
+  EXPECT_EQ(cfg["zero_optimization"]["stage"], 2);
+}
+
 TEST(TrialConfig, TellsTheEngineWhereToWriteTheMetric) {
   Json cfg = trial_config(user_config(), candidate(0, 1, 1), 1, "/exps/z0/metrics.json");
   EXPECT_EQ(cfg["autotuning"]["enabled"], true);

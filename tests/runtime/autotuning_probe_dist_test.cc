@@ -1,7 +1,7 @@
-// What a run started by the autotuner reports, through the engine (engine_dist_test at 1, 2, 4 ranks): the metrics file
-// appears at end_profile_step (not before) with throughput x latency = train_batch_size, the model
-// info file holds the full parameter count (also at ZeRO-3, where ranks hold partitions), and the
-// flops metric is 3 x the step's forward flops over the latency.
+// What a run started by the autotuner reports, through the engine (engine_dist_test at 1, 2, 4
+// ranks): the metrics file appears at end_profile_step (not before) with throughput x latency =
+// train_batch_size, the model info file holds the full parameter count (also at ZeRO-3, where ranks
+// hold partitions), and the flops metric is 3 x the step's forward flops over the latency.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 std::string run_dir(const std::string& name) {
   const char* port = std::getenv("MASTER_PORT");
-  const fs::path dir = fs::temp_directory_path() / ("ds_autotuning_" + name + "_" + (port ? port : "0"));
+  const fs::path dir =
+      fs::temp_directory_path() / ("ds_autotuning_" + name + "_" + (port ? port : "0"));
   if (deepspeed::comm::get_rank() == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -83,6 +84,8 @@ TEST_P(AutotuningProbe, MetricsAtEndProfileStepAndTheFullModelSize) {
     const int64_t batch = 4 * deepspeed::comm::get_world_size();
     EXPECT_NEAR(m["throughput"].get<double>() * latency, static_cast<double>(batch), 1e-9 * batch);
     EXPECT_EQ(m["train_batch_size"].get<int64_t>(), batch);
+    EXPECT_EQ(m["first_step"].get<int64_t>(), 2);  // the window: steps 3 and 4
+    EXPECT_EQ(m["steps"].get<int64_t>(), 2);
     EXPECT_EQ(m["FLOPS_per_gpu"].get<double>(), 0.0) << "flops are counted only for metric flops";
   }
   deepspeed::comm::barrier();
@@ -114,9 +117,48 @@ TEST(AutotuningProbeFlops, ThreeTimesTheStepsForwardFlopsOverLatency) {
   deepspeed::comm::barrier();
   if (rank == 0) {
     const nlohmann::json m = read_json(dir + "/metrics.json");
-    const double step_forward_flops = m["FLOPS_per_gpu"].get<double>() * m["latency"].get<double>() / 3.0;
+    const double step_forward_flops =
+        m["FLOPS_per_gpu"].get<double>() * m["latency"].get<double>() / 3.0;
     EXPECT_NEAR(step_forward_flops, 2.0 * micro_flops, 1e-6 * micro_flops)
         << "2 micro-batches per step";
+  }
+  deepspeed::comm::barrier();
+}
+
+TEST(AutotuningProbeModelInfo, FrozenParametersCountInTheModelSize) {
+  tiny_gpt::ensure_comm();
+  const std::string dir = run_dir("frozen");
+  auto model = tiny_gpt::make_model(tiny_gpt::config());
+  const int64_t params = count_params(model);
+  at::Tensor frozen = model->parameters().front();
+  frozen.set_requires_grad(false);
+  auto engine = deepspeed::initialize(model, config_for(0, dir, "throughput"));
+  deepspeed::comm::barrier();
+  if (deepspeed::comm::get_rank() == 0) {
+    const nlohmann::json info = read_json(dir + "/model_info.json");
+    EXPECT_EQ(info["num_params"].get<int64_t>(), params);
+    EXPECT_EQ(info["trainable_num_params"].get<int64_t>(), params - frozen.numel());
+  }
+  deepspeed::comm::barrier();
+}
+
+TEST(AutotuningProbeWindow, OpensAtTheFirstStepAtOrPastTheStart) {
+  // With start_profile_step 0 (or a run resumed past it) the first step taken opens the window,
+  // which then spans end - start steps, instead of never reporting or timing from nowhere.
+  tiny_gpt::ensure_comm();
+  const int rank = deepspeed::comm::get_rank();
+  const std::string dir = run_dir("late");
+  auto model = tiny_gpt::make_model(tiny_gpt::config());
+  auto config = config_for(0, dir, "throughput");
+  config.autotuning.start_profile_step = 0;  // the window opens after the first step
+  config.autotuning.end_profile_step = 3;
+  auto engine = deepspeed::initialize(model, config);
+  tiny_gpt::train(engine, tiny_gpt::dataset(tiny_gpt::config()), 4);
+  deepspeed::comm::barrier();
+  if (rank == 0) {
+    const nlohmann::json m = read_json(dir + "/metrics.json");
+    EXPECT_EQ(m["first_step"].get<int64_t>(), 1);
+    EXPECT_EQ(m["steps"].get<int64_t>(), 3);
   }
   deepspeed::comm::barrier();
 }
@@ -131,7 +173,8 @@ TEST(AutotuningProbeConfig, ModelInfoProfileNeedsAPath) {
     deepspeed::initialize(model, config);
     FAIL() << "no error";
   } catch (const deepspeed::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("autotuning.model_info.profile needs autotuning.model_info_path"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "autotuning.model_info.profile needs autotuning.model_info_path"),
               std::string::npos)
         << e.what();
   }
