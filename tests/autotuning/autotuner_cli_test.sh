@@ -12,6 +12,14 @@ log=$work/log
 
 fail() { echo "FAIL: $*"; echo "--- output ---"; cat "$log"; exit 1; }
 
+# Processes matching $1 that run in this test's directory: other tests (ctest -j) run the same
+# programs at the same time.
+ours() {
+  for p in $(pgrep -f "$1"); do
+    [ "$(readlink /proc/$p/cwd 2> /dev/null)" = "$work" ] && echo "$p"
+  done
+}
+
 case "$case_name" in
   fake)
     # Grid search over stages 0-3 x micro batches 1, 2, 4, 8: the best is stage 3, micro batch 8;
@@ -42,7 +50,7 @@ assert not c["autotuning"]["enabled"] and "metric_path" not in c["autotuning"], 
 PY
     grep -q -- "--batch 8" results/cmd_optimal.txt || fail "cmd_optimal.txt lacks the mapped batch"
     [ "$(grep -c 'final run stage=3 mbs=8 autotuning=False' "$log")" = 2 ] || fail "the final run did not use the winner"
-    pgrep -f "$here/fake_trainer.py" > /dev/null && fail "trial processes left running"
+    [ -n "$(ours "$here/fake_trainer.py")" ] && fail "trial processes left running"
     ;;
   tune_only)
     # `tune` stops after writing the results; a fixed stage limits the search to it.
@@ -141,10 +149,10 @@ JSON
       --deepspeed_config ds.json > "$log" 2>&1 &
     tuner=$!
     for try in $(seq 100); do
-      [ "$(pgrep -f "$here/fake_trainer.py" | wc -l)" -ge 2 ] && break
+      [ "$(ours "$here/fake_trainer.py" | wc -l)" -ge 2 ] && break
       sleep 0.1
     done
-    [ "$(pgrep -f "$here/fake_trainer.py" | wc -l)" -ge 2 ] || fail "the trial did not start"
+    [ "$(ours "$here/fake_trainer.py" | wc -l)" -ge 2 ] || fail "the trial did not start"
     kill -INT $tuner
     wait $tuner
     code=$?
@@ -152,10 +160,10 @@ JSON
     [ $code = 130 ] || fail "exit code $code, want 130"
     grep -q "autotuning interrupted by signal 2 after 1 trials" "$log" || fail "no message"
     for try in $(seq 100); do
-      pgrep -f "$here/fake_trainer.py" > /dev/null || break
+      [ -n "$(ours "$here/fake_trainer.py")" ] || break
       sleep 0.1
     done
-    pgrep -f "$here/fake_trainer.py" > /dev/null && fail "trial processes left running"
+    [ -n "$(ours "$here/fake_trainer.py")" ] && fail "trial processes left running"
     ;;
   gpt)
     # A real small tuning run of the GPT example: every trial trains for real and reports its
@@ -186,7 +194,7 @@ assert c["zero_optimization"]["stage"] == stage and c["train_micro_batch_size_pe
 assert c["gradient_accumulation_steps"] == gas and c["train_batch_size"] == 8, c
 PY
     grep -q "final step=8 " "$log" || fail "the final run did not train"
-    pgrep -f "$bin/train_gpt" > /dev/null && fail "trial processes left running"
+    [ -n "$(ours "$bin/train_gpt")" ] && fail "trial processes left running"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
