@@ -96,18 +96,22 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
 void GPTImpl::init_weights() {
   // Module by module in registration order (the order of named_parameters()), so the random draws are the same
   // whether or not the blocks are units. A block partitioned at construction (zero::Init) is gathered for its
-  // initialization and partitioned again with rank 0's values, one block at a time.
-  init_gpt_weights(*wte_, cfg_.layers);
-  init_gpt_weights(*wpe_, cfg_.layers);
-  for (const auto& block : *blocks_) {
+  // initialization and partitioned again with rank 0's values, one block at a time. With cfg.init_seed each
+  // module draws from its pipeline layer's generator (gpt_pipe.h numbers the layers): embeddings 0, block i 1 + i,
+  // an untied head layers + 2.
+  const std::optional<at::Generator> embeddings = layer_generator(cfg_, 0);  // one stream: wte, then wpe
+  init_gpt_weights(*wte_, cfg_.layers, embeddings);
+  init_gpt_weights(*wpe_, cfg_.layers, embeddings);
+  for (int64_t i = 0; i < cfg_.layers; ++i) {
+    const std::shared_ptr<torch::nn::Module> block = blocks_->ptr(static_cast<size_t>(i));
     if (auto* moe_block = block->as<GPTMoEBlockImpl>()) {
-      moe_block->init_dense_weights(cfg_.layers);
+      moe_block->init_dense_weights(cfg_.layers, layer_generator(cfg_, 1 + i));
       continue;
     }
     deepspeed::zero::GatheredParameters gathered(*block, /*modifier_rank=*/0);
-    init_gpt_weights(*block, cfg_.layers);
+    init_gpt_weights(*block, cfg_.layers, layer_generator(cfg_, 1 + i));
   }
-  if (lm_head_) init_gpt_weights(*lm_head_, cfg_.layers);
+  if (lm_head_) init_gpt_weights(*lm_head_, cfg_.layers, layer_generator(cfg_, cfg_.layers + 2));
 }
 
 at::Tensor GPTImpl::logits(const at::Tensor& tokens) {

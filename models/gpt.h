@@ -14,6 +14,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct GPTConfig {
   // Each block is a ZeRO-3 unit (deepspeed::zero::shard): at stage 3 its parameters are gathered only while it runs;
   // inside a zero::Init scope each block is partitioned as soon as it is built. A pass-through at stages 0-2.
   bool shard_blocks = false;
+  // When set, each layer draws its initial values from its own generator, seeded with init_seed + the layer's index
+  // in the pipeline layer list (gpt_pipe.h: 0 the embeddings, 1..layers the blocks, layers + 2 an untied head), as
+  // DeepSpeed's seed_layers does: the GPT and its pipeline split at any stage count then start from the same values.
+  // Unset: the global generator, in parameter order (the values then depend on what drew from it before).
+  std::optional<uint64_t> init_seed;
   GPTMoEConfig moe;
   // Number of MoE blocks (every other block, starting with block 1).
   int64_t num_moe_blocks() const { return moe.enabled() ? layers / 2 : 0; }

@@ -1,6 +1,7 @@
 #include "gpt_init.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -49,6 +50,11 @@ void init_gpt_weights(torch::nn::Module& module, int64_t layers, std::optional<a
       p.normal_(0.0, 0.02, gen);
     }
   }
+}
+
+std::optional<at::Generator> layer_generator(const GPTConfig& cfg, int64_t layer_index) {
+  if (!cfg.init_seed) return std::nullopt;
+  return at::detail::createCPUGenerator(*cfg.init_seed + static_cast<uint64_t>(layer_index));
 }
 
 }  // namespace deepspeed::models

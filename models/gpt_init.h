@@ -25,4 +25,9 @@ at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training);
 void init_gpt_weights(torch::nn::Module& module, int64_t layers,
                       std::optional<at::Generator> generator = std::nullopt);
 
+// The generator layer `layer_index` of the pipeline layer list (gpt_pipe.h) draws its initial values from: seeded
+// with cfg.init_seed + layer_index, or nullopt (the global generator) when cfg.init_seed is unset. GPT and
+// gpt_pipeline_layers both initialise through it, so they build the same model.
+std::optional<at::Generator> layer_generator(const GPTConfig& cfg, int64_t layer_index);
+
 }  // namespace deepspeed::models

@@ -75,10 +75,10 @@ GPTMoEBlockImpl::GPTMoEBlockImpl(const GPTConfig& cfg, int64_t moe_block) : drop
       register_module("moe", moe::MoE(moe_options(cfg, moe_block), expert_builder(cfg, moe_block)));
 }
 
-void GPTMoEBlockImpl::init_dense_weights(int64_t layers) {
-  init_gpt_weights(*attn_, layers);
-  init_gpt_weights(*moe_->deepspeed_moe->gate, layers);
-  if (moe_->coefficient) init_gpt_weights(*moe_->coefficient, layers);
+void GPTMoEBlockImpl::init_dense_weights(int64_t layers, std::optional<at::Generator> generator) {
+  init_gpt_weights(*attn_, layers, generator);
+  init_gpt_weights(*moe_->deepspeed_moe->gate, layers, generator);
+  if (moe_->coefficient) init_gpt_weights(*moe_->coefficient, layers, generator);
 }
 
 at::Tensor GPTMoEBlockImpl::forward(const at::Tensor& x) {

@@ -3,12 +3,14 @@
 // its own seeded generator.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "deepspeed/moe/layer.h"
 #include "gpt.h"
@@ -32,8 +34,8 @@ class GPTMoEBlockImpl : public torch::nn::Module {
   GPTMoEBlockImpl(const GPTConfig& cfg, int64_t moe_block);
   at::Tensor forward(const at::Tensor& x);
   // GPT-2's initialisation of the block's dense parameters (the experts initialise themselves when
-  // built).
-  void init_dense_weights(int64_t layers);
+  // built), from `generator` (default: the global one).
+  void init_dense_weights(int64_t layers, std::optional<at::Generator> generator = std::nullopt);
 
   at::Tensor last_aux_loss;    // of the last forward
   at::Tensor last_exp_counts;  // [experts], this rank's tokens in the last forward

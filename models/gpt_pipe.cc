@@ -31,7 +31,7 @@ std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
   check_config(cfg);
   auto embedding = [cfg] {
     GPTEmbedding e(cfg);
-    init_gpt_weights(*e, cfg.layers);
+    init_gpt_weights(*e, cfg.layers, layer_generator(cfg, 0));  // both occurrences of a tied one: layer 0's
     return torch::nn::AnyModule(e);
   };
   std::vector<pipe::LayerSpec> layers;
@@ -42,9 +42,9 @@ std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
     layers.emplace_back("GPTEmbedding", embedding);
   }
   for (int64_t i = 0; i < cfg.layers; ++i)
-    layers.emplace_back("GPTBlock", [cfg] {
+    layers.emplace_back("GPTBlock", [cfg, i] {
       GPTBlock block(cfg);
-      init_gpt_weights(*block, cfg.layers);
+      init_gpt_weights(*block, cfg.layers, layer_generator(cfg, 1 + i));
       return torch::nn::AnyModule(block);
     });
   // LayerNorm keeps its default weight 1, bias 0 (as GPT's ln_f).
@@ -60,7 +60,7 @@ std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
   } else {
     layers.emplace_back("Linear", [cfg] {
       torch::nn::Linear head(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false));
-      init_gpt_weights(*head, cfg.layers);
+      init_gpt_weights(*head, cfg.layers, layer_generator(cfg, cfg.layers + 2));
       return torch::nn::AnyModule(head);
     });
   }

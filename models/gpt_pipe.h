@@ -2,8 +2,9 @@
 // PipelineModule. Layers: the embedding (token + position), one GPTBlock per block, the final
 // LayerNorm, and the LM head, which with a tied head is a second occurrence of the embedding
 // ("embed") computing x @ wte.weight^T. Each layer is initialised as GPT's init_weights initialises
-// it, but from its own seed (PipelineModuleOptions base_seed), so the values differ from an unsplit
-// GPT's while every stage count builds the same model.
+// it. With GPTConfig::init_seed set, layer i draws from the generator seeded init_seed + i, as GPT(cfg)
+// does: every stage count builds the same values as the unsplit GPT of the same config. Without it, the
+// layers draw from the global generator (seeded per layer when PipelineModuleOptions::base_seed is set).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -20,6 +20,7 @@
 #include "deepspeed/error.h"
 #include "gpt.h"
 #include "gpt_pipe.h"
+#include "gpt_pipeline_names.h"
 #include "tiny_gpt.h"
 
 namespace {
@@ -287,18 +288,7 @@ deepspeed::models::GPTConfig tiny_gpt(bool tied_head) {
   return cfg;
 }
 
-// A PipelineModule parameter's name in models::GPT.
-std::string gpt_name(const std::string& pipe_name, int64_t layers) {
-  const std::string tied = "tied_modules.embed.";
-  if (pipe_name.rfind(tied, 0) == 0) return pipe_name.substr(tied.size());
-  const size_t dot = pipe_name.find('.');
-  const int64_t index = std::stoll(pipe_name.substr(0, dot));
-  const std::string rest = pipe_name.substr(dot + 1);
-  if (index == 0) return rest;  // the untied embedding: wte.weight, wpe.weight
-  if (index <= layers) return "blocks." + std::to_string(index - 1) + "." + rest;
-  if (index == layers + 1) return "ln_f." + rest;
-  return "lm_head." + rest;
-}
+using gpt_pipeline_names::gpt_name;
 
 TEST(GPTPipelineLayers, OneStageMatchesGPTBitForBit) {
   for (bool tied_head : {true, false}) {
@@ -359,6 +349,68 @@ TEST(GPTPipelineLayers, StagesChainToTheWholeModelAndShareTheEmbedding) {
   EXPECT_NEAR(first[0].std().item<double>(), 0.02, 0.005);
   EXPECT_TRUE(at::equal(whole[0]->named_parameters()[std::to_string(cfg.layers + 1) + ".weight"],
                         at::ones({cfg.hidden})));
+}
+
+// GPTConfig::init_seed: every stage of every split holds the values models::GPT of the same config starts from, bit
+// for bit (tied copies included), whatever the global generator and PipelineModule's base_seed say: the pipeline and
+// the plain engine then train one model. Without init_seed the layers draw from the global generator and differ.
+TEST(GPTPipelineLayers, InitSeedBuildsTheGPTsValuesAtEveryStageCount) {
+  for (bool tied_head : {true, false}) {
+    SCOPED_TRACE(tied_head ? "tied head" : "untied head");
+    auto cfg = tiny_gpt(tied_head);
+    cfg.layers = 3;  // 6 pipeline layers: splits into 1, 2, 3 and 6 stages
+    cfg.init_seed = kSeed;
+    at::manual_seed(1);
+    deepspeed::models::GPT gpt(cfg);
+    const auto gpt_params = params_of(*gpt);
+    for (int num_stages : {1, 2, 3, 6}) {
+      SCOPED_TRACE(num_stages);
+      at::manual_seed(static_cast<uint64_t>(100 + num_stages));  // another global state each time
+      dsp::PipelineModuleOptions o;
+      o.layers = deepspeed::models::gpt_pipeline_layers(cfg);
+      o.base_seed = 7 + num_stages;
+      size_t seen = 0;
+      std::set<std::string> names;
+      for (auto& stage : build_stages(o, num_stages)) {
+        for (const auto& [name, p] : params_of(*stage)) {
+          const std::string g = gpt_name(name, cfg.layers);
+          ASSERT_TRUE(gpt_params.count(g)) << name << " -> " << g;
+          EXPECT_TRUE(at::equal(p, gpt_params.at(g))) << name << " differs from GPT's " << g;
+          names.insert(g);
+          ++seen;
+        }
+      }
+      EXPECT_EQ(names.size(), gpt_params.size()) << "every GPT parameter is on some stage";
+      EXPECT_GE(seen, gpt_params.size());
+    }
+  }
+  // The control: the same layers without init_seed start elsewhere (the test above can fail).
+  auto cfg = tiny_gpt(/*tied_head=*/true);
+  at::manual_seed(1);
+  cfg.init_seed = kSeed;
+  deepspeed::models::GPT gpt(cfg);
+  cfg.init_seed.reset();
+  dsp::PipelineModuleOptions o;
+  o.layers = deepspeed::models::gpt_pipeline_layers(cfg);
+  o.base_seed = kSeed;
+  auto whole = build_stages(o, 1);
+  EXPECT_FALSE(at::equal(params_of(*whole[0]).at("1.attn.qkv.weight"), params_of(*gpt).at("blocks.0.attn.qkv.weight")));
+}
+
+// GPT's own init with init_seed does not depend on the global generator, and differs with the seed.
+TEST(GPTPipelineLayers, InitSeedMakesGPTIndependentOfTheGlobalGenerator) {
+  auto cfg = tiny_gpt(/*tied_head=*/false);
+  cfg.init_seed = kSeed;
+  at::manual_seed(1);
+  deepspeed::models::GPT a(cfg);
+  at::manual_seed(2);
+  deepspeed::models::GPT b(cfg);
+  cfg.init_seed = kSeed + 1;
+  deepspeed::models::GPT c(cfg);
+  const auto pa = params_of(*a), pb = params_of(*b), pc = params_of(*c);
+  for (const auto& [name, p] : pa) EXPECT_TRUE(at::equal(p, pb.at(name))) << name;
+  EXPECT_FALSE(at::equal(pa.at("wte.weight"), pc.at("wte.weight")));
+  EXPECT_FALSE(at::equal(pa.at("lm_head.weight"), pc.at("lm_head.weight")));
 }
 
 }  // namespace
