@@ -47,6 +47,13 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+// A checkpoint file whose bytes changed after it was written: a zip record's CRC-32 does not match
+// its data. The message names the file and the record (and the entry it holds, when known).
+class CheckpointCorruptError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 // A string-keyed dict of anything picklable. LibTorch has no default constructor for it: use
 // make_state_dict().
 using StateDict = c10::Dict<std::string, c10::IValue>;
@@ -85,12 +92,20 @@ class FileSystem {
   virtual std::vector<char> read_file(const std::string& path) = 0;
   // Names (not paths) of the entries of `dir`, sorted.
   virtual std::vector<std::string> list_dir(const std::string& dir) = 0;
+  virtual bool is_dir(const std::string& path) = 0;
+  // Removes the empty directory `dir` (a missing one is not an error).
+  virtual void remove_dir(const std::string& dir) = 0;
 };
 
 // The POSIX file system. Never null; lives for the whole process.
 FileSystem* default_file_system();
 
-// Writes `size` bytes to `path` crash-safely: `<path>.tmp.<pid>`, fsync, rename, fsync of the
+// The temporary name this process writes `path` under: `<path>.tmp.<pid>.<host>`, so concurrent
+// writers (ranks sharing a directory, on one host or several) never collide, and a later save can
+// tell whether the writer still lives (remove_stale_files).
+std::string temporary_path(const std::string& path);
+
+// Writes `size` bytes to `path` crash-safely: temporary_path(path), fsync, rename, fsync of the
 // parent directory. On failure the temporary file is removed (best effort) and the exception
 // propagates; `path` is untouched.
 void write_file_atomic(const std::string& path, const char* data, size_t size,
@@ -148,6 +163,35 @@ std::string resolve_tag(const std::string& dir, const std::optional<std::string>
                         FileSystem* fs = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------
+// Leftovers of saves that died.
+//
+// While a process saves a tag it keeps the marker <dir>/<tag>/.ds_saving.<pid>.<host> (begin_tag_save), removed
+// once every rank's files and `latest` are written (end_tag_save). A process killed mid-save leaves its marker,
+// a temporary file (temporary_path) and a partial tag directory behind; the next save removes them with
+// remove_stale_files. A writer counts as gone only when it ran on this host and kill(pid, 0) fails with ESRCH.
+
+// Creates <dir>/<tag> and this process's saving marker in it.
+void begin_tag_save(const std::string& dir, const std::string& tag, FileSystem* fs = nullptr);
+// Removes this process's saving marker (best effort: never throws).
+void end_tag_save(const std::string& dir, const std::string& tag, FileSystem* fs = nullptr) noexcept;
+
+struct StaleFileOptions {
+  std::string keep_tag;      // the tag being saved now: its directory stays whatever it holds
+  bool single_host = false;  // every writer of `dir` ran on this host: temporaries named without a host
+                             // (<path>.tmp.<pid>, as older builds wrote them) are judged too
+};
+// Removes under `dir` what writers of this host that are gone left behind, and returns the removed paths:
+//  - their temporaries, in `dir` and in each tag directory;
+//  - a tag directory holding the saving marker of a gone writer and no marker of any other writer, unless
+//    `latest` names it, it is options.keep_tag, it holds a subdirectory, or it is complete (its
+//    mp_rank_00_model_states.pt and every zero_pp_rank_<r> optimizer file, as many as partition_count says):
+//    such a directory keeps its files and loses only the gone writers' markers.
+// A writer on another host, or whose pid now belongs to a live process, is never judged gone. A missing `dir` is
+// not an error. Throws CheckpointError when a removal fails.
+std::vector<std::string> remove_stale_files(const std::string& dir, const StaleFileOptions& options = {},
+                                            FileSystem* fs = nullptr);
+
+// ---------------------------------------------------------------------------------------------------------------
 // Serialization.
 
 // Serializes `state` (torch zip format) and writes it to `path` crash-safely, creating the parent
@@ -164,12 +208,24 @@ struct LoadOptions {
   // rename a new one over it).
   bool mmap = false;
   FileSystem* fs = nullptr;  // used when mmap is false
+  // Check the CRC-32 of every record while loading (one pass over the file, ~2.7 GB/s per core).
+  // false: only data.pkl is checked, and the caller checks each tensor it uses with
+  // verify_tensor() before using it: for mapped files of which a caller reads only a part (every
+  // rank maps every rank file of a checkpoint, and copies from a few records of them).
+  bool verify_checksums = true;
 };
 // Loads a file written by save_state. Throws CheckpointError naming the file when it is missing,
-// truncated, not a torch zip archive, or does not hold a string-keyed dict.
+// truncated, not a torch zip archive, or does not hold a string-keyed dict, and
+// CheckpointCorruptError naming the file and the record when a record fails its CRC-32.
 StateDict load_state(const std::string& path, const LoadOptions& options = {});
-// Parses bytes from serialize_state; `name` is used in error messages.
+// Parses bytes from serialize_state; `name` is used in error messages. Every record's CRC-32 is
+// checked.
 StateDict deserialize_state(std::vector<char> bytes, const std::string& name);
+// Checks the CRC-32 of the record holding `t`, a tensor (or a view of one) that load_state
+// returned; each record is checked at most once per load. `what` names the entry in the error
+// message. A no-op for tensors that did not come from load_state. Throws CheckpointCorruptError
+// naming the file, the record and `what`. Thread-safe.
+void verify_tensor(const at::Tensor& t, const std::string& what = "");
 
 // ---------------------------------------------------------------------------------------------------------------
 // Metadata and validation.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/writer_identity.h"
 #include "deepspeed/checkpoint.h"
 
 namespace deepspeed::checkpoint {
@@ -116,6 +117,14 @@ class PosixFileSystem : public FileSystem {
     ::close(fd);
     return bytes;
   }
+  bool is_dir(const std::string& path) override {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+  void remove_dir(const std::string& dir) override {
+    DS_CHECK_T(CheckpointError, ::rmdir(dir.c_str()) == 0 || errno == ENOENT, "cannot remove directory ",
+               dir, ": ", errno_text());
+  }
   std::vector<std::string> list_dir(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr && errno == ENOENT)
@@ -140,11 +149,14 @@ FileSystem* default_file_system() {
   return fs;
 }
 
+std::string temporary_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid()) + "." + this_host();
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(WritableFile&)>& write,
                        FileSystem* fs) {
   if (fs == nullptr) fs = default_file_system();
-  // The pid keeps concurrent writers (ranks sharing a directory) off each other's temporaries.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = temporary_path(path);
   try {
     std::unique_ptr<WritableFile> file = fs->new_writable_file(tmp);
     write(*file);

@@ -5,7 +5,9 @@
 // checkpoint saved by N ranks at one ZeRO stage be loaded by M ranks at another.
 //
 // Rank files are mapped, not read: building the index costs their pickles, and each element is
-// paged in only when a caller copies it. Not thread-safe; a plain value.
+// paged in only when a caller copies it. So their records' CRC-32s are not checked at load: a
+// caller calls verify_tensor() on each source (and optimizer state) it copies from.
+// Not thread-safe; a plain value.
 #pragma once
 
 #include <ATen/core/Tensor.h>

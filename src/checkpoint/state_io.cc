@@ -6,6 +6,10 @@
 // storages point into the file's bytes (a shared buffer or a private mapping) instead of being
 // copied out record by record, so a load costs one read of the file and a mapped load only what is
 // touched.
+//
+// Every record's CRC-32 (zip_records.h) is checked at load, or, for callers that map a file and
+// read a part of it, per record when they ask (verify_tensor): the table and which records passed
+// live with the file's bytes, which every loaded tensor keeps alive.
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <fcntl.h>
@@ -18,22 +22,56 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "checkpoint/archive_writer.h"
+#include "checkpoint/zip_records.h"
 #include "deepspeed/checkpoint.h"
 
 namespace deepspeed::checkpoint {
 namespace {
 
-// Bytes of a whole file, kept alive by every tensor that points into them.
+// Bytes of a whole file, kept alive by every tensor that points into them, with the file's record
+// table so a tensor's record can be checked after the load.
 class FileBytes {
  public:
   virtual ~FileBytes() = default;
   virtual const char* data() const = 0;
   virtual size_t size() const = 0;
+
+  void set_records(std::string name, std::vector<ZipRecord> records) {
+    name_ = std::move(name);
+    records_ = std::move(records);
+    verified_.assign(records_.size(), false);
+  }
+  // Checks the record holding byte `pos` once; `what` names its entry in the error.
+  void verify_at(size_t pos, const std::string& what) {
+    auto it = std::upper_bound(records_.begin(), records_.end(), pos,
+                               [](size_t p, const ZipRecord& r) { return p < r.offset; });
+    if (it == records_.begin()) return;
+    --it;
+    if (pos >= it->offset + std::max<uint64_t>(it->size, 1)) return;
+    const size_t i = static_cast<size_t>(it - records_.begin());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (verified_[i]) return;
+    }
+    // Outside the lock: two threads may check the same record, which costs time, not correctness.
+    verify_zip_record(data(), *it, name_, what);
+    std::lock_guard<std::mutex> lock(mu_);
+    verified_[i] = true;
+  }
+  const std::vector<ZipRecord>& records() const { return records_; }
+
+ private:
+  std::string name_;
+  std::vector<ZipRecord> records_;
+  std::vector<bool> verified_;
+  std::mutex mu_;
 };
 
 class VectorBytes : public FileBytes {
@@ -189,12 +227,43 @@ void check_storages(const c10::IValue& value, const FileBytes& bytes, const std:
   }
 }
 
-StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name) {
+// The first entry path ('/'-joined keys and list indices) of each storage, so a failed record
+// names what it holds.
+void storage_paths(const c10::IValue& value, const std::string& path,
+                   std::map<const void*, std::string>& out) {
+  if (value.isTensor()) {
+    out.emplace(value.toTensor().storage().data(), path);
+  } else if (value.isGenericDict()) {
+    for (const auto& e : value.toGenericDict()) {
+      const std::string key = e.key().isString() ? e.key().toStringRef() : "?";
+      storage_paths(e.value(), path.empty() ? key : path + "/" + key, out);
+    }
+  } else if (value.isList()) {
+    c10::impl::GenericList list = value.toList();
+    for (size_t i = 0; i < list.size(); ++i)
+      storage_paths(list.get(i), path + "/" + std::to_string(i), out);
+  } else if (value.isTuple()) {
+    const auto& items = value.toTupleRef().elements();
+    for (size_t i = 0; i < items.size(); ++i)
+      storage_paths(items[i], path + "/" + std::to_string(i), out);
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool verify_all) {
   static const char kZipMagic[4] = {'P', 'K', '\x03', '\x04'};
   DS_CHECK_T(CheckpointError, bytes->size() >= 4 && std::memcmp(bytes->data(), kZipMagic, 4) == 0,
              "checkpoint file ", name, " is not a checkpoint (",
              bytes->size() < 4 ? "shorter than a zip header" : "no zip header", ", ", bytes->size(),
              " bytes)");
+  bytes->set_records(name, read_zip_records(bytes->data(), bytes->size(), name));
+  // The pickle first: it is small, and a damaged one would otherwise surface as a baffling
+  // unpickling error.
+  for (const ZipRecord& r : bytes->records())
+    if (ends_with(r.name, "/data.pkl")) bytes->verify_at(r.offset, "data.pkl");
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
@@ -237,6 +306,14 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name) {
                           " cannot be unpickled: " + first_line(e.what_without_backtrace()));
   }
   check_storages(value, *bytes, name);
+  if (verify_all) {
+    std::map<const void*, std::string> paths;
+    storage_paths(value, "", paths);
+    for (const ZipRecord& r : bytes->records()) {
+      auto it = paths.find(bytes->data() + r.offset);
+      bytes->verify_at(r.offset, it == paths.end() ? "" : it->second);
+    }
+  }
   DS_CHECK_T(CheckpointError, value.isGenericDict(), "checkpoint file ", name, " holds a ",
              value.tagKind(), ", not a dict");
   c10::impl::GenericDict dict = value.toGenericDict();
@@ -274,14 +351,24 @@ void save_state(const std::string& path, const StateDict& state, FileSystem* fs)
 }
 
 StateDict deserialize_state(std::vector<char> bytes, const std::string& name) {
-  return parse(std::make_shared<VectorBytes>(std::move(bytes)), name);
+  return parse(std::make_shared<VectorBytes>(std::move(bytes)), name, /*verify_all=*/true);
 }
 
 StateDict load_state(const std::string& path, const LoadOptions& options) {
-  if (options.mmap) return parse(std::make_shared<MappedBytes>(path), path);
+  const bool all = options.verify_checksums;
+  if (options.mmap) return parse(std::make_shared<MappedBytes>(path), path, all);
   if (options.fs == nullptr || options.fs == default_file_system())
-    return parse(std::make_shared<ReadBytes>(path), path);
-  return parse(std::make_shared<VectorBytes>(options.fs->read_file(path)), path);
+    return parse(std::make_shared<ReadBytes>(path), path, all);
+  return parse(std::make_shared<VectorBytes>(options.fs->read_file(path)), path, all);
+}
+
+void verify_tensor(const at::Tensor& t, const std::string& what) {
+  if (!t.defined() || !t.has_storage()) return;
+  const at::DataPtr& ptr = t.storage().data_ptr();
+  if (ptr.get_deleter() != &release_bytes) return;  // not from load_state
+  auto& bytes = *static_cast<std::shared_ptr<FileBytes>*>(ptr.get_context());
+  const char* p = static_cast<const char*>(ptr.get());
+  bytes->verify_at(static_cast<size_t>(p - bytes->data()), what);
 }
 
 }  // namespace deepspeed::checkpoint

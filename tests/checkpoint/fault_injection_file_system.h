@@ -5,6 +5,8 @@
 // would leave it.
 #pragma once
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +25,13 @@ class FaultInjectionFileSystem : public FileSystem {
   explicit FaultInjectionFileSystem(int64_t crash_after_bytes = -1) : budget_(crash_after_bytes) {}
 
   std::vector<std::string> log;  // "create <path>", "append <path> <n>", "sync <path>", "close
-                                 // <path>", "rename <from> <to>", "sync_dir <dir>", "remove <path>"
+                                 // <path>", "rename <from> <to>", "sync_dir <dir>", "remove <path>",
+                                 // "remove_dir <dir>"
   int64_t bytes_written = 0;
   bool crashed = false;
+  // Die for real at the crash point (SIGKILL: no destructor, no cleanup) instead of throwing; for a save run in a
+  // child process whose leftovers another process then finds.
+  bool kill_process = false;
 
   std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override {
     alive();
@@ -56,6 +62,12 @@ class FaultInjectionFileSystem : public FileSystem {
   std::vector<std::string> list_dir(const std::string& dir) override {
     return base()->list_dir(dir);
   }
+  bool is_dir(const std::string& path) override { return base()->is_dir(path); }
+  void remove_dir(const std::string& dir) override {
+    alive();
+    log.push_back("remove_dir " + dir);
+    base()->remove_dir(dir);
+  }
 
  private:
   class File : public WritableFile {
@@ -72,6 +84,7 @@ class FaultInjectionFileSystem : public FileSystem {
       fs_->bytes_written += static_cast<int64_t>(n);
       fs_->log.push_back("append " + path_ + " " + std::to_string(n));
       if (n < size) {
+        if (fs_->kill_process) ::raise(SIGKILL);
         real_->close();  // the kernel closes a dead process's files; their bytes stay
         fs_->crashed = true;
         throw SimulatedCrash();

@@ -55,7 +55,9 @@ TEST(WriteFileAtomic, WritesTemporarySyncsRenamesThenSyncsDirectory) {
   std::string path = tmp.path() + "/file.pt";
   std::string data = "hello";
   ckpt::write_file_atomic(path, data.data(), data.size(), &fs);
-  std::string t = path + ".tmp." + std::to_string(::getpid());
+  // <path>.tmp.<pid>.<host>: a later save can tell whether the writer still lives.
+  std::string t = ckpt::temporary_path(path);
+  EXPECT_EQ(t.rfind(path + ".tmp." + std::to_string(::getpid()) + ".", 0), 0u) << t;
   std::vector<std::string> want = {
       "create " + t, "append " + t + " 5",       "sync " + t,
       "close " + t,  "rename " + t + " " + path, "sync_dir " + tmp.path()};
