@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -74,13 +75,15 @@ class SignalScope {
   SignalScope() {
     sigemptyset(&handled_);
     sigaddset(&handled_, SIGCHLD);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-      // A signal the launcher was started ignoring (nohup, a background job) stays ignored: a
-      // blocked signal reaches the signalfd even when its disposition is SIG_IGN.
-      struct sigaction current = {};
-      ::sigaction(sig, nullptr, &current);
-      if (current.sa_handler != SIG_IGN) sigaddset(&handled_, sig);
-    }
+    // SIGINT and SIGTERM are always handled, as DeepSpeed's launcher does: a launcher started in
+    // the background of a script (`cmd &`) inherits SIGINT ignored, yet `kill -INT` must stop the
+    // job. Only SIGHUP keeps an ignored disposition (nohup). A blocked signal reaches the signalfd
+    // even when its disposition is SIG_IGN, so blocking it is enough.
+    sigaddset(&handled_, SIGINT);
+    sigaddset(&handled_, SIGTERM);
+    struct sigaction hup = {};
+    ::sigaction(SIGHUP, nullptr, &hup);
+    if (hup.sa_handler != SIG_IGN) sigaddset(&handled_, SIGHUP);
     ::sigprocmask(SIG_BLOCK, &handled_, &old_mask_);
     struct sigaction ignore = {};
     ignore.sa_handler = SIG_IGN;
@@ -168,6 +171,13 @@ class Supervisor {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(1);  // the launcher died before PDEATHSIG was armed
       ::sigaction(SIGPIPE, &signals_.old_pipe(), nullptr);
+      // The launcher forwards SIGINT/SIGTERM to stop a rank, so a rank must not inherit them
+      // ignored from a background launcher (it would run on until the grace period's SIGKILL).
+      // The launcher installs no handlers, so the default is all a rank could have inherited.
+      struct sigaction dfl = {};
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(SIGINT, &dfl, nullptr);
+      ::sigaction(SIGTERM, &dfl, nullptr);
       ::sigprocmask(SIG_SETMASK, &signals_.old_mask(), nullptr);
       const int in_fd = in_pipe[0] >= 0 ? in_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);

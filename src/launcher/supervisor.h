@@ -7,6 +7,10 @@
 // process group, so stopping it also stops anything it started; each has PR_SET_PDEATHSIG=SIGKILL,
 // so a launcher killed with SIGKILL takes its children with it. Must be called from a
 // single-threaded process; not reentrant.
+//
+// SIGINT and SIGTERM are handled even when the launcher was started with them ignored (a
+// background job of a script), and children start with both at their defaults; an ignored SIGHUP
+// (nohup) stays ignored, for the launcher and its children.
 #pragma once
 
 #include <functional>

@@ -55,7 +55,7 @@ TempDir::~TempDir() {
 }
 
 LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir,
-                                 int stdin_fd)
+                                 int stdin_fd, const std::vector<int>& ignored)
     : out_path_(work_dir + "/launcher.out"), err_path_(work_dir + "/launcher.err") {
   std::vector<std::string> argv_s{DS_DEEPSPEED_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -66,9 +66,10 @@ LauncherProcess::LauncherProcess(const std::vector<std::string>& args, const std
   const int err_fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
-    // As if started from a terminal: a test run as a background job inherits SIGINT ignored, and
-    // the launcher leaves ignored signals alone (nohup).
+    // As if started from a terminal (a test run as a background job inherits SIGINT ignored),
+    // unless the test asks for ignored signals.
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    for (int sig : ignored) ::signal(sig, SIG_IGN);
     if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);

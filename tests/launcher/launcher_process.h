@@ -25,9 +25,11 @@ class TempDir {
 class LauncherProcess {
  public:
   // Starts DS_DEEPSPEED_BIN with `args` (not including argv[0]); output goes to files in
-  // `work_dir`; stdin is `stdin_fd` when given, else the test's own.
+  // `work_dir`; stdin is `stdin_fd` when given, else the test's own. SIGINT, SIGTERM and SIGHUP
+  // start at their defaults except those in `ignored`, which start ignored (as for a background
+  // job, `cmd &`, or under nohup).
   LauncherProcess(const std::vector<std::string>& args, const std::string& work_dir,
-                  int stdin_fd = -1);
+                  int stdin_fd = -1, const std::vector<int>& ignored = {});
   ~LauncherProcess();  // SIGKILLs and reaps the launcher if the test left it running
 
   pid_t pid() const { return pid_; }

@@ -177,6 +177,57 @@ TEST(LocalRunner, SigintToLauncherStopsHangingRanks) {
   signal_launcher_with_hanging_ranks(SIGINT, false);
 }
 
+// A launcher started in the background of a script (`cmd &`) inherits SIGINT ignored; `kill -INT`
+// (or SIGTERM, equally ignored) must still stop it and its ranks. The ranks must get the signal at
+// its default disposition: had they inherited it ignored, they would run on until the grace
+// period's SIGKILL, which the launcher reports.
+void signal_launcher_started_ignoring(int sig) {
+  TempDir pids;
+  LauncherProcess p({"--num_procs", "2", "--master_port", kPort, DS_RANK_PROGRAM, "--pid-dir",
+                     pids.path(), "--hang"},
+                    pids.path(), -1, {sig});
+  const std::vector<pid_t> ranks = wait_for_rank_pids(pids.path(), 2, kTimeout);
+  ASSERT_EQ(ranks.size(), 2u) << p.err();
+  ASSERT_EQ(kill(p.pid(), sig), 0);
+  ASSERT_TRUE(p.wait(kTimeout)) << "launcher ignored the signal";
+  EXPECT_EQ(p.exit_code(), 128 + sig) << p.err();
+  const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  EXPECT_NE(p.err().find("deepspeed: received " + name + "; forwarding it to 2 ranks"),
+            std::string::npos)
+      << p.err();
+  EXPECT_EQ(p.err().find("still running"), std::string::npos)
+      << "the ranks ignored the forwarded " << name << ": " << p.err();
+  expect_reaped(ranks);
+}
+
+TEST(LocalRunner, SigintStopsALauncherStartedWithSigintIgnored) {
+  signal_launcher_started_ignoring(SIGINT);
+}
+
+TEST(LocalRunner, SigtermStopsALauncherStartedWithSigtermIgnored) {
+  signal_launcher_started_ignoring(SIGTERM);
+}
+
+// nohup: an ignored SIGHUP stays ignored. Signals pending together are read lowest number first,
+// so had SIGHUP (1) been caught, the launcher would report it before the SIGTERM (15) sent after it.
+TEST(LocalRunner, IgnoredSighupStaysIgnored) {
+  TempDir pids;
+  LauncherProcess p({"--num_procs", "2", "--master_port", kPort, DS_RANK_PROGRAM, "--pid-dir",
+                     pids.path(), "--hang"},
+                    pids.path(), -1, {SIGHUP});
+  const std::vector<pid_t> ranks = wait_for_rank_pids(pids.path(), 2, kTimeout);
+  ASSERT_EQ(ranks.size(), 2u) << p.err();
+  ASSERT_EQ(kill(p.pid(), SIGHUP), 0);
+  ASSERT_EQ(kill(p.pid(), SIGTERM), 0);
+  ASSERT_TRUE(p.wait(kTimeout));
+  EXPECT_EQ(p.exit_code(), 128 + SIGTERM) << p.err();
+  EXPECT_EQ(p.err().find("SIGHUP"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("deepspeed: received SIGTERM; forwarding it to 2 ranks"),
+            std::string::npos)
+      << p.err();
+  expect_reaped(ranks);
+}
+
 TEST(LocalRunner, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   TempDir pids;
   LauncherProcess p({"--num_procs", "2", "--master_port", kPort, DS_RANK_PROGRAM, "--pid-dir",
