@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 
+#include "deepspeed/arguments.h"
 #include "deepspeed/config.h"
 
 int main(int argc, char** argv) {
@@ -14,7 +15,7 @@ int main(int argc, char** argv) {
   int world_size = 1;
   app.add_option("file", file, "DeepSpeed JSON config")->required();
   app.add_option("--world_size", world_size, "data-parallel world size for the batch arithmetic")
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::check_at_least(1));  // one readable line, not CLI11's 309-digit bound
   CLI11_PARSE(app, argc, argv);
 
   try {
