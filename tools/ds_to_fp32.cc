@@ -10,12 +10,24 @@
 
 #include "deepspeed/checkpoint.h"
 
+namespace {
+
+constexpr char kUsage[] =
+    "usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n"
+    "  merges the fp32 ZeRO partitions of <checkpoint_dir>/<tag> (default: the tag in "
+    "<checkpoint_dir>/latest) into one safetensors file\n";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr,
-                 "usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n"
-                 "  merges the fp32 ZeRO partitions of <checkpoint_dir>/<tag> (default: the tag in "
-                 "<checkpoint_dir>/latest) into one safetensors file\n");
+  // --help is a request: usage on stdout, exit 0. A wrong argument count is an error: usage on
+  // stderr, exit 2 (as argparse does for zero_to_fp32.py).
+  if (argc >= 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc < 3 || argc > 4) {
+    std::fputs(kUsage, stderr);
     return 2;
   }
   std::string dir = argv[1];
