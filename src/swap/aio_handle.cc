@@ -2,8 +2,12 @@
 // the workers.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "deepspeed/swap/aio.h"
@@ -12,6 +16,20 @@
 #include "swap/aio_worker.h"
 
 namespace deepspeed::swap {
+namespace {
+
+// The fallback warning is printed once per process and directory: a rank opens several handles on
+// one swap folder (the optimizer swapper a reader and a writer, stage 3 one for parameters), and
+// one line says all there is to say about that folder's file system.
+bool first_fallback_in_directory(const std::string& path) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::lock_guard<std::mutex> lock(mutex);
+  return warned.insert(dir).second;
+}
+
+}  // namespace
 
 class AioHandle::Impl {
  public:
@@ -53,11 +71,13 @@ class AioHandle::Impl {
     AioFile file = open_aio_file(path, is_read, options_.use_direct_io);
     if (file.fell_back) {
       if (direct_io_ && !warned_) {
-        std::cerr
-            << "deepspeed: warning: O_DIRECT is not supported for '" << path
-            << "'; swapping through the page cache (buffered I/O) instead, which is slower and "
-               "evicts cached data\n";
         warned_ = true;
+        if (first_fallback_in_directory(path)) {
+          std::cerr
+              << "deepspeed: warning: O_DIRECT is not supported for '" << path
+              << "'; swapping through the page cache (buffered I/O) instead, which is slower and "
+                 "evicts cached data\n";
+        }
       }
       direct_io_ = false;
     }

@@ -190,20 +190,53 @@ TEST(AioTest, DirectReadOfExactLengthFileWrittenBuffered) {
   EXPECT_TRUE(same_bytes(out, src));
 }
 
+// A file in a fresh directory that refuses O_DIRECT: a link to /dev/zero (character devices refuse
+// it with EINVAL, as tmpfs did before Linux 6.6). A fresh directory per test, since the warning is
+// printed once per process and directory.
+std::string zero_device_in(const TempDir& dir, const std::string& name) {
+  const std::string path = dir.file(name);
+  fs::create_symlink("/dev/zero", path);
+  return path;
+}
+
 TEST(AioTest, FallsBackToBufferedWithOneWarningWhereODirectIsRefused) {
-  // Character devices refuse O_DIRECT with EINVAL, as tmpfs did before Linux 6.6.
+  TempDir dir;
+  const std::string zero = zero_device_in(dir, "zero");
   AioHandle handle;
   at::Tensor out = aligned_empty(10000, at::kByte);
   out.fill_(0x77);
   testing::internal::CaptureStderr();
-  handle.sync_pread(out, "/dev/zero");
-  handle.sync_pread(out.narrow(0, 0, 5000), "/dev/zero");
+  handle.sync_pread(out, zero);
+  handle.sync_pread(out.narrow(0, 0, 5000), zero);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_FALSE(handle.direct_io());
   EXPECT_TRUE(out.eq(0).all().item<bool>());
   EXPECT_NE(err.find("O_DIRECT"), std::string::npos) << err;
-  EXPECT_NE(err.find("/dev/zero"), std::string::npos) << err;
+  EXPECT_NE(err.find(zero), std::string::npos) << err;
   EXPECT_EQ(err.find("O_DIRECT"), err.rfind("O_DIRECT")) << "warned more than once: " << err;
+}
+
+// The optimizer swapper opens a reader and a writer handle on one folder: one warning for both,
+// and one more for another folder.
+TEST(AioTest, FallbackWarningOncePerDirectoryAcrossHandles) {
+  TempDir dir, other;
+  const std::string a = zero_device_in(dir, "a"), b = zero_device_in(dir, "b");
+  const std::string c = zero_device_in(other, "c");
+  AioHandle reader, writer, third;
+  at::Tensor out = aligned_empty(4096, at::kByte);
+  testing::internal::CaptureStderr();
+  reader.sync_pread(out, a);
+  writer.sync_pread(out, b);
+  const std::string same_dir = testing::internal::GetCapturedStderr();
+  testing::internal::CaptureStderr();
+  third.sync_pread(out, c);
+  const std::string other_dir = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(reader.direct_io());
+  EXPECT_FALSE(writer.direct_io());
+  EXPECT_NE(same_dir.find("O_DIRECT"), std::string::npos) << same_dir;
+  EXPECT_EQ(same_dir.find("O_DIRECT"), same_dir.rfind("O_DIRECT"))
+      << "warned more than once for one directory: " << same_dir;
+  EXPECT_NE(other_dir.find(c), std::string::npos) << "no warning for another directory: " << other_dir;
 }
 
 TEST(AioTest, DiskFullIsAnErrorNamingTheFile) {

@@ -14,7 +14,7 @@
 //     to be present (a file written buffered by someone else, exactly nbytes long, reads fine);
 //   - file offsets must be multiples of 4096 (kAioAlignment) while direct I/O is on.
 // Where the file system refuses O_DIRECT (EINVAL), the file is reopened buffered and one warning is
-// printed.
+// printed per process and directory (however many handles use it).
 //
 // Errors: opening a file fails at once (async_* throws AioError naming the file: missing directory,
 // permission,
