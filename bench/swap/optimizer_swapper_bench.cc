@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     at::Tensor raw_buf = ds::aligned_empty(file_bytes, at::kByte);
     raw_buf.view(at::kFloat).copy_(at::randn({file_bytes / 4}));
     for (auto& s : swappers) {
-      s.raw_file = s.files.front() + ".raw";
+      s.raw_file = s.swapper->file_names().front() + ".raw";
       int fd = ::open(s.raw_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       check(fd >= 0, "create " + s.raw_file);
       ::close(fd);

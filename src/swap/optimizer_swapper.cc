@@ -23,19 +23,37 @@ int64_t align_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 // Reserves a swap file's blocks in one go, so the file gets a few large extents even when several
 // groups' files are written at once, and a full disk shows up at construction rather than midway
 // through a step. File systems without fallocate are left as they are.
-void preallocate(const std::string& path, int64_t bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  DS_CHECK_T(AioError, fd >= 0, "cannot create swap file '", path, "': ", std::strerror(errno),
-             " (check zero_optimization.offload_optimizer.nvme_path)");
+void preallocate(int fd, const std::string& path, int64_t bytes) {
   const int rc = ::fallocate(fd, 0, 0, bytes);
   const int err = errno;
-  ::close(fd);
   DS_CHECK_T(AioError, rc == 0 || (err != ENOSPC && err != EDQUOT), "cannot reserve ", bytes,
              " bytes for swap file '", path, "': ", std::strerror(err),
              " (free space under zero_optimization.offload_optimizer.nvme_path)");
 }
 
 }  // namespace
+
+// A swap file created at `path` and, where /proc lets the process reopen it by descriptor, unlinked at
+// once: the kernel then frees its blocks when the last descriptor closes, which happens however the
+// process ends (an error, std::terminate, SIGKILL, a launcher stopping the ranks). Its I/O goes through
+// /proc/self/fd/<fd>. Without /proc the file keeps its name and is removed by the destructor.
+OptimizerSwapper::SwapFile::SwapFile(std::string path) : name_(std::move(path)) {
+  fd_ = ::open(name_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DS_CHECK_T(AioError, fd_ >= 0, "cannot create swap file '", name_, "': ", std::strerror(errno),
+             " (check zero_optimization.offload_optimizer.nvme_path)");
+  const std::string by_fd = "/proc/self/fd/" + std::to_string(fd_);
+  const int probe = ::open(by_fd.c_str(), O_RDONLY | O_CLOEXEC);
+  if (probe >= 0) {
+    ::close(probe);
+    if (::unlink(name_.c_str()) == 0) io_path_ = by_fd;
+  }
+  if (io_path_.empty()) io_path_ = name_;
+}
+
+OptimizerSwapper::SwapFile::~SwapFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (io_path_ == name_) ::unlink(name_.c_str());
+}
 
 OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
                                    const std::vector<at::Tensor>& masters)
@@ -95,7 +113,9 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
       pieces_.push_back({g, off, length, file_offset});
       file_offset += per_set * padded_bytes(length * 4);
     }
-    preallocate(file_of(g), file_offset);
+    files_.push_back(std::make_unique<SwapFile>(
+        options_.dir + "/group" + std::to_string(g) + ".swp"));
+    preallocate(files_.back()->fd(), files_.back()->name(), file_offset);
   }
   read_ticket_.assign(pieces_.size(), 0);
   write_ticket_.assign(pieces_.size(), 0);
@@ -120,15 +140,19 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
 
 OptimizerSwapper::~OptimizerSwapper() {
   // Destruction must not throw; the step that issued the I/O already reported any error.
+  // The files go with files_ (an unlinked one when its descriptor closes).
   drain();
-  for (size_t g = 0; g < group_numels_.size(); ++g) std::remove(file_of(g).c_str());
 }
 
-std::string OptimizerSwapper::file_of(size_t group) const {
-  return options_.dir + "/group" + std::to_string(group) + ".swp";
+std::string OptimizerSwapper::file_of(size_t group) const { return files_[group]->io_path(); }
+
+std::vector<std::string> OptimizerSwapper::file_names() const {
+  std::vector<std::string> out;
+  for (const auto& f : files_) out.push_back(f->name());
+  return out;
 }
 
-std::vector<std::string> OptimizerSwapper::files() const {
+std::vector<std::string> OptimizerSwapper::io_paths() const {
   std::vector<std::string> out;
   for (size_t g = 0; g < group_numels_.size(); ++g) out.push_back(file_of(g));
   return out;
@@ -167,10 +191,25 @@ void OptimizerSwapper::wait_slot_free(size_t p) {
 void OptimizerSwapper::step(const UpdateFn& update) {
   try {
     run_step(update);
-  } catch (...) {
+  } catch (const AioError& e) {
     drain();  // no request may still point into the pool when the caller sees the error
+    throw AioError(with_file_names(e.what()));
+  } catch (...) {
+    drain();
     throw;
   }
+}
+
+std::string OptimizerSwapper::with_file_names(std::string message) const {
+  // The aio engine names the /proc/self/fd path it was given; the user knows the file by its name.
+  for (const auto& f : files_) {
+    if (f->io_path() == f->name()) continue;
+    const std::string from = "'" + f->io_path() + "'";
+    const std::string to = "'" + f->name() + "' (unlinked while in use)";
+    for (size_t pos = message.find(from); pos != std::string::npos; pos = message.find(from, pos + to.size()))
+      message.replace(pos, from.size(), to);
+  }
+  return message;
 }
 
 void OptimizerSwapper::run_step(const UpdateFn& update) {

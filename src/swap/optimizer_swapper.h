@@ -17,6 +17,11 @@
 // elements: fine for element-wise optimizers (Adam, Adagrad, Lion), which is what sub-groups
 // already assume.
 //
+// The files are unlinked as soon as they are created (their I/O goes through /proc/self/fd), so the
+// disk space comes back however the process ends, SIGKILL and std::terminate included; a failed run
+// never leaves gigabytes of swap behind. Where /proc is missing they keep their names and the
+// destructor removes them.
+//
 // Not thread-safe: one swapper per engine, driven from the training thread.
 #pragma once
 
@@ -33,7 +38,7 @@
 namespace deepspeed::swap {
 
 struct OptimizerSwapperOptions {
-  std::string dir;     // created if missing; files are removed when the swapper is destroyed
+  std::string dir;     // created if missing; the files in it are unlinked at once (see above)
   int num_states = 2;  // optimizer state tensors per element (Adam: 2)
   int64_t sub_group_size = 1000000000;
   int buffer_count = 4;   // buffers of sub_group_size floats in the pool (DeepSpeed's meaning)
@@ -68,8 +73,11 @@ class OptimizerSwapper {
   int64_t resident_bytes() const;
   // Bytes in files.
   int64_t file_bytes() const;
-  // The swap files, one per group (for tools that sync or inspect them).
-  std::vector<std::string> files() const;
+  // Paths that open the swap files, one per group (for tools that sync or inspect them): /proc/self/fd/<fd>
+  // while the files are unlinked, valid while the swapper lives.
+  std::vector<std::string> files() const { return io_paths(); }
+  // The names the files were created under (<dir>/group<g>.swp), as error messages give them.
+  std::vector<std::string> file_names() const;
   // Floats per tensor in one buffer set (sub_group_size, capped by the largest group, aligned).
   int64_t sub_group_size() const { return sub_; }
   // Floats per tensor in one slot: the largest piece update() sees.
@@ -84,7 +92,26 @@ class OptimizerSwapper {
     int64_t offset, length;  // elements within the group
     int64_t file_offset;     // bytes: where the piece's master starts in the group's file
   };
+  // One swap file: created, unlinked where possible, closed (and removed if still named) on destruction.
+  class SwapFile {
+   public:
+    explicit SwapFile(std::string path);
+    ~SwapFile();
+    SwapFile(const SwapFile&) = delete;
+    SwapFile& operator=(const SwapFile&) = delete;
+    int fd() const { return fd_; }
+    const std::string& name() const { return name_; }
+    const std::string& io_path() const { return io_path_; }
+
+   private:
+    std::string name_, io_path_;
+    int fd_ = -1;
+  };
+
   std::string file_of(size_t group) const;
+  std::vector<std::string> io_paths() const;
+  // An aio error message with each /proc/self/fd path replaced by the file's name.
+  std::string with_file_names(std::string message) const;
   // Byte offset of tensor `tensor` (0 = master) of piece `p` in its group's file.
   int64_t tensor_offset(size_t p, size_t tensor) const;
   std::vector<at::Tensor> views(size_t piece) const;
@@ -106,6 +133,9 @@ class OptimizerSwapper {
   std::vector<int64_t> read_ticket_, write_ticket_;  // per piece: handle tickets after its I/O
   std::vector<int64_t> group_numels_;
   std::unique_ptr<AioHandle> reader_, writer_;
+  // After the handles: destroyed before them, which is fine (requests hold their own descriptors), and
+  // on a throwing constructor too.
+  std::vector<std::unique_ptr<SwapFile>> files_;
 };
 
 }  // namespace deepspeed::swap

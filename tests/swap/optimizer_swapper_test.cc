@@ -1,14 +1,19 @@
 // OptimizerSwapper against a plain in-memory reference: every element is updated exactly once per
 // step and its master and states survive the round trips through the swap file, with and without
 // pipelining, whatever the group sizes; the pool, not the model, bounds resident memory; a damaged
-// swap file is an error that names it.
+// swap file is an error that names it; the swap files never outlive the process, however it ends.
 #include "swap/optimizer_swapper.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -117,15 +122,90 @@ TEST(OptimizerSwapperTest, PoolNotModelBoundsResidentMemory) {
   EXPECT_EQ(on_disk, big.file_bytes());
 }
 
-TEST(OptimizerSwapperTest, FilesRemovedWithTheSwapper) {
+// Names in `dir` (none when it does not exist).
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(OptimizerSwapperTest, SwapFilesAreUnlinkedWhileInUse) {
   TempDir dir("ds_swapper_test");
-  std::vector<std::string> files;
+  const OptimizerSwapperOptions o = small_options(dir.path(), false, 2);
   {
-    OptimizerSwapper s(small_options(dir.path(), false, 2), {at::zeros({5000}), at::zeros({10})});
-    files = s.files();
-    for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
+    OptimizerSwapper s(o, {at::zeros({5000}), at::zeros({10})});
+    ASSERT_EQ(s.file_names().size(), 2u);
+    EXPECT_EQ(s.file_names()[0], o.dir + "/group0.swp");
+    // Nothing in the directory (a killed process leaves nothing), yet the files are there to read.
+    EXPECT_EQ(entries(o.dir), std::vector<std::string>{});
+    for (const auto& f : s.files()) EXPECT_EQ(static_cast<int64_t>(fs::file_size(f)) % kAioAlignment, 0) << f;
+    int64_t on_disk = 0;
+    for (const auto& f : s.files()) on_disk += static_cast<int64_t>(fs::file_size(f));
+    EXPECT_EQ(on_disk, s.file_bytes());
   }
-  for (const auto& f : files) EXPECT_FALSE(fs::exists(f)) << f;
+  EXPECT_EQ(entries(o.dir), std::vector<std::string>{});
+}
+
+TEST(OptimizerSwapperTest, FailedConstructionLeavesNoSwapFile) {
+  TempDir dir("ds_swapper_test");
+  const OptimizerSwapperOptions o = small_options(dir.path(), false, 2);
+  fs::create_directories(o.dir + "/group1.swp");  // the second group's file cannot be created
+  try {
+    OptimizerSwapper s(o, {at::zeros({5000}), at::zeros({10})});
+    FAIL() << "expected AioError";
+  } catch (const AioError& e) {
+    EXPECT_NE(std::string(e.what()).find("group1.swp"), std::string::npos) << e.what();
+  }
+  // group0.swp, created before the failure, is gone.
+  EXPECT_EQ(entries(o.dir), std::vector<std::string>{"group1.swp"});
+}
+
+// The child half of SwapFilesGoWhenTheProcessDies: runs only when the parent starts this binary with
+// DS_SWAP_CHILD_DIR set. It builds a swapper, says so, and dies the way DS_SWAP_CHILD_MODE says, running no
+// destructor.
+TEST(SwapperChild, HoldsSwapFilesThenDies) {
+  const char* dir = std::getenv("DS_SWAP_CHILD_DIR");
+  const char* mode = std::getenv("DS_SWAP_CHILD_MODE");
+  if (dir == nullptr || mode == nullptr) GTEST_SKIP() << "run by SwapFilesGoWhenTheProcessDies only";
+  OptimizerSwapper s(small_options(dir, false, 2), {at::randn({5000}), at::randn({3000})});
+  s.step([](size_t, int64_t, const at::Tensor& m, const std::vector<at::Tensor>&) { m.add_(1); });
+  { std::ofstream(std::string(dir) + "/ready") << "ok"; }
+  if (std::string(mode) == "sigkill") ::raise(SIGKILL);
+  if (std::string(mode) == "terminate") std::terminate();  // what an uncaught error does
+  std::_Exit(3);
+}
+
+TEST(OptimizerSwapperTest, SwapFilesGoWhenTheProcessDies) {
+  for (const std::string mode : {"sigkill", "terminate", "exit"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir("ds_swapper_test");
+    // Everything the child needs is built before fork: between fork and exec only exec runs.
+    std::vector<std::string> env_strings = {"DS_SWAP_CHILD_DIR=" + dir.path(), "DS_SWAP_CHILD_MODE=" + mode};
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+    std::vector<char*> env;
+    for (auto& e : env_strings) env.push_back(e.data());
+    env.push_back(nullptr);
+    std::string arg0 = "swap_test_child", filter = "--gtest_filter=SwapperChild.*";
+    char* argv[] = {arg0.data(), filter.data(), nullptr};
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::execve("/proc/self/exe", argv, env.data());
+      std::_Exit(127);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(fs::exists(dir.file("ready"))) << "the child did not get to hold its swap files, status " << status;
+    if (mode == "sigkill") {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    } else if (mode == "terminate") {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << status;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+    }
+    EXPECT_EQ(entries(dir.path() + "/swap"), std::vector<std::string>{});
+  }
 }
 
 TEST(OptimizerSwapperTest, TruncatedSwapFileIsAnErrorNamingIt) {
@@ -139,7 +219,8 @@ TEST(OptimizerSwapperTest, TruncatedSwapFileIsAnErrorNamingIt) {
         [&](size_t, int64_t, const at::Tensor&, const std::vector<at::Tensor>&) { ++calls; });
     FAIL() << "expected AioError";
   } catch (const AioError& e) {
-    EXPECT_NE(std::string(e.what()).find("short read of '" + file + "'"), std::string::npos)
+    // Named as the user knows it, not by the /proc/self/fd path its I/O goes through.
+    EXPECT_NE(std::string(e.what()).find("short read of '" + swapper.file_names().at(0) + "'"), std::string::npos)
         << e.what();
   }
   EXPECT_LT(calls, 20);  // the step stopped at the damaged piece
