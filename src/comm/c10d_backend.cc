@@ -15,6 +15,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/port_probe.h"
+
 namespace deepspeed::comm::detail {
 namespace {
 
@@ -255,6 +257,12 @@ std::shared_ptr<KeyValueStore> create_tcp_store(const std::string& host, int por
   opts.numWorkers = static_cast<size_t>(world_size);
   opts.waitWorkers = true;
   opts.timeout = timeout;
+  // Checked first: c10d logs four glog lines for a port in use before it throws.
+  DS_CHECK_T(CommError, !is_server || !tcp_port_in_use(port),
+             "could not host the rendezvous store on ", host, ":", port,
+             " (MASTER_ADDR/MASTER_PORT): port ", port,
+             " is already in use (another job, or one still exiting); pick another with the "
+             "launcher's --master_port");
   try {
     return std::make_shared<C10dStore>(c10::make_intrusive<c10d::TCPStore>(host, opts));
   } catch (const std::exception& e) {

@@ -231,6 +231,20 @@ PY
     run 1 micro8.json --steps 0 && fail "--steps 0 must be rejected"
     grep -q "steps" "$log" || fail "the error should name --steps"
     ;;
+  busy_port)
+    # MASTER_PORT taken by another program: rank 0 says so in one line, without c10d's glog lines before it.
+    python3 - "$port" "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" \
+      --deepspeed_config "$configs/micro4.json" "${small[@]}" --steps 2 > "$log" 2>&1 <<'PY' && fail "ran on a busy port"
+import socket, subprocess, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen()  # held by this process while the launcher runs (subprocess closes it in the child)
+sys.exit(subprocess.call(sys.argv[2:]))
+PY
+    grep -q "could not host the rendezvous store on .*:$port (MASTER_ADDR/MASTER_PORT): port $port is already in use" "$log" \
+      || fail "no clear busy-port line"
+    grep -Eq "socket\.cpp|\[c10d\]|^\[rank[0-9]\]: [WE][0-9]{4} " "$log" && fail "c10d's glog lines printed"
+    ;;
   resume)
     # New processes resume bit-exactly: 6 steps straight == 3 steps, save, 3 more from --load_dir (stages 0-3).
     ckpt=$(mktemp -d)
