@@ -30,6 +30,7 @@
 
 #include "corpus.h"
 #include "deepspeed/accelerator.h"
+#include "deepspeed/arguments.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/moe/layer.h"
@@ -185,44 +186,50 @@ int main(int argc, char** argv) {
   CLI::App app{"Train the reference GPT with deepspeed-cpp"};
   // A flag given twice (a script's default, then the user's) takes the last value, as Python's argparse does.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--deepspeed_config", args.config_path, "DeepSpeed JSON config")->required();
+  // --deepspeed, --deepspeed_config and the launcher's --local_rank (LOCAL_RANK in the env is what the library
+  // reads). The config is checked after parsing, so a mistyped flag is reported as such rather than as a missing
+  // config.
+  deepspeed::ConfigArguments ds;
+  deepspeed::add_config_arguments(app, ds);
   app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
-  app.add_option("--steps", args.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", args.steps, "optimizer steps")->check(deepspeed::check_at_least(1));
   app.add_option("--seed", args.seed, "model and data-order seed");
   auto* save_dir =
       app.add_option("--save_dir", args.save_dir, "save checkpoints here (every --save_interval steps and at the end)");
   app.add_option("--save_interval", args.save_interval, "steps between checkpoints (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(deepspeed::check_at_least(0))
       ->needs(save_dir);
   app.add_option("--load_dir", args.load_dir, "resume from this directory's latest checkpoint");
-  app.add_option("--layers", args.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", args.model.hidden, "hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--heads", args.model.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--seq-len,--seq_len", args.model.seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+  app.add_option("--layers", args.model.layers, "transformer blocks")->check(deepspeed::check_at_least(1));
+  app.add_option("--hidden", args.model.hidden, "hidden size")->check(deepspeed::check_at_least(1));
+  app.add_option("--heads", args.model.heads, "attention heads")->check(deepspeed::check_at_least(1));
+  app.add_option("--seq-len,--seq_len", args.model.seq_len, "tokens per sequence")->check(deepspeed::check_at_least(1));
   app.add_option("--vocab", args.model.vocab_size, "vocabulary size (>= 256 for byte tokens)")
-      ->check(CLI::Range(int64_t{256}, int64_t{1} << 20));
-  app.add_option("--dropout", args.model.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+      ->check(deepspeed::check_in_range(256, 1 << 20));
+  app.add_option("--dropout", args.model.dropout, "dropout probability")->check(deepspeed::check_in_range(0, 0.99));
   app.add_flag("--untied_head", args.untied_head, "give the LM head its own weight");
   app.add_option("--pipe_stages", args.pipe_stages,
                  "run as a pipeline of this many stages (data parallel over the remaining ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::check_at_least(1));
   auto* moe_experts = app.add_option("--moe_experts", args.model.moe.num_experts,
                                      "make every other block's MLP a Mixture of Experts with this many experts "
                                      "(one count, or one per MoE block, comma-separated: PR-MoE's pyramid)")
                           ->delimiter(',')
-                          ->check(CLI::PositiveNumber);
+                          ->check(deepspeed::check_at_least(1));
   app.add_option("--ep_size", args.model.moe.ep_size, "expert-parallel ranks the experts are split over")
-      ->check(CLI::PositiveNumber)
+      ->check(deepspeed::check_at_least(1))
       ->needs(moe_experts);
-  app.add_option("--top_k", args.model.moe.top_k, "experts per token")->check(CLI::PositiveNumber)->needs(moe_experts);
+  app.add_option("--top_k", args.model.moe.top_k, "experts per token")
+      ->check(deepspeed::check_at_least(1))
+      ->needs(moe_experts);
   app.add_option("--moe_capacity_factor", args.model.moe.capacity_factor, "expert capacity factor")
-      ->check(CLI::PositiveNumber)
+      ->check(deepspeed::check_at_least(1))
       ->needs(moe_experts);
   app.add_option("--moe_min_capacity", args.model.moe.min_capacity, "smallest expert capacity")
-      ->check(CLI::NonNegativeNumber)
+      ->check(deepspeed::check_at_least(0))
       ->needs(moe_experts);
   app.add_option("--moe_aux_loss_coef", args.model.moe.aux_loss_coef, "weight of the load-balancing loss")
-      ->check(CLI::NonNegativeNumber)
+      ->check(deepspeed::check_at_least(0))
       ->needs(moe_experts);
   app.add_option("--moe_noisy_gate_policy", args.model.moe.noisy_gate_policy, "None, Jitter or RSample")
       ->check(CLI::IsMember({"None", "Jitter", "RSample"}))
@@ -232,9 +239,9 @@ int main(int argc, char** argv) {
       ->needs(moe_experts);
   app.add_flag("!--moe_no_drop_tokens", args.model.moe.drop_tokens, "never drop tokens (capacity = largest load)")
       ->needs(moe_experts);
-  int local_rank = 0;  // the deepspeed launcher passes it, as DeepSpeed's does; LOCAL_RANK in the env is used
-  app.add_option("--local_rank", local_rank, "set by the launcher");
   CLI11_PARSE(app, argc, argv);
+  if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));
+  args.config_path = ds.deepspeed_config;
   try {
     return train(args);
   } catch (const std::exception& e) {

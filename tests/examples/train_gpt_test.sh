@@ -228,8 +228,20 @@ PY
     grep -q "gradient_clippin: unknown key (did you mean 'gradient_clipping'?)" "$log" || fail "no suggestion"
     ;;
   bad_cli)
+    # Bounds are one readable line naming the flag (CLI11's own checks print a 309-digit maximum).
     run 1 micro8.json --steps 0 && fail "--steps 0 must be rejected"
-    grep -q "steps" "$log" || fail "the error should name --steps"
+    grep -q -- "--steps: must be >= 1, got 0" "$log" || fail "the error should say --steps must be >= 1"
+    run 1 micro8.json --seq-len 0 && fail "--seq-len 0 must be rejected"
+    grep -q -- "--seq-len: must be >= 1, got 0" "$log" || fail "the error should say --seq-len must be >= 1"
+    run 1 micro8.json --vocab 3 && fail "--vocab 3 must be rejected"
+    grep -q -- "--vocab: must be in \[256, 1048576\], got 3" "$log" || fail "the error should give --vocab's range"
+    grep -Eq "[0-9]{20}" "$log" && fail "a bound printed in full"
+    # An unknown flag is reported as such, even when the config is missing too.
+    "$bin/deepspeed" --num_procs 1 --master_port "$port" "$bin/train_gpt" --bogus > "$log" 2>&1 && fail "--bogus accepted"
+    grep -q "The following argument was not expected: --bogus" "$log" || fail "--bogus not named"
+    grep -q "deepspeed_config is required" "$log" && fail "reported the missing config instead of --bogus"
+    "$bin/deepspeed" --num_procs 1 --master_port "$port" "$bin/train_gpt" --steps 2 > "$log" 2>&1 && fail "no config accepted"
+    grep -q -- "--deepspeed_config is required" "$log" || fail "the missing config not named"
     ;;
   busy_port)
     # MASTER_PORT taken by another program: rank 0 says so in one line, without c10d's glog lines before it.
