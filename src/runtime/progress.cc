@@ -44,7 +44,9 @@ std::string format_progress_bar(int64_t step, int64_t total, double samples_per_
     std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", tokens_per_sec);
     out += buf;
   }
-  std::snprintf(buf, sizeof(buf), " | loss %.4f | ETA ", loss);
+  // Labelled: this is one step on one rank, where the periodic step line's "loss" is the mean over
+  // its steps_per_print window and every rank, so the two differ at the same step.
+  std::snprintf(buf, sizeof(buf), " | step loss %.4f (rank 0) | ETA ", loss);
   out += buf;
   out += eta_seconds < 0 ? "?" : format_eta(eta_seconds);
   return out;

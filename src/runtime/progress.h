@@ -21,8 +21,10 @@ namespace deepspeed::runtime {
 std::string format_eta(double seconds);
 
 // The bar's text for `step` of `total` steps: "[#####.....]  40/200  20% | 12.5 samples/s | 3200
-// tokens/s | loss 2.3100 | ETA 1m05s". `tokens_per_sec` < 0 leaves the tokens out; `eta_seconds` <
-// 0 prints "ETA ?".
+// tokens/s | step loss 2.3100 (rank 0) | ETA 1m05s". `tokens_per_sec` < 0 leaves the tokens out;
+// `eta_seconds` < 0 prints "ETA ?". `loss` is rank 0's loss of that optimizer step (the mean of its
+// micro-batches), labelled so as not to be read as the step line's loss, which is the mean over
+// the steps_per_print window and all ranks.
 std::string format_progress_bar(int64_t step, int64_t total, double samples_per_sec,
                                 double tokens_per_sec, double loss, double eta_seconds,
                                 int bar_width = 24);

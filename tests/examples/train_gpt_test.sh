@@ -196,7 +196,7 @@ PY
     /usr/bin/python3 - "$log" <<'PY' || fail "no progress bar on a terminal"
 import re, sys
 out = open(sys.argv[1], "rb").read().decode(errors="replace")
-frame = r"\[rank0\]: \[[#.]{24}\] +(\d)/6 +\d+% \| [0-9.]+ samples/s \| \d+ tokens/s \| loss [0-9.]+ \| ETA [0-9a-z?]+\x1b\[K"
+frame = r"\[rank0\]: \[[#.]{24}\] +(\d)/6 +\d+% \| [0-9.]+ samples/s \| \d+ tokens/s \| step loss [0-9.]+ \(rank 0\) \| ETA [0-9a-z?]+\x1b\[K"
 redrawn = re.findall(frame + r"\r(?!\n)", out)  # frames that stay on their line
 final = re.findall(frame + r"\r\n", out)  # the terminal turns the last frame's "\n" into "\r\n"
 assert redrawn, "no frame redrawn in place"

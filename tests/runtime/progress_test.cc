@@ -20,12 +20,13 @@ TEST(Progress, EtaReadsAsHoursMinutesSeconds) {
 TEST(Progress, BarShowsStepTotalRatesLossAndEta) {
   // 40 of 200 steps: 20% of a 10-wide bar is 2 marks.
   EXPECT_EQ(rt::format_progress_bar(40, 200, 12.5, 3200, 2.31, 65, 10),
-            "[##........]  40/200  20% | 12.5 samples/s | 3200 tokens/s | loss 2.3100 | ETA 1m05s");
+            "[##........]  40/200  20% | 12.5 samples/s | 3200 tokens/s | step loss 2.3100 (rank 0) "
+            "| ETA 1m05s");
   // No tokens per sample, ETA unknown yet (first step), the last step fills the bar.
   EXPECT_EQ(rt::format_progress_bar(1, 3, 0, -1, 5.0, -1, 6),
-            "[##....] 1/3  33% | 0.0 samples/s | loss 5.0000 | ETA ?");
+            "[##....] 1/3  33% | 0.0 samples/s | step loss 5.0000 (rank 0) | ETA ?");
   EXPECT_EQ(rt::format_progress_bar(3, 3, 8, -1, 1.5, 0, 6),
-            "[######] 3/3 100% | 8.0 samples/s | loss 1.5000 | ETA 0s");
+            "[######] 3/3 100% | 8.0 samples/s | step loss 1.5000 (rank 0) | ETA 0s");
 }
 
 TEST(Progress, DrawnOnATerminalOrWhenForcedAndNeverWhenTurnedOff) {
