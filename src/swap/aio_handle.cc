@@ -29,6 +29,19 @@ bool first_fallback_in_directory(const std::string& path) {
   return warned.insert(dir).second;
 }
 
+// The file's own name for a /proc/self/fd/<n> path (how the optimizer swapper reaches its unlinked
+// files), so a warning names the swap file and its folder rather than /proc.
+std::string shown_path(const std::string& path) {
+  if (path.rfind("/proc/self/fd/", 0) != 0) return path;
+  std::error_code ec;
+  std::string target = std::filesystem::read_symlink(path, ec).string();
+  if (ec || target.empty()) return path;
+  const std::string deleted = " (deleted)";
+  if (target.size() > deleted.size() && target.compare(target.size() - deleted.size(), deleted.size(), deleted) == 0)
+    target.resize(target.size() - deleted.size());
+  return target;
+}
+
 }  // namespace
 
 class AioHandle::Impl {
@@ -72,9 +85,10 @@ class AioHandle::Impl {
     if (file.fell_back) {
       if (direct_io_ && !warned_) {
         warned_ = true;
-        if (first_fallback_in_directory(path)) {
+        const std::string shown = shown_path(path);
+        if (first_fallback_in_directory(shown)) {
           std::cerr
-              << "deepspeed: warning: O_DIRECT is not supported for '" << path
+              << "deepspeed: warning: O_DIRECT is not supported for '" << shown
               << "'; swapping through the page cache (buffered I/O) instead, which is slower and "
                  "evicts cached data\n";
         }

@@ -3,6 +3,7 @@
 #include "deepspeed/swap/aio.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -237,6 +238,22 @@ TEST(AioTest, FallbackWarningOncePerDirectoryAcrossHandles) {
   EXPECT_EQ(same_dir.find("O_DIRECT"), same_dir.rfind("O_DIRECT"))
       << "warned more than once for one directory: " << same_dir;
   EXPECT_NE(other_dir.find(c), std::string::npos) << "no warning for another directory: " << other_dir;
+}
+
+// The optimizer swapper reaches its unlinked files as /proc/self/fd/<n>: the warning names the file
+// the descriptor holds (here /dev/zero, through the link), not /proc.
+TEST(AioTest, FallbackWarningNamesTheFileBehindAProcFdPath) {
+  TempDir dir;
+  const int fd = ::open(zero_device_in(dir, "z").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  AioHandle handle;
+  at::Tensor out = aligned_empty(4096, at::kByte);
+  testing::internal::CaptureStderr();
+  handle.sync_pread(out, "/proc/self/fd/" + std::to_string(fd));
+  const std::string err = testing::internal::GetCapturedStderr();
+  ::close(fd);
+  EXPECT_NE(err.find("O_DIRECT is not supported for '/dev/zero'"), std::string::npos) << err;
+  EXPECT_EQ(err.find("/proc/self/fd"), std::string::npos) << err;
 }
 
 TEST(AioTest, DiskFullIsAnErrorNamingTheFile) {
