@@ -44,6 +44,11 @@ else
   echo "setup: all ${#packages[@]} packages already installed"
 fi
 
+# DeepSpeed reads config files with hjson; tests/config compares our reader with it file by file (Debian 12 has no
+# python3-hjson, so it comes from PyPI; without it that one test is skipped).
+python3 -c 'import hjson' 2>/dev/null || PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet 'hjson==3.1.0' ||
+  echo "setup: warning: could not install the hjson Python package; the config reader is not compared with DeepSpeed's"
+
 # libopenblas0-pthread registers itself as the libblas.so.3 alternative with a higher priority than the reference
 # BLAS; make sure an earlier manual choice does not keep the slow one.
 blas_alt=libblas.so.3-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)

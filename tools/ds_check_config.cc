@@ -1,26 +1,89 @@
-// ds_check_config FILE [--world_size N]: loads a DeepSpeed JSON config, solves the batch arithmetic
-// for N data-parallel ranks and prints the resolved config (every default filled) as JSON.
-// Exit 0 when the config is usable; otherwise one line `ds_check_config: <file>: <message>` on
-// stderr and exit 1.
+// ds_check_config FILE [--world_size N] [--set KEY=VALUE]... [--hidden_size N]: loads a DeepSpeed
+// config, applies the --set overrides (dotted JSON path; the value is JSON if it parses as JSON,
+// else a string), resolves "auto" the way initialize() would (batch arithmetic for N
+// data-parallel ranks; bucket sizes from --hidden_size; anything else given with --set) and
+// prints the resolved config (every default filled) as JSON on stdout. How each "auto" value was
+// resolved goes to stderr, one line each. Exit 0 when the config is usable; otherwise one line
+// `ds_check_config: <file>: <message>` on stderr and exit 1.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "deepspeed/arguments.h"
 #include "deepspeed/config.h"
+
+namespace {
+
+// The JSON path of an override ("a.b=1" -> "a.b").
+std::string override_path(const std::string& assignment) {
+  return assignment.substr(0, assignment.find('='));
+}
+
+// Paths that are "auto" in `c`, optimizer and scheduler params included.
+std::vector<std::string> auto_paths(const deepspeed::Config& c) {
+  std::vector<std::string> paths(c.auto_batch_keys().begin(), c.auto_batch_keys().end());
+  paths.insert(paths.end(), c.auto_keys().begin(), c.auto_keys().end());
+  if (c.optimizer) {
+    for (const auto& [name, value] : c.optimizer->params.values()) {
+      if (value.is_auto()) paths.push_back("optimizer.params." + name);
+    }
+  }
+  if (c.scheduler) {
+    for (const auto& [name, value] : c.scheduler->params.values()) {
+      if (value.is_auto()) paths.push_back("scheduler.params." + name);
+    }
+  }
+  return paths;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Validate a DeepSpeed JSON config and print it with every default filled."};
   std::string file;
   int world_size = 1;
+  std::vector<std::string> overrides;
+  int64_t hidden_size = 0;
   app.add_option("file", file, "DeepSpeed JSON config")->required();
   app.add_option("--world_size", world_size, "data-parallel world size for the batch arithmetic")
       ->check(deepspeed::check_at_least(1));  // one readable line, not CLI11's 309-digit bound
+  app.add_option("--set", overrides,
+                 "KEY=VALUE: set a dotted JSON path before validation (repeatable), e.g. "
+                 "--set train_micro_batch_size_per_gpu=4 --set optimizer.params.lr=3e-4")
+      ->allow_extra_args(false);
+  app.add_option("--hidden_size", hidden_size,
+                 "the model's hidden size: fills \"auto\" ZeRO bucket sizes as initialize() does")
+      ->check(CLI::Range(int64_t{1}, int64_t{3000000000}));
   CLI11_PARSE(app, argc, argv);
 
   try {
-    deepspeed::Config config = deepspeed::Config::from_file(file);
-    config.resolve_batch(world_size);
+    // The file alone says which values are "auto"; the overrides may replace some of them.
+    const deepspeed::Config as_written = deepspeed::Config::from_file(file);
+    deepspeed::Config config = deepspeed::Config::from_file(file, overrides);
+    deepspeed::config::AutoValues known;
+    if (hidden_size > 0) known.hidden_size = hidden_size;
+    config.resolve_batch(world_size);  // first: without a batch nothing else matters
+    const auto resolved = config.resolve_auto(known);
+
+    std::vector<std::string> lines;
+    for (const std::string& path : auto_paths(as_written)) {
+      for (const std::string& o : overrides) {
+        if (override_path(o) == path) lines.push_back(path + " = " + o.substr(path.size() + 1) + " (--set)");
+      }
+    }
+    for (const std::string& key : as_written.auto_batch_keys()) {
+      bool set = false;
+      for (const std::string& o : overrides) set = set || override_path(o) == key;
+      if (set) continue;
+      const int64_t value = key == "train_batch_size"    ? *config.train_batch_size
+                            : key == "gradient_accumulation_steps" ? *config.gradient_accumulation_steps
+                                                                 : *config.train_micro_batch_size_per_gpu;
+      lines.push_back(key + " = " + std::to_string(value) + " (batch arithmetic, world size " +
+                      std::to_string(world_size) + ")");
+    }
+    for (const auto& r : resolved) lines.push_back(r.path + " = " + r.value + " (" + r.how + ")");
+    for (const std::string& line : lines) std::cerr << "ds_check_config: \"auto\" " << line << "\n";
     std::cout << config.dump(2) << "\n";
     return 0;
   } catch (const deepspeed::ConfigError& e) {

@@ -12,7 +12,9 @@
 //
 // "auto" (HuggingFace's integration): the batch keys treat it as "not given" and the arithmetic
 // solves them; elsewhere the field keeps DeepSpeed's default and its JSON path is listed in
-// `auto_keys()`, so initialize (which knows the model) can resolve it with `clear_auto()`.
+// `auto_keys()` (optimizer and scheduler params: ParamValue::is_auto) until `resolve_auto`, which
+// initialize calls with InitializeOptions::auto_values, fills it from what the program knows or
+// refuses it by name (config/auto_values.h).
 // A Config is a plain value: copy it freely; do not mutate one from several threads.
 #pragma once
 
@@ -20,7 +22,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "deepspeed/config/auto_values.h"
 #include "deepspeed/config/autotuning_config.h"
 #include "deepspeed/config/batch_config.h"
 #include "deepspeed/config/feature_config.h"
@@ -48,7 +52,7 @@ struct Config {
   double gradient_predivide_factor = 1.0;
   bool sparse_gradients = false;
   bool disable_allgather = false;
-  bool dataloader_drop_last = false;
+  bool dataloader_drop_last = true;  // DeepSpeed: false; ours always drops (false is refused)
   bool graph_harvesting = false;
   bool use_data_before_expert_parallelism = false;
   std::optional<int64_t> seed;  // not a DeepSpeed key: deepspeed-cpp seeds its RNGs with it
@@ -77,12 +81,25 @@ struct Config {
   // (`ds_config.json:3:14: invalid JSON: ...`); from_string uses `<string>`.
   static Config from_file(const std::string& path);
   static Config from_string(const std::string& json_text);
+  // As from_file, with `overrides` applied to the file's JSON before validation, as
+  // ds_check_config --set: each is a dotted JSON path, '=', and a value read as JSON if it is JSON
+  // and as a plain string otherwise ("optimizer.params.lr=3e-4", "optimizer.type=AdamW").
+  static Config from_file(const std::string& path, const std::vector<std::string>& overrides);
 
   // Solves the batch arithmetic for a data-parallel world size (known after comm init) and fills
   // all three batch keys. Throws ConfigError on missing, inconsistent or non-divisible values.
+  // A batch key given as "auto" that neither of the other two can solve is named as such.
   void resolve_batch(int dp_world_size);
   Config resolved(int dp_world_size) const;
   bool batch_resolved() const { return dp_world_size > 0; }
+
+  // Replaces every "auto" outside the batch keys from `known` as config/auto_values.h lists, and
+  // returns what each became. Throws ConfigError naming the first "auto" it cannot fill (and the
+  // others left), with what to put there instead; the config is unchanged then.
+  std::vector<AutoResolution> resolve_auto(const AutoValues& known);
+
+  // Batch keys given as "auto" ("train_batch_size", ...), solved or not.
+  const std::set<std::string>& auto_batch_keys() const { return auto_batch_keys_; }
 
   // JSON paths still set to "auto" (not counting batch keys or optimizer/scheduler params,
   // whose "auto" lives in ParamValue), e.g. "zero_optimization.reduce_bucket_size".
@@ -90,7 +107,8 @@ struct Config {
   bool is_auto(const std::string& json_path) const { return auto_keys_.count(json_path) != 0; }
   // Call after setting the field to its resolved value.
   void clear_auto(const std::string& json_path) { auto_keys_.erase(json_path); }
-  void mark_auto(const std::string& json_path) { auto_keys_.insert(json_path); }
+  // A batch key's path goes to auto_batch_keys(), any other to auto_keys().
+  void mark_auto(const std::string& json_path);
 
   // The whole config as DeepSpeed JSON with every default filled and keys still "auto" written as
   // "auto"; `from_string(dump())` gives back an equal config. indent < 0 gives one line.
@@ -102,6 +120,7 @@ struct Config {
 
  private:
   std::set<std::string> auto_keys_;
+  std::set<std::string> auto_batch_keys_;
 };
 
 }  // namespace deepspeed::config

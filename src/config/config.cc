@@ -48,20 +48,24 @@ void check_unsupported(ObjectReader& r, const std::string& key) {
   }
 }
 
-// Batch keys: "auto" or null means "not given", for the arithmetic to solve.
-std::optional<int64_t> read_batch_key(ObjectReader& r, const std::string& key) {
+// Batch keys: "auto" or null means "not given", for the arithmetic to solve ("auto" is recorded
+// in `autos` so an unsolvable batch can say so).
+std::optional<int64_t> read_batch_key(ObjectReader& r, const std::string& key,
+                                      std::set<std::string>* autos) {
   const Json* v = r.find(key);
-  if (!v || v->is_null() || (v->is_string() && v->get<std::string>() == "auto")) {
+  if (v && v->is_string() && v->get<std::string>() == "auto") {
+    autos->insert(key);
     return std::nullopt;
   }
+  if (!v || v->is_null()) return std::nullopt;
   return ObjectReader::to_int(*v, key, 1, std::numeric_limits<int64_t>::max());
 }
 
 void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) {
   ObjectReader r(root, "", autos);
-  c->train_batch_size = read_batch_key(r, "train_batch_size");
-  c->train_micro_batch_size_per_gpu = read_batch_key(r, "train_micro_batch_size_per_gpu");
-  c->gradient_accumulation_steps = read_batch_key(r, "gradient_accumulation_steps");
+  c->train_batch_size = read_batch_key(r, "train_batch_size", autos);
+  c->train_micro_batch_size_per_gpu = read_batch_key(r, "train_micro_batch_size_per_gpu", autos);
+  c->gradient_accumulation_steps = read_batch_key(r, "gradient_accumulation_steps", autos);
 
   const Json* steps_per_print = r.find("steps_per_print");
   if (steps_per_print && !steps_per_print->is_null()) {
@@ -174,6 +178,7 @@ Config parse_root(const Json& root) {
   std::set<std::string> autos;
   parse_top_level(root, &c, &autos);
   check_consistency(c);
+  check_implemented_values(c);
   for (const std::string& path : autos) c.mark_auto(path);
   return c;
 }
@@ -196,7 +201,9 @@ Config Config::from_string(const std::string& json_text) {
   return parse_root(parse_json_text(json_text, "<string>"));
 }
 
-Config Config::from_file(const std::string& path) {
+Config Config::from_file(const std::string& path) { return from_file(path, {}); }
+
+Config Config::from_file(const std::string& path, const std::vector<std::string>& overrides) {
   if (std::filesystem::is_directory(path)) {
     throw ConfigError(path + ": cannot read config file (it is a directory)");
   }
@@ -204,10 +211,31 @@ Config Config::from_file(const std::string& path) {
   if (!in) throw ConfigError(path + ": cannot open config file (" + std::strerror(errno) + ")");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_root(parse_json_text(text.str(), path));
+  Json root = parse_json_text(text.str(), path);
+  for (const std::string& assignment : overrides) apply_override(&root, assignment);
+  return parse_root(root);
+}
+
+void Config::mark_auto(const std::string& json_path) {
+  if (json_path == "train_batch_size" || json_path == "train_micro_batch_size_per_gpu" ||
+      json_path == "gradient_accumulation_steps") {
+    auto_batch_keys_.insert(json_path);
+  } else {
+    auto_keys_.insert(json_path);
+  }
 }
 
 void Config::resolve_batch(int world_size) {
+  // Hugging Face's Trainer fills the batch keys from its arguments; without it an all-"auto" batch
+  // has nothing to solve from, and saying "must be given" about a key that is given misleads.
+  if (!train_batch_size && !train_micro_batch_size_per_gpu && !auto_batch_keys_.empty()) {
+    const std::string key = auto_batch_keys_.count("train_micro_batch_size_per_gpu")
+                                ? "train_micro_batch_size_per_gpu"
+                                : "train_batch_size";
+    throw ConfigError(key + ": \"auto\" is filled by Hugging Face's Trainer, which deepspeed-cpp "
+                      "does not have, and the other batch keys cannot solve it; give a number "
+                      "(ds_check_config: --set " + key + "=N)");
+  }
   BatchSizes b = resolve_batch_sizes(train_batch_size, train_micro_batch_size_per_gpu,
                                      gradient_accumulation_steps, world_size);
   train_batch_size = b.train_batch_size;

@@ -98,7 +98,7 @@ const char* to_string(TagValidation mode) {
 CheckpointConfig parse_checkpoint_config(const Json& node) {
   ObjectReader r(node, "checkpoint", nullptr);
   CheckpointConfig c;
-  std::string mode = "Warn";
+  std::string mode = to_string(c.tag_validation);
   // DeepSpeed upper-cases the value before checking it.
   r.read_choice("tag_validation", &mode, {"Ignore", "Warn", "Fail"}, /*case_insensitive=*/true);
   c.tag_validation = mode == "Ignore" ? TagValidation::kIgnore

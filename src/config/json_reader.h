@@ -85,9 +85,10 @@ class ObjectReader {
   std::set<std::string> known_;
 };
 
-// Parses JSON text; errors name `source` with line and column (`ds.json:3:14: invalid JSON: ...`).
-// Comments are allowed (DeepSpeed reads configs with hjson); duplicate keys are an error, as in
-// DeepSpeed.
+// Parses config text as DeepSpeed's hjson reader reads JSON-shaped files: JSON plus `#`, `//` and
+// `/* */` comments, optional commas and one trailing comma (json_text.cc has the rules). Errors
+// name `source` with line and column (`ds.json:3:14: invalid JSON: ...`); duplicate keys are an
+// error (`ds.json:2:3: zero_optimization.stage: duplicate key`), as in DeepSpeed.
 Json parse_json_text(const std::string& text, const std::string& source);
 
 }  // namespace deepspeed::config

@@ -3,6 +3,7 @@
 // Parameter names and defaults follow the constructors DeepSpeed hands the block to (FusedAdam /
 // DeepSpeedCPUAdam, FusedLamb, FusedLion, the 1-bit optimizers, torch.optim, lr_schedules.py).
 #include <cmath>
+#include <sstream>
 
 #include "config/sections.h"
 #include "config/suggest.h"
@@ -19,7 +20,17 @@ struct ParamSpec {
   bool has_default = false;
   ParamValue fallback;
   std::vector<std::string> choices;  // allowed strings, when restricted
+  double lo = -INFINITY;             // numbers (and list items): the allowed range, inclusive
+  double hi = INFINITY;
+  bool hi_open = false;  // hi itself is not allowed
 };
+
+// The range torch.optim's constructors check (`Invalid learning rate: -0.001`); DeepSpeed's fused
+// optimizers would otherwise step uphill without a word.
+ParamSpec non_negative(ParamSpec p) {
+  p.lo = 0.0;
+  return p;
+}
 
 struct TypeSpec {
   std::string canonical;
@@ -57,7 +68,11 @@ ParamSpec flag(const std::string& name, bool b) {
 }
 ParamSpec text(const std::string& name) { return make_spec(name, Expect::kString); }
 ParamSpec betas(double b1, double b2) {
-  return with_default("betas", Expect::kNumberList, ParamValue::number_list({b1, b2}));
+  ParamSpec p = with_default("betas", Expect::kNumberList, ParamValue::number_list({b1, b2}));
+  p.lo = 0.0;  // torch: 0 <= beta < 1
+  p.hi = 1.0;
+  p.hi_open = true;
+  return p;
 }
 ParamSpec warmup_type() {
   ParamSpec p = with_default("warmup_type", Expect::kString, ParamValue::string("log"));
@@ -77,7 +92,8 @@ std::vector<ParamSpec> torch_flags() {
 }
 
 std::vector<ParamSpec> adam_params() {
-  return concat({num("lr", 1e-3), betas(0.9, 0.999), num("eps", 1e-8), num("weight_decay", 0.0),
+  return concat({non_negative(num("lr", 1e-3)), betas(0.9, 0.999), non_negative(num("eps", 1e-8)),
+                 non_negative(num("weight_decay", 0.0)),
                  flag("bias_correction", true), flag("amsgrad", false), flag("adam_w_mode", true),
                  flag("torch_adam", false), flag("fp32_optimizer_states"), flag("set_grad_none"),
                  num("max_grad_norm")},
@@ -85,15 +101,17 @@ std::vector<ParamSpec> adam_params() {
 }
 
 std::vector<ParamSpec> onebit_common() {
-  return {num("lr", 1e-3),           flag("bias_correction", true),  betas(0.9, 0.999),
-          num("eps", 1e-8),          flag("eps_inside_sqrt", false), num("weight_decay", 0.0),
+  return {non_negative(num("lr", 1e-3)), flag("bias_correction", true),  betas(0.9, 0.999),
+          non_negative(num("eps", 1e-8)), flag("eps_inside_sqrt", false),
+          non_negative(num("weight_decay", 0.0)),
           num("max_grad_norm", 0.0), flag("amsgrad", false),         flag("cuda_aware", false),
           text("comm_backend_name")};
 }
 
 std::vector<ParamSpec> sgd_params() {
-  return concat({num("lr", 1e-3), num("momentum", 0.0), num("dampening", 0.0),
-                 num("weight_decay", 0.0), flag("nesterov", false)},
+  return concat({non_negative(num("lr", 1e-3)), non_negative(num("momentum", 0.0)),
+                 num("dampening", 0.0), non_negative(num("weight_decay", 0.0)),
+                 flag("nesterov", false)},
                 torch_flags());
 }
 
@@ -102,8 +120,9 @@ const std::vector<TypeSpec>& optimizer_specs() {
       {"adam", adam_params(), {}},
       {"adamw", adam_params(), {}},
       {"lamb",
-       {num("lr", 1e-3), flag("bias_correction", true), betas(0.9, 0.999), num("eps", 1e-8),
-        flag("eps_inside_sqrt", false), num("weight_decay", 0.0), num("max_grad_norm", 0.0),
+       {non_negative(num("lr", 1e-3)), flag("bias_correction", true), betas(0.9, 0.999),
+        non_negative(num("eps", 1e-8)), flag("eps_inside_sqrt", false),
+        non_negative(num("weight_decay", 0.0)), num("max_grad_norm", 0.0),
         num("max_coeff", 10.0), num("min_coeff", 0.01), flag("amsgrad", false)},
        {}},
       {"onebitadam", concat(onebit_common(), {integer("freeze_step", 100000)}), {}},
@@ -119,11 +138,13 @@ const std::vector<TypeSpec>& optimizer_specs() {
                num("factor_threshold", 0.1)}),
        {}},
       {"lion",
-       {num("lr", 1e-3), betas(0.9, 0.99), num("weight_decay", 0.0), flag("set_grad_none"),
+       {non_negative(num("lr", 1e-3)), betas(0.9, 0.99), non_negative(num("weight_decay", 0.0)),
+        flag("set_grad_none"),
         flag("fp32_optimizer_states")},
        {}},
       {"adagrad",
-       concat({num("lr", 1e-2), num("eps", 1e-10), num("weight_decay", 0.0), num("lr_decay"),
+       concat({non_negative(num("lr", 1e-2)), non_negative(num("eps", 1e-10)),
+               non_negative(num("weight_decay", 0.0)), num("lr_decay"),
                num("initial_accumulator_value"), flag("amsgrad"), flag("fp32_optimizer_states")},
               torch_flags()),
        {}},
@@ -132,8 +153,9 @@ const std::vector<TypeSpec>& optimizer_specs() {
       {"musgd", sgd_params(), {}},
       {"SGD", sgd_params(), {}},
       {"RMSprop",
-       concat({num("lr", 1e-2), num("alpha", 0.99), num("eps", 1e-8), num("weight_decay", 0.0),
-               num("momentum", 0.0), flag("centered", false)},
+       concat({non_negative(num("lr", 1e-2)), num("alpha", 0.99), non_negative(num("eps", 1e-8)),
+               non_negative(num("weight_decay", 0.0)), non_negative(num("momentum", 0.0)),
+               flag("centered", false)},
               torch_flags()),
        {}},
   };
@@ -194,12 +216,24 @@ const TypeSpec& find_type(const std::vector<TypeSpec>& specs, const ObjectReader
                     "; known: " + join(names));
 }
 
+// A number in the spec's range; the message names the range the way the spec bounds it.
+double to_ranged_number(const Json& v, const ParamSpec& spec, const std::string& path) {
+  if (!spec.hi_open) return ObjectReader::to_number(v, path, spec.lo, spec.hi);
+  const double d = v.is_number() ? v.get<double>() : ObjectReader::to_number(v, path, spec.lo, spec.hi);
+  if (!std::isfinite(d) || d < spec.lo || d >= spec.hi) {
+    std::ostringstream os;
+    os << "expected a number in [" << spec.lo << ", " << spec.hi << "), got " << describe(v);
+    fail_at(path, os.str());
+  }
+  return d;
+}
+
 ParamValue to_param_value(const Json& v, const ParamSpec& spec, const std::string& path) {
   if (v.is_string() && v.get<std::string>() == "auto") return ParamValue::auto_value();
   if (v.is_null()) return ParamValue::null_value();
   switch (spec.expect) {
     case Expect::kNumber:
-      return ParamValue::number(ObjectReader::to_number(v, path, -INFINITY, INFINITY));
+      return ParamValue::number(to_ranged_number(v, spec, path));
     case Expect::kInt:
       return ParamValue::number(static_cast<double>(ObjectReader::to_int(
           v, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())));
@@ -220,8 +254,7 @@ ParamValue to_param_value(const Json& v, const ParamSpec& spec, const std::strin
       if (!v.is_array()) fail_at(path, "expected a list of numbers, got " + describe(v));
       std::vector<double> items;
       for (size_t i = 0; i < v.size(); ++i) {
-        items.push_back(ObjectReader::to_number(v[i], path + "[" + std::to_string(i) + "]",
-                                                -INFINITY, INFINITY));
+        items.push_back(to_ranged_number(v[i], spec, path + "[" + std::to_string(i) + "]"));
       }
       return ParamValue::number_list(std::move(items));
     }
@@ -298,6 +331,17 @@ OrderedJson dump_params(const Params& params) {
 }
 
 }  // namespace
+
+std::optional<ParamValue> default_param(const std::string& section, const std::string& type,
+                                        const std::string& name) {
+  for (const TypeSpec& t : section == "optimizer" ? optimizer_specs() : scheduler_specs()) {
+    if (t.canonical != type) continue;
+    for (const ParamSpec& p : t.params) {
+      if (p.name == name && p.has_default && !p.fallback.is_null()) return p.fallback;
+    }
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string> known_optimizer_types() { return canonical_names(optimizer_specs()); }
 std::vector<std::string> known_scheduler_types() { return canonical_names(scheduler_specs()); }

@@ -4,6 +4,7 @@
 // Stateless functions; thread-safe.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -52,6 +53,18 @@ OrderedJson dump_flops_profiler_config(const FlopsProfilerConfig& profiler);
 
 AutotuningConfig parse_autotuning_config(const Json& node);
 OrderedJson dump_autotuning_config(const AutotuningConfig& autotuning);
+
+// Sets the dotted path of "path=value" in `root` (overrides.cc); ConfigError names the assignment.
+void apply_override(Json* root, const std::string& assignment);
+
+// DeepSpeed's default of an optimizer's or scheduler's parameter (`section` is "optimizer" or
+// "scheduler", `type` canonical), or null when it has none.
+std::optional<ParamValue> default_param(const std::string& section, const std::string& type,
+                                        const std::string& name);
+
+// Refuses, by JSON path, values of keys that select behaviour deepspeed-cpp implements one way only
+// (implemented_values.cc).
+void check_implemented_values(const Config& config);
 
 // Shared by the dump functions: an optional as its value or null.
 template <typename T>

@@ -64,7 +64,8 @@ TEST(ConfigDefaults, ZeroMatchDeepSpeed) {
   EXPECT_EQ(z.zero_hpz_partition_size, 1);
   EXPECT_EQ(z.mics_shard_size, -1);
   EXPECT_TRUE(z.memory_efficient_linear);
-  EXPECT_TRUE(z.use_multi_rank_bucket_allreduce);
+  EXPECT_FALSE(z.use_multi_rank_bucket_allreduce);  // ours: DeepSpeed's true is refused at stages 1/2
+  EXPECT_FALSE(z.override_module_apply);            // ours: DeepSpeed's true is refused at stage 3
   EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNone);
   EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
   EXPECT_EQ(z.offload_optimizer.ratio, 1.0);
@@ -92,7 +93,7 @@ TEST(ConfigDefaults, SectionsMatchDeepSpeed) {
   EXPECT_EQ(c.pipeline.partition, "best");
   EXPECT_TRUE(c.pipeline.pipe_partitioned);
   EXPECT_TRUE(c.pipeline.grad_partitioned);
-  EXPECT_EQ(c.checkpoint.tag_validation, TagValidation::kWarn);
+  EXPECT_EQ(c.checkpoint.tag_validation, TagValidation::kFail);  // ours; DeepSpeed's Warn is refused
   EXPECT_TRUE(c.comms_logger.prof_all);
   EXPECT_EQ(c.monitor.tensorboard.job_name, "DeepSpeedJobName");
   EXPECT_EQ(c.monitor.wandb.project, "deepspeed");
@@ -185,6 +186,19 @@ TEST(ConfigOptimizer, ParamsGettersNameThePath) {
   EXPECT_EQ(p.get_number("not_there", 7.0), 7.0);
 }
 
+TEST(ConfigOptimizer, NegativeLearningRateAndOutOfRangeParamsAreRefused) {
+  EXPECT_EQ(error_of(R"({"optimizer": {"type": "Adam", "params": {"lr": -0.001}}})"),
+            "optimizer.params.lr: expected a number >= 0, got -0.001");
+  EXPECT_EQ(error_of(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "weight_decay": -1}}})"),
+            "optimizer.params.weight_decay: expected a number >= 0, got -1");
+  EXPECT_EQ(error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}})"),
+            "optimizer.params.betas[1]: expected a number in [0, 1), got 1.0");
+  EXPECT_EQ(error_of(R"({"optimizer": {"type": "Lion", "params": {"betas": [-0.1, 0.99]}}})"),
+            "optimizer.params.betas[0]: expected a number in [0, 1), got -0.1");
+  // Zero is a valid learning rate (torch allows it: frozen training, or a schedule's start).
+  EXPECT_EQ(error_of(R"({"optimizer": {"type": "Adam", "params": {"lr": 0}}})"), "");
+}
+
 TEST(ConfigOptimizer, SchedulerIntegerParamsRejectFractions) {
   EXPECT_THAT(
       error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10.5}}})"),
@@ -220,13 +234,13 @@ TEST(ConfigFile, InvalidJsonNamesFileLineAndColumn) {
   const std::string path = ::testing::TempDir() + "ds_config_bad.json";
   {
     std::ofstream out(path);
-    out << "{\n  \"train_batch_size\": 8\n  \"fp16\": {}\n}\n";
+    out << "{\n  \"train_batch_size\": 8,\n  \"fp16\": ]\n}\n";
   }
   try {
     Config::from_file(path);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr(path + ":3:8: invalid JSON"));
+    EXPECT_THAT(e.what(), HasSubstr(path + ":3:11: invalid JSON: unexpected ']'"));
   }
   std::remove(path.c_str());
 }
@@ -236,7 +250,7 @@ TEST(ConfigDump, FillsEveryDefaultAndReloads) {
   std::string text = c.dump();
   EXPECT_THAT(text, HasSubstr("\"stage3_prefetch_bucket_size\": 50000000"));
   EXPECT_THAT(text, HasSubstr("\"initial_scale_power\": 16"));
-  EXPECT_THAT(text, HasSubstr("\"tag_validation\": \"Warn\""));
+  EXPECT_THAT(text, HasSubstr("\"tag_validation\": \"Fail\""));
   Config again = Config::from_string(text);
   EXPECT_EQ(again.dump(), text);
   EXPECT_EQ(c.dump(-1).find('\n'), std::string::npos);

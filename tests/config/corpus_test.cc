@@ -201,7 +201,8 @@ const std::map<std::string, ValidCase>& valid_cases() {
         [](const Config& c) {
           EXPECT_EQ(c.checkpoint.tag_validation, TagValidation::kFail);
           EXPECT_TRUE(c.checkpoint.load_universal);
-          EXPECT_TRUE(c.checkpoint.parallel_write_pipeline_stage);
+          EXPECT_FALSE(c.checkpoint.parallel_write_pipeline_stage);
+          EXPECT_FALSE(c.checkpoint.use_node_local_storage);
           EXPECT_EQ(*c.communication_data_type, DataType::kFp32);
           EXPECT_EQ(*c.data_types.grad_accum_dtype, DataType::kFp32);
           EXPECT_TRUE(c.bf16.immediate_grad_update);
@@ -217,6 +218,12 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_TRUE(c.zero.zero_quantized_gradients);
         }}},
       {"bfloat16_old_name", {1, [](const Config& c) { EXPECT_TRUE(c.bf16.enabled); }}},
+      {"trailing_commas_and_comments",
+       {1,
+        [](const Config& c) {
+          EXPECT_EQ(*c.train_batch_size, 8);
+          EXPECT_EQ(c.steps_per_print, 10);
+        }}},
       {"zero_bool_legacy",
        {1,
         [](const Config& c) {

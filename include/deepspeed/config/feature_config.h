@@ -1,6 +1,6 @@
 // Smaller runtime sections: `aio` (NVMe swap I/O), `activation_checkpointing`, `pipeline`,
 // `checkpoint`, `comms_logger`, the monitors (`tensorboard`, `csv_monitor`, `wandb`) and
-// `flops_profiler`. Defaults equal DeepSpeed's.
+// `flops_profiler`. Defaults equal DeepSpeed's except checkpoint.tag_validation (see there).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,9 @@ enum class TagValidation { kIgnore, kWarn, kFail };
 const char* to_string(TagValidation mode);  // "Ignore", "Warn", "Fail"
 
 struct CheckpointConfig {
-  TagValidation tag_validation = TagValidation::kWarn;
+  // DeepSpeed's default is Warn; deepspeed-cpp always checks the tag and fails on a mismatch, so
+  // this is Fail and Warn / Ignore are refused.
+  TagValidation tag_validation = TagValidation::kFail;
   bool load_universal = false;
   bool use_node_local_storage = false;
   bool parallel_write_pipeline_stage = false;  // JSON: parallel_write.pipeline_stage

@@ -3,7 +3,9 @@
 //
 // Field names follow DeepSpeed's DeepSpeedZeroConfig (e.g. `prefetch_bucket_size`, whose JSON key
 // is `stage3_prefetch_bucket_size`; both spellings are accepted as in DeepSpeed). Defaults equal
-// DeepSpeed's. Deprecated keys (`cpu_offload`, `cpu_offload_param`, `cpu_offload_use_pin_memory`,
+// DeepSpeed's, except where a field says otherwise: a key whose value selects behaviour we
+// implement one way only defaults to that way, and the other value is refused by name
+// (src/config/implemented_values.cc). Deprecated keys (`cpu_offload`, `cpu_offload_param`, `cpu_offload_use_pin_memory`,
 // `stage3_gather_fp16_weights_on_model_save`) are accepted and mapped onto their replacements.
 #pragma once
 
@@ -48,7 +50,9 @@ struct ZeroConfig {
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
   int64_t reduce_bucket_size = 500000000;  // 5e8 elements
-  bool use_multi_rank_bucket_allreduce = true;
+  // DeepSpeed's default is true; deepspeed-cpp reduces each rank's slice of a bucket to its owner
+  // (false), and refuses true where it would apply (stages 1 and 2 with reduce_scatter).
+  bool use_multi_rank_bucket_allreduce = false;
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500000000;  // 5e8 elements
   // DeepSpeed's default is "true for stage 3, false otherwise"; resolved at load time.
@@ -81,7 +85,9 @@ struct ZeroConfig {
   bool mics_hierarchical_params_gather = false;
   bool memory_efficient_linear = true;
   bool pipeline_loading_checkpoint = false;
-  bool override_module_apply = true;
+  // DeepSpeed's default is true; Module::apply cannot be intercepted in C++, so true is refused at
+  // stage 3.
+  bool override_module_apply = false;
   bool log_trace_cache_warnings = false;
   bool enable_sanity_checks = false;
 

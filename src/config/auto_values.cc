@@ -1,0 +1,222 @@
+// Config::resolve_auto: every "auto" outside the batch keys filled from what the program knows,
+// as DeepSpeed's Hugging Face integration fills it (transformers' integrations/deepspeed.py,
+// HfTrainerDeepSpeedConfig), or refused by name. See deepspeed/config/auto_values.h.
+#include <cmath>
+#include <functional>
+
+#include "config/sections.h"
+
+namespace deepspeed::config {
+namespace {
+
+const char kZero[] = "zero_optimization.";
+
+// Shortest text that reads back as `d` (integers without a fraction), as a JSON writer prints it.
+std::string number_text(double d) {
+  if (std::floor(d) == d && std::fabs(d) < 1e15) return std::to_string(static_cast<int64_t>(d));
+  return Json(d).dump();
+}
+
+std::string value_text(const ParamValue& v) {
+  if (v.kind() == ParamValue::Kind::kNumber) return number_text(v.number_value());
+  if (v.kind() == ParamValue::Kind::kNumberList) return Json(v.number_list_value()).dump();
+  return v.to_string();
+}
+
+std::string how_to_give(const std::string& field, const std::string& tool_flag) {
+  return "pass it as InitializeOptions::auto_values." + field + " (ds_check_config " + tool_flag +
+         ")";
+}
+
+// Resolves one "auto" at `path`; returns false with `why` (what to put instead) when it cannot.
+class Resolver {
+ public:
+  Resolver(Config& c, const AutoValues& known) : c_(c), known_(known) {}
+
+  std::vector<AutoResolution> done;
+
+  bool top_level(const std::string& path, std::string* why) {
+    const bool stage3 = c_.zero.stage == 3;
+    if (path == std::string(kZero) + "reduce_bucket_size") {
+      return from_hidden(path, why, [](int64_t h) { return h * h; }, "hidden_size^2",
+                         &c_.zero.reduce_bucket_size);
+    }
+    if (path == std::string(kZero) + "stage3_prefetch_bucket_size" && stage3) {
+      // The integration's own expression, int(0.9 * hidden_size * hidden_size), evaluated left to
+      // right in doubles as Python does, so both give the same integer.
+      return from_hidden(path, why, [](int64_t h) {
+        return static_cast<int64_t>(0.9 * static_cast<double>(h) * static_cast<double>(h));
+      }, "int(0.9 * hidden_size^2)", &c_.zero.prefetch_bucket_size);
+    }
+    if (path == std::string(kZero) + "stage3_param_persistence_threshold" && stage3) {
+      return from_hidden(path, why, [](int64_t h) { return 10 * h; }, "10 * hidden_size",
+                         &c_.zero.param_persistence_threshold);
+    }
+    if (path.rfind(std::string(kZero) + "stage3_", 0) == 0 && !stage3) {
+      add(path, stage3_value(path), "not used below stage 3: DeepSpeed's default kept");
+      return true;
+    }
+    if (path == "gradient_clipping") {
+      if (!known_.gradient_clipping) {
+        *why = "needs the clipping norm from the program: " +
+               how_to_give("gradient_clipping", "--set gradient_clipping=1.0") +
+               ", or put a number here (0 disables clipping)";
+        return false;
+      }
+      if (!std::isfinite(*known_.gradient_clipping) || *known_.gradient_clipping < 0) {
+        *why = "AutoValues::gradient_clipping must be a number >= 0, got " +
+               number_text(*known_.gradient_clipping);
+        return false;
+      }
+      c_.gradient_clipping = *known_.gradient_clipping;
+      add(path, number_text(c_.gradient_clipping), "AutoValues::gradient_clipping");
+      return true;
+    }
+    if (path == "fp16.enabled" || path == "bf16.enabled") {
+      *why = "Hugging Face's Trainer fills it from its --" + path.substr(0, 4) +
+             " flag, which deepspeed-cpp does not have; put true or false";
+      return false;
+    }
+    *why = "deepspeed-cpp has no value to fill it from; put a number, e.g. " +
+           std::to_string(int_default(path)) + " (DeepSpeed's default)";
+    return false;
+  }
+
+  bool param(const std::string& section, Params& params, const std::string& type,
+             const std::string& name, std::string* why) {
+    const std::string path = section + ".params." + name;
+    std::optional<double> value;
+    std::string how;
+    if (section == "optimizer" && name == "lr") {
+      value = known_.lr;
+      how = "AutoValues::lr";
+    } else if (section == "scheduler" && name == "warmup_max_lr") {
+      value = known_.lr;
+      how = "AutoValues::lr, as the integration fills it";
+      // Without one, the optimizer's own learning rate is the same number.
+      if (!value && c_.optimizer && c_.optimizer->params.has("lr") &&
+          c_.optimizer->params.values().at("lr").kind() == ParamValue::Kind::kNumber) {
+        value = c_.optimizer->params.get_number("lr", 0.0);
+        how = "optimizer.params.lr";
+      }
+    } else if (section == "scheduler" && name == "warmup_min_lr") {
+      value = 0.0;
+      how = "0, as the integration fills it";
+    } else if (section == "scheduler" && name == "total_num_steps") {
+      if (known_.total_num_steps) value = static_cast<double>(*known_.total_num_steps);
+      how = "AutoValues::total_num_steps (InitializeOptions::total_steps)";
+    } else {
+      const std::optional<ParamValue> fallback = default_param(section, type, name);
+      *why = "deepspeed-cpp has no value to fill it from; put " +
+             (fallback ? "a value, e.g. " + value_text(*fallback) + " (DeepSpeed's default)"
+                       : std::string("a value"));
+      return false;
+    }
+    if (!value) {
+      const bool steps = name == "total_num_steps";
+      *why = steps ? "needs the run's optimizer steps: pass InitializeOptions::total_steps (or "
+                     "auto_values.total_num_steps; ds_check_config --set " + path + "=N), or put "
+                     "a number here"
+                   : "needs the learning rate from the program: " +
+                         how_to_give("lr", "--set " + path + "=3e-4") + ", or put a number here";
+      return false;
+    }
+    if (!std::isfinite(*value) || *value < 0) {
+      *why = how + " must be a number >= 0, got " + number_text(*value);
+      return false;
+    }
+    params.set(name, ParamValue::number(*value));
+    add(path, number_text(*value), how);
+    return true;
+  }
+
+ private:
+  void add(const std::string& path, const std::string& value, const std::string& how) {
+    done.push_back(AutoResolution{path, value, how});
+  }
+
+  bool from_hidden(const std::string& path, std::string* why,
+                   const std::function<int64_t(int64_t)>& formula, const std::string& name,
+                   int64_t* out) {
+    if (!known_.hidden_size) {
+      *why = "needs the model's hidden size: " + how_to_give("hidden_size", "--hidden_size N") +
+             ", or put a number here";
+      return false;
+    }
+    const int64_t h = *known_.hidden_size;
+    if (h < 1 || h > 3000000000LL) {  // h^2 must fit in int64
+      *why = "AutoValues::hidden_size must be in 1..3000000000, got " + std::to_string(h);
+      return false;
+    }
+    *out = formula(h);
+    add(path, std::to_string(*out), name + ", hidden_size " + std::to_string(h));
+    return true;
+  }
+
+  int64_t* stage3_field(const std::string& path) {
+    const std::string key = path.substr(std::string(kZero).size());
+    if (key == "stage3_prefetch_bucket_size") return &c_.zero.prefetch_bucket_size;
+    if (key == "stage3_param_persistence_threshold") return &c_.zero.param_persistence_threshold;
+    if (key == "stage3_model_persistence_threshold") return &c_.zero.model_persistence_threshold;
+    if (key == "stage3_max_live_parameters") return &c_.zero.max_live_parameters;
+    if (key == "stage3_max_reuse_distance") return &c_.zero.max_reuse_distance;
+    return nullptr;
+  }
+
+  std::string stage3_value(const std::string& path) {
+    const int64_t* field = stage3_field(path);
+    return field ? std::to_string(*field) : "?";
+  }
+
+  // DeepSpeed's default of an integer "auto" key we cannot fill (the field still holds it).
+  int64_t int_default(const std::string& path) {
+    if (const int64_t* field = stage3_field(path)) return *field;
+    if (path == std::string(kZero) + "allgather_bucket_size") return c_.zero.allgather_bucket_size;
+    return 0;
+  }
+
+  Config& c_;
+  const AutoValues& known_;
+};
+
+}  // namespace
+
+std::vector<AutoResolution> Config::resolve_auto(const AutoValues& known) {
+  Config next = *this;
+  Resolver r(next, known);
+  std::vector<std::pair<std::string, std::string>> refused;  // path, what to put instead
+  for (const std::string& path : auto_keys_) {
+    std::string why;
+    if (r.top_level(path, &why)) {
+      next.clear_auto(path);
+    } else {
+      refused.emplace_back(path, why);
+    }
+  }
+  auto resolve_params = [&](const std::string& section, auto& section_config) {
+    if (!section_config) return;
+    const Params params(section_config->params);  // named: values() refers into it
+    for (const auto& [name, value] : params.values()) {
+      if (!value.is_auto()) continue;
+      std::string why;
+      if (!r.param(section, section_config->params, section_config->type, name, &why)) {
+        refused.emplace_back(section + ".params." + name, why);
+      }
+    }
+  };
+  resolve_params("optimizer", next.optimizer);
+  resolve_params("scheduler", next.scheduler);
+  if (!refused.empty()) {
+    std::string message = refused[0].first + ": \"auto\" " + refused[0].second;
+    if (refused.size() > 1) {
+      message += " (also \"auto\":";
+      for (size_t i = 1; i < refused.size(); ++i) message += (i > 1 ? ", " : " ") + refused[i].first;
+      message += ")";
+    }
+    throw ConfigError(message);
+  }
+  *this = std::move(next);
+  return r.done;
+}
+
+}  // namespace deepspeed::config
