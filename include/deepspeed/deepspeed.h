@@ -57,6 +57,9 @@ struct InitializeOptions {
   std::shared_ptr<runtime::LrScheduler> lr_scheduler;
   // Optimizer steps the run will take, if known: the step log then shows progress (`step 40/200 (20%)`).
   int64_t total_steps = 0;
+  // What fills the config's "auto" values, as Hugging Face's integration fills them: hidden_size for the ZeRO bucket
+  // sizes, lr, gradient_clipping (total_num_steps defaults to total_steps). Any other "auto" is an error naming it.
+  config::AutoValues auto_values;
   // Tokens in one sample (the sequence length of a language model), if the model has tokens: the step log and the
   // monitors then report tokens/s as well (samples/s x this).
   int64_t tokens_per_sample = 0;

@@ -146,6 +146,9 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
              "initialize: norm_excluded_params needs a model_parallel_group of more than one rank");
   DS_CHECK_T(ConfigError, !model_parallel_.is_member() || config_.zero.stage <= 1,
              "initialize: a model_parallel_group works with zero_optimization.stage 0 or 1, got ", config_.zero.stage);
+  config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
+  if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
+  config_.resolve_auto(known);
   config_.resolve_batch(world_.size());
   runtime::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
