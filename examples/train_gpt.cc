@@ -6,8 +6,8 @@
 //   final step=<N> loss=<float> params_l2=<float> tokens_per_s=<float> peak_rss_mb=<float>
 //
 // --pipe_stages P trains the same GPT split into layers (models/gpt_pipe.h) as a P-stage pipeline, data parallel over
-// the remaining ranks (train_gpt_pipe.cc). Its layers are seeded one by one, so its initial values differ from the
-// unsplit GPT's, but every P (1 included) starts from the same values and trains the same model.
+// the remaining ranks (train_gpt_pipe.cc). Both paths seed each layer with --seed + its index (GPTConfig::init_seed),
+// so every P starts from the plain run's values and trains the same model.
 //
 // --moe_experts E [--ep_size K --top_k k ...] makes the MLP of every other block a Mixture of Experts (models/gpt_moe.h),
 // its experts split over K ranks; the loss includes the load-balancing term.
@@ -113,6 +113,7 @@ int train(const Args& args) {
   deepspeed::models::GPTConfig model_cfg = args.model;
   model_cfg.tied_head = !args.untied_head;
   model_cfg.moe.seed = static_cast<uint64_t>(args.seed);
+  model_cfg.init_seed = static_cast<uint64_t>(args.seed);  // the pipeline path's layer seeds (--pipe_stages)
   // ZeRO stage 3: every block is a unit, partitioned as soon as it is built (no rank ever holds the whole model).
   // (Not MoE blocks, which are not units: with ep_size > 1 initialize() names stage 3 as unsupported; at ep_size 1
   // the model trains at stage 3 unpartitioned.)

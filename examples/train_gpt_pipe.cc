@@ -50,14 +50,17 @@ double model_params_sq(const dsp::PipelineModule& module, int data_rank) {
 
 int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   const int rank = deepspeed::comm::get_rank();
+  at::manual_seed(static_cast<uint64_t>(args.seed));  // as the plain path (dropout draws from the global generator)
   deepspeed::models::GPTConfig model_cfg = args.model;
   model_cfg.tied_head = !args.untied_head;
+  // Each layer from its own generator, seeded as the plain path seeds GPT's layers: every stage count trains the
+  // model plain train_gpt trains.
+  model_cfg.init_seed = static_cast<uint64_t>(args.seed);
 
   dsp::PipelineModuleOptions o;
   o.layers = deepspeed::models::gpt_pipeline_layers(model_cfg);
   o.num_stages = args.pipe_stages;
   o.loss_fn = deepspeed::models::gpt_pipeline_loss;
-  o.base_seed = static_cast<uint64_t>(args.seed);  // every stage count builds the same initial model
   dsp::PipelineModule module(o);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
