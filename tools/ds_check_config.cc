@@ -69,16 +69,18 @@ int main(int argc, char** argv) {
     std::vector<std::string> lines;
     for (const std::string& path : auto_paths(as_written)) {
       for (const std::string& o : overrides) {
-        if (override_path(o) == path) lines.push_back(path + " = " + o.substr(path.size() + 1) + " (--set)");
+        if (override_path(o) == path)
+          lines.push_back(path + " = " + o.substr(path.size() + 1) + " (--set)");
       }
     }
     for (const std::string& key : as_written.auto_batch_keys()) {
       bool set = false;
       for (const std::string& o : overrides) set = set || override_path(o) == key;
       if (set) continue;
-      const int64_t value = key == "train_batch_size"    ? *config.train_batch_size
-                            : key == "gradient_accumulation_steps" ? *config.gradient_accumulation_steps
-                                                                 : *config.train_micro_batch_size_per_gpu;
+      const int64_t value = key == "train_batch_size" ? *config.train_batch_size
+                            : key == "gradient_accumulation_steps"
+                                ? *config.gradient_accumulation_steps
+                                : *config.train_micro_batch_size_per_gpu;
       lines.push_back(key + " = " + std::to_string(value) + " (batch arithmetic, world size " +
                       std::to_string(world_size) + ")");
     }

@@ -38,19 +38,23 @@ class Resolver {
   bool top_level(const std::string& path, std::string* why) {
     const bool stage3 = c_.zero.stage == 3;
     if (path == std::string(kZero) + "reduce_bucket_size") {
-      return from_hidden(path, why, [](int64_t h) { return h * h; }, "hidden_size^2",
-                         &c_.zero.reduce_bucket_size);
+      return from_hidden(
+          path, why, [](int64_t h) { return h * h; }, "hidden_size^2", &c_.zero.reduce_bucket_size);
     }
     if (path == std::string(kZero) + "stage3_prefetch_bucket_size" && stage3) {
       // The integration's own expression, int(0.9 * hidden_size * hidden_size), evaluated left to
       // right in doubles as Python does, so both give the same integer.
-      return from_hidden(path, why, [](int64_t h) {
-        return static_cast<int64_t>(0.9 * static_cast<double>(h) * static_cast<double>(h));
-      }, "int(0.9 * hidden_size^2)", &c_.zero.prefetch_bucket_size);
+      return from_hidden(
+          path, why,
+          [](int64_t h) {
+            return static_cast<int64_t>(0.9 * static_cast<double>(h) * static_cast<double>(h));
+          },
+          "int(0.9 * hidden_size^2)", &c_.zero.prefetch_bucket_size);
     }
     if (path == std::string(kZero) + "stage3_param_persistence_threshold" && stage3) {
-      return from_hidden(path, why, [](int64_t h) { return 10 * h; }, "10 * hidden_size",
-                         &c_.zero.param_persistence_threshold);
+      return from_hidden(
+          path, why, [](int64_t h) { return 10 * h; }, "10 * hidden_size",
+          &c_.zero.param_persistence_threshold);
     }
     if (path.rfind(std::string(kZero) + "stage3_", 0) == 0 && !stage3) {
       add(path, stage3_value(path), "not used below stage 3: DeepSpeed's default kept");
@@ -115,8 +119,10 @@ class Resolver {
     if (!value) {
       const bool steps = name == "total_num_steps";
       *why = steps ? "needs the run's optimizer steps: pass InitializeOptions::total_steps (or "
-                     "auto_values.total_num_steps; ds_check_config --set " + path + "=N), or put "
-                     "a number here"
+                     "auto_values.total_num_steps; ds_check_config --set " +
+                         path +
+                         "=N), or put "
+                         "a number here"
                    : "needs the learning rate from the program: " +
                          how_to_give("lr", "--set " + path + "=3e-4") + ", or put a number here";
       return false;
@@ -210,7 +216,8 @@ std::vector<AutoResolution> Config::resolve_auto(const AutoValues& known) {
     std::string message = refused[0].first + ": \"auto\" " + refused[0].second;
     if (refused.size() > 1) {
       message += " (also \"auto\":";
-      for (size_t i = 1; i < refused.size(); ++i) message += (i > 1 ? ", " : " ") + refused[i].first;
+      for (size_t i = 1; i < refused.size(); ++i)
+        message += (i > 1 ? ", " : " ") + refused[i].first;
       message += ")";
     }
     throw ConfigError(message);

@@ -232,9 +232,11 @@ void Config::resolve_batch(int world_size) {
     const std::string key = auto_batch_keys_.count("train_micro_batch_size_per_gpu")
                                 ? "train_micro_batch_size_per_gpu"
                                 : "train_batch_size";
-    throw ConfigError(key + ": \"auto\" is filled by Hugging Face's Trainer, which deepspeed-cpp "
+    throw ConfigError(key +
+                      ": \"auto\" is filled by Hugging Face's Trainer, which deepspeed-cpp "
                       "does not have, and the other batch keys cannot solve it; give a number "
-                      "(ds_check_config: --set " + key + "=N)");
+                      "(ds_check_config: --set " +
+                      key + "=N)");
   }
   BatchSizes b = resolve_batch_sizes(train_batch_size, train_micro_batch_size_per_gpu,
                                      gradient_accumulation_steps, world_size);

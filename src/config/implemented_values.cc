@@ -72,9 +72,10 @@ void check_implemented_values(const Config& c) {
             std::string("\"") + to_string(c.seq_parallel_communication_data_type) +
                 "\" is not implemented: deepspeed-cpp has no Ulysses sequence parallelism; set "
                 "\"fp32\" or remove the key");
-  refuse_if(c.zero_allow_untested_optimizer && c.zero.stage > 0, "zero_allow_untested_optimizer",
-            "true is not implemented: ZeRO runs only the optimizers named in the config's "
-            "`optimizer` section (a client optimizer works at stage 0); set false or remove the key");
+  refuse_if(
+      c.zero_allow_untested_optimizer && c.zero.stage > 0, "zero_allow_untested_optimizer",
+      "true is not implemented: ZeRO runs only the optimizers named in the config's "
+      "`optimizer` section (a client optimizer works at stage 0); set false or remove the key");
   refuse_if(!c.zero_force_ds_cpu_optimizer && c.zero.offload_optimizer.enabled(),
             "zero_force_ds_cpu_optimizer",
             "false is not implemented: an offloaded optimizer always runs deepspeed-cpp's own CPU "

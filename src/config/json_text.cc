@@ -55,7 +55,9 @@ class TextParser {
  private:
   bool at_end() const { return pos_ >= t_.size(); }
   char peek() const { return t_[pos_]; }
-  bool starts_with(size_t at, const char* s) const { return t_.compare(at, std::strlen(s), s) == 0; }
+  bool starts_with(size_t at, const char* s) const {
+    return t_.compare(at, std::strlen(s), s) == 0;
+  }
 
   [[noreturn]] void fail(size_t at, const std::string& message) const {
     fail_plain(at, "invalid JSON: " + message);
@@ -131,7 +133,8 @@ class TextParser {
   }
 
   Json parse_value(const std::string& path, int depth) {
-    if (depth > kMaxDepth) fail(pos_, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth > kMaxDepth)
+      fail(pos_, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (at_end()) fail(pos_, "expected a value, got end of file");
     const char c = peek();
     if (c == '{') return parse_object(path, depth + 1);
@@ -231,8 +234,10 @@ class TextParser {
     int64_t v = 0;
     for (size_t i = at; i < at + 4; ++i) {
       const char c = t_[i];
-      const int d = is_digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                          : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+      const int d = is_digit(c)              ? c - '0'
+                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                             : -1;
       if (d < 0) return -1;
       v = v * 16 + d;
     }
@@ -260,21 +265,12 @@ class TextParser {
       }
       if (pos_ + 1 >= t_.size()) fail(open, "unterminated string");
       const char e = t_[pos_ + 1];
-      const char* simple = nullptr;
-      switch (e) {
-        case '"': simple = "\""; break;
-        case '\\': simple = "\\"; break;
-        case '/': simple = "/"; break;
-        case '\'': simple = "'"; break;
-        case 'b': simple = "\b"; break;
-        case 'f': simple = "\f"; break;
-        case 'n': simple = "\n"; break;
-        case 'r': simple = "\r"; break;
-        case 't': simple = "\t"; break;
-        default: break;
-      }
-      if (simple) {
-        out += simple;
+      // JSON's one-letter escapes, plus hjson's \' (an apostrophe).
+      static const char kEscaped[] = "\"\\/'bfnrt";
+      static const char kMeaning[] = "\"\\/'\b\f\n\r\t";
+      const char* known = e == '\0' ? nullptr : std::strchr(kEscaped, e);
+      if (known) {
+        out += kMeaning[known - kEscaped];
         pos_ += 2;
         continue;
       }

@@ -93,26 +93,30 @@ std::vector<ParamSpec> torch_flags() {
 
 std::vector<ParamSpec> adam_params() {
   return concat({non_negative(num("lr", 1e-3)), betas(0.9, 0.999), non_negative(num("eps", 1e-8)),
-                 non_negative(num("weight_decay", 0.0)),
-                 flag("bias_correction", true), flag("amsgrad", false), flag("adam_w_mode", true),
-                 flag("torch_adam", false), flag("fp32_optimizer_states"), flag("set_grad_none"),
-                 num("max_grad_norm")},
+                 non_negative(num("weight_decay", 0.0)), flag("bias_correction", true),
+                 flag("amsgrad", false), flag("adam_w_mode", true), flag("torch_adam", false),
+                 flag("fp32_optimizer_states"), flag("set_grad_none"), num("max_grad_norm")},
                 torch_flags());
 }
 
 std::vector<ParamSpec> onebit_common() {
-  return {non_negative(num("lr", 1e-3)), flag("bias_correction", true),  betas(0.9, 0.999),
-          non_negative(num("eps", 1e-8)), flag("eps_inside_sqrt", false),
+  return {non_negative(num("lr", 1e-3)),
+          flag("bias_correction", true),
+          betas(0.9, 0.999),
+          non_negative(num("eps", 1e-8)),
+          flag("eps_inside_sqrt", false),
           non_negative(num("weight_decay", 0.0)),
-          num("max_grad_norm", 0.0), flag("amsgrad", false),         flag("cuda_aware", false),
+          num("max_grad_norm", 0.0),
+          flag("amsgrad", false),
+          flag("cuda_aware", false),
           text("comm_backend_name")};
 }
 
 std::vector<ParamSpec> sgd_params() {
-  return concat({non_negative(num("lr", 1e-3)), non_negative(num("momentum", 0.0)),
-                 num("dampening", 0.0), non_negative(num("weight_decay", 0.0)),
-                 flag("nesterov", false)},
-                torch_flags());
+  return concat(
+      {non_negative(num("lr", 1e-3)), non_negative(num("momentum", 0.0)), num("dampening", 0.0),
+       non_negative(num("weight_decay", 0.0)), flag("nesterov", false)},
+      torch_flags());
 }
 
 const std::vector<TypeSpec>& optimizer_specs() {
@@ -122,8 +126,8 @@ const std::vector<TypeSpec>& optimizer_specs() {
       {"lamb",
        {non_negative(num("lr", 1e-3)), flag("bias_correction", true), betas(0.9, 0.999),
         non_negative(num("eps", 1e-8)), flag("eps_inside_sqrt", false),
-        non_negative(num("weight_decay", 0.0)), num("max_grad_norm", 0.0),
-        num("max_coeff", 10.0), num("min_coeff", 0.01), flag("amsgrad", false)},
+        non_negative(num("weight_decay", 0.0)), num("max_grad_norm", 0.0), num("max_coeff", 10.0),
+        num("min_coeff", 0.01), flag("amsgrad", false)},
        {}},
       {"onebitadam", concat(onebit_common(), {integer("freeze_step", 100000)}), {}},
       {"zerooneadam",
@@ -139,8 +143,7 @@ const std::vector<TypeSpec>& optimizer_specs() {
        {}},
       {"lion",
        {non_negative(num("lr", 1e-3)), betas(0.9, 0.99), non_negative(num("weight_decay", 0.0)),
-        flag("set_grad_none"),
-        flag("fp32_optimizer_states")},
+        flag("set_grad_none"), flag("fp32_optimizer_states")},
        {}},
       {"adagrad",
        concat({non_negative(num("lr", 1e-2)), non_negative(num("eps", 1e-10)),
@@ -219,7 +222,8 @@ const TypeSpec& find_type(const std::vector<TypeSpec>& specs, const ObjectReader
 // A number in the spec's range; the message names the range the way the spec bounds it.
 double to_ranged_number(const Json& v, const ParamSpec& spec, const std::string& path) {
   if (!spec.hi_open) return ObjectReader::to_number(v, path, spec.lo, spec.hi);
-  const double d = v.is_number() ? v.get<double>() : ObjectReader::to_number(v, path, spec.lo, spec.hi);
+  const double d =
+      v.is_number() ? v.get<double>() : ObjectReader::to_number(v, path, spec.lo, spec.hi);
   if (!std::isfinite(d) || d < spec.lo || d >= spec.hi) {
     std::ostringstream os;
     os << "expected a number in [" << spec.lo << ", " << spec.hi << "), got " << describe(v);

@@ -16,7 +16,8 @@ void apply_override(Json* root, const std::string& assignment) {
   while (true) {
     const size_t dot = path.find('.', start);
     keys.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (keys.back().empty()) throw ConfigError(where + ": empty key in the dotted path '" + path + "'");
+    if (keys.back().empty())
+      throw ConfigError(where + ": empty key in the dotted path '" + path + "'");
     if (dot == std::string::npos) break;
     start = dot + 1;
   }

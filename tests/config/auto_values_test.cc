@@ -35,8 +35,8 @@ TEST(AutoValues, BucketSizesFromHiddenSizeAsTheIntegration) {
   AutoValues known;
   known.hidden_size = 1000;
   const auto done = c.resolve_auto(known);
-  EXPECT_EQ(c.zero.reduce_bucket_size, 1000000);          // hidden^2
-  EXPECT_EQ(c.zero.prefetch_bucket_size, 900000);         // int(0.9 * hidden^2)
+  EXPECT_EQ(c.zero.reduce_bucket_size, 1000000);         // hidden^2
+  EXPECT_EQ(c.zero.prefetch_bucket_size, 900000);        // int(0.9 * hidden^2)
   EXPECT_EQ(c.zero.param_persistence_threshold, 10000);  // 10 * hidden
   EXPECT_TRUE(c.auto_keys().empty());
   ASSERT_EQ(done.size(), 3u);
@@ -94,11 +94,11 @@ TEST(AutoValues, Stage3KeysWithoutAFormulaAreRefusedAtStage3) {
   EXPECT_EQ(resolve_error(c, {}),
             "zero_optimization.stage3_max_live_parameters: \"auto\" deepspeed-cpp has no value to "
             "fill it from; put a number, e.g. 1000000000 (DeepSpeed's default)");
-  EXPECT_THAT(resolve_error(Config::from_string(
-                                R"({"zero_optimization": {"allgather_bucket_size": "auto"}})"),
-                            {}),
-              StartsWith("zero_optimization.allgather_bucket_size: \"auto\" deepspeed-cpp has no "
-                         "value to fill it from; put a number, e.g. 500000000"));
+  EXPECT_THAT(
+      resolve_error(
+          Config::from_string(R"({"zero_optimization": {"allgather_bucket_size": "auto"}})"), {}),
+      StartsWith("zero_optimization.allgather_bucket_size: \"auto\" deepspeed-cpp has no "
+                 "value to fill it from; put a number, e.g. 500000000"));
 }
 
 TEST(AutoValues, ClippingAndLearningRateFromTheProgram) {
@@ -125,15 +125,15 @@ TEST(AutoValues, ClippingAndLearningRateMissingAreRefused) {
   EXPECT_THAT(resolve_error(Config::from_string(R"({"gradient_clipping": "auto"})"), {}),
               StartsWith("gradient_clipping: \"auto\" needs the clipping norm from the program"));
   EXPECT_THAT(
-      resolve_error(Config::from_string(R"({"optimizer": {"type": "Adam", "params": {"lr": "auto"}}})"),
-                    {}),
+      resolve_error(
+          Config::from_string(R"({"optimizer": {"type": "Adam", "params": {"lr": "auto"}}})"), {}),
       StartsWith("optimizer.params.lr: \"auto\" needs the learning rate from the program"));
   AutoValues negative;
   negative.lr = -1e-3;
-  EXPECT_THAT(
-      resolve_error(Config::from_string(R"({"optimizer": {"type": "Adam", "params": {"lr": "auto"}}})"),
-                    negative),
-      HasSubstr("must be a number >= 0, got -0.001"));
+  EXPECT_THAT(resolve_error(Config::from_string(
+                                R"({"optimizer": {"type": "Adam", "params": {"lr": "auto"}}})"),
+                            negative),
+              HasSubstr("must be a number >= 0, got -0.001"));
 }
 
 TEST(AutoValues, EverythingElseIsRefusedWithWhatToPut) {
@@ -166,10 +166,11 @@ TEST(AutoBatch, AllAutoBatchSaysSoInsteadOfMustBeGiven) {
     c.resolve_batch(2);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "train_micro_batch_size_per_gpu: \"auto\" is filled by Hugging Face's Trainer, "
-                 "which deepspeed-cpp does not have, and the other batch keys cannot solve it; give "
-                 "a number (ds_check_config: --set train_micro_batch_size_per_gpu=N)");
+    EXPECT_STREQ(
+        e.what(),
+        "train_micro_batch_size_per_gpu: \"auto\" is filled by Hugging Face's Trainer, "
+        "which deepspeed-cpp does not have, and the other batch keys cannot solve it; give "
+        "a number (ds_check_config: --set train_micro_batch_size_per_gpu=N)");
   }
   // Absent keys keep the old message.
   EXPECT_THROW(Config::from_string("{}").resolve_batch(1), ConfigError);
@@ -185,13 +186,13 @@ TEST(ConfigOverrides, SetValuesBeforeValidation) {
   const std::string path = dir.file("hf.json");
   std::ofstream(path) << R"({"train_micro_batch_size_per_gpu": "auto",
                              "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})";
-  Config c = Config::from_file(path, {"train_micro_batch_size_per_gpu=4", "optimizer.params.lr=3e-4",
-                                      "zero_optimization.stage=2", "optimizer.type=Adam",
-                                      "optimizer.params.betas=[0.8, 0.9]"});
+  Config c = Config::from_file(path, {"train_micro_batch_size_per_gpu=4",
+                                      "optimizer.params.lr=3e-4", "zero_optimization.stage=2",
+                                      "optimizer.type=Adam", "optimizer.params.betas=[0.8, 0.9]"});
   EXPECT_EQ(*c.train_micro_batch_size_per_gpu, 4);
   EXPECT_EQ(c.optimizer->params.get_number("lr", 0), 3e-4);
-  EXPECT_EQ(c.zero.stage, 2);               // a new section is created on the way
-  EXPECT_EQ(c.optimizer->type, "adam");     // a plain string needs no JSON quotes
+  EXPECT_EQ(c.zero.stage, 2);            // a new section is created on the way
+  EXPECT_EQ(c.optimizer->type, "adam");  // a plain string needs no JSON quotes
   EXPECT_EQ(c.optimizer->params.get_number_list("betas", {}), (std::vector<double>{0.8, 0.9}));
   EXPECT_TRUE(c.auto_batch_keys().empty());
 }
@@ -209,8 +210,10 @@ TEST(ConfigOverrides, BadOverridesAreNamed) {
     return std::string();
   };
   EXPECT_EQ(error("train_batch_size"), "--set train_batch_size: expected KEY=VALUE");
-  EXPECT_EQ(error("fp16..enabled=true"), "--set fp16..enabled=true: empty key in the dotted path 'fp16..enabled'");
-  EXPECT_EQ(error("train_batch_size.x=1"), "--set train_batch_size.x=1: train_batch_size is 8, not an object");
+  EXPECT_EQ(error("fp16..enabled=true"),
+            "--set fp16..enabled=true: empty key in the dotted path 'fp16..enabled'");
+  EXPECT_EQ(error("train_batch_size.x=1"),
+            "--set train_batch_size.x=1: train_batch_size is 8, not an object");
   // Values are validated like the file's own.
   EXPECT_EQ(error("zero_optimization.stage=7"),
             "zero_optimization.stage: expected an integer in 0..3, got 7");

@@ -64,8 +64,9 @@ TEST(ConfigDefaults, ZeroMatchDeepSpeed) {
   EXPECT_EQ(z.zero_hpz_partition_size, 1);
   EXPECT_EQ(z.mics_shard_size, -1);
   EXPECT_TRUE(z.memory_efficient_linear);
-  EXPECT_FALSE(z.use_multi_rank_bucket_allreduce);  // ours: DeepSpeed's true is refused at stages 1/2
-  EXPECT_FALSE(z.override_module_apply);            // ours: DeepSpeed's true is refused at stage 3
+  EXPECT_FALSE(
+      z.use_multi_rank_bucket_allreduce);  // ours: DeepSpeed's true is refused at stages 1/2
+  EXPECT_FALSE(z.override_module_apply);   // ours: DeepSpeed's true is refused at stage 3
   EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNone);
   EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
   EXPECT_EQ(z.offload_optimizer.ratio, 1.0);
@@ -93,7 +94,8 @@ TEST(ConfigDefaults, SectionsMatchDeepSpeed) {
   EXPECT_EQ(c.pipeline.partition, "best");
   EXPECT_TRUE(c.pipeline.pipe_partitioned);
   EXPECT_TRUE(c.pipeline.grad_partitioned);
-  EXPECT_EQ(c.checkpoint.tag_validation, TagValidation::kFail);  // ours; DeepSpeed's Warn is refused
+  EXPECT_EQ(c.checkpoint.tag_validation,
+            TagValidation::kFail);  // ours; DeepSpeed's Warn is refused
   EXPECT_TRUE(c.comms_logger.prof_all);
   EXPECT_EQ(c.monitor.tensorboard.job_name, "DeepSpeedJobName");
   EXPECT_EQ(c.monitor.wandb.project, "deepspeed");
@@ -189,8 +191,9 @@ TEST(ConfigOptimizer, ParamsGettersNameThePath) {
 TEST(ConfigOptimizer, NegativeLearningRateAndOutOfRangeParamsAreRefused) {
   EXPECT_EQ(error_of(R"({"optimizer": {"type": "Adam", "params": {"lr": -0.001}}})"),
             "optimizer.params.lr: expected a number >= 0, got -0.001");
-  EXPECT_EQ(error_of(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "weight_decay": -1}}})"),
-            "optimizer.params.weight_decay: expected a number >= 0, got -1");
+  EXPECT_EQ(
+      error_of(R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "weight_decay": -1}}})"),
+      "optimizer.params.weight_decay: expected a number >= 0, got -1");
   EXPECT_EQ(error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}})"),
             "optimizer.params.betas[1]: expected a number in [0, 1), got 1.0");
   EXPECT_EQ(error_of(R"({"optimizer": {"type": "Lion", "params": {"betas": [-0.1, 0.99]}}})"),

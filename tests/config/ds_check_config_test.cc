@@ -38,7 +38,8 @@ const std::string kHf = kCorpus + "/tool/hf_all_auto.json";
 // Everything the Trainer would fill that a hidden size cannot.
 const std::string kHfSets =
     " --set train_micro_batch_size_per_gpu=4 --set gradient_clipping=1.0"
-    " --set fp16.enabled=false --set optimizer.params.lr=3e-4 --set optimizer.params.betas=[0.9,0.95]"
+    " --set fp16.enabled=false --set optimizer.params.lr=3e-4 --set "
+    "optimizer.params.betas=[0.9,0.95]"
     " --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.01"
     " --set scheduler.params.warmup_num_steps=100";
 
@@ -55,9 +56,11 @@ TEST(DsCheckConfig, AllAutoHuggingFaceConfigResolvesWithSetAndHiddenSize) {
   ASSERT_EQ(r.status, 0) << r.output;
   // How each "auto" became what it is, one line each.
   EXPECT_THAT(r.output, HasSubstr("\"auto\" train_micro_batch_size_per_gpu = 4 (--set)"));
-  EXPECT_THAT(r.output, HasSubstr("\"auto\" train_batch_size = 8 (batch arithmetic, world size 2)"));
   EXPECT_THAT(r.output,
-              HasSubstr("\"auto\" gradient_accumulation_steps = 1 (batch arithmetic, world size 2)"));
+              HasSubstr("\"auto\" train_batch_size = 8 (batch arithmetic, world size 2)"));
+  EXPECT_THAT(
+      r.output,
+      HasSubstr("\"auto\" gradient_accumulation_steps = 1 (batch arithmetic, world size 2)"));
   EXPECT_THAT(r.output, HasSubstr("\"auto\" zero_optimization.reduce_bucket_size = 4096 "
                                   "(hidden_size^2, hidden_size 64)"));
   EXPECT_THAT(r.output, HasSubstr("\"auto\" zero_optimization.stage3_prefetch_bucket_size = 3686 "
@@ -75,7 +78,8 @@ TEST(DsCheckConfig, AllAutoHuggingFaceConfigResolvesWithSetAndHiddenSize) {
   // The only "auto" left is pipeline.stages, DeepSpeed's own (taken from the PipelineModule).
   const std::string json = r.output.substr(r.output.find("\n{"));
   size_t autos = 0;
-  for (size_t at = json.find(": \"auto\""); at != std::string::npos; at = json.find(": \"auto\"", at + 1)) {
+  for (size_t at = json.find(": \"auto\""); at != std::string::npos;
+       at = json.find(": \"auto\"", at + 1)) {
     ++autos;
   }
   EXPECT_EQ(autos, 1u);
@@ -86,8 +90,9 @@ TEST(DsCheckConfig, AutoLeftOverIsNamedOnOneLine) {
   // Without --hidden_size the bucket sizes stay "auto": refused by name, exit 1, one line.
   const ToolRun r = run_tool(kHf + kHfSets);
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.output, HasSubstr("hf_all_auto.json: zero_optimization.reduce_bucket_size: \"auto\" "
-                                  "needs the model's hidden size"));
+  EXPECT_THAT(r.output,
+              HasSubstr("hf_all_auto.json: zero_optimization.reduce_bucket_size: \"auto\" "
+                        "needs the model's hidden size"));
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1);
 }
 

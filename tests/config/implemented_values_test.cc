@@ -40,9 +40,11 @@ const std::vector<Case>& cases() {
        "ranks) is not implemented"},
       {zero(1, R"("load_from_fp32_weights": true)"), zero(1, R"("load_from_fp32_weights": false)"),
        "zero_optimization.load_from_fp32_weights: false"},
-      {zero(2, R"("ignore_unused_parameters": true)"), zero(2, R"("ignore_unused_parameters": false)"),
+      {zero(2, R"("ignore_unused_parameters": true)"),
+       zero(2, R"("ignore_unused_parameters": false)"),
        "zero_optimization.ignore_unused_parameters: false"},
-      {zero(3, R"("memory_efficient_linear": true)"), zero(3, R"("memory_efficient_linear": false)"),
+      {zero(3, R"("memory_efficient_linear": true)"),
+       zero(3, R"("memory_efficient_linear": false)"),
        "zero_optimization.memory_efficient_linear: false is not implemented"},
       {zero(3, R"("pipeline_loading_checkpoint": false)"),
        zero(3, R"("pipeline_loading_checkpoint": true)"),
@@ -56,9 +58,11 @@ const std::vector<Case>& cases() {
        "zero_optimization.mics_hierarchical_params_gather: true is not implemented"},
       {R"({"aio": {"use_gds": false}})", R"({"aio": {"use_gds": true}})",
        "aio.use_gds: true needs GPUDirect Storage, which deepspeed-cpp does not have"},
-      {R"({"checkpoint": {"tag_validation": "FAIL"}})", R"({"checkpoint": {"tag_validation": "Warn"}})",
+      {R"({"checkpoint": {"tag_validation": "FAIL"}})",
+       R"({"checkpoint": {"tag_validation": "Warn"}})",
        "checkpoint.tag_validation: \"Warn\" is not implemented"},
-      {R"({"checkpoint": {"tag_validation": "Fail"}})", R"({"checkpoint": {"tag_validation": "ignore"}})",
+      {R"({"checkpoint": {"tag_validation": "Fail"}})",
+       R"({"checkpoint": {"tag_validation": "ignore"}})",
        "checkpoint.tag_validation: \"Ignore\" is not implemented"},
       {R"({"checkpoint": {"use_node_local_storage": false}})",
        R"({"checkpoint": {"use_node_local_storage": true}})",
@@ -83,7 +87,8 @@ const std::vector<Case>& cases() {
        "zero_force_ds_cpu_optimizer: false is not implemented"},
       {R"({"optimizer": {"type": "Adam", "params": {"torch_adam": false}}})",
        R"({"optimizer": {"type": "Adam", "params": {"torch_adam": true}}})",
-       "optimizer.params.torch_adam: true (run torch.optim.Adam instead of the fused kernel) is not "
+       "optimizer.params.torch_adam: true (run torch.optim.Adam instead of the fused kernel) is "
+       "not "
        "implemented"},
   };
   return kCases;
@@ -103,8 +108,8 @@ TEST(ImplementedValues, RefusedOnlyWhereTheValueMatters) {
   // DeepSpeed reads these only at some stages (or with offload); elsewhere any value is what we do.
   EXPECT_EQ(error_of(zero(0, R"("use_multi_rank_bucket_allreduce": true)")), "");
   EXPECT_EQ(error_of(zero(3, R"("use_multi_rank_bucket_allreduce": true)")), "");
-  EXPECT_EQ(error_of(zero(2, R"("use_multi_rank_bucket_allreduce": true, "reduce_scatter": false)")),
-            "");
+  EXPECT_EQ(
+      error_of(zero(2, R"("use_multi_rank_bucket_allreduce": true, "reduce_scatter": false)")), "");
   EXPECT_EQ(error_of(zero(2, R"("memory_efficient_linear": false)")), "");
   EXPECT_EQ(error_of(zero(2, R"("override_module_apply": true)")), "");
   EXPECT_EQ(error_of(R"({"zero_allow_untested_optimizer": true})"), "");

@@ -148,7 +148,8 @@ TEST(ParseJsonText, CommentsAreAllowed) {
 TEST(ParseJsonText, DuplicateKeysAreErrorsWithPath) {
   EXPECT_EQ(error_of([] { parse_json_text(R"({"zero": {"stage": 1, "stage": 2}})", "x"); }),
             "x:1:23: zero.stage: duplicate key");
-  EXPECT_EQ(error_of([] { parse_json_text(R"({"a": 1, "a": 1})", "x"); }), "x:1:10: a: duplicate key");
+  EXPECT_EQ(error_of([] { parse_json_text(R"({"a": 1, "a": 1})", "x"); }),
+            "x:1:10: a: duplicate key");
   // Same key in sibling objects is fine.
   EXPECT_NO_THROW(parse_json_text(R"({"x": {"enabled": true}, "y": {"enabled": true}})", "x"));
   EXPECT_NO_THROW(parse_json_text(R"([{"k": 1}, {"k": 2}])", "x"));

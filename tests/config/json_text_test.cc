@@ -76,8 +76,8 @@ class AgainstHjson : public ::testing::Test {
       GTEST_SKIP() << "the hjson Python package is not installed (scripts/setup.sh installs it); "
                       "the reader is not compared with DeepSpeed's";
     }
-    std::string command = python + " " + std::string(DS_CONFIG_TEST_DIR) + "/hjson_load.py " +
-                          out_dir_.path();
+    std::string command =
+        python + " " + std::string(DS_CONFIG_TEST_DIR) + "/hjson_load.py " + out_dir_.path();
     for (const char* sub : {"same", "both_reject", "hjson_only"}) {
       for (const std::string& path : files_in(sub)) command += " '" + path + "'";
     }
@@ -144,7 +144,8 @@ TEST(JsonText, CommentsOfAllThreeKinds) {
 }
 
 TEST(JsonText, TrailingCommasAndNewlinesAsSeparators) {
-  EXPECT_EQ(parse_json_text("{\"a\": [1, 2,], \"b\": 3,}", "x"), Json::parse(R"({"a":[1,2],"b":3})"));
+  EXPECT_EQ(parse_json_text("{\"a\": [1, 2,], \"b\": 3,}", "x"),
+            Json::parse(R"({"a":[1,2],"b":3})"));
   EXPECT_EQ(parse_json_text("{\"a\": 1\n\"b\": 2}", "x"), Json::parse(R"({"a":1,"b":2})"));
 }
 
@@ -162,7 +163,8 @@ TEST(JsonText, ErrorsNameFileLineAndColumn) {
             "ds.json:1:9: invalid JSON: unterminated /* comment");
   EXPECT_EQ(error_of("{\"a\": 1}\n{}", "ds.json"),
             "ds.json:2:1: invalid JSON: unexpected '{' after the end of the JSON value");
-  EXPECT_EQ(error_of("{\"a\": [1,\n", "ds.json"), "ds.json:1:7: invalid JSON: this '[' is never closed");
+  EXPECT_EQ(error_of("{\"a\": [1,\n", "ds.json"),
+            "ds.json:1:7: invalid JSON: this '[' is never closed");
   // Columns count characters, not bytes: "é" is two bytes.
   EXPECT_EQ(error_of("{\"é\": x}", "ds.json"),
             "ds.json:1:7: invalid JSON: invalid value 'x' (unquoted strings are Hjson, not JSON; "

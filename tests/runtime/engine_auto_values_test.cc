@@ -32,7 +32,8 @@ TEST(EngineAutoValues, FilledFromInitializeOptions) {
   options.auto_values.lr = 0.02;
   options.auto_values.gradient_clipping = 0.25;
   options.total_steps = 40;
-  auto engine = deepspeed::initialize(model(), deepspeed::Config::from_string(kAutoConfig), options);
+  auto engine =
+      deepspeed::initialize(model(), deepspeed::Config::from_string(kAutoConfig), options);
   const deepspeed::Config& c = engine.config();
   EXPECT_EQ(c.zero.reduce_bucket_size, 48 * 48);
   EXPECT_EQ(c.gradient_clipping, 0.25);
@@ -51,8 +52,9 @@ TEST(EngineAutoValues, UnfilledAutoIsRefusedByName) {
     deepspeed::initialize(model(), deepspeed::Config::from_string(kAutoConfig), options);
     FAIL() << "an \"auto\" bucket size without a hidden size must not fall back to 5e8";
   } catch (const deepspeed::ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("zero_optimization.reduce_bucket_size: \"auto\" needs the model's "
-                                    "hidden size"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("zero_optimization.reduce_bucket_size: \"auto\" needs the model's "
+                          "hidden size"));
   }
 }
 

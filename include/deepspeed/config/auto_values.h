@@ -23,8 +23,8 @@
 namespace deepspeed::config {
 
 struct AutoValues {
-  std::optional<int64_t> hidden_size;       // the model's hidden size (HF: model.config.hidden_size)
-  std::optional<double> lr;                 // the learning rate (HF: learning_rate)
+  std::optional<int64_t> hidden_size;  // the model's hidden size (HF: model.config.hidden_size)
+  std::optional<double> lr;            // the learning rate (HF: learning_rate)
   std::optional<double> gradient_clipping;  // the clipping norm, 0 = none (HF: max_grad_norm)
   std::optional<int64_t> total_num_steps;   // optimizer steps of the run (HF: max_steps)
 };

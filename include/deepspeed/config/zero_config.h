@@ -5,8 +5,9 @@
 // is `stage3_prefetch_bucket_size`; both spellings are accepted as in DeepSpeed). Defaults equal
 // DeepSpeed's, except where a field says otherwise: a key whose value selects behaviour we
 // implement one way only defaults to that way, and the other value is refused by name
-// (src/config/implemented_values.cc). Deprecated keys (`cpu_offload`, `cpu_offload_param`, `cpu_offload_use_pin_memory`,
-// `stage3_gather_fp16_weights_on_model_save`) are accepted and mapped onto their replacements.
+// (src/config/implemented_values.cc). Deprecated keys (`cpu_offload`, `cpu_offload_param`,
+// `cpu_offload_use_pin_memory`, `stage3_gather_fp16_weights_on_model_save`) are accepted and mapped
+// onto their replacements.
 #pragma once
 
 #include <cstdint>
