@@ -47,8 +47,10 @@ std::string read_tail(const std::string& path, std::streamoff n) {
   return s.str();
 }
 
-// Blocks the signals that should stop the search (unless ignored, as under nohup) while a trial
-// runs, so the autotuner can stop the trial first; restores the mask after.
+// Blocks the signals that should stop the search while a trial runs, so the autotuner can stop the
+// trial first; restores the mask after. SIGINT and SIGTERM always stop it, as they stop the
+// launcher: one started with them ignored (a background job of a script, `cmd &`) gets their
+// default back, so they also end the search between trials. An ignored SIGHUP (nohup) stays so.
 class BlockedSignals {
  public:
   BlockedSignals() {
@@ -56,6 +58,12 @@ class BlockedSignals {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
       struct sigaction current = {};
       ::sigaction(sig, nullptr, &current);
+      if (current.sa_handler == SIG_IGN && sig != SIGHUP) {
+        struct sigaction dfl = {};
+        dfl.sa_handler = SIG_DFL;
+        ::sigaction(sig, &dfl, nullptr);
+        current.sa_handler = SIG_DFL;
+      }
       if (current.sa_handler != SIG_IGN) sigaddset(&set_, sig);
     }
     ::sigprocmask(SIG_BLOCK, &set_, &old_);

@@ -136,10 +136,12 @@ JSON
       --deepspeed_config case.json > "$log" 2>&1
     [ $? = 1 ] && grep -q "drop --no_ssh, --node_rank and --world_info" "$log" || fail "--no_ssh with --autotuning"
     ;;
-  interrupt)
-    # Ctrl-C during a trial: the trial's ranks are stopped, the autotuner exits 130. Job control
-    # on, so the background autotuner does not start with SIGINT ignored (as under nohup).
-    set -m
+  interrupt|interrupt_background)
+    # Ctrl-C during a trial: the trial's ranks are stopped, the autotuner exits 130. With job control
+    # on, the background autotuner starts as from a terminal; without it (interrupt_background) it
+    # starts with SIGINT ignored, as a background job of a script, and kill -INT must stop it all
+    # the same (as it stops the launcher).
+    [ "$case_name" = interrupt ] && set -m
     cat > ds.json << 'JSON'
 {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 0},
  "autotuning": {"min_train_micro_batch_size_per_gpu": 4, "max_train_micro_batch_size_per_gpu": 4,
