@@ -64,6 +64,14 @@ int64_t resumed_step(const std::optional<deepspeed::LoadCheckpointResult>& loade
   return global_steps;
 }
 
+// The data step to resume at, by samples consumed: a checkpoint saved at another global batch goes on from its next
+// sample.
+int64_t resumed_data_step(int64_t samples, int64_t batch, const std::string& load_dir) {
+  DS_CHECK(samples % batch == 0, "--load_dir ", load_dir, ": the checkpoint had consumed ", samples,
+           " samples, not a whole number of global batches of ", batch, "; resume at a global batch that divides it");
+  return samples / batch;
+}
+
 deepspeed::checkpoint::StateDict data_position(int64_t done) {
   auto client = deepspeed::checkpoint::make_state_dict();
   client.insert("data_step", done);
@@ -140,17 +148,19 @@ int train(const Args& args) {
     std::fflush(stdout);
   }
 
-  int64_t first_step = 0;
+  int64_t first_step = 0, data_offset = 0;  // data step = optimizer step + data_offset
   if (!args.load_dir.empty()) {
     auto loaded = engine.load_checkpoint(args.load_dir);  // before global_steps(): it sets them
     first_step = examples::resumed_step(loaded, engine.global_steps(), args.load_dir);
+    data_offset =
+        examples::resumed_data_step(engine.global_samples(), engine.train_batch_size(), args.load_dir) - first_step;
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
-      auto idx = sampler.micro_batch(step, m);
+      auto idx = sampler.micro_batch(step + data_offset, m);
       at::Tensor batch = windows.index_select(0, at::tensor(idx, at::kLong));
       at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
       at::Tensor loss = engine.forward(x, y);

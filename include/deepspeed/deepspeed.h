@@ -149,7 +149,8 @@ class Engine {
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const;
   int64_t micro_steps() const;
-  // Samples consumed across all ranks (global_steps * train_batch_size).
+  // Samples consumed across all ranks (DeepSpeed's global_samples): train_batch_size per step, kept by checkpoints, so
+  // a run resumed at another global batch positions its data by this, not by global_steps() * train_batch_size().
   int64_t global_samples() const;
   // Current learning rate of each parameter group.
   std::vector<double> get_lr() const;

@@ -732,7 +732,7 @@ bool Engine::is_training() const { return impl_->module_->is_training(); }
 bool Engine::is_gradient_accumulation_boundary() const { return impl_->is_boundary(); }
 int64_t Engine::global_steps() const { return impl_->global_steps_; }
 int64_t Engine::micro_steps() const { return impl_->micro_steps_; }
-int64_t Engine::global_samples() const { return impl_->global_steps_ * train_batch_size(); }
+int64_t Engine::global_samples() const { return impl_->global_samples(); }
 std::vector<double> Engine::get_lr() const { return impl_->get_lr(); }
 double Engine::get_global_grad_norm() const { return impl_->global_grad_norm_; }
 double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss_scale() : 1.0; }

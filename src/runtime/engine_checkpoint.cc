@@ -88,12 +88,35 @@ std::string make_run_id(comm::ProcessGroup& world) {
   return buf;
 }
 
+// Leftovers of saves whose process died (checkpoint.h: remove_stale_files). Failing to remove them
+// must not fail this save: a warning says what is left.
+void remove_stale_checkpoint_files(const std::string& dir, const std::string& tag) {
+  ckpt::StaleFileOptions options;
+  options.keep_tag = tag;
+  options.single_host = comm::get_local_world_size() == comm::get_world_size();
+  try {
+    const std::vector<std::string> removed = ckpt::remove_stale_files(dir, options);
+    if (!removed.empty()) {
+      std::printf("deepspeed: save_checkpoint: removed %zu leftover(s) of interrupted saves in %s (%s%s)\n",
+                  removed.size(), dir.c_str(), removed[0].c_str(), removed.size() > 1 ? ", ..." : "");
+      std::fflush(stdout);
+    }
+  } catch (const ckpt::CheckpointError& e) {
+    std::fprintf(stderr, "deepspeed: warning: save_checkpoint: leftovers of interrupted saves stay in %s: %s\n",
+                 dir.c_str(), e.what());
+  }
+}
+
 c10::impl::GenericList any_list() { return c10::impl::GenericList(c10::AnyType::get()); }
 c10::impl::GenericDict any_dict() {
   return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
 }  // namespace
+
+int64_t EngineImpl::global_samples() const {
+  return samples_at_load_ + (global_steps_ - steps_at_load_) * config_.train_batch_size.value();
+}
 
 void EngineImpl::check_boundary(const char* what) const {
   const int64_t gas = config_.gradient_accumulation_steps.value();
@@ -307,7 +330,9 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   state.insert("param_shapes", param_shapes);
 
   state.insert("global_steps", global_steps_);
-  state.insert("global_samples", global_steps_ * config_.train_batch_size.value());
+  state.insert("global_samples", global_samples());
+  // Not in DeepSpeed's file: lets a resume at another global batch say so (load_checkpoint).
+  state.insert("train_batch_size", config_.train_batch_size.value());
   state.insert("micro_steps", micro_steps_);
   state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
@@ -351,6 +376,9 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    // One process per host clears what killed saves left, before this save writes its own.
+    if (comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
+    ckpt::begin_tag_save(dir, tag);
     ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));
     if (world_.rank() == 0)
@@ -364,6 +392,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
     runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
       if (world_.rank() == 0) ckpt::write_latest(dir, tag);
     });
+  ckpt::end_tag_save(dir, tag);  // complete and named by `latest` (when asked): no longer partial
   if (breakdown_) timers_.stop("save_checkpoint");
   if (comm::get_rank() == 0) {
     std::printf("saved checkpoint %s/%s\n", dir.c_str(), tag.c_str());

@@ -5,9 +5,10 @@
 // of a parameter its own master partition holds, copies the overlapping elements of the saved
 // fragments: fp32 masters, and the optimizer state at the same offsets. Parameters are matched by
 // name, so world size, stage, partition padding and parameter groups may all differ between save
-// and load. Everything that can be wrong with the files is checked before anything is overwritten,
-// and every rank sees the same files, so every rank fails alike and the engine keeps its state. The
-// model-dtype parameters are then refreshed from the masters (a collective), exactly as after an
+// and load. Everything that can be wrong with the files (the CRC-32 of every record a rank copies
+// from included) is checked on every rank before anything is overwritten, and no rank applies
+// anything until every rank's checks pass, so every rank fails alike and the engine keeps its
+// state. The model-dtype parameters are then refreshed from the masters (a collective), exactly as after an
 // optimizer step, which is why a resumed run is bit-exact.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -47,6 +48,22 @@ c10::impl::GenericDict dict_entry(const ckpt::StateDict& state, const char* key,
   DS_CHECK_T(CheckpointError, v.isGenericDict(), "checkpoint file ", file, ": '", key,
              "' is not a dict");
   return v.toGenericDict();
+}
+
+// Checks the checksum of every tensor under `value` (the client state goes to the caller whole).
+void verify_tensors(const c10::IValue& value, const std::string& path) {
+  if (value.isTensor()) {
+    ckpt::verify_tensor(value.toTensor(), path);
+  } else if (value.isGenericDict()) {
+    for (const auto& e : value.toGenericDict())
+      verify_tensors(e.value(), path + "/" + (e.key().isString() ? e.key().toStringRef() : "?"));
+  } else if (value.isList()) {
+    c10::impl::GenericList list = value.toList();
+    for (size_t i = 0; i < list.size(); ++i) verify_tensors(list.get(i), path + "/" + std::to_string(i));
+  } else if (value.isTuple()) {
+    const auto& items = value.toTupleRef().elements();
+    for (size_t i = 0; i < items.size(); ++i) verify_tensors(items[i], path + "/" + std::to_string(i));
+  }
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -179,25 +196,39 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   const bool full = !options.load_module_only;
   const bool load_optimizer = full && options.load_optimizer_states && optimizer_ != nullptr;
   LoadCheckpointResult result;
+  // Read and check everything on every rank before anything is overwritten. Each rank checks the checksums of the
+  // records it copies from, so one rank may fail where the others pass: the collective ending this phase makes every
+  // rank throw before any of them applies anything.
+  std::string model_file;
+  ckpt::StateDict model = ckpt::make_state_dict();
+  ckpt::PartitionIndex index;
+  std::vector<CopyRun> runs;  // point into index
+  std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
+  SavedOptimizer saved_opt;
+  std::optional<runtime::LossScaler::State> scaler_state;
+  std::optional<runtime::LrSchedulerState> scheduler_state;
+  int64_t steps = 0, samples = 0, saved_batch = 0;
+  const int64_t batch = config_.train_batch_size.value();
+  at::Tensor rng;
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     if (tag.empty()) tag = ckpt::read_latest(dir, fs);
     result.path = ckpt::tag_dir(dir, tag);
-    const std::string model_file = ckpt::model_states_path(dir, tag, mp_rank());
-    ckpt::StateDict model = ckpt::load_state(model_file, ckpt::LoadOptions{/*mmap=*/true});
+    model_file = ckpt::model_states_path(dir, tag, mp_rank());
+    // Checksums of what this load uses only (the module's weights in this file are not read: the
+    // fp32 masters come from the rank files).
+    model =
+        ckpt::load_state(model_file, ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
     ckpt::check_metadata(model, model_file);
-    ckpt::PartitionIndex index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
+    index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
     const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
     DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],
                " is from another run than ", model_file, " (ds_run_id '", index.run_id, "' vs '",
                model_run, "'): the tag directory mixes two checkpoints");
 
-    // Check everything before overwriting anything.
     const auto names = parameter_names();
-    const std::vector<CopyRun> runs =
-        plan_copies(master_fragments(), names, parameter_shapes(), index, result.path,
-                    has_experts_ ? moe::expert_names(*module_).all : std::vector<std::string>{});
+    runs = plan_copies(master_fragments(), names, parameter_shapes(), index, result.path,
+                       has_experts_ ? moe::expert_names(*module_).all : std::vector<std::string>{});
     c10::impl::GenericDict module = dict_entry(model, ckpt::kModuleKey, model_file);
-    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
     for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
       if (!item.value().defined()) continue;
       auto it = module.find(item.key());
@@ -208,9 +239,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
                  model_file, ": buffer '", item.key(), "' has shape ",
                  shape_str(saved.sizes().vec()), ", this model's is ",
                  shape_str(item.value().sizes().vec()));
+      ckpt::verify_tensor(saved, std::string(ckpt::kModuleKey) + "/" + item.key());
       buffers.emplace_back(item.value(), saved);
     }
-    SavedOptimizer saved_opt;
     if (load_optimizer) {
       saved_opt = read_optimizer(index);
       DS_CHECK_T(CheckpointError,
@@ -223,7 +254,6 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
                  "checkpoint ", result.path,
                  " has no client optimizer state; load it with load_optimizer_states=false");
     }
-    std::optional<runtime::LossScaler::State> scaler_state;
     if (full && scaler_ && model.contains("loss_scaler")) {
       c10::impl::GenericDict s = model.at("loss_scaler").toGenericDict();
       const std::string where = "checkpoint file " + model_file + ": loss_scaler";
@@ -235,7 +265,6 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       st.skipped_steps = entry(s, "skipped_steps", where).toInt();
       scaler_state = st;
     }
-    std::optional<runtime::LrSchedulerState> scheduler_state;
     if (full && options.load_lr_scheduler_states && scheduler_ && model.contains("lr_scheduler")) {
       c10::impl::GenericDict s = model.at("lr_scheduler").toGenericDict();
       const std::string where = "checkpoint file " + model_file + ": lr_scheduler";
@@ -245,15 +274,32 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
                  "; load it with load_lr_scheduler_states=false");
       scheduler_state = runtime::LrSchedulerState{entry(s, "last_batch_iteration", where).toInt()};
     }
-    const int64_t steps = full ? entry(model, "global_steps", model_file).toInt() : 0;
-    at::Tensor rng;
+    steps = full ? entry(model, "global_steps", model_file).toInt() : 0;
+    // Samples consumed: as saved, or (a file without them) the steps at this run's batch, as DeepSpeed does.
+    samples = full && model.contains("global_samples") ? model.at("global_samples").toInt() : steps * batch;
+    saved_batch = model.contains("train_batch_size") ? model.at("train_batch_size").toInt() : batch;
     if (full && index.files.size() == static_cast<size_t>(world_.size()))
       rng = entry(index.states[world_.rank()], "rng_state", index.files[world_.rank()]).toTensor();
+    if (rng.defined()) ckpt::verify_tensor(rng, "rng_state");
+    for (const CopyRun& run : runs) {
+      ckpt::verify_tensor(run.saved->source,
+                          std::string(ckpt::kFp32FlatGroupsKey) + "/" + std::to_string(run.saved->group));
+      if (!load_optimizer) continue;
+      const auto& saved = saved_opt.states[run.saved->rank];
+      for (size_t k = 0; k < saved.size(); ++k)
+        ckpt::verify_tensor(saved[k][run.saved->group], "optimizer_state_dict/state/" +
+                                                             std::to_string(run.saved->group) + "/" +
+                                                             saved_opt.state_names[k]);
+    }
+    if (saved_opt.archive.defined()) ckpt::verify_tensor(saved_opt.archive, "client_optimizer_archive");
+    if (model.contains("client_state")) verify_tensors(model.at("client_state"), "client_state");
     if (model.contains("client_state"))
       result.client_state = c10::impl::toTypedDict<std::string, c10::IValue>(
           model.at("client_state").toGenericDict());
 
-    // Apply.
+  });
+  // Every rank's checks passed: apply (collective too, so an I/O error of the NVMe swapper fails every rank alike).
+  runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     at::NoGradGuard no_grad;
     CheckpointState live = checkpoint_state();
     const std::vector<at::Tensor>& masters = live.masters;
@@ -286,6 +332,19 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     }
     if (full) {
       global_steps_ = steps;
+      steps_at_load_ = steps;
+      samples_at_load_ = samples;
+      if (saved_batch != batch && world_.rank() == 0) {
+        std::printf(
+            "deepspeed: load_checkpoint: %s was saved at global batch %lld, this run's is %lld: resuming after "
+            "sample %lld (global_samples(); %s), at step %lld\n",
+            result.path.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(batch),
+            static_cast<long long>(samples),
+            samples % batch == 0 ? ("data step " + std::to_string(samples / batch) + " at the new batch").c_str()
+                                 : "not a whole number of new global batches",
+            static_cast<long long>(steps));
+        std::fflush(stdout);
+      }
       micro_steps_ = steps * config_.gradient_accumulation_steps.value();
       last_log_step_ = steps;
       // Losses and clocks of steps before the load belong to no step after it.

@@ -87,6 +87,11 @@ class EngineImpl {
   runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
+  // Samples consumed (DeepSpeed's global_samples): those a loaded checkpoint had consumed at its global step, plus
+  // this run's global batch per step since (engine_checkpoint.cc), so a resume at another batch keeps counting.
+  int64_t samples_at_load_ = 0;
+  int64_t steps_at_load_ = 0;
+  int64_t global_samples() const;
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;
 

@@ -1,19 +1,27 @@
 // Engine::save_checkpoint / load_checkpoint at 1-4 ranks: resuming is bit-exact at every ZeRO stage
 // (fp32, bf16, CPU offload), a checkpoint of one stage loads into another, the files follow
 // DeepSpeed's layout and the fp32 contract (ds_to_fp32 reproduces the trained weights), and broken
-// checkpoints are refused with the file named while the engine keeps its state.
+// checkpoints (a flipped byte included) are refused with the file named while the engine keeps its
+// state; a resume at another global batch keeps the samples consumed; a save removes what killed
+// saves left.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
+#include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
 #include "elementwise_net.h"
@@ -532,6 +540,159 @@ TEST(EngineCheckpoint, SaveRefusesMidAccumulationAndBadTags) {
   } catch (const deepspeed::Error& e) {
     EXPECT_NE(std::string(e.what()).find("accumulation boundary"), std::string::npos) << e.what();
   }
+}
+
+// A byte flipped in a rank file's tensor data: the load is refused naming the file and the record (rank 0, which
+// reads that file; the others name rank 0), the engine keeps its state, and the same checkpoint unflipped loads.
+TEST(EngineCheckpoint, FlippedByteInTensorDataIsRefusedNamingFileAndRecord) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  SharedTempDir dir;
+  auto model = tiny_gpt::make_model(c);
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(2)));
+  tiny_gpt::train(engine, data, 1);
+  engine.save_checkpoint(dir.path(), "good");
+  engine.save_checkpoint(dir.path(), "flipped");
+  // Past the checkpoint: a rank that applied it despite the refusal would go back a step.
+  tiny_gpt::train(engine, data, 1, 1);
+  const std::string file = ckpt::optim_states_path(dir.path(), "flipped", 0);
+  if (rank() == 0) {
+    // The middle of the file lies in rank 0's fp32 partition or its Adam state: nearly all of the file.
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    const auto mid = static_cast<std::streamoff>(fs::file_size(file) / 2);
+    char b = 0;
+    f.seekg(mid);
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x10);
+    f.seekp(mid);
+    f.write(&b, 1);
+  }
+  barrier();
+  deepspeed::LoadCheckpointOptions o;
+  o.tag = "flipped";
+  try {
+    engine.load_checkpoint(dir.path(), o);
+    ADD_FAILURE() << "a checkpoint with a flipped byte loaded";
+  } catch (const ckpt::CheckpointError& e) {
+    const std::string what = e.what();
+    if (rank() == 0) {
+      EXPECT_NE(dynamic_cast<const ckpt::CheckpointCorruptError*>(&e), nullptr) << what;
+      EXPECT_NE(what.find("checkpoint file " + file + " is corrupt: record archive/data/"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("fails its checksum"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(what.find("failed on rank 0"), std::string::npos) << what;
+    }
+  }
+  // Every rank kept its state: one more step lands where three uninterrupted steps do (the other ranks checked
+  // only their own records, which were intact, and still applied nothing).
+  EXPECT_EQ(engine.global_steps(), 2);
+  tiny_gpt::train(engine, data, 1, 2);
+  auto ref_model = tiny_gpt::make_model(c);
+  auto ref = deepspeed::initialize(ref_model, deepspeed::Config::from_string(config_json(2)));
+  tiny_gpt::train(ref, data, 3);
+  expect_equal(full_params(model), full_params(ref_model), "parameters after the refused load and a step");
+  o.tag = "good";
+  EXPECT_TRUE(engine.load_checkpoint(dir.path(), o).has_value());
+}
+
+// Saved at global batch 4w (micro 2 x accumulation 2 x w ranks), resumed at 2w: the samples consumed carry over,
+// rank 0 says so in one line, and positioning the data by samples reads on from the next unread sample.
+TEST(EngineCheckpoint, ResumeAtAnotherGlobalBatchKeepsTheSamplesConsumed) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  SharedTempDir dir;
+  const int64_t w = deepspeed::comm::get_world_size();
+  std::string small_json = config_json(2);
+  const std::string gas2 = "\"gradient_accumulation_steps\": 2";
+  small_json.replace(small_json.find(gas2), gas2.size(), "\"gradient_accumulation_steps\": 1");
+  {
+    auto model = tiny_gpt::make_model(c);
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(2)));
+    ASSERT_EQ(engine.train_batch_size(), 4 * w);
+    tiny_gpt::train(engine, data, 2);
+    EXPECT_EQ(engine.global_samples(), 8 * w);
+    engine.save_checkpoint(dir.path());
+  }
+  if (rank() == 0) {
+    auto saved = ckpt::load_state(ckpt::model_states_path(dir.path(), "global_step2"));
+    EXPECT_EQ(saved.at("global_samples").toInt(), 8 * w);  // DeepSpeed's key
+  }
+  auto model = tiny_gpt::make_model(c);
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(small_json));
+  ASSERT_EQ(engine.train_batch_size(), 2 * w);
+  testing::internal::CaptureStdout();
+  ASSERT_TRUE(engine.load_checkpoint(dir.path()).has_value());
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(engine.global_steps(), 2);
+  EXPECT_EQ(engine.global_samples(), 8 * w);
+  const std::string notice = "was saved at global batch " + std::to_string(4 * w) + ", this run's is " +
+                             std::to_string(2 * w) + ": resuming after sample " + std::to_string(8 * w);
+  if (rank() == 0) {
+    EXPECT_NE(out.find(notice), std::string::npos) << out;
+  } else {
+    EXPECT_EQ(out.find(notice), std::string::npos) << out;
+  }
+  // Data step 4 at the new batch holds the first half of what step 2 at the old batch would have read.
+  const int64_t data_step = engine.global_samples() / engine.train_batch_size();
+  EXPECT_EQ(data_step, 4);
+  deepspeed::DataParallelSampler at_old(data.size(0), 4 * w, 1, 0, 1, tiny_gpt::kDataSeed);
+  deepspeed::DataParallelSampler at_new(data.size(0), 2 * w, 1, 0, 1, tiny_gpt::kDataSeed);
+  const auto old_next = at_old.global_batch(2);
+  EXPECT_EQ(at_new.global_batch(data_step), std::vector<int64_t>(old_next.begin(), old_next.begin() + 2 * w));
+  // Counting goes on at the new batch.
+  tiny_gpt::train(engine, data, 1, static_cast<int>(data_step));
+  EXPECT_EQ(engine.global_steps(), 3);
+  EXPECT_EQ(engine.global_samples(), 10 * w);
+}
+
+// The next save removes what a killed save left (its temporaries, its partial tag directory) and nothing else.
+TEST(EngineCheckpoint, SaveRemovesWhatKilledSavesLeft) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  SharedTempDir dir;
+  auto model = tiny_gpt::make_model(c);
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(1)));
+  tiny_gpt::train(engine, data, 1);
+  engine.save_checkpoint(dir.path());  // global_step1, named by latest
+  const std::string d = dir.path();
+  char host_buf[256] = {};
+  ::gethostname(host_buf, sizeof(host_buf) - 1);
+  std::string host = host_buf;
+  std::replace(host.begin(), host.end(), '/', '_');
+  const std::string live_temp = d + "/notes.txt.tmp." + std::to_string(::getpid()) + "." + host;
+  std::vector<std::string> stale;
+  if (rank() == 0) {
+    const pid_t child = ::fork();  // a pid that is gone by the time the save looks
+    if (child == 0) ::_exit(0);
+    ::waitpid(child, nullptr, 0);
+    const std::string gone = std::to_string(child) + "." + host;
+    fs::create_directories(d + "/global_step7");
+    stale = {d + "/global_step7/.ds_saving." + gone,
+             d + "/global_step7/zero_pp_rank_0_mp_rank_00_optim_states.pt.tmp." + gone, d + "/latest.tmp." + gone};
+    for (const auto& p : stale) std::ofstream(p) << "partial";
+    fs::copy_file(ckpt::optim_states_path(d, "global_step1", 0), ckpt::optim_states_path(d, "global_step7", 1));
+    std::ofstream(live_temp) << "a live writer's";
+  }
+  barrier();
+  tiny_gpt::train(engine, data, 1, 1);
+  testing::internal::CaptureStdout();
+  engine.save_checkpoint(d);  // global_step2
+  const std::string out = testing::internal::GetCapturedStdout();
+  barrier();
+  if (rank() == 0) {
+    EXPECT_NE(out.find("removed 3 leftover(s) of interrupted saves in " + d), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(d + "/global_step7"));
+    for (const auto& p : stale) EXPECT_FALSE(fs::exists(p)) << p;
+    EXPECT_TRUE(fs::exists(live_temp));
+    EXPECT_TRUE(fs::exists(ckpt::model_states_path(d, "global_step1")));
+    EXPECT_EQ(ckpt::read_latest(d), "global_step2");
+    for (const auto& e : fs::directory_iterator(ckpt::tag_dir(d, "global_step2")))
+      EXPECT_EQ(e.path().filename().string().find(".ds_saving."), std::string::npos) << "marker left: " << e.path();
+  }
+  auto loaded = engine.load_checkpoint(d);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->path, d + "/global_step2");
 }
 
 }  // namespace
