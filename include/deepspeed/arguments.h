@@ -1,8 +1,8 @@
 // What a training program started by the `deepspeed` launcher needs from its command line.
 //
-// The launcher starts every rank as `<program> --local_rank=<N> <your arguments...>`, as DeepSpeed's
-// does (LOCAL_RANK is also in the environment, and is what the library reads). A program must
-// therefore either accept that flag or remove it before reading its own arguments:
+// The launcher starts every rank as `<program> --local_rank=<N> <your arguments...>`, as
+// DeepSpeed's does (LOCAL_RANK is also in the environment, and is what the library reads). A
+// program must therefore either accept that flag or remove it before reading its own arguments:
 //
 //   int main(int argc, char** argv) {                    // argv[1] is the config path
 //     deepspeed::strip_launcher_args(argc, argv);        // drops --local_rank=N / --local_rank N
@@ -10,7 +10,7 @@
 //
 //   CLI::App app{"my trainer"};                          // or, with CLI11:
 //   deepspeed::ConfigArguments ds;
-//   deepspeed::add_config_arguments(app, ds);            // --deepspeed, --deepspeed_config, --local_rank
+//   deepspeed::add_config_arguments(app, ds);            // --deepspeed[_config], --local_rank
 //   CLI11_PARSE(app, argc, argv);
 //   auto config = deepspeed::Config::from_file(ds.deepspeed_config);
 //
@@ -50,24 +50,25 @@ ArgumentCheck check_in_range(double lo, double hi);
 
 // What add_config_arguments fills.
 struct ConfigArguments {
-  bool deepspeed = false;        // --deepspeed (or the deprecated --deepscale): a flag for user code
+  bool deepspeed = false;        // --deepspeed (or deprecated --deepscale): a flag for user code
   std::string deepspeed_config;  // --deepspeed_config (or the deprecated --deepscale_config)
   int local_rank = -1;           // --local_rank, set by the launcher; -1 when not given
 };
 
 // DeepSpeed's deepspeed.add_config_arguments(parser) for a CLI11 app: adds a "DeepSpeed" option
-// group with --deepspeed, --deepspeed_config and their deprecated --deepscale spellings, and, unlike
-// Python (where the user adds it), --local_rank, which the launcher always passes. Returns the
-// group, e.g. to make --deepspeed_config required:
+// group with --deepspeed, --deepspeed_config and their deprecated --deepscale spellings, and,
+// unlike Python (where the user adds it), --local_rank, which the launcher always passes. Returns
+// the group, e.g. to make --deepspeed_config required:
 //   deepspeed::add_config_arguments(app, ds)->get_option("--deepspeed_config")->required();
 // A template over the app type so this header does not include CLI11 (nor tie the library to its
 // version): call it with a CLI::App.
 template <typename App>
 auto* add_config_arguments(App& app, ConfigArguments& args) {
   auto* group = app.add_option_group("DeepSpeed", "DeepSpeed configurations");
-  group->add_flag("--deepspeed,--deepscale", args.deepspeed,
-                  "Enable DeepSpeed (helper flag for user code, no impact on the DeepSpeed backend; "
-                  "--deepscale is deprecated)");
+  group->add_flag(
+      "--deepspeed,--deepscale", args.deepspeed,
+      "Enable DeepSpeed (helper flag for user code, no effect on the DeepSpeed backend; "
+      "--deepscale is deprecated)");
   group->add_option("--deepspeed_config,--deepscale_config", args.deepspeed_config,
                     "DeepSpeed json configuration file (--deepscale_config is deprecated)");
   group->add_option("--local_rank", args.local_rank,

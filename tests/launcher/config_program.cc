@@ -3,7 +3,6 @@
 // nothing, so a bad config shows what the library's terminate handler prints. Given "--cli11" it
 // parses its command line with add_config_arguments instead.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <string>
 

@@ -209,7 +209,7 @@ TEST(LocalRunner, SigtermStopsALauncherStartedWithSigtermIgnored) {
 }
 
 // nohup: an ignored SIGHUP stays ignored. Signals pending together are read lowest number first,
-// so had SIGHUP (1) been caught, the launcher would report it before the SIGTERM (15) sent after it.
+// so had SIGHUP (1) been caught, the launcher would report it before the SIGTERM (15) sent next.
 TEST(LocalRunner, IgnoredSighupStaysIgnored) {
   TempDir pids;
   LauncherProcess p({"--num_procs", "2", "--master_port", kPort, DS_RANK_PROGRAM, "--pid-dir",

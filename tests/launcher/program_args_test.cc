@@ -1,10 +1,10 @@
 // deepspeed/arguments.h: strip_launcher_args, add_config_arguments for CLI11, and the one-line
 // report of an uncaught exception, the last two end to end through the real launcher on a program
-// that reads its config path from argv[1] (tests/launcher/config_program.cc, built as launcher_config_program).
+// that reads its config path from argv[1] (tests/launcher/config_program.cc, built as
+// launcher_config_program).
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
-
 #include <fstream>
 #include <string>
 #include <vector>
@@ -49,10 +49,10 @@ TEST(StripLauncherArgs, RemovesBothSpellingsAndReturnsTheRank) {
 TEST(StripLauncherArgs, LeavesWhatIsNotTheLaunchersFlag) {
   int rank = 0;
   // Not a rank number, a longer flag name, a missing value, or after "--": the program's own.
-  for (const Args& args : {Args{"prog", "--local_rank=x"}, Args{"prog", "--local_rank=-1"},
-                           Args{"prog", "--local_rank_x=1"}, Args{"prog", "--local_rank"},
-                           Args{"prog", "--local_rank", "ds.json"},
-                           Args{"prog", "--", "--local_rank=2"}}) {
+  for (const Args& args :
+       {Args{"prog", "--local_rank=x"}, Args{"prog", "--local_rank=-1"},
+        Args{"prog", "--local_rank_x=1"}, Args{"prog", "--local_rank"},
+        Args{"prog", "--local_rank", "ds.json"}, Args{"prog", "--", "--local_rank=2"}}) {
     EXPECT_EQ(strip(args, &rank), args);
     EXPECT_EQ(rank, -1);
   }
@@ -133,10 +133,10 @@ std::string write_config(const TempDir& dir, const std::string& name, const std:
 // The failure the issue reported: argv[1] read as the config got "--local_rank=0".
 TEST(ConfigProgram, ReadsArgv1AfterStrippingTheLaunchersFlag) {
   TempDir dir;
-  const std::string cfg = write_config(
-      dir, "ds.json", R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}})");
-  const RunResult r =
-      run_launcher({"--num_procs", "2", DS_CONFIG_PROGRAM, cfg});
+  const std::string cfg =
+      write_config(dir, "ds.json",
+                   R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}})");
+  const RunResult r = run_launcher({"--num_procs", "2", DS_CONFIG_PROGRAM, cfg});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(lines_starting_with(r.out, "[rank0]: config ok: zero stage 2, local_rank 0").size(), 1u)
       << r.out;
@@ -147,8 +147,8 @@ TEST(ConfigProgram, ReadsArgv1AfterStrippingTheLaunchersFlag) {
 TEST(ConfigProgram, Cli11ProgramTakesTheLaunchersFlag) {
   TempDir dir;
   const std::string cfg = write_config(dir, "ds.json", R"({"train_batch_size": 4})");
-  const RunResult r = run_launcher({"--num_procs", "2", DS_CONFIG_PROGRAM,
-                                    "--cli11", "--deepspeed", "--deepspeed_config", cfg});
+  const RunResult r = run_launcher(
+      {"--num_procs", "2", DS_CONFIG_PROGRAM, "--cli11", "--deepspeed", "--deepspeed_config", cfg});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(lines_starting_with(r.out, "[rank1]: config ok: zero stage 0, local_rank 1").size(), 1u)
       << r.out;
@@ -157,10 +157,9 @@ TEST(ConfigProgram, Cli11ProgramTakesTheLaunchersFlag) {
 // A library error nobody caught: its one line and status 1, not "terminate called" and SIGABRT.
 TEST(ConfigProgram, UncaughtLibraryErrorPrintsOneLineAndExitsOne) {
   TempDir dir;
-  const std::string cfg =
-      write_config(dir, "bad.json", R"({"train_batch_size": 4, "zero_optimization": {"stage": 5}})");
-  const RunResult r =
-      run_launcher({"--num_procs", "2", DS_CONFIG_PROGRAM, cfg});
+  const std::string cfg = write_config(
+      dir, "bad.json", R"({"train_batch_size": 4, "zero_optimization": {"stage": 5}})");
+  const RunResult r = run_launcher({"--num_procs", "2", DS_CONFIG_PROGRAM, cfg});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("SIGABRT"), std::string::npos) << r.err;

@@ -14,8 +14,7 @@ TEST(DsToFp32Cli, HelpPrintsUsageOnStdoutAndExitsZero) {
   for (const char* flag : {"--help", "-h"}) {
     const ds_test::ToolResult r = ds_test::run_tool({DS_TO_FP32_BIN, flag});
     EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
-    EXPECT_EQ(r.out.rfind("usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n", 0),
-              0u)
+    EXPECT_EQ(r.out.rfind("usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n", 0), 0u)
         << flag << ": " << r.out;
     EXPECT_EQ(r.err, "") << flag;
   }
@@ -23,8 +22,7 @@ TEST(DsToFp32Cli, HelpPrintsUsageOnStdoutAndExitsZero) {
 
 TEST(DsToFp32Cli, WrongArgumentCountPrintsUsageOnStderrAndExitsTwo) {
   for (const std::vector<std::string>& argv :
-       {std::vector<std::string>{DS_TO_FP32_BIN},
-        std::vector<std::string>{DS_TO_FP32_BIN, "ckpt"},
+       {std::vector<std::string>{DS_TO_FP32_BIN}, std::vector<std::string>{DS_TO_FP32_BIN, "ckpt"},
         std::vector<std::string>{DS_TO_FP32_BIN, "a", "b", "c", "d"}}) {
     const ds_test::ToolResult r = ds_test::run_tool(argv);
     EXPECT_EQ(r.exit_code, 2) << argv.size() << " arguments";
