@@ -1,10 +1,14 @@
-// One model, one answer, whichever engine runs it: the GPT pipeline layers (models/gpt_pipe.h) trained by the
-// PipelineEngine at every stage count of the world (the other ranks data parallel) against
-//  - a plain single-process LibTorch loop over models::GPT of the same config: the same initial values (the same
+// One model, one answer, whichever engine runs it: the GPT pipeline layers (models/gpt_pipe.h)
+// trained by the PipelineEngine at every stage count of the world (the other ranks data parallel)
+// against
+//  - a plain single-process LibTorch loop over models::GPT of the same config: the same initial
+//  values (the same
 //    GPTConfig::init_seed), the same micro-batches in the same order, torch::optim's Adam and SGD;
-//  - deepspeed::initialize's Engine over models::GPT on the same micro-batches: at one stage the two engines do the
+//  - deepspeed::initialize's Engine over models::GPT on the same micro-batches: at one stage the
+//  two engines do the
 //    same arithmetic in the same order, so they must agree bit for bit.
-// (train_gpt --pipe_stages 1 once trained another model than train_gpt: its layers were seeded one by one.)
+// (train_gpt --pipe_stages 1 once trained another model than train_gpt: its layers were seeded one
+// by one.)
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -38,8 +42,9 @@ constexpr uint64_t kInitSeed = 1234, kDataSeed = 5;
 constexpr double kAdamLr = 3e-3, kSgdLr = 0.1;
 constexpr double kFp32Epsilon = 1.0 / (1 << 23);
 
-// 4 blocks (7 pipeline layers: 1, 2 and 4 stages). No Linear biases: the attention's key bias has a zero true
-// gradient, which Adam turns into full-size updates of the sign of its rounding noise (see models/gpt.h).
+// 4 blocks (7 pipeline layers: 1, 2 and 4 stages). No Linear biases: the attention's key bias has a
+// zero true gradient, which Adam turns into full-size updates of the sign of its rounding noise
+// (see models/gpt.h).
 ds::models::GPTConfig gpt_config(bool tied_head) {
   ds::models::GPTConfig c;
   c.vocab_size = 64;
@@ -58,8 +63,10 @@ at::Tensor dataset(const ds::models::GPTConfig& c) {
   return at::randint(c.vocab_size, {kSamples, c.seq_len + 1}, gen, at::kLong);
 }
 
-// Micro-batch `m` of data-parallel replica `d` of `dp` at `step`: what train_gpt feeds either engine.
-std::pair<at::Tensor, at::Tensor> micro_batch(const at::Tensor& data, int step, int d, int dp, int m) {
+// Micro-batch `m` of data-parallel replica `d` of `dp` at `step`: what train_gpt feeds either
+// engine.
+std::pair<at::Tensor, at::Tensor> micro_batch(const at::Tensor& data, int step, int d, int dp,
+                                              int m) {
   ds::DataParallelSampler sampler(data.size(0), kMicro, kGas, d, dp, kDataSeed);
   at::Tensor batch = data.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
   const int64_t seq = data.size(1) - 1;
@@ -70,10 +77,12 @@ std::string config_json(const std::string& optimizer) {
   const std::string opt = optimizer == "SGD" ? R"({"type": "SGD", "params": {"lr": 0.1}})"
                                              : R"({"type": "Adam", "params": {"lr": 0.003}})";
   return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "steps_per_print": 1000,
-             "optimizer": )" + opt + "}";
+             "optimizer": )" +
+         opt + "}";
 }
 
-// Parameters by their models::GPT name, and each step's loss (mean over the global batch's micro-batches).
+// Parameters by their models::GPT name, and each step's loss (mean over the global batch's
+// micro-batches).
 struct Trained {
   std::map<std::string, at::Tensor> params;
   std::vector<double> losses;
@@ -85,14 +94,17 @@ std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& m) {
   return out;
 }
 
-// Plain LibTorch: models::GPT in one process, every replica's micro-batches in turn, each loss divided by the number
-// of micro-batches in the global batch, then torch::optim::Adam, or SGD written out as p - (lr x g): torch's SGD
-// fuses that multiply-add into one rounding where DeepSpeed's (and ours) rounds twice, a difference in the last bit
-// of every parameter that is not the engines'. No code of ours but the model and the sampler. `lr_factor` scales the
-// SGD step (the same as scaling every gradient), for the tests' controls.
-Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& optimizer, double lr_factor = 1.0) {
-  // The engines' intra-op thread count (initialize() sets it unless OMP_NUM_THREADS does): LibTorch's CPU reductions
-  // (LayerNorm's backward among them) split their sums over the threads, so another count sums in another order.
+// Plain LibTorch: models::GPT in one process, every replica's micro-batches in turn, each loss
+// divided by the number of micro-batches in the global batch, then torch::optim::Adam, or SGD
+// written out as p - (lr x g): torch's SGD fuses that multiply-add into one rounding where
+// DeepSpeed's (and ours) rounds twice, a difference in the last bit of every parameter that is not
+// the engines'. No code of ours but the model and the sampler. `lr_factor` scales the SGD step (the
+// same as scaling every gradient), for the tests' controls.
+Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& optimizer,
+                  double lr_factor = 1.0) {
+  // The engines' intra-op thread count (initialize() sets it unless OMP_NUM_THREADS does):
+  // LibTorch's CPU reductions (LayerNorm's backward among them) split their sums over the threads,
+  // so another count sums in another order.
   if (std::getenv("OMP_NUM_THREADS") == nullptr)
     at::set_num_threads(ds::accelerator::host_threads_per_rank(ds::comm::get_local_world_size()));
   ds::models::GPT model(cfg);
@@ -123,9 +135,10 @@ Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& o
   return run;
 }
 
-// The pipeline of `stages` stages over the world. Its parameters under their GPT names: this stage's, plus the tied
-// embedding's shared weight on every stage holding a copy (the copies must stay equal to the trained one); a tied
-// module's other parameters on a later stage are unused copies and are left out.
+// The pipeline of `stages` stages over the world. Its parameters under their GPT names: this
+// stage's, plus the tied embedding's shared weight on every stage holding a copy (the copies must
+// stay equal to the trained one); a tied module's other parameters on a later stage are unused
+// copies and are left out.
 Trained train_pipeline(const ds::models::GPTConfig& cfg, int stages, const std::string& optimizer) {
   dsp::PipelineModuleOptions o;
   o.layers = ds::models::gpt_pipeline_layers(cfg);
@@ -144,7 +157,8 @@ Trained train_pipeline(const ds::models::GPTConfig& cfg, int stages, const std::
     });
     run.losses.push_back(loss.item<double>());
   }
-  const bool first_of_tie = !cfg.tied_head || module->tied_stages("embed").front() == module->stage_id();
+  const bool first_of_tie =
+      !cfg.tied_head || module->tied_stages("embed").front() == module->stage_id();
   for (const auto& [name, p] : snapshot(*module)) {
     const bool tied = name.rfind("tied_modules.", 0) == 0;
     if (tied && !first_of_tie && name != "tied_modules.embed.wte.weight") continue;
@@ -184,7 +198,8 @@ double max_param_error(const Trained& got, const Trained& want) {
     auto it = want.params.find(name);
     EXPECT_NE(it, want.params.end()) << name << " is not a parameter of models::GPT";
     if (it == want.params.end()) continue;
-    worst = std::max(worst, (value - it->second).norm().item<double>() / it->second.norm().item<double>());
+    worst = std::max(worst,
+                     (value - it->second).norm().item<double>() / it->second.norm().item<double>());
   }
   return worst;
 }
@@ -198,7 +213,8 @@ double max_loss_error(const Trained& got, const Trained& want) {
 
 void print_errors(const char* what, double params, double losses) {
   if (std::getenv("DS_TEST_PRINT_ERRORS") != nullptr)
-    std::fprintf(stderr, "%s: rank %d params %.3e losses %.3e\n", what, ds::comm::get_rank(), params, losses);
+    std::fprintf(stderr, "%s: rank %d params %.3e losses %.3e\n", what, ds::comm::get_rank(),
+                 params, losses);
 }
 
 std::vector<int> stage_counts() {
@@ -215,22 +231,24 @@ class GPTPipelineTest : public ::testing::Test {
   }
 };
 
-// SGD: the pipeline and the reference differ only in the order of the gradient sums. An element's gradient is a sum
-// over the global batch's dp x gas micro-batches (the reference adds them one by one; the pipeline adds each
-// replica's, then all-reduces) and, for the tied embedding on two stages, of the head's and the embedding's parts:
-// at most 2 x dp x gas terms, each order within that many fp32 epsilons of the exact sum. A step p - lr x g then
-// differs by that much of the update, plus one rounding of p: with updates smaller than the parameters, within
-// 2 x dp x gas x epsilon of ||p|| per step, and the steps' errors add up (tolerance.h's reordered()). The loss is a
-// function of the same parameters and the same micro-batch losses. What the bound separates: another model (initial
-// values, data order), or a gradient averaged over the wrong count (x dp, x gas, a tied gradient counted twice),
-// which the control shows (an update half again as large is far outside it).
+// SGD: the pipeline and the reference differ only in the order of the gradient sums. An element's
+// gradient is a sum over the global batch's dp x gas micro-batches (the reference adds them one by
+// one; the pipeline adds each replica's, then all-reduces) and, for the tied embedding on two
+// stages, of the head's and the embedding's parts: at most 2 x dp x gas terms, each order within
+// that many fp32 epsilons of the exact sum. A step p - lr x g then differs by that much of the
+// update, plus one rounding of p: with updates smaller than the parameters, within 2 x dp x gas x
+// epsilon of ||p|| per step, and the steps' errors add up (tolerance.h's reordered()). The loss is
+// a function of the same parameters and the same micro-batch losses. What the bound separates:
+// another model (initial values, data order), or a gradient averaged over the wrong count (x dp, x
+// gas, a tied gradient counted twice), which the control shows (an update half again as large is
+// far outside it).
 TEST_F(GPTPipelineTest, SgdMatchesPlainLibTorchAtEveryStageCount) {
   for (bool tied_head : {true, false}) {
     const auto cfg = gpt_config(tied_head);
     for (int stages : stage_counts()) {
       const int dp = ds::comm::get_world_size() / stages;
-      SCOPED_TRACE(std::string(tied_head ? "tied" : "untied") + " head, " + std::to_string(stages) + " stages x " +
-                   std::to_string(dp) + " replicas");
+      SCOPED_TRACE(std::string(tied_head ? "tied" : "untied") + " head, " + std::to_string(stages) +
+                   " stages x " + std::to_string(dp) + " replicas");
       const Trained ref = reference(cfg, dp, "SGD");
       const Trained run = train_pipeline(cfg, stages, "SGD");
       const double bound = 2.0 * dp * kGas * kFp32Epsilon * kSteps;
@@ -238,31 +256,35 @@ TEST_F(GPTPipelineTest, SgdMatchesPlainLibTorchAtEveryStageCount) {
       print_errors("sgd", params, losses);
       EXPECT_LE(params, bound);
       EXPECT_LE(losses, bound);
-      if (stages == 1 && dp == 1) {  // the same arithmetic in the same order, on the same number of threads
-        for (const auto& [name, value] : run.params) EXPECT_TRUE(at::equal(value, ref.params.at(name))) << name;
+      if (stages == 1 &&
+          dp == 1) {  // the same arithmetic in the same order, on the same number of threads
+        for (const auto& [name, value] : run.params)
+          EXPECT_TRUE(at::equal(value, ref.params.at(name))) << name;
       }
       if (stages == stage_counts().back() && tied_head) {
-        EXPECT_GT(max_param_error(run, reference(cfg, dp, "SGD", 1.5)), 10 * bound) << "the control must fail";
+        EXPECT_GT(max_param_error(run, reference(cfg, dp, "SGD", 1.5)), 10 * bound)
+            << "the control must fail";
       }
     }
   }
 }
 
-// Adam: torch's Adam and ours (ops/ fused kernel) round differently, and Adam divides each gradient by its own
-// running magnitude, so a rounding difference in a small gradient becomes an update difference of up to lr: no
-// closed-form bound exists (tests/common/tolerance.h's measured()). The bounds are the worst errors measured on this
-// test at 1, 2 and 4 ranks, at AVX-512 and at AVX2 (DS_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell;
-// printed with DS_TEST_PRINT_ERRORS=1), times 4: parameters 1.64e-5 (AVX-512, 1 stage x 4 replicas) and 8.9e-6
-// (AVX2), losses 0.9e-7 and 1.4e-7. They separate another model: the old per-layer seeding was off by the
-// parameters' whole size (relative error ~1).
+// Adam: torch's Adam and ours (ops/ fused kernel) round differently, and Adam divides each gradient
+// by its own running magnitude, so a rounding difference in a small gradient becomes an update
+// difference of up to lr: no closed-form bound exists (tests/common/tolerance.h's measured()). The
+// bounds are the worst errors measured on this test at 1, 2 and 4 ranks, at AVX-512 and at AVX2
+// (DS_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell; printed with
+// DS_TEST_PRINT_ERRORS=1), times 4: parameters 1.64e-5 (AVX-512, 1 stage x 4 replicas) and 8.9e-6
+// (AVX2), losses 0.9e-7 and 1.4e-7. They separate another model: the old per-layer seeding was off
+// by the parameters' whole size (relative error ~1).
 TEST_F(GPTPipelineTest, AdamMatchesPlainLibTorchAtEveryStageCount) {
   const double params_bound = 4 * 1.64e-5, loss_bound = 4 * 1.4e-7;
   for (bool tied_head : {true, false}) {
     const auto cfg = gpt_config(tied_head);
     for (int stages : stage_counts()) {
       const int dp = ds::comm::get_world_size() / stages;
-      SCOPED_TRACE(std::string(tied_head ? "tied" : "untied") + " head, " + std::to_string(stages) + " stages x " +
-                   std::to_string(dp) + " replicas");
+      SCOPED_TRACE(std::string(tied_head ? "tied" : "untied") + " head, " + std::to_string(stages) +
+                   " stages x " + std::to_string(dp) + " replicas");
       const Trained ref = reference(cfg, dp, "Adam");
       const Trained run = train_pipeline(cfg, stages, "Adam");
       const double params = max_param_error(run, ref), losses = max_loss_error(run, ref);
@@ -273,10 +295,11 @@ TEST_F(GPTPipelineTest, AdamMatchesPlainLibTorchAtEveryStageCount) {
   }
 }
 
-// One stage, every rank a replica: the pipeline engine and deepspeed::initialize's Engine run the same forward and
-// backward on the same micro-batches, accumulate into flat buffers in the same order, reduce over the same ranks
-// and step the same fused Adam: bit-equal parameters. (Up to 2 replicas: a sum of two is the same in
-// any order; 4 replicas reduce in buckets laid out by parameter order, which differs between the two models.)
+// One stage, every rank a replica: the pipeline engine and deepspeed::initialize's Engine run the
+// same forward and backward on the same micro-batches, accumulate into flat buffers in the same
+// order, reduce over the same ranks and step the same fused Adam: bit-equal parameters. (Up to 2
+// replicas: a sum of two is the same in any order; 4 replicas reduce in buckets laid out by
+// parameter order, which differs between the two models.)
 TEST_F(GPTPipelineTest, OneStageEqualsThePlainEngineBitForBit) {
   if (ds::comm::get_world_size() > 2) GTEST_SKIP() << "4 replicas sum in another order (see above)";
   for (bool tied_head : {true, false}) {
@@ -288,14 +311,15 @@ TEST_F(GPTPipelineTest, OneStageEqualsThePlainEngineBitForBit) {
     for (const auto& [name, value] : pipe.params) {
       auto it = engine.params.find(name);
       ASSERT_NE(it, engine.params.end()) << name;
-      EXPECT_TRUE(at::equal(value, it->second)) << name << " differs by "
-                                                << (value - it->second).abs().max().item<double>();
+      EXPECT_TRUE(at::equal(value, it->second))
+          << name << " differs by " << (value - it->second).abs().max().item<double>();
     }
-    // The same micro-batch losses, averaged in fp32 by the pipeline (gas of them, then dp replicas) and in double
-    // here: each fp32 addition or division rounds by at most epsilon/2 relative.
+    // The same micro-batch losses, averaged in fp32 by the pipeline (gas of them, then dp replicas)
+    // and in double here: each fp32 addition or division rounds by at most epsilon/2 relative.
     const double bound = (kGas + ds::comm::get_world_size()) * kFp32Epsilon;
     for (int s = 0; s < kSteps; ++s)
-      EXPECT_LE(std::abs(pipe.losses[s] - engine.losses[s]), bound * engine.losses[s]) << "step " << s;
+      EXPECT_LE(std::abs(pipe.losses[s] - engine.losses[s]), bound * engine.losses[s])
+          << "step " << s;
   }
 }
 

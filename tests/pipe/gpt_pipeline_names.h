@@ -1,5 +1,5 @@
-// Shared by the GPT pipeline tests: the name models::GPT gives a parameter of the GPT pipeline layers
-// (models/gpt_pipe.h), so the two models can be compared parameter by parameter.
+// Shared by the GPT pipeline tests: the name models::GPT gives a parameter of the GPT pipeline
+// layers (models/gpt_pipe.h), so the two models can be compared parameter by parameter.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,9 @@
 
 namespace gpt_pipeline_names {
 
-// "tied_modules.embed.wte.weight" -> "wte.weight", "0.wpe.weight" -> "wpe.weight" (untied embedding),
-// "3.attn.qkv.weight" -> "blocks.2.attn.qkv.weight", "<layers + 1>.weight" -> "ln_f.weight",
+// "tied_modules.embed.wte.weight" -> "wte.weight", "0.wpe.weight" -> "wpe.weight" (untied
+// embedding), "3.attn.qkv.weight" -> "blocks.2.attn.qkv.weight", "<layers + 1>.weight" ->
+// "ln_f.weight",
 // "<layers + 2>.weight" -> "lm_head.weight" (untied head).
 inline std::string gpt_name(const std::string& pipe_name, int64_t layers) {
   const std::string tied = "tied_modules.embed.";

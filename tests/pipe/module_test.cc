@@ -394,7 +394,8 @@ TEST(GPTPipelineLayers, InitSeedBuildsTheGPTsValuesAtEveryStageCount) {
   o.layers = deepspeed::models::gpt_pipeline_layers(cfg);
   o.base_seed = kSeed;
   auto whole = build_stages(o, 1);
-  EXPECT_FALSE(at::equal(params_of(*whole[0]).at("1.attn.qkv.weight"), params_of(*gpt).at("blocks.0.attn.qkv.weight")));
+  EXPECT_FALSE(at::equal(params_of(*whole[0]).at("1.attn.qkv.weight"),
+                         params_of(*gpt).at("blocks.0.attn.qkv.weight")));
 }
 
 // GPT's own init with init_seed does not depend on the global generator, and differs with the seed.
