@@ -33,28 +33,6 @@ void preallocate(int fd, const std::string& path, int64_t bytes) {
 
 }  // namespace
 
-// A swap file created at `path` and, where /proc lets the process reopen it by descriptor, unlinked at
-// once: the kernel then frees its blocks when the last descriptor closes, which happens however the
-// process ends (an error, std::terminate, SIGKILL, a launcher stopping the ranks). Its I/O goes through
-// /proc/self/fd/<fd>. Without /proc the file keeps its name and is removed by the destructor.
-OptimizerSwapper::SwapFile::SwapFile(std::string path) : name_(std::move(path)) {
-  fd_ = ::open(name_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DS_CHECK_T(AioError, fd_ >= 0, "cannot create swap file '", name_, "': ", std::strerror(errno),
-             " (check zero_optimization.offload_optimizer.nvme_path)");
-  const std::string by_fd = "/proc/self/fd/" + std::to_string(fd_);
-  const int probe = ::open(by_fd.c_str(), O_RDONLY | O_CLOEXEC);
-  if (probe >= 0) {
-    ::close(probe);
-    if (::unlink(name_.c_str()) == 0) io_path_ = by_fd;
-  }
-  if (io_path_.empty()) io_path_ = name_;
-}
-
-OptimizerSwapper::SwapFile::~SwapFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (io_path_ == name_) ::unlink(name_.c_str());
-}
-
 OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
                                    const std::vector<at::Tensor>& masters)
     : options_(options) {
@@ -113,8 +91,8 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
       pieces_.push_back({g, off, length, file_offset});
       file_offset += per_set * padded_bytes(length * 4);
     }
-    files_.push_back(std::make_unique<SwapFile>(
-        options_.dir + "/group" + std::to_string(g) + ".swp"));
+    files_.push_back(std::make_unique<SwapFile>(options_.dir + "/group" + std::to_string(g) + ".swp",
+                                                "zero_optimization.offload_optimizer.nvme_path"));
     preallocate(files_.back()->fd(), files_.back()->name(), file_offset);
   }
   read_ticket_.assign(pieces_.size(), 0);
@@ -201,14 +179,7 @@ void OptimizerSwapper::step(const UpdateFn& update) {
 }
 
 std::string OptimizerSwapper::with_file_names(std::string message) const {
-  // The aio engine names the /proc/self/fd path it was given; the user knows the file by its name.
-  for (const auto& f : files_) {
-    if (f->io_path() == f->name()) continue;
-    const std::string from = "'" + f->io_path() + "'";
-    const std::string to = "'" + f->name() + "' (unlinked while in use)";
-    for (size_t pos = message.find(from); pos != std::string::npos; pos = message.find(from, pos + to.size()))
-      message.replace(pos, from.size(), to);
-  }
+  for (const auto& f : files_) message = f->with_name(std::move(message));
   return message;
 }
 

@@ -17,10 +17,9 @@
 // elements: fine for element-wise optimizers (Adam, Adagrad, Lion), which is what sub-groups
 // already assume.
 //
-// The files are unlinked as soon as they are created (their I/O goes through /proc/self/fd), so the
-// disk space comes back however the process ends, SIGKILL and std::terminate included; a failed run
-// never leaves gigabytes of swap behind. Where /proc is missing they keep their names and the
-// destructor removes them.
+// The files are unlinked as soon as they are created (swap_file.h: their I/O goes through
+// /proc/self/fd), so the disk space comes back however the process ends, SIGKILL and std::terminate
+// included; a failed run never leaves gigabytes of swap behind.
 //
 // Not thread-safe: one swapper per engine, driven from the training thread.
 #pragma once
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "deepspeed/swap/aio.h"
+#include "swap/swap_file.h"
 
 namespace deepspeed::swap {
 
@@ -92,22 +92,6 @@ class OptimizerSwapper {
     int64_t offset, length;  // elements within the group
     int64_t file_offset;     // bytes: where the piece's master starts in the group's file
   };
-  // One swap file: created, unlinked where possible, closed (and removed if still named) on destruction.
-  class SwapFile {
-   public:
-    explicit SwapFile(std::string path);
-    ~SwapFile();
-    SwapFile(const SwapFile&) = delete;
-    SwapFile& operator=(const SwapFile&) = delete;
-    int fd() const { return fd_; }
-    const std::string& name() const { return name_; }
-    const std::string& io_path() const { return io_path_; }
-
-   private:
-    std::string name_, io_path_;
-    int fd_ = -1;
-  };
-
   std::string file_of(size_t group) const;
   std::vector<std::string> io_paths() const;
   // An aio error message with each /proc/self/fd path replaced by the file's name.

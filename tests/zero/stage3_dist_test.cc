@@ -133,7 +133,13 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
     tiny_gpt::train(engine, tiny_gpt::dataset(model_config(variant)), 1);
     const std::string file =
         dir + "/zero_stage_3/params/rank" + std::to_string(deepspeed::comm::get_rank()) + "/params.swp";
-    *file_bytes = std::filesystem::exists(file) ? static_cast<int64_t>(std::filesystem::file_size(file)) : 0;
+    // Unlinked while in use (swap/swap_file.h): found among this process's descriptors.
+    *file_bytes = 0;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(fd.path(), ec).string() == file + " (deleted)")
+        *file_bytes = static_cast<int64_t>(std::filesystem::file_size(fd.path()));
+    }
     return engine.model_state_bytes().params;
   };
   int64_t file_swapped = 0, file_in_memory = 0;

@@ -37,6 +37,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/swap/aio.h"
 #include "deepspeed/zero.h"
+#include "swap/swap_file.h"
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
 #include "zero/stage3/prefetch_coordinator.h"
@@ -188,7 +189,8 @@ class Stage3 {
   void store_shard(const Flat& f, const at::Tensor& values);
   void remove_param_swap() noexcept;
   std::unique_ptr<swap::AioHandle> param_io_;
-  std::string param_file_;
+  std::unique_ptr<swap::SwapFile> param_swap_file_;  // unlinked at once: gone however the process ends
+  std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;

@@ -22,7 +22,8 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
   std::filesystem::create_directories(dir, ec);
   DS_CHECK_T(ConfigError, !ec, "zero_optimization.offload_param.nvme_path: cannot create ", dir,
              ": ", ec.message());
-  param_file_ = dir + "/params.swp";
+  param_swap_file_ = std::make_unique<swap::SwapFile>(dir + "/params.swp", "zero_optimization.offload_param.nvme_path");
+  param_file_ = param_swap_file_->io_path();
   param_io_ = std::make_unique<swap::AioHandle>(options_.aio);
   const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
   int64_t offset = 0;
@@ -75,8 +76,7 @@ void Stage3::remove_param_swap() noexcept {
   } catch (...) {
   }
   param_io_.reset();
-  std::error_code ec;
-  std::filesystem::remove(param_file_, ec);
+  param_swap_file_.reset();
 }
 
 }  // namespace deepspeed::zero
