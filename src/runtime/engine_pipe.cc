@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "runtime/engine_impl.h"
+#include "zero/global_norm.h"
 
 namespace deepspeed {
 
@@ -85,11 +86,7 @@ double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
     if (lo < hi) excluded[g].emplace_back(lo, hi);
   }
   double sq = 0.0;
-  auto add = [&](const at::Tensor& t) {
-    if (t.numel() == 0) return;
-    const double n = t.norm().item<double>();
-    sq += n * n;
-  };
+  auto add = [&](const at::Tensor& t) { sq += zero::squared_norm(t); };
   for (size_t g = 0; g < grads.size(); ++g) {
     auto& ranges = excluded[g];
     std::sort(ranges.begin(), ranges.end());

@@ -78,9 +78,8 @@ double MasterWeights::global_norm(const std::vector<at::Tensor>& grads) const {
   // by 1 / copies.
   double sq = 0.0;
   for (size_t g = 0; g < grads.size(); ++g) {
-    const double n = grads[g].norm().item<double>();
     const double copies = options_.partitioned ? 1.0 : copies_group(groups_[g], world_).size();
-    sq += n * n / copies;
+    sq += zero::squared_norm(grads[g]) / copies;
   }
   at::Tensor t = at::tensor({sq}, at::kDouble);
   world_.all_reduce(t, comm::ReduceOp::kSum);
