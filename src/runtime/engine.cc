@@ -302,13 +302,16 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     std::vector<double> base_lrs;
     for (size_t g = 0; g < groups_.size(); ++g) base_lrs.push_back(optimizer_->lr(g));
     scheduler_ = runtime::make_scheduler_from_config(*config_.scheduler, base_lrs);
-    // DeepSpeed's OneCycle writes its starting lr and momentum into the optimizer when built; the warmup schedules
-    // leave the optimizer's own lr for the first step and take over after it.
-    if (config_.scheduler->type == runtime::kOneCycle) apply_schedule();
   }
-  if (scheduler_ && optimizer_)
+  // Every DeepSpeed scheduler writes its starting values into the optimizer when it is built (since DeepSpeed
+  // 0.15.3; earlier releases left the warmup schedules' first step at the optimizer's own lr), so step 1 runs at the
+  // schedule's iteration -1: warmup_min_lr (WarmupLR, WarmupDecayLR), 0 (WarmupCosineLR), lr_range_test_min_lr,
+  // cycle_min_lr / cycle_min_mom (OneCycle). A client scheduler is built before initialize sees it, so the same.
+  if (scheduler_ && optimizer_) {
     DS_CHECK(scheduler_->num_groups() == groups_.size(), "lr scheduler has ", scheduler_->num_groups(),
              " groups, the optimizer ", groups_.size());
+    apply_schedule();
+  }
 
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   monitor_ = std::make_unique<monitor::MonitorMaster>(config_, comm::get_rank());

@@ -116,7 +116,9 @@ WarmupLR::WarmupLR(const WarmupDecayLRParams& p, const std::vector<double>& base
 }
 
 std::vector<double> WarmupLR::compute_lr(int64_t t) const {
-  if (t < 0) return std::vector<double>(num_groups(), 0.0);
+  // Before the first step: the minimum, which DeepSpeed (>= 0.15.3) writes into the optimizer when it builds the
+  // scheduler, so step 1 runs at warmup_min_lr.
+  if (t < 0) return std::vector<double>(num_groups(), min_lr_);
   const double gamma = t < warmup_num_steps_ ? warmup_fraction(warmup_type_, t, warmup_num_steps_)
                                              : post_warmup_gamma(t);
   return std::vector<double>(num_groups(), min_lr_ + (max_lr_ - min_lr_) * gamma);

@@ -65,7 +65,8 @@ TEST(WarmupLR, LogWarmupThenHold) {
   auto s = make_warmup_lr(p, kTwoGroups);
   EXPECT_STREQ(s->type(), "WarmupLR");
   EXPECT_EQ(s->last_batch_iteration(), -1);
-  for (double lr : s->get_lr()) EXPECT_EQ(lr, 0.0);  // before the first step, as DeepSpeed
+  // Before the first step: warmup_min_lr, which DeepSpeed >= 0.15.3 writes into the optimizer at construction.
+  for (double lr : s->get_lr()) EXPECT_EQ(lr, 0.01);
   EXPECT_FALSE(s->get_momentum().has_value());
   const double delta = 0.09;
   expect_lr_at(*s, 0, 0.01);  // log(1) = 0
