@@ -5,7 +5,14 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -56,8 +63,10 @@ inline void split_batch(const at::Tensor& data, const std::vector<int64_t>& idx,
 }
 
 // Trains `steps` optimizer steps of this rank's share of each global batch, starting at global step `first_step`
-// (a resumed run continues where the data left off). Returns this rank's loss of each micro-batch.
-inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& data, int steps, int first_step = 0) {
+// (a resumed run continues where the data left off). Returns this rank's loss of each micro-batch; `grad_norms`,
+// when given, gets the engine's global gradient norm after each step.
+inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& data, int steps, int first_step = 0,
+                                 std::vector<double>* grad_norms = nullptr) {
   deepspeed::DataParallelSampler sampler(data.size(0), engine.train_micro_batch_size_per_gpu(),
                                          engine.gradient_accumulation_steps(), engine.global_rank(),
                                          engine.world_size(), kDataSeed);
@@ -71,6 +80,7 @@ inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& da
       engine.backward(loss);
       engine.step();
     }
+    if (grad_norms) grad_norms->push_back(engine.get_global_grad_norm());
   }
   return losses;
 }
@@ -89,6 +99,55 @@ inline double max_relative_error(const std::vector<at::Tensor>& got, const std::
     worst = err > worst ? err : worst;
   }
   return got.size() == want.size() ? worst : 1e300;
+}
+
+// The plain single-process LibTorch run an engine at `world` ranks must reproduce: the same model and initial
+// values, each step's whole global batch (every rank's micro-batches) in one forward, torch's own clipping and
+// optimizer. No code of ours runs in it but the model and the sampler that picks the samples.
+struct Reference {
+  std::vector<at::Tensor> params;   // after the last step
+  std::vector<double> grad_norms;   // each step's global gradient norm before clipping, summed in double
+};
+
+// `make_step(params)` returns the optimizer step to run after each backward (e.g. sgd_step below).
+using ReferenceStep = std::function<void()>;
+using MakeReferenceStep = std::function<ReferenceStep(std::vector<at::Tensor>& params)>;
+
+inline Reference train_reference(const deepspeed::models::GPTConfig& c, int world, int64_t micro, int64_t gas,
+                                 int steps, double clip, const MakeReferenceStep& make_step) {
+  deepspeed::models::GPT model = make_model(c);
+  const at::Tensor data = dataset(c);
+  std::vector<at::Tensor> params = model->parameters();
+  ReferenceStep step_fn = make_step(params);
+  deepspeed::DataParallelSampler sampler(data.size(0), micro * gas * world, 1, 0, 1, kDataSeed);
+  Reference out;
+  for (int step = 0; step < steps; ++step) {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    at::Tensor x, y;
+    split_batch(data, sampler.global_batch(step), &x, &y);
+    model->forward(x, y).backward();
+    double sq = 0;
+    for (const auto& p : params) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+    out.grad_norms.push_back(std::sqrt(sq));
+    if (clip > 0) torch::nn::utils::clip_grad_norm_(params, clip);
+    step_fn();
+  }
+  for (const auto& p : params) out.params.push_back(p.detach().to(at::kFloat).clone());
+  return out;
+}
+
+// torch's SGD without momentum; weight_decay > 0 adds L2 (weight_decay * p to the gradient), as DeepSpeed's SGD does.
+inline MakeReferenceStep sgd_step(double lr, double weight_decay = 0.0) {
+  return [lr, weight_decay](std::vector<at::Tensor>& params) -> ReferenceStep {
+    auto opt = std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).weight_decay(weight_decay));
+    return [opt] { opt->step(); };
+  };
+}
+
+// The config's optimizer section for the same SGD.
+inline std::string sgd_json(double lr, double weight_decay = 0.0) {
+  return "{\"type\": \"SGD\", \"params\": {\"lr\": " + std::to_string(lr) +
+         ", \"weight_decay\": " + std::to_string(weight_decay) + "}}";
 }
 
 }  // namespace tiny_gpt

@@ -8,12 +8,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "deepspeed/moe/layer.h"
 #include "gpt.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -31,6 +34,7 @@ using deepspeed::models::GPT;
 using deepspeed::models::GPTConfig;
 
 constexpr int kSteps = 5;
+constexpr double kSgdLr = 0.5;
 
 GPTConfig moe_config(int64_t ep_size, int64_t k) {
   GPTConfig c = tiny_gpt::config();
@@ -46,12 +50,12 @@ GPTConfig moe_config(int64_t ep_size, int64_t k) {
 }
 
 deepspeed::Config engine_config(int stage, const std::string& extra = "",
-                                const std::string& zero_extra = "") {
+                                const std::string& zero_extra = "",
+                                const std::string& optimizer = R"({"type": "Adam", "params": {"lr": 1e-2}})") {
   return deepspeed::Config::from_string(
-      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-          "optimizer": {"type": "Adam", "params": {"lr": 1e-2}},
-          "zero_optimization": {"stage": )" +
-      std::to_string(stage) + zero_extra + "}" + extra + "}");
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "optimizer": )" +
+      optimizer + R"(, "zero_optimization": {"stage": )" + std::to_string(stage) + zero_extra + "}" +
+      extra + "}");
 }
 
 // Global parameters by name, experts under their global ids: "<block>.experts.<global id>.<rest>".
@@ -91,13 +95,20 @@ double worst_error(const std::map<std::string, at::Tensor>& got,
 }
 
 // The plain loop: one model with every expert, each rank's micro-batch run in turn, the mean of
-// their losses.
-std::map<std::string, at::Tensor> run_reference(const GPTConfig& cfg, int world, double clip) {
+// their losses; torch's Adam (lr 1e-2) or SGD (kSgdLr). `grad_norms` gets each step's gradient
+// norm before clipping, summed in double.
+std::map<std::string, at::Tensor> run_reference(const GPTConfig& cfg, int world, double clip, bool sgd,
+                                                std::vector<double>* grad_norms = nullptr) {
   GPT model = tiny_gpt::make_model(cfg);
   const at::Tensor data = tiny_gpt::dataset(cfg);
-  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-2));
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (sgd) {
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(kSgdLr));
+  } else {
+    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+  }
   for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
+    opt->zero_grad();
     at::Tensor loss = at::zeros({});
     for (int r = 0; r < world; ++r) {
       deepspeed::DataParallelSampler sampler(data.size(0), 2, 1, r, world, tiny_gpt::kDataSeed);
@@ -106,8 +117,13 @@ std::map<std::string, at::Tensor> run_reference(const GPTConfig& cfg, int world,
       loss = loss + model->forward(x, y) / world;
     }
     loss.backward();
+    if (grad_norms) {
+      double sq = 0;
+      for (const auto& p : model->parameters()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+      grad_norms->push_back(std::sqrt(sq));
+    }
     if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
-    opt.step();
+    opt->step();
   }
   return by_global_name(model);
 }
@@ -120,6 +136,7 @@ struct Case {
                          // groups of 2 at 4 ranks)
   bool no_drop = false;  // drop_tokens false: capacity = the largest load
   std::string zero_extra = "";
+  bool sgd = false;  // SGD instead of Adam: a wrong expert-gradient scale shows (Adam is invariant to it)
 };
 
 class MoEEngine : public ::testing::TestWithParam<Case> {};
@@ -136,11 +153,32 @@ TEST_P(MoEEngine, ExpertParallelMatchesPlainLoop) {
   };
   GPT model = tiny_gpt::make_model(config_of(ep));
   const std::string clip = c.clip > 0 ? ", \"gradient_clipping\": " + std::to_string(c.clip) : "";
-  auto engine = deepspeed::initialize(model, engine_config(c.stage, clip, c.zero_extra));
-  tiny_gpt::train(engine, tiny_gpt::dataset(config_of(ep)), kSteps);
-  auto want = run_reference(config_of(1), world, c.clip);
-  EXPECT_LT(worst_error(by_global_name(model), want), 2e-5)
-      << "stage " << c.stage << " k " << c.k << " ep_size " << ep;
+  auto engine = c.sgd ? deepspeed::initialize(model, engine_config(c.stage, clip, c.zero_extra,
+                                                                   tiny_gpt::sgd_json(kSgdLr)))
+                      : deepspeed::initialize(model, engine_config(c.stage, clip, c.zero_extra));
+  std::vector<double> norms, want_norms;
+  tiny_gpt::train(engine, tiny_gpt::dataset(config_of(ep)), kSteps, 0, &norms);
+  auto want = run_reference(config_of(1), world, c.clip, c.sgd, &want_norms);
+  const auto got = by_global_name(model);
+  // The engine sums each expert's gradient over its tokens per rank and then across ranks (through
+  // the all-to-all's backward), the reference over all tokens at once: reordered sums of up to the
+  // global batch's tokens. With SGD that bounds the weights (and each step's gradient norm, which
+  // counts every expert once); a gradient summed instead of averaged, or an expert's gradient
+  // reduced over the wrong ranks, is off by the world size. Adam turns rounding differences in
+  // near-zero gradients into full-size updates: measured, 1.8e-5 (AVX2) and 2.3e-5 (AVX-512, on the
+  // machine where a bound of 2e-5 failed; 1.4e-5 on others).
+  const int64_t tokens = world * 2 * tiny_gpt::config().seq_len;
+  const double bound = c.sgd ? tolerance::reordered(tolerance::kFp32Epsilon, tokens, kSteps)
+                             : tolerance::measured(1.8e-5, 2.3e-5);
+  EXPECT_WITHIN(worst_error(got, want), bound) << "stage " << c.stage << " k " << c.k << " ep_size " << ep;
+  if (c.sgd) {
+    // SGD's movement dwarfs the bound, so a scale error (a multiple of the movement) cannot hide.
+    const auto initial = by_global_name(tiny_gpt::make_model(config_of(1)));
+    EXPECT_GT(worst_error(want, initial), 20 * bound) << "training must move the weights";
+    ASSERT_EQ(norms.size(), want_norms.size());
+    for (size_t s = 0; s < norms.size(); ++s)
+      EXPECT_WITHIN(std::abs(norms[s] - want_norms[s]) / want_norms[s], bound) << "step " << s;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoEEngine,
@@ -149,7 +187,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoEEngine,
                                            Case{0, 1, 0.05, true}, Case{1, 2, 0.05, true},
                                            Case{2, 1, 0.05, true}, Case{1, 2, 0, false, true},
                                            Case{2, 2, 0.05, false, false,
-                                                R"(, "offload_optimizer": {"device": "cpu"})"}));
+                                                R"(, "offload_optimizer": {"device": "cpu"})"},
+                                           // SGD, no clip: expert groups' gradient scale
+                                           Case{0, 2, 0, false, false, "", true},
+                                           Case{1, 1, 0, true, false, "", true},
+                                           Case{2, 2, 0, true, false, "", true},
+                                           Case{2, 1, 0, false, false,
+                                                R"(, "offload_optimizer": {"device": "cpu"})", true}));
 
 // k = 1 exercises random token selection, k = 2 the second expert's Gumbel sampling.
 class MoEEngineEp : public ::testing::TestWithParam<int64_t> {};

@@ -28,8 +28,10 @@ TEST(FlatParams, ParamsAndGradsBecomeViewsWithValuesKept) {
   at::Tensor x = at::randn({2, 3});
   for (int i = 0; i < 2; ++i) at::matmul(x, w).add(b).sum().backward();
   at::Tensor expected_w = 2 * at::matmul(x.t(), at::ones({2, 4}));
-  EXPECT_TRUE(at::allclose(groups[0].grads_flat.narrow(0, 0, 12).view({3, 4}), expected_w));
-  EXPECT_TRUE(at::allclose(groups[0].grads_flat.narrow(0, 16, 4), at::full({4}, 4.0)));
+  // Each gradient element is a sum of two products with 1 (order-free, exact) accumulated twice (g + g = 2g,
+  // exact): bit equality.
+  EXPECT_TRUE(at::equal(groups[0].grads_flat.narrow(0, 0, 12).view({3, 4}), expected_w));
+  EXPECT_TRUE(at::equal(groups[0].grads_flat.narrow(0, 16, 4), at::full({4}, 4.0)));
 
   zero_grads(groups);
   EXPECT_EQ(groups[0].grads_flat.abs().sum().item<float>(), 0.0f);

@@ -5,11 +5,13 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <vector>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "elementwise_net.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -102,6 +104,51 @@ TEST(Fp16, OverflowAtMinimumScaleNamesTheParameter) {
       EXPECT_NE(msg.find("'w1'"), std::string::npos)
           << "the first overflowing parameter is named: " << msg;
     }
+  }
+}
+
+// fp16 training against fp32 training of the same model on the same batches, at every stage: the loss is scaled
+// by 2^8 before backward and the gradients unscaled before the step, so a wrong unscale factor (the scale applied
+// twice or not at all, or divided by the world size twice) moves the weights by a multiple of fp32's movement.
+// The bound: the fp16 weights are the fp32 masters rounded once (half an fp16 epsilon), and the fp16 forward and
+// backward round each of their ~8 elementwise steps (the gradient is a few fp16 epsilons off), which reaches the
+// weights in proportion to their movement (kept below the weights' size here): 4 fp16 epsilons in all. The
+// movement is asserted to be 10x that, so the bound cannot hide a scale error.
+TEST(Fp16, TrainsLikeFp32AtEveryStage) {
+  tiny_gpt::ensure_comm();
+  const int rank = deepspeed::comm::get_rank();
+  const double bound = tolerance::reordered(tolerance::kFp16Epsilon, 4, 1);
+  const std::string sgd = R"({"type": "SGD", "params": {"lr": 0.05}})";
+  auto train = [&](const std::string& json, bool half) {
+    ElementwiseNet net;
+    auto engine = deepspeed::initialize(net, deepspeed::Config::from_string(json));
+    for (int step = 0; step < 5; ++step) {
+      at::Tensor t;
+      at::Tensor x = batch_for(rank, step, &t);
+      if (!half) {
+        x = x.to(at::kFloat);
+        t = t.to(at::kFloat);
+      }
+      engine.backward(engine.forward(x, t));
+      engine.step();
+    }
+    EXPECT_EQ(engine.skipped_steps(), 0);
+    std::vector<at::Tensor> out;
+    for (const auto& p : params_of(net)) out.push_back(p.to(at::kFloat));
+    return out;
+  };
+  const auto fp32 = train(R"({"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000, "optimizer": )" + sgd +
+                              "}",
+                          false);
+  std::vector<at::Tensor> initial;
+  for (const auto& p : ElementwiseNet()->parameters()) initial.push_back(p.detach().clone());
+  ASSERT_GT(tiny_gpt::max_relative_error(fp32, initial), 10 * bound) << "the movement must dwarf the bound";
+  for (int stage : {0, 1, 2, 3}) {
+    std::string json = fp16_config(stage, "");
+    const std::string fp16_sgd = R"({"type": "SGD", "params": {"lr": 0.01}})";
+    ASSERT_NE(json.find(fp16_sgd), std::string::npos);
+    json.replace(json.find(fp16_sgd), fp16_sgd.size(), sgd);
+    EXPECT_WITHIN(tiny_gpt::max_relative_error(train(json, true), fp32), bound) << "stage " << stage;
   }
 }
 

@@ -18,6 +18,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -76,15 +77,30 @@ std::vector<at::Tensor> train_stage(const Variant& v, int stage, deepspeed::Engi
   return gathered_snapshot(model);
 }
 
-void expect_stage3_matches(const Variant& v, double tolerance) {
+// AdamW over 5 steps, stage 3 against stage 0: stage 3 reduce-scatters each unit's gradients (other sums, other
+// orders) and Adam's first steps turn those roundings in near-zero gradients into full-size updates, so no closed
+// form holds: measured at both SIMD levels (tests/common/tolerance.h). A wrong gather, release or partition is off
+// by the training's movement (~1e-2); the gradient scale is checked with SGD in zero_reference_dist_test.cc.
+const double kAdamStage3 = tolerance::measured(2.4e-6, 4.8e-7);
+// bf16 parameters rounded from masters that differ by the above: now and then an element one bf16 epsilon apart.
+// Measured: 0 at most world sizes, 2.7e-3 (parameter offload, 3 ranks) at both SIMD levels.
+const double kBf16Stage3 = tolerance::measured(2.8e-3, 2.8e-3);
+
+// At one rank stage 3 adds in stage 0's order: bit equality.
+double bound_at_this_world(double bound) {
+  tiny_gpt::ensure_comm();
+  return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : bound;
+}
+
+void expect_stage3_matches(const Variant& v, double bound) {
+  bound = bound_at_this_world(bound);
   Variant plain = v;
   plain.units = false;
   plain.construct = false;
   auto reference = train_stage(plain, 0);
   auto initial = tiny_gpt::snapshot(tiny_gpt::make_model(model_config(plain)));
   ASSERT_GT(tiny_gpt::max_relative_error(reference, initial), 1e-3) << "training must move the parameters";
-  double err = tiny_gpt::max_relative_error(train_stage(v, 3), reference);
-  EXPECT_LE(err, tolerance) << v.name << ": stage 3 vs stage 0, relative error " << err;
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(v, 3), reference), bound) << v.name << ": stage 3 vs stage 0";
 }
 
 // Persistence off so every block really is gathered and released (the tiny model's tensors are all < 1e5).
@@ -93,7 +109,7 @@ const std::string kNoPersistence = ", \"stage3_param_persistence_threshold\": 0"
 TEST(Stage3, Fp32UnitsMatchStageZero) {
   Variant v{"fp32 units"};
   v.zero_extra = kNoPersistence;
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 // offload_param nvme (ZeRO-Infinity): every unit's partition but the persistent ones' lives in a swap file and is
@@ -117,7 +133,7 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
       v.clip = 0.1;
       v.precision = precision;
       v.zero_extra = param + optimizer;
-      expect_stage3_matches(v, precision.empty() ? 1e-5 : 1e-2);
+      expect_stage3_matches(v, precision.empty() ? kAdamStage3 : kBf16Stage3);
     }
   }
   // What stays in memory: only the persistent partitions; the rest is in this rank's swap file.
@@ -157,7 +173,7 @@ TEST(Stage3, WholeModelAsRootUnitMatchesStageZero) {
   Variant v{"root only"};
   v.units = false;
   v.zero_extra = kNoPersistence;
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 TEST(Stage3, AccumulationMatchesStageZero) {
@@ -165,7 +181,7 @@ TEST(Stage3, AccumulationMatchesStageZero) {
   v.micro = 1;
   v.gas = 4;
   v.zero_extra = kNoPersistence;
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 TEST(Stage3, UnevenClippingAndPersistenceMatchStageZero) {
@@ -173,7 +189,7 @@ TEST(Stage3, UnevenClippingAndPersistenceMatchStageZero) {
   v.uneven = true;
   v.clip = 0.1;
   v.zero_extra = ", \"stage3_param_persistence_threshold\": 100";
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 TEST(Stage3, PrefetchOffAndTightBoundsMatchStageZero) {
@@ -181,32 +197,30 @@ TEST(Stage3, PrefetchOffAndTightBoundsMatchStageZero) {
   v.zero_extra = kNoPersistence +
                  ", \"stage3_prefetch_bucket_size\": 0, \"stage3_max_live_parameters\": 1, "
                  "\"stage3_max_reuse_distance\": 0";
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 TEST(Stage3, Bf16MatchesStageZero) {
   Variant v{"bf16"};
   v.precision = "bf16";
   v.zero_extra = kNoPersistence;
-  // bf16 parameters: stage 0 and stage 3 round the same fp32 masters, but the gradients are summed in another order
-  // across ranks; a few bf16 ulps (2^-8) of drift over 5 steps.
-  expect_stage3_matches(v, 2e-2);
+  expect_stage3_matches(v, kBf16Stage3);
 }
 
 TEST(Stage3, CpuOffloadMatchesStageZero) {
   Variant v{"offload cpu"};
   v.zero_extra = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}";
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
   v.name = "offload cpu bf16";
   v.precision = "bf16";
-  expect_stage3_matches(v, 2e-2);
+  expect_stage3_matches(v, kBf16Stage3);
 }
 
 TEST(Stage3, ConstructionTimePartitionMatchesStageZero) {
   Variant v{"zero::Init"};
   v.construct = true;
   v.zero_extra = kNoPersistence;
-  expect_stage3_matches(v, 1e-5);
+  expect_stage3_matches(v, kAdamStage3);
 }
 
 TEST(Stage3, ConstructionTimePartitionStartsFromTheSameValues) {
@@ -405,14 +419,14 @@ TEST(Stage3, ChangingUnitOrderStillTrainsLikeStageZero) {
   auto reference = train_flipnet(0, &inv0);
   auto got = train_flipnet(3, &inv3);
   EXPECT_GT(inv3, 0) << "the flipped order should have invalidated the recorded trace";
-  EXPECT_LE(tiny_gpt::max_relative_error(got, reference), 1e-5);
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), bound_at_this_world(kAdamStage3));
 }
 
 TEST(Stage3, UnitsInsideAnActivationCheckpointMatchStageZero) {
   int64_t inv0 = 0, inv3 = 0;
   auto reference = train_flipnet(0, &inv0, /*checkpointed=*/false);
   auto got = train_flipnet(3, &inv3, /*checkpointed=*/true);
-  EXPECT_LE(tiny_gpt::max_relative_error(got, reference), 1e-5);
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), bound_at_this_world(kAdamStage3));
 }
 
 }  // namespace

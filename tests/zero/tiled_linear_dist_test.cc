@@ -15,6 +15,7 @@
 #include "deepspeed/zero.h"
 #include "deepspeed/zero/tiled_linear.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -94,14 +95,24 @@ std::vector<at::Tensor> train_stage(int stage, bool under_init,
   return full_parameters(net);
 }
 
+// Adam over 5 steps, stage 3 against stage 0: the tiles' gradients are reduce-scattered (other sums, other
+// orders), and Adam turns those roundings in near-zero gradients into full-size updates: measured at both SIMD
+// levels (tests/common/tolerance.h). A tile gathered from the wrong partition is off by the training's movement.
+const double kAdamStage3 = tolerance::measured(4.9e-8, 4.3e-8);
+
+// At one rank stage 3 adds in stage 0's order: bit equality.
+double bound_at_this_world() {
+  tiny_gpt::ensure_comm();
+  return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : kAdamStage3;
+}
+
 TEST(TiledLinearStage3, TrainsLikeStageZero) {
   auto cfg0 = deepspeed::Config::from_string(config_json(0));
   auto initial = full_parameters(build(false, cfg0));
   auto reference = train_stage(0, false);
   ASSERT_GT(tiny_gpt::max_relative_error(reference, initial), 1e-3)
       << "training must move the parameters";
-  const double err = tiny_gpt::max_relative_error(train_stage(3, false), reference);
-  EXPECT_LE(err, 1e-5) << "stage 3 vs stage 0, relative error " << err;
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(3, false), reference), bound_at_this_world()) << "stage 3 vs stage 0";
 }
 
 TEST(TiledLinearStage3, BuiltUnderInitTrainsLikeStageZero) {
@@ -114,8 +125,8 @@ TEST(TiledLinearStage3, BuiltUnderInitTrainsLikeStageZero) {
       if (item.key().rfind("head.", 0) != 0) EXPECT_EQ(item.value().numel(), 0) << item.key();
   }
   auto reference = train_stage(0, false);
-  const double err = tiny_gpt::max_relative_error(train_stage(3, true), reference);
-  EXPECT_LE(err, 1e-5) << "stage 3 under zero::Init vs stage 0, relative error " << err;
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(3, true), reference), bound_at_this_world())
+      << "stage 3 under zero::Init vs stage 0";
 }
 
 TEST(TiledLinearStage3, TilesAreGatheredOneAtATime) {
@@ -126,7 +137,7 @@ TEST(TiledLinearStage3, TilesAreGatheredOneAtATime) {
                             ", \"stage3_max_reuse_distance\": 0";
   auto reference = train_stage(0, false);
   auto got = train_stage(3, false, &stats, extra);
-  EXPECT_LE(tiny_gpt::max_relative_error(got, reference), 1e-5)
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), bound_at_this_world())
       << "the live bound must not change the numbers";
   EXPECT_GE(stats.peak_live_elems, kBigLargestTile)
       << "the big layer's largest tile must have been gathered whole";
@@ -165,7 +176,7 @@ TEST(TiledLinearStage3, CopiesAWholeLinearInAndOut) {
       auto ref_engine = deepspeed::initialize(ref_net, ref_cfg);
       train(ref_engine, 2);
       train(*engine, 2);
-      EXPECT_LE(tiny_gpt::max_relative_error(full_parameters(net), full_parameters(ref_net)), 1e-5);
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(full_parameters(net), full_parameters(ref_net)), bound_at_this_world());
     }
   }
 }

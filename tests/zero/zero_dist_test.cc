@@ -14,6 +14,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero/memory_estimator.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace {
 
@@ -49,30 +50,49 @@ std::vector<at::Tensor> train_stage(const Variant& v, int stage, deepspeed::Mode
   return tiny_gpt::snapshot(model);
 }
 
-void expect_stages_match(const Variant& v, double tolerance) {
+// AdamW over 5 steps, stage 1/2 against stage 0 at the same world size: the stages sum each gradient over the
+// ranks in another order (reduce-scatter over buckets vs one all-reduce, partition norms vs the whole), and Adam's
+// first steps turn those roundings in near-zero gradients into full-size updates, so no closed form holds:
+// measured at both SIMD levels (tests/common/tolerance.h). The training moves the weights by ~1e-2 relative, and a
+// wrong partition or a lost bucket is off by that much; the gradient scale is checked with SGD in
+// zero_reference_dist_test.cc.
+const double kAdamStages = tolerance::measured(3.4e-6, 3.5e-6);
+// bf16 parameters: stage 0 and stage N round fp32 masters that differ by the above to bf16, so now and then an
+// element lands one bf16 epsilon (7.8e-3) apart, and the next steps carry it on: measured, 0 at most world sizes
+// and 9.3e-3 (one tensor, 3 ranks) at both SIMD levels.
+const double kBf16Stages = tolerance::measured(9.4e-3, 9.4e-3);
+
+// At one rank no sum crosses ranks and every stage adds in stage 0's order: bit equality.
+double bound_at_this_world(double bound) {
+  tiny_gpt::ensure_comm();
+  return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : bound;
+}
+
+void expect_stages_match(const Variant& v, double bound) {
+  bound = bound_at_this_world(bound);
   auto reference = train_stage(v, 0);
   auto initial = tiny_gpt::snapshot(tiny_gpt::make_model(tiny_gpt::config(v.uneven)));
-  ASSERT_GT(tiny_gpt::max_relative_error(reference, initial), 1e-3) << "training must move the parameters";
+  ASSERT_GT(tiny_gpt::max_relative_error(reference, initial), 1e-3 + 10 * bound) << "training must move the parameters";
   for (int stage : {1, 2}) {
-    double err = tiny_gpt::max_relative_error(train_stage(v, stage), reference);
-    EXPECT_LE(err, tolerance) << v.name << ": stage " << stage << " vs stage 0, relative error " << err;
+    EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(v, stage), reference), bound)
+        << v.name << ": stage " << stage << " vs stage 0";
   }
 }
 
-TEST(ZeroStages, Fp32MatchesStageZero) { expect_stages_match({"fp32"}, 1e-5); }
+TEST(ZeroStages, Fp32MatchesStageZero) { expect_stages_match({"fp32"}, kAdamStages); }
 
 TEST(ZeroStages, Fp32WithAccumulationMatchesStageZero) {
   Variant v{"fp32 gas 4"};
   v.micro = 1;
   v.gas = 4;
-  expect_stages_match(v, 1e-5);
+  expect_stages_match(v, kAdamStages);
 }
 
 TEST(ZeroStages, UnevenPartitionsAndClippingMatchStageZero) {
   Variant v{"uneven + clip"};
   v.uneven = true;
   v.clip = 0.1;
-  expect_stages_match(v, 1e-5);
+  expect_stages_match(v, kAdamStages);
 }
 
 TEST(ZeroStages, SmallBucketsAndChunkedAllGatherMatchStageZero) {
@@ -80,13 +100,15 @@ TEST(ZeroStages, SmallBucketsAndChunkedAllGatherMatchStageZero) {
   v.uneven = true;
   v.gas = 2;
   v.zero_extra = ", \"reduce_bucket_size\": 300, \"allgather_bucket_size\": 500, \"overlap_comm\": true";
-  expect_stages_match(v, 1e-5);
+  expect_stages_match(v, kAdamStages);
 }
 
 TEST(ZeroStages, AllReduceAndBroadcastVariantsMatchStageZero) {
+  // Without reduce-scatter the stages all-reduce each gradient exactly as stage 0 does, and the optimizer's
+  // elementwise update gives the same bits on a partition as on the whole buffer: bit equality at every world size.
   Variant v{"reduce_scatter=false, allgather_partitions=false, no overlap"};
   v.zero_extra = ", \"reduce_scatter\": false, \"allgather_partitions\": false, \"overlap_comm\": false";
-  expect_stages_match(v, 1e-5);
+  expect_stages_match(v, tolerance::exact());
 }
 
 TEST(ZeroStages, Bf16MatchesStageZeroBf16) {
@@ -95,11 +117,14 @@ TEST(ZeroStages, Bf16MatchesStageZeroBf16) {
   Variant v{"bf16"};
   v.precision = "bf16";
   v.gas = 2;
-  expect_stages_match(v, 1e-2);
+  expect_stages_match(v, kBf16Stages);
+  // bf16 against fp32 training: every forward and backward rounds to bf16 (8 bits), so the weights drift from fp32's
+  // by many bf16 epsilons over 5 steps: measured; a bf16 run that trained on garbage would be off by ~1.
   auto fp32 = train_stage(Variant{"fp32"}, 0);
   Variant b{"bf16 vs fp32"};
   b.precision = "bf16";
-  EXPECT_LE(tiny_gpt::max_relative_error(train_stage(b, 2), fp32), 1e-1) << "bf16 should track fp32 training";
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(b, 2), fp32), tolerance::measured(5.3e-2, 5.3e-2))
+      << "bf16 should track fp32 training";
 }
 
 TEST(ZeroOffload, CpuOffloadMatchesStageZero) {
@@ -111,8 +136,9 @@ TEST(ZeroOffload, CpuOffloadMatchesStageZero) {
   auto reference = train_stage(Variant{"plain", 2, 2, 0.1, true}, 0);
   for (int stage : {1, 2}) {
     deepspeed::ModelStateBytes bytes;
-    double err = tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference);
-    EXPECT_LE(err, 1e-5) << "stage " << stage << " with cpu offload vs stage 0";
+    EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference),
+                  bound_at_this_world(kAdamStages))
+        << "stage " << stage << " with cpu offload vs stage 0";
     // Host holds the fp32 master, Adam's two states and a gradient copy of this rank's partition.
     const int n = deepspeed::comm::get_world_size();
     const int64_t part = bytes.params / 4 / n;
@@ -122,7 +148,8 @@ TEST(ZeroOffload, CpuOffloadMatchesStageZero) {
   Variant b = v;
   b.precision = "bf16";
   auto bf16_reference = train_stage(Variant{"bf16", 2, 2, 0.1, true, "bf16"}, 0);
-  EXPECT_LE(tiny_gpt::max_relative_error(train_stage(b, 2), bf16_reference), 1e-2) << "bf16 + cpu offload";
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(b, 2), bf16_reference), bound_at_this_world(kBf16Stages))
+      << "bf16 + cpu offload";
 }
 
 std::string nvme_dir() {
@@ -148,8 +175,9 @@ TEST(ZeroOffload, NvmeOffloadMatchesStageZero) {
     auto reference = train_stage(Variant{"plain", 2, 2, 0.1, true}, 0);
     for (int stage : {1, 2, 3}) {
       deepspeed::ModelStateBytes bytes;
-      double err = tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference);
-      EXPECT_LE(err, 1e-5) << "stage " << stage << " nvme offload (pipeline " << pipeline << ") vs stage 0";
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(train_stage(v, stage, &bytes), reference),
+                    bound_at_this_world(kAdamStages))
+          << "stage " << stage << " nvme offload (pipeline " << pipeline << ") vs stage 0";
       // Resident optimizer state is the buffer pool: (1 or 3) sets of master + 2 Adam states, 1024 floats each.
       EXPECT_EQ(bytes.optimizer_states, (pipeline ? 3 : 1) * 3 * 1024 * 4) << "stage " << stage;
     }

@@ -1,0 +1,151 @@
+// Every ZeRO stage (0-3), with optimizer offload to CPU and to NVMe, against the plain single-process LibTorch run
+// (tiny_gpt::train_reference) with SGD: no momentum and no clipping, so each update is lr times the gradient, and a
+// gradient summed instead of averaged over the ranks, or a missing 1 / gradient_accumulation_steps, moves the
+// weights by a multiple of the reference's movement (Adam would hide both: it is invariant to a constant gradient
+// scale). SGD + L2 checks that the decay is added to the averaged gradient, once. The engine's global gradient
+// norm is compared with the reference's at every step, which checks the gradient scale whatever the optimizer.
+// Stage 3 also reports each rank's optimizer-state and fp32-master bytes.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
+#include "tiny_gpt.h"
+#include "tolerance.h"
+#include "zero/partition.h"
+
+namespace {
+
+constexpr int kSteps = 5;
+constexpr int64_t kMicro = 2;
+constexpr double kLr = 0.5;
+
+struct Case {
+  std::string name;
+  int stage = 0;
+  double weight_decay = 0.0;
+  int64_t gas = 1;
+  std::string zero_extra;  // extra zero_optimization keys
+};
+
+std::string nvme_dir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/ds_zero_ref_nvme_XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return dir;
+}
+
+struct EngineRun {
+  std::vector<at::Tensor> params;
+  std::vector<double> grad_norms;
+  deepspeed::ModelStateBytes bytes;
+};
+
+EngineRun train_engine(const Case& c) {
+  tiny_gpt::ensure_comm();
+  deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+  cfg.shard_blocks = c.stage == 3;  // the blocks are stage 3's units (a pass-through at stages 0-2)
+  deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
+  const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
+                           ", \"gradient_accumulation_steps\": " + std::to_string(c.gas) +
+                           ", \"steps_per_print\": 1000, \"optimizer\": " + tiny_gpt::sgd_json(kLr, c.weight_decay) +
+                           ", \"zero_optimization\": {\"stage\": " + std::to_string(c.stage) + c.zero_extra + "}}";
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+  EngineRun out;
+  tiny_gpt::train(engine, tiny_gpt::dataset(cfg), kSteps, 0, &out.grad_norms);
+  out.bytes = engine.model_state_bytes();
+  deepspeed::zero::GatheredParameters full(*model);
+  out.params = tiny_gpt::snapshot(model);
+  return out;
+}
+
+// The engine and the reference sum each weight's gradient over the global batch's tokens in another order (per
+// rank and micro-batch, then across them, vs one matmul over all of them): `tokens` terms per sum, over kSteps.
+double bound_for(int64_t gas) {
+  const int64_t tokens = deepspeed::comm::get_world_size() * kMicro * gas * tiny_gpt::config().seq_len;
+  return tolerance::reordered(tolerance::kFp32Epsilon, tokens, kSteps);
+}
+
+void expect_matches_reference(const Case& c) {
+  const int world = deepspeed::comm::get_world_size();
+  const EngineRun run = train_engine(c);
+  const tiny_gpt::Reference ref = tiny_gpt::train_reference(tiny_gpt::config(), world, kMicro, c.gas, kSteps, 0.0,
+                                                            tiny_gpt::sgd_step(kLr, c.weight_decay));
+  const double bound = bound_for(c.gas);
+  // The bound must be far below what a wrong scale does: a gradient off by a factor f moves the weights by
+  // (f - 1) times the reference's movement, so the movement must dwarf the bound.
+  const auto initial = tiny_gpt::snapshot(tiny_gpt::make_model(tiny_gpt::config()));
+  ASSERT_GT(tiny_gpt::max_relative_error(ref.params, initial), 20 * bound) << "training must move the weights";
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, ref.params), bound) << c.name;
+  ASSERT_EQ(run.grad_norms.size(), ref.grad_norms.size());
+  for (size_t s = 0; s < ref.grad_norms.size(); ++s)
+    EXPECT_WITHIN(std::abs(run.grad_norms[s] - ref.grad_norms[s]) / ref.grad_norms[s], bound)
+        << c.name << ", step " << s;
+}
+
+TEST(ZeroReference, SgdMatchesPlainLibTorchAtEveryStage) {
+  for (int stage : {0, 1, 2, 3}) {
+    for (int64_t gas : {1, 3}) {
+      expect_matches_reference({"sgd stage " + std::to_string(stage) + " gas " + std::to_string(gas), stage, 0.0, gas});
+    }
+  }
+}
+
+TEST(ZeroReference, SgdWithL2MatchesPlainLibTorchAtEveryStage) {
+  for (int stage : {0, 1, 2, 3}) expect_matches_reference({"sgd+l2 stage " + std::to_string(stage), stage, 0.01, 2});
+}
+
+TEST(ZeroReference, SgdWithOptimizerOffloadMatchesPlainLibTorch) {
+  tiny_gpt::ensure_comm();
+  const std::string cpu = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+  // sub_group_size 1000 (1024 elements) swaps each partition in several slices.
+  const std::string nvme = ", \"sub_group_size\": 1000, \"offload_optimizer\": {\"device\": \"nvme\", "
+                           "\"nvme_path\": \"" + nvme_dir() + "\"}";
+  for (int stage : {1, 2, 3}) {
+    expect_matches_reference({"cpu offload stage " + std::to_string(stage), stage, 0.01, 2, cpu});
+    expect_matches_reference({"nvme offload stage " + std::to_string(stage), stage, 0.0, 2, nvme});
+  }
+  deepspeed::comm::barrier();  // every rank's swapper is gone before the directory goes
+  std::filesystem::remove_all(nvme_dir());
+}
+
+// Stage 3 keeps 1/world of the fp32 state: for bf16 AdamW, each rank holds fp32 masters (4 bytes), Adam's two
+// moments (8 bytes) and an fp32 gradient (4 bytes) per element of its partition. A partition is a 1/world share of
+// each unit's flat buffer, whose tensors start at aligned offsets: at most one alignment unit (kPartitionAlign
+// elements) of padding per tensor and one per unit and rank beyond an exact 1/world share. A rank holding the
+// whole state (or a second copy) is off by a factor of the world size.
+TEST(ZeroReference, StageThreeOptimizerStateAndMastersArePartitioned) {
+  tiny_gpt::ensure_comm();
+  const int64_t n = deepspeed::comm::get_world_size();
+  deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+  cfg.shard_blocks = true;
+  deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
+  int64_t elements = 0, tensors = 0;
+  for (const auto& p : model->parameters()) {
+    elements += p.numel();
+    ++tensors;
+  }
+  const int64_t units = cfg.layers + 1;  // one per block, plus the root unit
+  const int64_t kAlign = deepspeed::zero::kPartitionAlign;
+  auto engine = deepspeed::initialize(
+      model, deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})"));
+  tiny_gpt::train(engine, tiny_gpt::dataset(cfg), 1);
+  const deepspeed::ModelStateBytes b = engine.model_state_bytes();
+  const int64_t master_elems = b.master_weights / 4;
+  EXPECT_EQ(b.master_weights % 4, 0);
+  EXPECT_GE(master_elems * n, elements) << "every element has its master on some rank";
+  EXPECT_LE(master_elems, (elements + n - 1) / n + (tensors + units) * kAlign) << "only this rank's share";
+  EXPECT_EQ(b.optimizer_states, 2 * b.master_weights) << "Adam's exp_avg and exp_avg_sq of the partition";
+  EXPECT_EQ(b.gradients, b.master_weights) << "fp32 gradient partition, one per master element";
+}
+
+}  // namespace
