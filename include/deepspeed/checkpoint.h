@@ -165,30 +165,37 @@ std::string resolve_tag(const std::string& dir, const std::optional<std::string>
 // ---------------------------------------------------------------------------------------------------------------
 // Leftovers of saves that died.
 //
-// While a process saves a tag it keeps the marker <dir>/<tag>/.ds_saving.<pid>.<host> (begin_tag_save), removed
-// once every rank's files and `latest` are written (end_tag_save). A process killed mid-save leaves its marker,
-// a temporary file (temporary_path) and a partial tag directory behind; the next save removes them with
-// remove_stale_files. A writer counts as gone only when it ran on this host and kill(pid, 0) fails with ESRCH.
+// While a process saves a tag it keeps the marker <dir>/<tag>/.ds_saving.<pid>.<host>
+// (begin_tag_save), removed once every rank's files and `latest` are written (end_tag_save). A
+// process killed mid-save leaves its marker, a temporary file (temporary_path) and a partial tag
+// directory behind; the next save removes them with remove_stale_files. A writer counts as gone
+// only when it ran on this host and kill(pid, 0) fails with ESRCH.
 
 // Creates <dir>/<tag> and this process's saving marker in it.
 void begin_tag_save(const std::string& dir, const std::string& tag, FileSystem* fs = nullptr);
 // Removes this process's saving marker (best effort: never throws).
-void end_tag_save(const std::string& dir, const std::string& tag, FileSystem* fs = nullptr) noexcept;
+void end_tag_save(const std::string& dir, const std::string& tag,
+                  FileSystem* fs = nullptr) noexcept;
 
 struct StaleFileOptions {
-  std::string keep_tag;      // the tag being saved now: its directory stays whatever it holds
-  bool single_host = false;  // every writer of `dir` ran on this host: temporaries named without a host
-                             // (<path>.tmp.<pid>, as older builds wrote them) are judged too
+  // The tag being saved now: its directory stays whatever it holds.
+  std::string keep_tag;
+  // Every writer of `dir` ran on this host: temporaries named without a host (<path>.tmp.<pid>, as
+  // older builds wrote them) are judged too.
+  bool single_host = false;
 };
-// Removes under `dir` what writers of this host that are gone left behind, and returns the removed paths:
+// Removes under `dir` what writers of this host that are gone left behind, and returns the removed
+// paths:
 //  - their temporaries, in `dir` and in each tag directory;
-//  - a tag directory holding the saving marker of a gone writer and no marker of any other writer, unless
-//    `latest` names it, it is options.keep_tag, it holds a subdirectory, or it is complete (its
-//    mp_rank_00_model_states.pt and every zero_pp_rank_<r> optimizer file, as many as partition_count says):
-//    such a directory keeps its files and loses only the gone writers' markers.
-// A writer on another host, or whose pid now belongs to a live process, is never judged gone. A missing `dir` is
-// not an error. Throws CheckpointError when a removal fails.
-std::vector<std::string> remove_stale_files(const std::string& dir, const StaleFileOptions& options = {},
+//  - a tag directory holding the saving marker of a gone writer and no marker of any other
+//    writer, unless `latest` names it, it is options.keep_tag, it holds a subdirectory, or it is
+//    complete (its mp_rank_00_model_states.pt and every zero_pp_rank_<r> optimizer file, as many
+//    as partition_count says): such a directory keeps its files and loses only the gone writers'
+//    markers.
+// A writer on another host, or whose pid now belongs to a live process, is never judged gone. A
+// missing `dir` is not an error. Throws CheckpointError when a removal fails.
+std::vector<std::string> remove_stale_files(const std::string& dir,
+                                            const StaleFileOptions& options = {},
                                             FileSystem* fs = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -122,8 +122,8 @@ class PosixFileSystem : public FileSystem {
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   }
   void remove_dir(const std::string& dir) override {
-    DS_CHECK_T(CheckpointError, ::rmdir(dir.c_str()) == 0 || errno == ENOENT, "cannot remove directory ",
-               dir, ": ", errno_text());
+    DS_CHECK_T(CheckpointError, ::rmdir(dir.c_str()) == 0 || errno == ENOENT,
+               "cannot remove directory ", dir, ": ", errno_text());
   }
   std::vector<std::string> list_dir(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());

@@ -124,7 +124,8 @@ PartitionIndex load_partition_index(const std::string& dir, const std::string& t
   for (size_t r = 0; r < index.files.size(); ++r) {
     const std::string& file = index.files[r];
     // Checksums per record as callers copy from them (verify_tensor): each rank reads a few.
-    StateDict state = load_state(file, LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+    StateDict state =
+        load_state(file, LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
     check_metadata(state, file, index.run_id);
     if (r == 0) index.run_id = state.at(kRunIdKey).toStringRef();
     c10::IValue count = get(state, kPartitionCountKey, file);

@@ -50,7 +50,8 @@ bool tag_complete(const std::string& dir, const std::string& tag, FileSystem* fs
     return false;  // no optimizer file, or a rank missing
   }
   try {
-    StateDict rank0 = load_state(files[0], LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+    StateDict rank0 =
+        load_state(files[0], LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
     auto count = rank0.find(kPartitionCountKey);
     return count == rank0.end() || !count->value().isInt() ||
            count->value().toInt() <= static_cast<int64_t>(files.size());
@@ -127,7 +128,9 @@ std::vector<std::string> remove_stale_files(const std::string& dir, const StaleF
       // An empty `latest` names nothing; every other rule still protects complete tags.
     }
   }
-  auto gone = [&](const std::optional<Writer>& w) { return w && writer_gone(*w, options.single_host); };
+  auto gone = [&](const std::optional<Writer>& w) {
+    return w && writer_gone(*w, options.single_host);
+  };
   for (const std::string& name : fs->list_dir(dir)) {
     const std::string path = dir + "/" + name;
     if (!fs->is_dir(path)) {

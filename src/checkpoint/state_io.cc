@@ -250,7 +250,8 @@ void storage_paths(const c10::IValue& value, const std::string& path,
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool verify_all) {

@@ -68,7 +68,8 @@ void find_central_dir(const char* data, size_t size, const Cursor& c, const std:
                "checkpoint file ", name, " is corrupt: a zip64 archive without its zip64 locator");
     const uint64_t eocd64 = c.le(eocd - 20 + 8, 8, "zip64 locator");
     DS_CHECK_T(CheckpointError, c.le(eocd64, 4, "zip64 end record") == kZip64EndOfCentralDir,
-               "checkpoint file ", name, " is corrupt: no zip64 end record where its locator points");
+               "checkpoint file ", name,
+               " is corrupt: no zip64 end record where its locator points");
     *entries = c.le(eocd64 + 32, 8, "zip64 end record");
     *cd_offset = c.le(eocd64 + 48, 8, "zip64 end record");
   }
@@ -110,7 +111,8 @@ std::vector<ZipRecord> read_zip_records(const char* data, size_t size, const std
     r.size = comp_size;
     DS_CHECK_T(CheckpointError, c.le(local, 4, "local header") == kLocalHeader, "checkpoint file ",
                name, " is corrupt: record ", r.name, " has no local header");
-    r.offset = local + 30 + c.le(local + 26, 2, "local header") + c.le(local + 28, 2, "local header");
+    r.offset =
+        local + 30 + c.le(local + 26, 2, "local header") + c.le(local + 28, 2, "local header");
     c.need(r.offset, r.size, "record data");
     out.push_back(std::move(r));
     pos += 46 + name_len + extra_len + comment_len;

@@ -17,11 +17,11 @@
 namespace deepspeed::checkpoint {
 
 struct ZipRecord {
-  std::string name;       // as stored, e.g. "archive/data/0"
-  uint64_t offset = 0;    // first byte of the record's data in the archive
-  uint64_t size = 0;      // bytes of data as stored
-  uint32_t crc32 = 0;     // CRC-32 of the uncompressed data, from the central directory
-  bool stored = true;     // method 0 (no compression): the CRC covers [offset, offset + size)
+  std::string name;     // as stored, e.g. "archive/data/0"
+  uint64_t offset = 0;  // first byte of the record's data in the archive
+  uint64_t size = 0;    // bytes of data as stored
+  uint32_t crc32 = 0;   // CRC-32 of the uncompressed data, from the central directory
+  bool stored = true;   // method 0 (no compression): the CRC covers [offset, offset + size)
 };
 
 // The archive's records, sorted by offset. Throws CheckpointError naming `name` when the central

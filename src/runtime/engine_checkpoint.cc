@@ -97,13 +97,16 @@ void remove_stale_checkpoint_files(const std::string& dir, const std::string& ta
   try {
     const std::vector<std::string> removed = ckpt::remove_stale_files(dir, options);
     if (!removed.empty()) {
-      std::printf("deepspeed: save_checkpoint: removed %zu leftover(s) of interrupted saves in %s (%s%s)\n",
-                  removed.size(), dir.c_str(), removed[0].c_str(), removed.size() > 1 ? ", ..." : "");
+      std::printf(
+          "deepspeed: save_checkpoint: removed %zu leftover(s) of interrupted saves in %s (%s%s)\n",
+          removed.size(), dir.c_str(), removed[0].c_str(), removed.size() > 1 ? ", ..." : "");
       std::fflush(stdout);
     }
   } catch (const ckpt::CheckpointError& e) {
-    std::fprintf(stderr, "deepspeed: warning: save_checkpoint: leftovers of interrupted saves stay in %s: %s\n",
-                 dir.c_str(), e.what());
+    std::fprintf(
+        stderr,
+        "deepspeed: warning: save_checkpoint: leftovers of interrupted saves stay in %s: %s\n",
+        dir.c_str(), e.what());
   }
 }
 

@@ -8,8 +8,8 @@
 // and load. Everything that can be wrong with the files (the CRC-32 of every record a rank copies
 // from included) is checked on every rank before anything is overwritten, and no rank applies
 // anything until every rank's checks pass, so every rank fails alike and the engine keeps its
-// state. The model-dtype parameters are then refreshed from the masters (a collective), exactly as after an
-// optimizer step, which is why a resumed run is bit-exact.
+// state. The model-dtype parameters are then refreshed from the masters (a collective), exactly as
+// after an optimizer step, which is why a resumed run is bit-exact.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -59,10 +59,12 @@ void verify_tensors(const c10::IValue& value, const std::string& path) {
       verify_tensors(e.value(), path + "/" + (e.key().isString() ? e.key().toStringRef() : "?"));
   } else if (value.isList()) {
     c10::impl::GenericList list = value.toList();
-    for (size_t i = 0; i < list.size(); ++i) verify_tensors(list.get(i), path + "/" + std::to_string(i));
+    for (size_t i = 0; i < list.size(); ++i)
+      verify_tensors(list.get(i), path + "/" + std::to_string(i));
   } else if (value.isTuple()) {
     const auto& items = value.toTupleRef().elements();
-    for (size_t i = 0; i < items.size(); ++i) verify_tensors(items[i], path + "/" + std::to_string(i));
+    for (size_t i = 0; i < items.size(); ++i)
+      verify_tensors(items[i], path + "/" + std::to_string(i));
   }
 }
 
@@ -196,13 +198,13 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   const bool full = !options.load_module_only;
   const bool load_optimizer = full && options.load_optimizer_states && optimizer_ != nullptr;
   LoadCheckpointResult result;
-  // Read and check everything on every rank before anything is overwritten. Each rank checks the checksums of the
-  // records it copies from, so one rank may fail where the others pass: the collective ending this phase makes every
-  // rank throw before any of them applies anything.
+  // Read and check everything on every rank before anything is overwritten. Each rank checks the
+  // checksums of the records it copies from, so one rank may fail where the others pass: the
+  // collective ending this phase makes every rank throw before any of them applies anything.
   std::string model_file;
   ckpt::StateDict model = ckpt::make_state_dict();
   ckpt::PartitionIndex index;
-  std::vector<CopyRun> runs;  // point into index
+  std::vector<CopyRun> runs;                               // point into index
   std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // (ours, saved)
   SavedOptimizer saved_opt;
   std::optional<runtime::LossScaler::State> scaler_state;
@@ -216,8 +218,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     model_file = ckpt::model_states_path(dir, tag, mp_rank());
     // Checksums of what this load uses only (the module's weights in this file are not read: the
     // fp32 masters come from the rank files).
-    model =
-        ckpt::load_state(model_file, ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+    model = ckpt::load_state(model_file,
+                             ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
     ckpt::check_metadata(model, model_file);
     index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
     const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
@@ -275,30 +277,33 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       scheduler_state = runtime::LrSchedulerState{entry(s, "last_batch_iteration", where).toInt()};
     }
     steps = full ? entry(model, "global_steps", model_file).toInt() : 0;
-    // Samples consumed: as saved, or (a file without them) the steps at this run's batch, as DeepSpeed does.
-    samples = full && model.contains("global_samples") ? model.at("global_samples").toInt() : steps * batch;
+    // Samples consumed: as saved, or (a file without them) the steps at this run's batch, as
+    // DeepSpeed does.
+    samples = full && model.contains("global_samples") ? model.at("global_samples").toInt()
+                                                       : steps * batch;
     saved_batch = model.contains("train_batch_size") ? model.at("train_batch_size").toInt() : batch;
     if (full && index.files.size() == static_cast<size_t>(world_.size()))
       rng = entry(index.states[world_.rank()], "rng_state", index.files[world_.rank()]).toTensor();
     if (rng.defined()) ckpt::verify_tensor(rng, "rng_state");
     for (const CopyRun& run : runs) {
-      ckpt::verify_tensor(run.saved->source,
-                          std::string(ckpt::kFp32FlatGroupsKey) + "/" + std::to_string(run.saved->group));
+      ckpt::verify_tensor(run.saved->source, std::string(ckpt::kFp32FlatGroupsKey) + "/" +
+                                                 std::to_string(run.saved->group));
       if (!load_optimizer) continue;
       const auto& saved = saved_opt.states[run.saved->rank];
       for (size_t k = 0; k < saved.size(); ++k)
         ckpt::verify_tensor(saved[k][run.saved->group], "optimizer_state_dict/state/" +
-                                                             std::to_string(run.saved->group) + "/" +
-                                                             saved_opt.state_names[k]);
+                                                            std::to_string(run.saved->group) + "/" +
+                                                            saved_opt.state_names[k]);
     }
-    if (saved_opt.archive.defined()) ckpt::verify_tensor(saved_opt.archive, "client_optimizer_archive");
+    if (saved_opt.archive.defined())
+      ckpt::verify_tensor(saved_opt.archive, "client_optimizer_archive");
     if (model.contains("client_state")) verify_tensors(model.at("client_state"), "client_state");
     if (model.contains("client_state"))
       result.client_state = c10::impl::toTypedDict<std::string, c10::IValue>(
           model.at("client_state").toGenericDict());
-
   });
-  // Every rank's checks passed: apply (collective too, so an I/O error of the NVMe swapper fails every rank alike).
+  // Every rank's checks passed: apply (collective too, so an I/O error of the NVMe swapper fails
+  // every rank alike).
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     at::NoGradGuard no_grad;
     CheckpointState live = checkpoint_state();
@@ -336,12 +341,14 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       samples_at_load_ = samples;
       if (saved_batch != batch && world_.rank() == 0) {
         std::printf(
-            "deepspeed: load_checkpoint: %s was saved at global batch %lld, this run's is %lld: resuming after "
+            "deepspeed: load_checkpoint: %s was saved at global batch %lld, this run's is %lld: "
+            "resuming after "
             "sample %lld (global_samples(); %s), at step %lld\n",
             result.path.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(batch),
             static_cast<long long>(samples),
-            samples % batch == 0 ? ("data step " + std::to_string(samples / batch) + " at the new batch").c_str()
-                                 : "not a whole number of new global batches",
+            samples % batch == 0
+                ? ("data step " + std::to_string(samples / batch) + " at the new batch").c_str()
+                : "not a whole number of new global batches",
             static_cast<long long>(steps));
         std::fflush(stdout);
       }

@@ -37,7 +37,8 @@ std::string shown_path(const std::string& path) {
   std::string target = std::filesystem::read_symlink(path, ec).string();
   if (ec || target.empty()) return path;
   const std::string deleted = " (deleted)";
-  if (target.size() > deleted.size() && target.compare(target.size() - deleted.size(), deleted.size(), deleted) == 0)
+  if (target.size() > deleted.size() &&
+      target.compare(target.size() - deleted.size(), deleted.size(), deleted) == 0)
     target.resize(target.size() - deleted.size());
   return target;
 }

@@ -91,8 +91,9 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
       pieces_.push_back({g, off, length, file_offset});
       file_offset += per_set * padded_bytes(length * 4);
     }
-    files_.push_back(std::make_unique<SwapFile>(options_.dir + "/group" + std::to_string(g) + ".swp",
-                                                "zero_optimization.offload_optimizer.nvme_path"));
+    files_.push_back(
+        std::make_unique<SwapFile>(options_.dir + "/group" + std::to_string(g) + ".swp",
+                                   "zero_optimization.offload_optimizer.nvme_path"));
     preallocate(files_.back()->fd(), files_.back()->name(), file_offset);
   }
   read_ticket_.assign(pieces_.size(), 0);

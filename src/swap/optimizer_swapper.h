@@ -73,8 +73,8 @@ class OptimizerSwapper {
   int64_t resident_bytes() const;
   // Bytes in files.
   int64_t file_bytes() const;
-  // Paths that open the swap files, one per group (for tools that sync or inspect them): /proc/self/fd/<fd>
-  // while the files are unlinked, valid while the swapper lives.
+  // Paths that open the swap files, one per group (for tools that sync or inspect them):
+  // /proc/self/fd/<fd> while the files are unlinked, valid while the swapper lives.
   std::vector<std::string> files() const { return io_paths(); }
   // The names the files were created under (<dir>/group<g>.swp), as error messages give them.
   std::vector<std::string> file_names() const;
@@ -117,8 +117,8 @@ class OptimizerSwapper {
   std::vector<int64_t> read_ticket_, write_ticket_;  // per piece: handle tickets after its I/O
   std::vector<int64_t> group_numels_;
   std::unique_ptr<AioHandle> reader_, writer_;
-  // After the handles: destroyed before them, which is fine (requests hold their own descriptors), and
-  // on a throwing constructor too.
+  // After the handles: destroyed before them, which is fine (requests hold their own descriptors),
+  // and on a throwing constructor too.
   std::vector<std::unique_ptr<SwapFile>> files_;
 };
 

@@ -32,7 +32,8 @@ std::string SwapFile::with_name(std::string message) const {
   if (!unlinked()) return message;
   const std::string from = "'" + io_path_ + "'";
   const std::string to = "'" + name_ + "' (unlinked while in use)";
-  for (size_t pos = message.find(from); pos != std::string::npos; pos = message.find(from, pos + to.size()))
+  for (size_t pos = message.find(from); pos != std::string::npos;
+       pos = message.find(from, pos + to.size()))
     message.replace(pos, from.size(), to);
   return message;
 }

@@ -1,8 +1,8 @@
 // A swap file that never outlives its process: created at its path and, where /proc lets the
 // process reopen it by descriptor, unlinked at once, so the kernel frees its blocks when the last
-// descriptor closes, however the process ends (an error, std::terminate, SIGKILL, a launcher stopping
-// the ranks). Its I/O then goes through io_path(), /proc/self/fd/<fd>, which AioHandle opens like
-// any path. Without /proc the file keeps its name and the destructor removes it.
+// descriptor closes, however the process ends (an error, std::terminate, SIGKILL, a launcher
+// stopping the ranks). Its I/O then goes through io_path(), /proc/self/fd/<fd>, which AioHandle
+// opens like any path. Without /proc the file keeps its name and the destructor removes it.
 //
 // Not thread-safe to construct or destroy concurrently with I/O on it; io_path() may be used from
 // any thread while the object lives.

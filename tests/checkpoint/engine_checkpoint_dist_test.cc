@@ -6,9 +6,8 @@
 // saves left.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/optim/adam.h>
-
 #include <sys/wait.h>
+#include <torch/optim/adam.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -542,8 +541,9 @@ TEST(EngineCheckpoint, SaveRefusesMidAccumulationAndBadTags) {
   }
 }
 
-// A byte flipped in a rank file's tensor data: the load is refused naming the file and the record (rank 0, which
-// reads that file; the others name rank 0), the engine keeps its state, and the same checkpoint unflipped loads.
+// A byte flipped in a rank file's tensor data: the load is refused naming the file and the record
+// (rank 0, which reads that file; the others name rank 0), the engine keeps its state, and the same
+// checkpoint unflipped loads.
 TEST(EngineCheckpoint, FlippedByteInTensorDataIsRefusedNamingFileAndRecord) {
   const auto c = model_config();
   const auto data = tiny_gpt::dataset(c);
@@ -557,7 +557,8 @@ TEST(EngineCheckpoint, FlippedByteInTensorDataIsRefusedNamingFileAndRecord) {
   tiny_gpt::train(engine, data, 1, 1);
   const std::string file = ckpt::optim_states_path(dir.path(), "flipped", 0);
   if (rank() == 0) {
-    // The middle of the file lies in rank 0's fp32 partition or its Adam state: nearly all of the file.
+    // The middle of the file lies in rank 0's fp32 partition or its Adam state: nearly all of the
+    // file.
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     const auto mid = static_cast<std::streamoff>(fs::file_size(file) / 2);
     char b = 0;
@@ -577,27 +578,30 @@ TEST(EngineCheckpoint, FlippedByteInTensorDataIsRefusedNamingFileAndRecord) {
     const std::string what = e.what();
     if (rank() == 0) {
       EXPECT_NE(dynamic_cast<const ckpt::CheckpointCorruptError*>(&e), nullptr) << what;
-      EXPECT_NE(what.find("checkpoint file " + file + " is corrupt: record archive/data/"), std::string::npos)
+      EXPECT_NE(what.find("checkpoint file " + file + " is corrupt: record archive/data/"),
+                std::string::npos)
           << what;
       EXPECT_NE(what.find("fails its checksum"), std::string::npos) << what;
     } else {
       EXPECT_NE(what.find("failed on rank 0"), std::string::npos) << what;
     }
   }
-  // Every rank kept its state: one more step lands where three uninterrupted steps do (the other ranks checked
-  // only their own records, which were intact, and still applied nothing).
+  // Every rank kept its state: one more step lands where three uninterrupted steps do (the other
+  // ranks checked only their own records, which were intact, and still applied nothing).
   EXPECT_EQ(engine.global_steps(), 2);
   tiny_gpt::train(engine, data, 1, 2);
   auto ref_model = tiny_gpt::make_model(c);
   auto ref = deepspeed::initialize(ref_model, deepspeed::Config::from_string(config_json(2)));
   tiny_gpt::train(ref, data, 3);
-  expect_equal(full_params(model), full_params(ref_model), "parameters after the refused load and a step");
+  expect_equal(full_params(model), full_params(ref_model),
+               "parameters after the refused load and a step");
   o.tag = "good";
   EXPECT_TRUE(engine.load_checkpoint(dir.path(), o).has_value());
 }
 
-// Saved at global batch 4w (micro 2 x accumulation 2 x w ranks), resumed at 2w: the samples consumed carry over,
-// rank 0 says so in one line, and positioning the data by samples reads on from the next unread sample.
+// Saved at global batch 4w (micro 2 x accumulation 2 x w ranks), resumed at 2w: the samples
+// consumed carry over, rank 0 says so in one line, and positioning the data by samples reads on
+// from the next unread sample.
 TEST(EngineCheckpoint, ResumeAtAnotherGlobalBatchKeepsTheSamplesConsumed) {
   const auto c = model_config();
   const auto data = tiny_gpt::dataset(c);
@@ -626,27 +630,31 @@ TEST(EngineCheckpoint, ResumeAtAnotherGlobalBatchKeepsTheSamplesConsumed) {
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(engine.global_steps(), 2);
   EXPECT_EQ(engine.global_samples(), 8 * w);
-  const std::string notice = "was saved at global batch " + std::to_string(4 * w) + ", this run's is " +
-                             std::to_string(2 * w) + ": resuming after sample " + std::to_string(8 * w);
+  const std::string notice = "was saved at global batch " + std::to_string(4 * w) +
+                             ", this run's is " + std::to_string(2 * w) +
+                             ": resuming after sample " + std::to_string(8 * w);
   if (rank() == 0) {
     EXPECT_NE(out.find(notice), std::string::npos) << out;
   } else {
     EXPECT_EQ(out.find(notice), std::string::npos) << out;
   }
-  // Data step 4 at the new batch holds the first half of what step 2 at the old batch would have read.
+  // Data step 4 at the new batch holds the first half of what step 2 at the old batch would have
+  // read.
   const int64_t data_step = engine.global_samples() / engine.train_batch_size();
   EXPECT_EQ(data_step, 4);
   deepspeed::DataParallelSampler at_old(data.size(0), 4 * w, 1, 0, 1, tiny_gpt::kDataSeed);
   deepspeed::DataParallelSampler at_new(data.size(0), 2 * w, 1, 0, 1, tiny_gpt::kDataSeed);
   const auto old_next = at_old.global_batch(2);
-  EXPECT_EQ(at_new.global_batch(data_step), std::vector<int64_t>(old_next.begin(), old_next.begin() + 2 * w));
+  EXPECT_EQ(at_new.global_batch(data_step),
+            std::vector<int64_t>(old_next.begin(), old_next.begin() + 2 * w));
   // Counting goes on at the new batch.
   tiny_gpt::train(engine, data, 1, static_cast<int>(data_step));
   EXPECT_EQ(engine.global_steps(), 3);
   EXPECT_EQ(engine.global_samples(), 10 * w);
 }
 
-// The next save removes what a killed save left (its temporaries, its partial tag directory) and nothing else.
+// The next save removes what a killed save left (its temporaries, its partial tag directory) and
+// nothing else.
 TEST(EngineCheckpoint, SaveRemovesWhatKilledSavesLeft) {
   const auto c = model_config();
   const auto data = tiny_gpt::dataset(c);
@@ -669,9 +677,11 @@ TEST(EngineCheckpoint, SaveRemovesWhatKilledSavesLeft) {
     const std::string gone = std::to_string(child) + "." + host;
     fs::create_directories(d + "/global_step7");
     stale = {d + "/global_step7/.ds_saving." + gone,
-             d + "/global_step7/zero_pp_rank_0_mp_rank_00_optim_states.pt.tmp." + gone, d + "/latest.tmp." + gone};
+             d + "/global_step7/zero_pp_rank_0_mp_rank_00_optim_states.pt.tmp." + gone,
+             d + "/latest.tmp." + gone};
     for (const auto& p : stale) std::ofstream(p) << "partial";
-    fs::copy_file(ckpt::optim_states_path(d, "global_step1", 0), ckpt::optim_states_path(d, "global_step7", 1));
+    fs::copy_file(ckpt::optim_states_path(d, "global_step1", 0),
+                  ckpt::optim_states_path(d, "global_step7", 1));
     std::ofstream(live_temp) << "a live writer's";
   }
   barrier();
@@ -681,14 +691,16 @@ TEST(EngineCheckpoint, SaveRemovesWhatKilledSavesLeft) {
   const std::string out = testing::internal::GetCapturedStdout();
   barrier();
   if (rank() == 0) {
-    EXPECT_NE(out.find("removed 3 leftover(s) of interrupted saves in " + d), std::string::npos) << out;
+    EXPECT_NE(out.find("removed 3 leftover(s) of interrupted saves in " + d), std::string::npos)
+        << out;
     EXPECT_FALSE(fs::exists(d + "/global_step7"));
     for (const auto& p : stale) EXPECT_FALSE(fs::exists(p)) << p;
     EXPECT_TRUE(fs::exists(live_temp));
     EXPECT_TRUE(fs::exists(ckpt::model_states_path(d, "global_step1")));
     EXPECT_EQ(ckpt::read_latest(d), "global_step2");
     for (const auto& e : fs::directory_iterator(ckpt::tag_dir(d, "global_step2")))
-      EXPECT_EQ(e.path().filename().string().find(".ds_saving."), std::string::npos) << "marker left: " << e.path();
+      EXPECT_EQ(e.path().filename().string().find(".ds_saving."), std::string::npos)
+          << "marker left: " << e.path();
   }
   auto loaded = engine.load_checkpoint(d);
   ASSERT_TRUE(loaded.has_value());

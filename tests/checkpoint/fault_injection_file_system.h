@@ -25,12 +25,12 @@ class FaultInjectionFileSystem : public FileSystem {
   explicit FaultInjectionFileSystem(int64_t crash_after_bytes = -1) : budget_(crash_after_bytes) {}
 
   std::vector<std::string> log;  // "create <path>", "append <path> <n>", "sync <path>", "close
-                                 // <path>", "rename <from> <to>", "sync_dir <dir>", "remove <path>",
-                                 // "remove_dir <dir>"
+                                 // <path>", "rename <from> <to>", "sync_dir <dir>", "remove
+                                 // <path>", "remove_dir <dir>"
   int64_t bytes_written = 0;
   bool crashed = false;
-  // Die for real at the crash point (SIGKILL: no destructor, no cleanup) instead of throwing; for a save run in a
-  // child process whose leftovers another process then finds.
+  // Die for real at the crash point (SIGKILL: no destructor, no cleanup) instead of throwing; for a
+  // save run in a child process whose leftovers another process then finds.
   bool kill_process = false;
 
   std::unique_ptr<WritableFile> new_writable_file(const std::string& path) override {

@@ -1,7 +1,8 @@
 // A checkpoint byte changed after the save is caught by the zip records' CRC-32s: load_state names
-// the file, the record and the entry it holds, whether the file is read, mapped or parsed from bytes;
-// a mapped load that defers the check catches it in verify_tensor, for the damaged record only.
-// The damage is placed by finding the tensor's bytes in the file, not through the reader under test.
+// the file, the record and the entry it holds, whether the file is read, mapped or parsed from
+// bytes; a mapped load that defers the check catches it in verify_tensor, for the damaged record
+// only. The damage is placed by finding the tensor's bytes in the file, not through the reader
+// under test.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -30,7 +31,8 @@ std::vector<char> read_all(const std::string& path) {
 }
 
 void write_all(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Where `t`'s bytes start in `bytes` (each test tensor's values are unique in its file).
@@ -66,13 +68,15 @@ std::string save_flipped(const TempDir& dir, const std::string& key) {
   return path;
 }
 
-void expect_corrupt(const std::function<void()>& load, const std::string& file, const std::string& entry) {
+void expect_corrupt(const std::function<void()>& load, const std::string& file,
+                    const std::string& entry) {
   try {
     load();
     ADD_FAILURE() << "a damaged file loaded";
   } catch (const ckpt::CheckpointCorruptError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("checkpoint file " + file + " is corrupt: record archive/data/"), std::string::npos)
+    EXPECT_NE(what.find("checkpoint file " + file + " is corrupt: record archive/data/"),
+              std::string::npos)
         << what;
     EXPECT_NE(what.find("('" + entry + "')"), std::string::npos) << what;
     EXPECT_NE(what.find("fails its checksum"), std::string::npos) << what;
@@ -86,7 +90,8 @@ TEST(RecordChecksum, IntactFileLoadsEveryWay) {
   ckpt::save_state(path, sample());
   for (bool mmap : {false, true}) {
     ckpt::StateDict s = ckpt::load_state(path, ckpt::LoadOptions{mmap});
-    EXPECT_TRUE(at::equal(s.at("module").toGenericDict().at("weights").toTensor(), at::arange(1000, at::kFloat)));
+    EXPECT_TRUE(at::equal(s.at("module").toGenericDict().at("weights").toTensor(),
+                          at::arange(1000, at::kFloat)));
   }
   EXPECT_NO_THROW(ckpt::deserialize_state(read_all(path), path));
 }
@@ -95,19 +100,22 @@ TEST(RecordChecksum, FlippedTensorByteIsCaughtNamingFileRecordAndEntry) {
   TempDir dir;
   const std::string path = save_flipped(dir, "weights");
   expect_corrupt([&] { ckpt::load_state(path); }, path, "module/weights");
-  expect_corrupt([&] { ckpt::load_state(path, ckpt::LoadOptions{/*mmap=*/true}); }, path, "module/weights");
+  expect_corrupt([&] { ckpt::load_state(path, ckpt::LoadOptions{/*mmap=*/true}); }, path,
+                 "module/weights");
   expect_corrupt([&] { ckpt::deserialize_state(read_all(path), path); }, path, "module/weights");
 }
 
 TEST(RecordChecksum, DeferredCheckCatchesOnlyTheDamagedRecord) {
   TempDir dir;
   const std::string path = save_flipped(dir, "bias");
-  ckpt::StateDict s = ckpt::load_state(path, ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+  ckpt::StateDict s =
+      ckpt::load_state(path, ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
   c10::impl::GenericDict module = s.at("module").toGenericDict();
   EXPECT_NO_THROW(ckpt::verify_tensor(module.at("weights").toTensor(), "module/weights"));
   // A view of the damaged tensor leads to its record too.
-  expect_corrupt([&] { ckpt::verify_tensor(module.at("bias").toTensor().narrow(0, 2, 3), "module/bias"); }, path,
-                 "module/bias");
+  expect_corrupt(
+      [&] { ckpt::verify_tensor(module.at("bias").toTensor().narrow(0, 2, 3), "module/bias"); },
+      path, "module/bias");
   // Tensors that did not come from a file are not checked.
   EXPECT_NO_THROW(ckpt::verify_tensor(at::ones({4})));
 }
@@ -126,12 +134,14 @@ TEST(RecordChecksum, DamagedPickleIsNamedBeforeUnpickling) {
     ckpt::load_state(path);
     ADD_FAILURE() << "a damaged pickle loaded";
   } catch (const ckpt::CheckpointCorruptError& e) {
-    EXPECT_NE(std::string(e.what()).find("record archive/data.pkl ('data.pkl')"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("record archive/data.pkl ('data.pkl')"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(RecordChecksum, RecordTableMatchesTheWriter) {
-  // The table: names, and offsets that point at the bytes the writer wrote, with zlib's CRC of them.
+  // The table: names, and offsets that point at the bytes the writer wrote, with zlib's CRC of
+  // them.
   ckpt::StateDict s = sample();
   const std::vector<char> bytes = ckpt::serialize_state(s);
   const auto records = ckpt::read_zip_records(bytes.data(), bytes.size(), "mem");
@@ -153,8 +163,9 @@ TEST(RecordChecksum, RecordTableMatchesTheWriter) {
 }
 
 TEST(RecordChecksum, ParallelCrcEqualsOnePass) {
-  // crc32_of splits large inputs into chunks combined with crc32_combine: 40 MiB + 3 bytes (three chunks, a ragged
-  // tail) against zlib in one pass over the same bytes, computed bytewise with the reflected polynomial here.
+  // crc32_of splits large inputs into chunks combined with crc32_combine: 40 MiB + 3 bytes (three
+  // chunks, a ragged tail) against zlib in one pass over the same bytes, computed bytewise with the
+  // reflected polynomial here.
   std::vector<char> data((size_t{40} << 20) + 3);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
   uint32_t crc = 0xFFFFFFFFu;
@@ -192,15 +203,17 @@ TEST(RecordChecksum, DISABLED_LoadCost) {
       const auto t0 = std::chrono::steady_clock::now();
       ckpt::StateDict l = ckpt::load_state(path, ckpt::LoadOptions{mmap, nullptr, verify});
       // Touch every byte, as a real load does when it copies the tensors out.
-      double sum = l.at("a").toTensor().sum().item<double>() + l.at("b").toTensor().sum().item<double>();
+      double sum =
+          l.at("a").toTensor().sum().item<double>() + l.at("b").toTensor().sum().item<double>();
       (void)sum;
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return best;
   };
   for (bool mmap : {false, true})
-    std::printf("100 MB %s load + sum: %.1f ms without checksums, %.1f ms with\n", mmap ? "mapped" : "read",
-                1e3 * time(mmap, false), 1e3 * time(mmap, true));
+    std::printf("100 MB %s load + sum: %.1f ms without checksums, %.1f ms with\n",
+                mmap ? "mapped" : "read", 1e3 * time(mmap, false), 1e3 * time(mmap, true));
 }
 
 }  // namespace

@@ -85,9 +85,9 @@ TEST(StaleFiles, TemporariesOfGoneWritersOfThisHostGo) {
   const std::vector<std::string> removed_ones = {temp_name(d + "/latest", gone, host()),
                                                  temp_name(in_tag, gone, host())};
   const std::vector<std::string> kept_ones = {
-      temp_name(in_tag, live, host()),           // a live writer (this process)
-      temp_name(in_tag, gone, "another-host"),   // another host's pid says nothing here
-      temp_name(in_tag, gone, ""),               // no host: judged only when every writer is on this host
+      temp_name(in_tag, live, host()),          // a live writer (this process)
+      temp_name(in_tag, gone, "another-host"),  // another host's pid says nothing here
+      temp_name(in_tag, gone, ""),  // no host: judged only when every writer is on this host
       d + "/notes.tmp.txt", d + "/model.tmp.12x"};  // not a temporary's name
   for (const auto& p : removed_ones) touch(p);
   for (const auto& p : kept_ones) touch(p);
@@ -102,7 +102,8 @@ TEST(StaleFiles, TemporariesOfGoneWritersOfThisHostGo) {
 
   ckpt::StaleFileOptions single;
   single.single_host = true;
-  EXPECT_EQ(ckpt::remove_stale_files(d, single), std::vector<std::string>{temp_name(in_tag, gone, "")});
+  EXPECT_EQ(ckpt::remove_stale_files(d, single),
+            std::vector<std::string>{temp_name(in_tag, gone, "")});
 }
 
 TEST(StaleFiles, PartialTagOfAGoneWriterGoesWhateverItHolds) {
@@ -115,7 +116,8 @@ TEST(StaleFiles, PartialTagOfAGoneWriterGoesWhateverItHolds) {
   write_tag(d, "global_step2", 2, 1, true);
   write_tag(d, "global_step3", 2, 2, false);
   fs::create_directories(ckpt::tag_dir(d, "global_step4"));
-  for (const char* t : {"global_step2", "global_step3", "global_step4"}) touch(marker(d, t, gone, host()));
+  for (const char* t : {"global_step2", "global_step3", "global_step4"})
+    touch(marker(d, t, gone, host()));
   touch(temp_name(ckpt::model_states_path(d, "global_step3"), gone, host()));
   ckpt::remove_stale_files(d);
   for (const char* t : {"global_step2", "global_step3", "global_step4"})
@@ -128,7 +130,8 @@ TEST(StaleFiles, CompleteLatestLiveOrUnprovenTagsStay) {
   TempDir tmp;
   const std::string d = tmp.path();
   const int gone = dead_pid(), live = static_cast<int>(::getpid());
-  // Complete, not named by latest (save_latest=false, or killed before `latest`): kept, its dead marker goes.
+  // Complete, not named by latest (save_latest=false, or killed before `latest`): kept, its dead
+  // marker goes.
   write_tag(d, "complete", 2, 2, true);
   touch(marker(d, "complete", gone, host()));
   // Partial, but `latest` names it.
@@ -155,7 +158,8 @@ TEST(StaleFiles, CompleteLatestLiveOrUnprovenTagsStay) {
   ckpt::StaleFileOptions o;
   o.keep_tag = "current";
   ckpt::remove_stale_files(d, o);
-  for (const char* t : {"complete", "pointed", "live", "elsewhere", "unmarked", "current", "with_subdir"}) {
+  for (const char* t :
+       {"complete", "pointed", "live", "elsewhere", "unmarked", "current", "with_subdir"}) {
     EXPECT_TRUE(exists(ckpt::optim_states_path(d, t, 0))) << t;
     EXPECT_FALSE(exists(marker(d, t, gone, host()))) << t << ": a gone writer's marker stays";
   }
@@ -181,8 +185,8 @@ TEST(StaleFiles, MarkerLivesExactlyAsLongAsTheSave) {
   EXPECT_TRUE(fs::is_empty(ckpt::tag_dir(d, "t")));
 }
 
-// A save of global_step2 (two ranks' files, model states, `latest`) run in a child killed at `budget` bytes; then
-// this process, as the next save would, removes the leftovers.
+// A save of global_step2 (two ranks' files, model states, `latest`) run in a child killed at
+// `budget` bytes; then this process, as the next save would, removes the leftovers.
 TEST(StaleFiles, SaveKilledAtAnyByteLeavesNothingAfterTheNextCleanup) {
   int64_t total = 0;
   {
@@ -192,9 +196,10 @@ TEST(StaleFiles, SaveKilledAtAnyByteLeavesNothingAfterTheNextCleanup) {
     total = counting.bytes_written;
   }
   ASSERT_GT(total, 2 * 4096 * 4);  // two ranks' 4096 floats, and the model states
-  for (int64_t budget : {int64_t{0}, int64_t{100}, total / 3, total / 2, 2 * total / 3, total - 1, total + 2,
-                         total + 100}) {
-    SCOPED_TRACE("killed after " + std::to_string(budget) + " of " + std::to_string(total) + " bytes");
+  for (int64_t budget : {int64_t{0}, int64_t{100}, total / 3, total / 2, 2 * total / 3, total - 1,
+                         total + 2, total + 100}) {
+    SCOPED_TRACE("killed after " + std::to_string(budget) + " of " + std::to_string(total) +
+                 " bytes");
     TempDir tmp;
     const std::string d = tmp.path();
     write_tag(d, "global_step1", 2, 2, true);
@@ -206,7 +211,8 @@ TEST(StaleFiles, SaveKilledAtAnyByteLeavesNothingAfterTheNextCleanup) {
       crash.kill_process = true;
       ckpt::begin_tag_save(d, "global_step2", &crash);
       write_tag(d, "global_step2", 2, 2, true, &crash);
-      ckpt::write_latest(d, "global_step2", &crash);  // `latest` itself is within the budget at total + 2 only
+      ckpt::write_latest(d, "global_step2",
+                         &crash);  // `latest` itself is within the budget at total + 2 only
       ckpt::end_tag_save(d, "global_step2", &crash);
       ::_exit(0);
     }
@@ -236,7 +242,8 @@ TEST(StaleFiles, SaveKilledAtAnyByteLeavesNothingAfterTheNextCleanup) {
     }
     // What latest names loads, whole.
     for (int r = 0; r < 2; ++r)
-      EXPECT_NO_THROW(ckpt::load_state(ckpt::optim_states_path(d, latest, r))) << latest << " rank " << r;
+      EXPECT_NO_THROW(ckpt::load_state(ckpt::optim_states_path(d, latest, r)))
+          << latest << " rank " << r;
   }
 }
 

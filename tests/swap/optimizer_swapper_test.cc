@@ -139,7 +139,8 @@ TEST(OptimizerSwapperTest, SwapFilesAreUnlinkedWhileInUse) {
     EXPECT_EQ(s.file_names()[0], o.dir + "/group0.swp");
     // Nothing in the directory (a killed process leaves nothing), yet the files are there to read.
     EXPECT_EQ(entries(o.dir), std::vector<std::string>{});
-    for (const auto& f : s.files()) EXPECT_EQ(static_cast<int64_t>(fs::file_size(f)) % kAioAlignment, 0) << f;
+    for (const auto& f : s.files())
+      EXPECT_EQ(static_cast<int64_t>(fs::file_size(f)) % kAioAlignment, 0) << f;
     int64_t on_disk = 0;
     for (const auto& f : s.files()) on_disk += static_cast<int64_t>(fs::file_size(f));
     EXPECT_EQ(on_disk, s.file_bytes());
@@ -161,13 +162,14 @@ TEST(OptimizerSwapperTest, FailedConstructionLeavesNoSwapFile) {
   EXPECT_EQ(entries(o.dir), std::vector<std::string>{"group1.swp"});
 }
 
-// The child half of SwapFilesGoWhenTheProcessDies: runs only when the parent starts this binary with
-// DS_SWAP_CHILD_DIR set. It builds a swapper, says so, and dies the way DS_SWAP_CHILD_MODE says, running no
-// destructor.
+// The child half of SwapFilesGoWhenTheProcessDies: runs only when the parent starts this binary
+// with DS_SWAP_CHILD_DIR set. It builds a swapper, says so, and dies the way DS_SWAP_CHILD_MODE
+// says, running no destructor.
 TEST(SwapperChild, HoldsSwapFilesThenDies) {
   const char* dir = std::getenv("DS_SWAP_CHILD_DIR");
   const char* mode = std::getenv("DS_SWAP_CHILD_MODE");
-  if (dir == nullptr || mode == nullptr) GTEST_SKIP() << "run by SwapFilesGoWhenTheProcessDies only";
+  if (dir == nullptr || mode == nullptr)
+    GTEST_SKIP() << "run by SwapFilesGoWhenTheProcessDies only";
   OptimizerSwapper s(small_options(dir, false, 2), {at::randn({5000}), at::randn({3000})});
   s.step([](size_t, int64_t, const at::Tensor& m, const std::vector<at::Tensor>&) { m.add_(1); });
   { std::ofstream(std::string(dir) + "/ready") << "ok"; }
@@ -181,7 +183,8 @@ TEST(OptimizerSwapperTest, SwapFilesGoWhenTheProcessDies) {
     SCOPED_TRACE(mode);
     TempDir dir("ds_swapper_test");
     // Everything the child needs is built before fork: between fork and exec only exec runs.
-    std::vector<std::string> env_strings = {"DS_SWAP_CHILD_DIR=" + dir.path(), "DS_SWAP_CHILD_MODE=" + mode};
+    std::vector<std::string> env_strings = {"DS_SWAP_CHILD_DIR=" + dir.path(),
+                                            "DS_SWAP_CHILD_MODE=" + mode};
     for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
     std::vector<char*> env;
     for (auto& e : env_strings) env.push_back(e.data());
@@ -196,7 +199,8 @@ TEST(OptimizerSwapperTest, SwapFilesGoWhenTheProcessDies) {
     }
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(fs::exists(dir.file("ready"))) << "the child did not get to hold its swap files, status " << status;
+    ASSERT_TRUE(fs::exists(dir.file("ready")))
+        << "the child did not get to hold its swap files, status " << status;
     if (mode == "sigkill") {
       EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
     } else if (mode == "terminate") {
@@ -220,7 +224,8 @@ TEST(OptimizerSwapperTest, TruncatedSwapFileIsAnErrorNamingIt) {
     FAIL() << "expected AioError";
   } catch (const AioError& e) {
     // Named as the user knows it, not by the /proc/self/fd path its I/O goes through.
-    EXPECT_NE(std::string(e.what()).find("short read of '" + swapper.file_names().at(0) + "'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("short read of '" + swapper.file_names().at(0) + "'"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_LT(calls, 20);  // the step stopped at the damaged piece
