@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -164,4 +165,32 @@ TEST(DsToFp32, MissingRankFileIsNamed) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A byte flipped in a rank file's fp32 partition after the save: ds_to_fp32 names the file and the
+// record instead of writing wrong weights.
+TEST(DsToFp32, FlippedByteInAPartitionIsNamed) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 30, 48}, {0, 50, 60}});
+  // Rank 1's group 1 holds elements [50, 60): blocks.0.ln.bias[1..8] and padding.
+  const at::Tensor tail = originals()[4].value.narrow(0, 1, 8).contiguous();
+  const std::string file = ckpt::optim_states_path(tmp.path(), "t", 1);
+  std::vector<char> bytes = ckpt::default_file_system()->read_file(file);
+  const char* pattern = static_cast<const char*>(tail.data_ptr());
+  auto at = std::search(bytes.begin(), bytes.end(), pattern, pattern + tail.nbytes());
+  ASSERT_NE(at, bytes.end());
+  *(at + 5) ^= 0x01;
+  ckpt::write_file_atomic(file, bytes.data(), bytes.size());
+  const std::string out = tmp.path() + "/o.safetensors";
+  try {
+    ckpt::consolidate_fp32(tmp.path(), "t", out);
+    FAIL() << "a damaged partition was consolidated";
+  } catch (const ckpt::CheckpointCorruptError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("checkpoint file " + file + " is corrupt: record archive/data/"),
+        std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("('fp32_flat_groups/1')"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ckpt::default_file_system()->file_exists(out));
 }
