@@ -134,6 +134,8 @@ int train(const Args& args) {
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = args.model.seq_len;
+  // "auto" bucket sizes and thresholds in a Hugging Face style config follow the model's width.
+  options.auto_values.hidden_size = args.model.hidden;
   auto engine = deepspeed::initialize(model, config, options);
 
   at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), model_cfg.seq_len);

@@ -65,6 +65,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = model_cfg.seq_len;
+  options.auto_values.hidden_size = model_cfg.hidden;  // "auto" bucket sizes follow the model's width
   auto engine = dsp::initialize(module, config, options);
 
   const int data_rank = module->topology().get_coord(rank).get("data");
