@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${DS_BUILD_DIR:-build}
 jobs=${DS_BUILD_JOBS:-$(nproc)}
+# CI (CI=true) builds with warnings as errors, so a new warning fails the run instead of scrolling past.
+werror=OFF
+if [ "${CI:-}" = true ]; then werror=ON; fi
 if [ ! -f "$build_dir/build.ninja" ]; then
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_WERROR=$werror
 fi
 if [ $# -gt 0 ]; then
   cmake --build "$build_dir" -j "$jobs" --target "$@"

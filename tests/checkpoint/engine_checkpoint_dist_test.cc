@@ -26,6 +26,7 @@
 #include "elementwise_net.h"
 #include "safetensors_reader.h"
 #include "tiny_gpt.h"
+#include "tolerance.h"
 
 namespace ckpt = deepspeed::checkpoint;
 namespace fs = std::filesystem;
@@ -342,7 +343,11 @@ TEST(EngineCheckpoint, LoadsIntoAnotherStage) {
     auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(to)));
     ASSERT_TRUE(engine.load_checkpoint(dir.path()).has_value());
     tiny_gpt::train(engine, data, 2, /*first_step=*/2);
-    EXPECT_LT(tiny_gpt::max_relative_error(full_params(model), want), 1e-5);
+    // Two steps at stage S, two at T, against four at T: the stages' reductions add in other orders, under Adam
+    // (the reordering of tests/zero's stage comparisons, measured there at both SIMD levels); a partition restored
+    // to the wrong rank or element is off by the weights' size.
+    EXPECT_WITHIN(tiny_gpt::max_relative_error(full_params(model), want),
+                  tiny_gpt::bound_at_this_world(tolerance::measured(3.4e-6, 3.5e-6)));
   }
 }
 
@@ -383,7 +388,9 @@ TEST(EngineCheckpoint, ModuleOnlyAndOptimizerlessLoads) {
     EXPECT_EQ(engine.global_steps(), 3);
     EXPECT_EQ(engine.get_lr(), resumed.get_lr()) << "the schedule is restored";
     tiny_gpt::train(engine, data, 1, 3);
-    EXPECT_GT(tiny_gpt::max_relative_error(full_params(model), full_params(resumed_model)), 1e-6);
+    // Adam restarted from zero moments moves each weight by about lr: far more than float rounding.
+    EXPECT_GT(tiny_gpt::max_relative_error(full_params(model), full_params(resumed_model)),
+              100 * tolerance::kFp32Epsilon);
   }
 }
 

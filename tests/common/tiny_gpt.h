@@ -19,6 +19,7 @@
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
 #include "gpt.h"
+#include "tolerance.h"
 
 namespace tiny_gpt {
 
@@ -48,6 +49,13 @@ inline at::Tensor dataset(const deepspeed::models::GPTConfig& c) {
 // alone (--gtest_filter).
 inline void ensure_comm() {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+}
+
+// The bound for two layouts of the same training (a ZeRO stage against stage 0, say): at one rank no sum crosses
+// ranks and every layout adds in the same order, so bit equality; at more ranks `bound`.
+inline double bound_at_this_world(double bound) {
+  ensure_comm();
+  return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : bound;
 }
 
 inline deepspeed::models::GPT make_model(const deepspeed::models::GPTConfig& c) {

@@ -225,9 +225,11 @@ TEST_P(MoEEngineEp, EpSizeWorldReproducesEpSizeOne) {
   EXPECT_LT(worst_error(ep_world, ep_one), 2e-4);
   // And training moved every expert: the comparison is not between untouched copies.
   auto initial = by_global_name(tiny_gpt::make_model(make_config(1)));
-  for (const auto& [name, t] : ep_world)
-    if (name.find("deepspeed_experts") != std::string::npos)
+  for (const auto& [name, t] : ep_world) {
+    if (name.find("deepspeed_experts") != std::string::npos) {
       EXPECT_GT((t - initial.at(name)).norm().item<double>(), 1e-3) << name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TopK, MoEEngineEp, ::testing::Values(1, 2));
@@ -319,7 +321,9 @@ TEST_P(MoECheckpoint, ResumeIsBitExactAndLoadsAtAnotherEpSize) {
   // The whole model has every expert: at W ranks, (W - 1) / W of the experts came from other ranks'
   // files.
   EXPECT_EQ(from_files, expert_tensors * (world - 1) / world);
-  if (world > 1) EXPECT_GT(from_files, 0);
+  if (world > 1) {
+    EXPECT_GT(from_files, 0);
+  }
   deepspeed::comm::barrier();
   if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
 }

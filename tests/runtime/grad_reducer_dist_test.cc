@@ -70,7 +70,9 @@ TEST(GradReducer, OverlappedBucketsAverageAcrossRanks) {
   ASSERT_GE(reducer.num_buckets(), 3u);
   reducer.begin_backward(true);
   net.loss(world.rank()).backward();
-  if (world.size() > 1) EXPECT_EQ(reducer.buckets_launched_during_backward(), reducer.num_buckets());
+  if (world.size() > 1) {
+    EXPECT_EQ(reducer.buckets_launched_during_backward(), reducer.num_buckets());
+  }
   const double blocked_in_hooks = reducer.blocked_ms();
   reducer.finish_backward();
   EXPECT_WITHIN(tolerance::relative_max_error(net.groups[0].grads_flat, expected_average(false)), average_bound());

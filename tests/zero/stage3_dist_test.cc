@@ -86,14 +86,8 @@ const double kAdamStage3 = tolerance::measured(2.4e-6, 4.8e-7);
 // Measured: 0 at most world sizes, 2.7e-3 (parameter offload, 3 ranks) at both SIMD levels.
 const double kBf16Stage3 = tolerance::measured(2.8e-3, 2.8e-3);
 
-// At one rank stage 3 adds in stage 0's order: bit equality.
-double bound_at_this_world(double bound) {
-  tiny_gpt::ensure_comm();
-  return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : bound;
-}
-
 void expect_stage3_matches(const Variant& v, double bound) {
-  bound = bound_at_this_world(bound);
+  bound = tiny_gpt::bound_at_this_world(bound);
   Variant plain = v;
   plain.units = false;
   plain.construct = false;
@@ -306,7 +300,9 @@ TEST(Stage3Memory, LiveParametersStayUnderTheBoundAndThePoolStopsGrowing) {
   // The breakdown's stage 3 rows: time blocked on gathers needed now, on prefetched ones, on reductions.
   EXPECT_GT(s1.gather_ms, 0.0);
   EXPECT_GT(s1.prefetch_wait_ms, 0.0);
-  if (deepspeed::comm::get_world_size() > 1) EXPECT_GT(s1.reduce_wait_ms, 0.0);
+  if (deepspeed::comm::get_world_size() > 1) {
+    EXPECT_GT(s1.reduce_wait_ms, 0.0);
+  }
   tiny_gpt::train(engine, data, 3);
   auto s2 = engine.stage3_stats();
   EXPECT_EQ(s2.pool_allocations, s1.pool_allocations) << "after the first steps a step must allocate nothing new";
@@ -345,7 +341,9 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
   // go of its broadcast buffers (zero/stage3/detach_storage.h); before it did, 1.3-2.6 blocks were measured.
   EXPECT_LE(sharded, embed_bytes + partitions + block_bytes + 64 * 1024)
       << "zero::Init held more than one block whole (block " << block_bytes << " B, plain " << plain << " B)";
-  if (n >= 2) EXPECT_LT(sharded, plain);
+  if (n >= 2) {
+    EXPECT_LT(sharded, plain);
+  }
 }
 
 // reduce_bucket_size bounds the gradient elements being reduced at once (one unit always travels whole).
@@ -419,14 +417,14 @@ TEST(Stage3, ChangingUnitOrderStillTrainsLikeStageZero) {
   auto reference = train_flipnet(0, &inv0);
   auto got = train_flipnet(3, &inv3);
   EXPECT_GT(inv3, 0) << "the flipped order should have invalidated the recorded trace";
-  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), bound_at_this_world(kAdamStage3));
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), tiny_gpt::bound_at_this_world(kAdamStage3));
 }
 
 TEST(Stage3, UnitsInsideAnActivationCheckpointMatchStageZero) {
   int64_t inv0 = 0, inv3 = 0;
   auto reference = train_flipnet(0, &inv0, /*checkpointed=*/false);
   auto got = train_flipnet(3, &inv3, /*checkpointed=*/true);
-  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), bound_at_this_world(kAdamStage3));
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), tiny_gpt::bound_at_this_world(kAdamStage3));
 }
 
 }  // namespace
