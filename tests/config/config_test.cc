@@ -9,19 +9,12 @@
 #include <fstream>
 #include <limits>
 
+#include "config_error.h"
+
 namespace deepspeed::config {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string error_of(const std::string& json) {
-  try {
-    Config::from_string(json);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(ConfigDefaults, TopLevelMatchDeepSpeed) {
   Config c = Config::from_string("{}");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "deepspeed/config.h"
+#include "config_error.h"
 
 namespace deepspeed::config {
 namespace {
@@ -18,15 +19,6 @@ struct Case {
   std::string refused;   // the same with the other value
   std::string message;   // how the refusal starts
 };
-
-std::string error_of(const std::string& json) {
-  try {
-    Config::from_string(json);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string zero(int stage, const std::string& extra) {
   return R"({"zero_optimization": {"stage": )" + std::to_string(stage) + ", " + extra + "}}";
