@@ -1,0 +1,229 @@
+// Our side of the peer benchmark (bench/peer/run_peer.sh): trains the reference GPT with
+// deepspeed-cpp on the same batches and from the same initial weights as DeepSpeed 0.19.8 does in
+// peer_ds.py, and prints one result line rank 0 writes for the driver:
+//
+//   build/bin/bench_peer_ours --export_init init.safetensors   # one process: the initial weights
+//   build/bin/deepspeed --num_procs 2 build/bin/bench_peer_ours
+//       --deepspeed_config bench/peer/configs/zero2.json       # (one command line)
+//
+//   peer_row side=ours label=... median_s=... base_mib=... vmhwm_mib=... loss=... steps=...
+//
+// Same model: the GPT is built from --seed with per-layer generators (GPTConfig::init_seed), which
+// gives the same values whether its blocks are ZeRO-3 units or not; --export_init writes exactly
+// those values, so peer_ds.py loads them into its mirror of models/gpt.cc (peer_gpt.py). Same data:
+// peer_tokens() below and peer_gpt.py's peer_tokens() are one integer generator (splitmix64)
+// written twice; nothing random is drawn from a library.
+//
+// Measures, as peer_ds.py does: the median over the timed steps of the slowest rank's step time
+// (forward + backward + step, every step started together after a barrier), the largest rank's
+// resident memory before the model is built (after comm init and the batches) and its peak (VmHWM)
+// read at the end of the run, and the last step's loss averaged over ranks. One configuration per
+// process pair, so each peak is that configuration's.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "checkpoint/safetensors_writer.h"
+#include "deepspeed/arguments.h"
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/error.h"
+#include "deepspeed/zero.h"
+#include "gpt.h"
+
+namespace {
+
+namespace dc = deepspeed::comm;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string config_path;
+  std::string export_init;  // write the initial weights here and exit (no distributed run)
+  std::string label;
+  int64_t steps = 6;
+  int64_t warmup = 2;
+  int64_t seed = 1234;
+};
+
+// The model both sides train: bench_util.h's reference GPT (vocab 4096, hidden 384, 6 layers, 6
+// heads, seq 128, untied head, biases, dropout 0), initialised from per-layer generators seeded
+// with `seed`.
+deepspeed::models::GPTConfig peer_gpt(int64_t seed) {
+  deepspeed::models::GPTConfig cfg = deepspeed::bench::reference_gpt();
+  cfg.init_seed = static_cast<uint64_t>(seed);
+  return cfg;
+}
+
+// A field of /proc/self/status ("VmRSS", "VmHWM") in MiB.
+double status_mib(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;
+  DS_CHECK(false, "/proc/self/status has no ", key);
+  return 0.0;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// [micro, seq_len + 1] tokens of this rank's micro-batch at `step`, as peer_gpt.py's peer_tokens()
+// makes them: each row an arithmetic progression mod vocab (start and stride 1..31 drawn per
+// sample), one token in eight replaced by a random one, so the loss falls over a few steps and two
+// runs that drift apart show it.
+at::Tensor peer_tokens(uint64_t seed, int64_t step, int rank, int world, int64_t micro,
+                       int64_t seq_len, int64_t vocab) {
+  at::Tensor out = at::empty({micro, seq_len + 1}, at::kLong);
+  auto acc = out.accessor<int64_t, 2>();
+  const uint64_t v = static_cast<uint64_t>(vocab);
+  for (int64_t i = 0; i < micro; ++i) {
+    const uint64_t sample = static_cast<uint64_t>((step * world + rank) * micro + i);
+    const uint64_t base = splitmix64(seed ^ (sample * 0xD1B54A32D192ED03ull));
+    const uint64_t start = base % v, stride = 1 + (base >> 32) % 31;
+    for (int64_t j = 0; j <= seq_len; ++j) {
+      const uint64_t r = splitmix64(base + static_cast<uint64_t>(j));
+      acc[i][j] = static_cast<int64_t>(
+          r % 8 == 0 ? (r >> 8) % v : (start + static_cast<uint64_t>(j) * stride) % v);
+    }
+  }
+  return out;
+}
+
+// The initial parameters, by name, as one safetensors file (peer_gpt.py's load_safetensors reads
+// it).
+int export_init(const Args& args) {
+  deepspeed::models::GPT model(peer_gpt(args.seed));
+  std::vector<deepspeed::checkpoint::SafetensorsEntry> entries;
+  std::vector<at::Tensor> tensors;
+  for (const auto& item : model->named_parameters()) {
+    at::Tensor p = item.value().detach().contiguous();
+    DS_CHECK(p.scalar_type() == at::kFloat, "--export_init: ", item.key(), " is not fp32");
+    entries.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
+    tensors.push_back(p);
+  }
+  const std::string header = deepspeed::checkpoint::safetensors_header(
+      entries, {{"format", "pt"}, {"seed", std::to_string(args.seed)}});
+  deepspeed::checkpoint::write_file_atomic(
+      args.export_init, [&](deepspeed::checkpoint::WritableFile& f) {
+        f.append(header.data(), header.size());
+        for (const auto& t : tensors)
+          f.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.nbytes()));
+      });
+  std::printf("bench_peer_ours: wrote %zu tensors (%lld parameters) to %s\n", tensors.size(),
+              static_cast<long long>(model->config().num_parameters()), args.export_init.c_str());
+  return 0;
+}
+
+int train(const Args& args) {
+  DS_CHECK(!args.config_path.empty(), "pass --deepspeed_config FILE (or --export_init FILE)");
+  at::set_num_threads(1);  // OMP_NUM_THREADS=1 as well (run_peer.sh): one intra-op thread per rank
+  dc::init_distributed();
+  const int rank = dc::get_rank();
+  const int world = dc::get_world_size();
+  auto config = deepspeed::Config::from_file(args.config_path);
+  DS_CHECK(config.train_micro_batch_size_per_gpu.has_value(), args.config_path,
+           ": set train_micro_batch_size_per_gpu (both sides build their batches from it)");
+  const int64_t micro = *config.train_micro_batch_size_per_gpu;
+  deepspeed::models::GPTConfig cfg = peer_gpt(args.seed);
+  const int64_t total = args.warmup + args.steps;
+  std::vector<at::Tensor> xs, ys;
+  for (int64_t s = 0; s < total; ++s) {
+    at::Tensor tokens = peer_tokens(static_cast<uint64_t>(args.seed), s, rank, world, micro,
+                                    cfg.seq_len, cfg.vocab_size);
+    xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
+    ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
+  }
+  dc::barrier();
+  const double base = status_mib("VmRSS");
+
+  // Stage 3: every block a unit, partitioned as soon as it is built (as peer_ds.py builds under
+  // zero.Init).
+  cfg.shard_blocks = config.zero.stage == 3;
+  std::optional<deepspeed::models::GPT> model;
+  {
+    deepspeed::zero::Init init(config);
+    model.emplace(cfg);
+  }
+  deepspeed::Engine engine = deepspeed::initialize(*model, config);
+  if (rank == 0 && config.optimizer) {
+    // What src/runtime/optimizer.cc reads from the same keys (DeepSpeed's defaults where unset).
+    const auto& p = config.optimizer->params;
+    std::printf(
+        "peer_optimizer side=ours label=%s deepspeed-cpp fused CPU %s adam_w_mode=%d "
+        "weight_decay=%g lr=%g\n",
+        args.label.c_str(), config.optimizer->type.c_str(),
+        config.optimizer->type == "adamw" || p.get_bool("adam_w_mode", true) ? 1 : 0,
+        p.get_number("weight_decay", 0.0), p.get_number("lr", 1e-3));
+  }
+
+  std::vector<double> times;
+  double loss = 0.0;
+  for (int64_t s = 0; s < total; ++s) {
+    dc::barrier();
+    const auto t0 = Clock::now();
+    at::Tensor l = engine.forward(xs[static_cast<size_t>(s)], ys[static_cast<size_t>(s)]);
+    engine.backward(l);
+    engine.step();
+    if (s >= args.warmup) times.push_back(deepspeed::bench::seconds_since(t0));
+    loss = l.item<double>();
+  }
+  deepspeed::bench::max_over_ranks(times);
+  at::Tensor mean_loss = at::tensor({loss}, at::kDouble);
+  dc::get_world_group().all_reduce(mean_loss, dc::ReduceOp::kSum);
+  std::vector<double> mem = {base, status_mib("VmHWM")};
+  deepspeed::bench::max_over_ranks(mem);
+  if (rank == 0) {
+    std::sort(times.begin(), times.end());
+    const size_t n = times.size();
+    const double median = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    std::printf(
+        "peer_row side=ours label=%s median_s=%.6f base_mib=%.1f vmhwm_mib=%.1f loss=%.9g "
+        "steps=%lld "
+        "threads=%d\n",
+        args.label.c_str(), median, mem[0], mem[1], mean_loss.item<double>() / world,
+        static_cast<long long>(total), at::get_num_threads());
+    std::fflush(stdout);
+  }
+  dc::barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"deepspeed-cpp's side of the DeepSpeed peer benchmark (bench/peer/run_peer.sh)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  deepspeed::ConfigArguments ds;
+  deepspeed::add_config_arguments(app, ds);
+  app.add_option("--export_init", args.export_init,
+                 "write the initial weights (safetensors) to this file and exit");
+  app.add_option("--label", args.label, "configuration name printed in the result line");
+  app.add_option("--steps", args.steps, "timed steps")->check(deepspeed::check_at_least(1));
+  app.add_option("--warmup", args.warmup, "untimed steps first")
+      ->check(deepspeed::check_at_least(0));
+  app.add_option("--seed", args.seed, "model and data seed");
+  CLI11_PARSE(app, argc, argv);
+  args.config_path = ds.deepspeed_config;
+  try {
+    return args.export_init.empty() ? train(args) : export_init(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_peer_ours: %s\n", e.what());
+    return 1;
+  }
+}
