@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# Installs every Debian package deepspeed-cpp needs to build, test and run. Idempotent: a second run installs nothing.
+# Installs everything deepspeed-cpp needs to build, test and run: Debian's packages, then a Python virtual environment
+# inside the checkout (.venv, ignored by git) with the pinned torch (LibTorch 2.x: headers, libraries, CMake package),
+# deepspeed and hjson of requirements.txt. Idempotent: a second run installs nothing.
 # Runs as root on Debian 12 (uses sudo when started as another user).
 set -euo pipefail
 
 packages=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache git
-  # LibTorch 1.13 (CPU) and the Gloo headers that ProcessGroupGloo.hpp needs
-  libtorch-dev libgloo-dev
-  # OpenBLAS: Debian's default reference BLAS makes LibTorch's matmul ~20x slower (shared/FACTS.md)
-  libopenblas0-pthread
+  # LibTorch comes from PyPI's torch (below); its wheel lacks the Gloo headers that ProcessGroupGloo.hpp includes
+  libgloo-dev
+  # the virtual environment for torch, deepspeed and hjson
+  python3-venv
   # config, command lines, NVMe I/O
   nlohmann-json3-dev libcli11-dev liburing-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # tests inspect processes (no orphan ranks)
   procps
-  # checkpoint interop tests: Python's torch.load must read our checkpoint files (Debian's PyTorch 1.13, ~18 MB)
-  python3-torch
   # monitor tests: TensorBoard event files are read back with Google's protobuf library (~1 MB)
   python3-protobuf
   # ds_plot draws csv_monitor runs with gnuplot (no X11); its tests render real PNGs
@@ -44,17 +44,21 @@ else
   echo "setup: all ${#packages[@]} packages already installed"
 fi
 
-# DeepSpeed reads config files with hjson; tests/config compares our reader with it file by file (Debian 12 has no
-# python3-hjson, so it comes from PyPI; without it that one test is skipped).
-python3 -c 'import hjson' 2>/dev/null || PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet 'hjson==3.1.0' ||
-  echo "setup: warning: could not install the hjson Python package; the config reader is not compared with DeepSpeed's"
-
-# libopenblas0-pthread registers itself as the libblas.so.3 alternative with a higher priority than the reference
-# BLAS; make sure an earlier manual choice does not keep the slow one.
-blas_alt=libblas.so.3-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
-if update-alternatives --query "$blas_alt" >/dev/null 2>&1; then
-  if ! update-alternatives --query "$blas_alt" | grep -q '^Value: .*openblas'; then
-    "${sudo_cmd[@]}" update-alternatives --auto "$blas_alt"
-  fi
-  echo "setup: BLAS is $(update-alternatives --query "$blas_alt" | sed -n 's/^Value: //p')"
+# Python: torch (LibTorch to build against; ~1 GB download, ~5 GB installed with its NVIDIA libraries), deepspeed and
+# hjson, pinned in requirements.txt, in .venv. A user with their own LibTorch points CMake at it (README, Build notes)
+# and needs none of this but for the tests that compare with Python.
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=$root/.venv
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv"
+  /usr/bin/python3 -m venv "$venv"
+fi
+# pip's own check is slow (it resolves every pin); a stamp of the requirements file it last installed skips it.
+stamp=$venv/.requirements.installed
+if ! cmp -s "$root/requirements.txt" "$stamp"; then
+  echo "setup: installing requirements.txt into $venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/requirements.txt"
+  cp "$root/requirements.txt" "$stamp"
+else
+  echo "setup: $venv has requirements.txt"
 fi

@@ -39,7 +39,7 @@ int find_blas(struct dl_phdr_info* info, size_t, void* out) {
 std::string describe_blas(const std::string& path) {
   if (path.empty()) return "unknown (no BLAS library loaded)";
   if (path.find("openblas") != std::string::npos) return path + " (OpenBLAS)";
-  if (path.find("mkl") != std::string::npos) return path + " (MKL)";
+  if (path.find("mkl") != std::string::npos) return path + (path[0] == '/' ? " (MKL)" : "");
   if (path.find("/blas/") != std::string::npos)
     return path + " (reference BLAS: ~20x slower matmul; install libopenblas0-pthread)";
   return path;
@@ -58,12 +58,25 @@ std::string cpu_features() {
   return out;
 }
 
+// The BLAS LibTorch was built with, from its build settings ("BLAS_INFO=mkl"); "" when they do not say.
+std::string builtin_blas() {
+  const std::string config = at::show_config();
+  const std::string key = "BLAS_INFO=";
+  const size_t at_key = config.find(key);
+  if (at_key == std::string::npos) return "";
+  const size_t begin = at_key + key.size();
+  return config.substr(begin, config.find_first_of(", \n", begin) - begin);
+}
+
 }  // namespace
 
 std::string loaded_blas_library() {
   std::string path;
   dl_iterate_phdr(find_blas, &path);
-  return path;
+  if (!path.empty()) return path;
+  // PyPI's LibTorch links MKL statically into libtorch_cpu: no BLAS library of its own is loaded.
+  const std::string builtin = builtin_blas();
+  return builtin.empty() ? "" : builtin + " (linked into LibTorch)";
 }
 
 std::vector<ReportLine> environment_report() {

@@ -34,21 +34,18 @@ at::Tensor storage_exact(const at::Tensor& in) {
 
 c10::IValue storage_exact(const c10::IValue& value) {
   if (value.isTensor()) return storage_exact(value.toTensor());
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : value.toTensorList()) out.push_back(storage_exact(t));
+  // Every list goes out as a plain list of Any, as Python's torch.save writes lists: the pickler
+  // writes typed ones (int, float, bool, tensor lists) as torch.jit._pickle.build_* calls, which
+  // Python's torch.load refuses by default since 2.6 (weights_only=True).
+  if (value.isList()) {
+    c10::impl::GenericList out(c10::AnyType::get());
+    for (const c10::IValue& v : value.toListRef()) out.push_back(storage_exact(v));
     return out;
   }
   if (value.isGenericDict()) {
     c10::impl::GenericDict in = value.toGenericDict();
     c10::impl::GenericDict out(in.keyType(), in.valueType());
     for (const auto& entry : in) out.insert(entry.key(), storage_exact(entry.value()));
-    return out;
-  }
-  if (value.isList()) {
-    c10::impl::GenericList in = value.toList();
-    c10::impl::GenericList out(in.elementType());
-    for (const c10::IValue& v : in) out.push_back(storage_exact(v));
     return out;
   }
   if (value.isTuple()) {
@@ -101,11 +98,13 @@ std::string first_line(const char* what) {
 int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink) {
   c10::IValue exact = storage_exact(value);
   // No tensor table: the pickler then refers to tensors the way torch.save does (persistent ids
-  // naming storages "0", "1", ...) and collects the storages for us in tensorData().
+  // naming storages "0", "1", ...) and collects the storages for us in tensorData(). No type tags
+  // on dicts and lists (torch.jit._pickle.restore_type_tag calls), as Python's torch.save writes
+  // none: Python's torch.load refuses them by default since 2.6 (weights_only=True).
   std::vector<char> pickle;
   torch::jit::Pickler pickler(
       [&](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); }, nullptr, nullptr,
-      nullptr);
+      nullptr, /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
   pickler.pushIValue(exact);
   pickler.stop();

@@ -254,6 +254,33 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Dicts as callers expect them whatever the pickle recorded: one whose keys are all strings becomes
+// Dict[str, Any], at every depth. A plain pickle (Python's torch.save, and ours) records no key or
+// value types, so its dicts come out as Dict[Any, Any]; older files of ours recorded them.
+c10::IValue retagged(const c10::IValue& value) {
+  if (value.isGenericDict()) {
+    c10::impl::GenericDict in = value.toGenericDict();
+    bool string_keys = true;
+    for (const auto& e : in) string_keys = string_keys && e.key().isString();
+    c10::impl::GenericDict out(string_keys ? c10::StringType::get() : in.keyType(), c10::AnyType::get());
+    for (const auto& e : in) out.insert(e.key(), retagged(e.value()));
+    return out;
+  }
+  if (value.isList() && !value.isTensorList() && !value.isIntList() && !value.isDoubleList() &&
+      !value.isBoolList()) {
+    c10::impl::GenericList in = value.toList();
+    c10::impl::GenericList out(in.elementType());
+    for (const c10::IValue& v : in) out.push_back(retagged(v));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& v : value.toTupleRef().elements()) items.push_back(retagged(v));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
 StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool verify_all) {
   static const char kZipMagic[4] = {'P', 'K', '\x03', '\x04'};
   DS_CHECK_T(CheckpointError, bytes->size() >= 4 && std::memcmp(bytes->data(), kZipMagic, 4) == 0,
@@ -317,14 +344,12 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
   }
   DS_CHECK_T(CheckpointError, value.isGenericDict(), "checkpoint file ", name, " holds a ",
              value.tagKind(), ", not a dict");
+  value = retagged(value);
   c10::impl::GenericDict dict = value.toGenericDict();
   DS_CHECK_T(CheckpointError, dict.keyType()->kind() == c10::TypeKind::StringType,
              "checkpoint file ", name, " holds a dict keyed by ", dict.keyType()->str(),
              ", not by strings");
-  // Re-tagged as Dict[str, Any] so callers get one type whatever the pickle recorded.
-  StateDict state = make_state_dict();
-  for (const auto& e : dict) state.insert(e.key().toStringRef(), e.value());
-  return state;
+  return c10::impl::toTypedDict<std::string, c10::IValue>(dict);
 }
 
 }  // namespace

@@ -161,8 +161,9 @@ at::Tensor PipelineModuleImpl::forward(const at::Tensor& x) {
   }
   for (size_t start = 0; start < local_.size(); start += static_cast<size_t>(interval)) {
     const size_t stop = std::min(local_.size(), start + static_cast<size_t>(interval));
+    // By value: backward calls the segment again after this frame (and `run_layer` with it) is gone.
     h = checkpointing::checkpoint(
-        [&, start, stop](const at::Tensor& in) {
+        [this, run_layer, start, stop](const at::Tensor& in) {
           at::Tensor y = in;
           for (size_t i = start; i < stop; ++i) y = run_layer(local_[i], y);
           return y;

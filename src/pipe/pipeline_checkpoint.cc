@@ -103,7 +103,10 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
     std::vector<int64_t> saved;
     if (model.contains("client_state")) {
       auto client = model.at("client_state").toGenericDict();
-      if (client.contains(kPartsKey)) saved = client.at(kPartsKey).toIntVector();
+      // A plain pickled list (as torch.save writes, and as we write since LibTorch 2.x's torch.load refuses typed
+      // ones): its elements are ints of no declared list type.
+      if (client.contains(kPartsKey))
+        for (const c10::IValue& part : client.at(kPartsKey).toList()) saved.push_back(part.toInt());
     }
     const std::vector<int64_t> mine(module_->parts().begin(), module_->parts().end());
     DS_CHECK_T(ckpt::CheckpointError, !saved.empty(), "checkpoint file ", file,

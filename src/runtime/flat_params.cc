@@ -1,6 +1,7 @@
 #include "runtime/flat_params.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <unordered_set>
 

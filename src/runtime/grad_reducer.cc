@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "deepspeed/error.h"
+#include "runtime/grad_accumulator_ref.h"
 #include "runtime/timers.h"
 
 namespace deepspeed::runtime {
@@ -53,7 +54,7 @@ struct GradReducer::State {
   bool armed = false;
   std::mutex mutex;  // autograd may run hooks from its worker thread
   // Kept alive here: a parameter holds only a weak pointer to its AccumulateGrad node (FACTS.md).
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<GradAccumulatorRef> accumulators;
   std::vector<uintptr_t> hook_keys;
 
   // Gradients are averaged over the whole data-parallel group, even where a group's copies live on fewer ranks

@@ -1,6 +1,7 @@
 #include "runtime/master_weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>

@@ -43,7 +43,7 @@ void StateOffloader::reload() {
     // Fresh memory on the original device, owned by the storage again.
     at::Tensor fresh = e.host.to(e.device, /*non_blocking=*/false, /*copy=*/true);
     c10::StorageImpl* st = e.handle.storage().unsafeGetStorageImpl();
-    at::DataPtr owned = std::move(fresh.storage().unsafeGetStorageImpl()->data_ptr());
+    at::DataPtr owned = std::move(fresh.storage().unsafeGetStorageImpl()->mutable_data_ptr());
     fresh.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, e.device));
     fresh.storage().unsafeGetStorageImpl()->set_nbytes(0);
     st->set_data_ptr_noswap(std::move(owned));

@@ -206,12 +206,10 @@ TEST(StateIo, CheckStateSaysWhichKeyShapeOrDtypeDiffers) {
 }
 
 TEST(StateIo, PythonTorchLoadReadsOurFiles) {
-  // Debian's interpreter, which sees python3-torch, even when another python3 comes first in PATH.
-  const std::string python =
-      ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  // The project's .venv (scripts/setup.sh installs torch there), whatever python3 comes first in PATH.
+  const std::string python = DS_TEST_PYTHON;
   if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP()
-        << "python3-torch is not installed (apt-get install python3-torch); interop not checked";
+    GTEST_SKIP() << python << " cannot import torch (run scripts/setup.sh); interop not checked";
   }
   TempDir tmp;
   ckpt::StateDict s = ckpt::make_state_dict();

@@ -13,7 +13,7 @@
 // header in front of the data.
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     auto* block = static_cast<uint8_t*>(base_->raw_allocate(n + kHeader));
     auto* header = reinterpret_cast<Header*>(block);
     header->bytes = static_cast<int64_t>(n);
@@ -27,8 +27,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &CountingAllocator::release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
-  // LibTorch 2.x's Allocator asks for this; 1.13 does not know it.
-  void copy_data(void* dest, const void* src, std::size_t count) const {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
 

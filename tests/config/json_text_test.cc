@@ -54,9 +54,9 @@ std::string error_of(const std::string& text, const std::string& source = "t.jso
   return "";
 }
 
-// A python3 that has hjson, or "" (the interpreter first on PATH, then Debian's).
+// A Python that has hjson, or "" (the project's .venv, then the interpreter first on PATH, then Debian's).
 std::string python_with_hjson() {
-  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+  for (const std::string python : {DS_TEST_PYTHON, "python3", "/usr/bin/python3"}) {
     if (std::system((python + " -c 'import hjson' >/dev/null 2>&1").c_str()) == 0) return python;
   }
   return "";

@@ -324,12 +324,13 @@ PY
     done
     ;;
   python_interop)
-    # Python's torch.load (Debian's python3-torch, installed by scripts/setup.sh) reads an engine checkpoint.
+    # Python's torch.load (the torch of the project's .venv, installed by scripts/setup.sh) reads an engine
+    # checkpoint, with its default weights_only=True: nothing in our files needs unpickling of arbitrary classes.
     ckpt=$(mktemp -d)
     trap 'rm -f "$log"; rm -rf "$ckpt"' EXIT
-    /usr/bin/python3 -c "import torch" 2>/dev/null || fail "python3-torch is missing: run scripts/setup.sh"
+    "$DS_PYTHON" -c "import torch" 2>/dev/null || fail "$DS_PYTHON cannot import torch: run scripts/setup.sh"
     run 2 ckpt_stage1.json --steps 2 --save_dir "$ckpt" || fail "save run exited with $?"
-    /usr/bin/python3 - "$ckpt" > "$log" 2>&1 <<'PY' || fail "torch.load could not read the checkpoint"
+    "$DS_PYTHON" - "$ckpt" > "$log" 2>&1 <<'PY' || fail "torch.load could not read the checkpoint"
 import sys, torch
 d = sys.argv[1]
 tag = open(d + "/latest").read().strip()

@@ -39,7 +39,7 @@ at::Tensor nan_state(int64_t n) { return at::full({n}, NAN, at::kFloat); }
 // The torch optimizer's state entry for `param`.
 template <typename State>
 State& torch_state(torch::optim::Optimizer& opt, const torch::Tensor& param) {
-  return static_cast<State&>(*opt.state().at(c10::guts::to_string(param.unsafeGetTensorImpl())));
+  return static_cast<State&>(*opt.state().at(param.unsafeGetTensorImpl()));
 }
 
 // Steps `opt` (over `ref`) and `ours` in lockstep on the same random gradients, checking the

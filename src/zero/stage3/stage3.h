@@ -37,14 +37,11 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/swap/aio.h"
 #include "deepspeed/zero.h"
+#include "runtime/grad_accumulator_ref.h"
 #include "swap/swap_file.h"
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
 #include "zero/stage3/prefetch_coordinator.h"
-
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
 
 namespace deepspeed::zero {
 
@@ -192,7 +189,7 @@ class Stage3 {
   std::unique_ptr<swap::SwapFile> param_swap_file_;  // unlinked at once: gone however the process ends
   std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive (FACTS.md)
+  std::vector<runtime::GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
   std::vector<PendingReduce> pending_;
