@@ -1,8 +1,13 @@
-// All-reduce bandwidth of deepspeed::comm against a raw c10d ProcessGroupGloo in the same
-// processes, so the ratio ours/raw is the cost of the facade (sequence numbers, Work wrapping,
-// logger hooks). Run: bin/deepspeed --num_procs 2 bin/bench_comm_bandwidth [--max_mib 256] [--iters
-// 5] Rank 0 prints size, latency, algbw, busbw (GB/s) for both. The raw group uses MASTER_PORT + 1
-// for its store.
+// Two tables, rank 0 prints both:
+// 1. All-reduce bandwidth of deepspeed::comm against a raw c10d ProcessGroupGloo in the same
+//    processes, so the ratio ours/raw is the cost of the facade (sequence numbers, Work wrapping,
+//    logger hooks). The raw group uses MASTER_PORT + 1 for its store.
+// 2. ZeRO's partitioned collectives in both forms: the flat all-gather (one all_gather_into_tensor
+//    call) against one broadcast per owner into its slice, and the flat reduce-scatter (one
+//    reduce_scatter_tensor call) against one reduce per owner of its slice. On NCCL the N-call form
+//    is N serial launches; this measures what it costs on Gloo. Sizes are the whole (gathered)
+//    buffer.
+// Run: bin/deepspeed --num_procs 2 bin/bench_comm_bandwidth [--max_mib 256] [--iters 5]
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -12,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -85,6 +91,37 @@ int main(int argc, char** argv) {
     }
   }
   if (rank == 0) std::printf("(algbw/busbw in GB/s; busbw = algbw * 2(n-1)/n)\n");
+
+  if (rank == 0) {
+    std::printf("\nZeRO partitioned collectives, fp32, %d ranks, best of %d (%s)\n", n, iters,
+                dc::backend_capabilities().describe().c_str());
+    std::printf("%10s | %13s %13s %9s | %13s %13s %9s\n", "size", "all-gather", "N broadcasts", "flat/N",
+                "reduce-scat.", "N reduces", "flat/N");
+  }
+  for (int64_t mib = 1; mib <= max_mib; mib *= 4) {
+    const int64_t part = (mib << 20) / 4 / n;  // elements per rank
+    at::Tensor full = at::ones({part * n}, at::kFloat);
+    at::Tensor mine = at::ones({part}, at::kFloat);
+    const auto barrier = [&] { world.barrier(); };
+    const double gather_flat = best_of(iters, barrier, [&] { world.all_gather_into_tensor(full, mine); });
+    const double gather_n = best_of(iters, barrier, [&] {
+      std::vector<dc::Work> works;
+      for (int r = 0; r < n; ++r) works.push_back(world.broadcast(full.narrow(0, r * part, part), r, true));
+      for (auto& w : works) w.wait();
+    });
+    const double scatter_flat = best_of(iters, barrier, [&] { world.reduce_scatter_tensor(mine, full); });
+    const double scatter_n = best_of(iters, barrier, [&] {
+      std::vector<dc::Work> works;
+      for (int r = 0; r < n; ++r)
+        works.push_back(world.reduce(full.narrow(0, r * part, part), r, dc::ReduceOp::kSum, true));
+      for (auto& w : works) w.wait();
+    });
+    if (rank == 0) {
+      std::printf("%7lld MiB | %10.2f ms %10.2f ms %9.3f | %10.2f ms %10.2f ms %9.3f\n",
+                  static_cast<long long>(mib), gather_flat * 1e3, gather_n * 1e3, gather_flat / gather_n,
+                  scatter_flat * 1e3, scatter_n * 1e3, scatter_flat / scatter_n);
+    }
+  }
   dc::barrier();
   dc::destroy_process_group();
   return 0;

@@ -5,6 +5,7 @@
 //
 // DIR defaults to the current directory (where a relative nvme_path would land). Bad command line or a DIR that
 // is not a directory: one line `ds_report: <message>` on stderr and exit 2.
+#include <deepspeed/comm.h>
 #include <deepspeed/env_report.h>
 #include <deepspeed/ops.h>
 #include <deepspeed/swap/storage_probe.h>
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
   std::cout << deepspeed::format_environment_report();
   std::cout << deepspeed::format_report_section(deepspeed::libtorch_report());
   std::cout << deepspeed::format_report_section(deepspeed::comm_backends_report());
+  // What the backend does natively and what runs through a fallback (probed on a private one-rank group).
+  const deepspeed::comm::BackendCapabilities caps = deepspeed::comm::backend_capabilities();
+  std::cout << deepspeed::format_report_section({"collectives", {{caps.backend, caps.describe()}}});
   std::cout << deepspeed::format_report_section(deepspeed::threads_report());
   std::cout << "fused CPU optimizer kernels (DS_SIMD=scalar|avx2|avx512 forces a variant):\n";
   for (const auto& line : deepspeed::ops::kernel_report()) std::cout << "  " << line << "\n";

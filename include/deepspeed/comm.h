@@ -1,10 +1,11 @@
 // deepspeed::comm — DeepSpeed's communication facade: process groups over c10d (Gloo on CPU), the
 // full set of collectives ZeRO, pipeline and MoE code needs, a comms logger, and hang diagnosis.
 //
-// Every collective returns a waitable Work. Where the backend lacks an op or dtype (Gloo in
-// LibTorch 1.13 has no AVG, no flat all-gather or reduce-scatter and no bfloat16 arithmetic), a
+// Every collective returns a waitable Work. Where the backend lacks an op or dtype (Gloo in older
+// LibTorch releases had no AVG, no flat all-gather or reduce-scatter and no bfloat16 arithmetic), a
 // fallback built from the ops it has runs behind the same call, so callers never branch on the
-// backend. Ranks passed to collectives (src, dst) are global ranks, as in torch.distributed;
+// backend. What the backend does natively is probed once per process, when the first group is
+// created (backend_capabilities()). Ranks passed to collectives (src, dst) are global ranks, as in torch.distributed;
 // ProcessGroup::rank() is the rank inside the group.
 //
 // Hang diagnosis: every collective carries a per-group sequence number. With check mode on
@@ -127,6 +128,24 @@ struct InitOptions {
   // Rank 0 prints one line describing the world after start-up.
   bool verbose = false;
 };
+
+// What the backend of this process's groups does natively; the rest runs through fallbacks. Probed
+// once per process (on a private one-rank group, so no peer takes part) when the first group is
+// created; every group of the process uses the same answer.
+struct BackendCapabilities {
+  std::string backend;                  // "gloo"
+  std::string library_version;          // the LibTorch it comes from, e.g. "2.15.0"
+  bool avg = false;                     // ReduceOp::kAvg (else SUM, then a division)
+  bool all_gather_into_tensor = false;  // one flat call (else the list all-gather into chunk views)
+  bool reduce_scatter_tensor = false;   // one flat call (else all-to-all and a local reduction)
+  // Dtypes reduced natively; the others that are floating point reduce in an fp32 copy.
+  std::vector<at::ScalarType> reduce_dtypes;
+  bool fallbacks_forced = false;  // env DS_COMM_FORCE_FALLBACKS=1 (tests of the fallbacks)
+  // One line, for ds_report and logs.
+  std::string describe() const;
+};
+// Of the world group's backend; before init_distributed, of the accelerator's default backend.
+BackendCapabilities backend_capabilities();
 
 // Starts the world group from the environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT, as set by our launcher or torchrun). With none of them set, starts a

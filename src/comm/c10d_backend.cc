@@ -1,5 +1,6 @@
-// c10d adapter for LibTorch 1.13: ProcessGroupGloo, TCPStore/HashStore/PrefixStore and c10d::Work.
-// Everything LibTorch-version-dependent in deepspeed::comm lives in this file (see c10d_backend.h).
+// c10d adapter: ProcessGroupGloo, TCPStore/HashStore/PrefixStore and c10d::Work, and the probe of
+// what the running LibTorch's Gloo does natively. Everything LibTorch-version-dependent in
+// deepspeed::comm lives in this file (see c10d_backend.h).
 #include "comm/c10d_backend.h"
 
 #include <arpa/inet.h>
@@ -9,7 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <ATen/ATen.h>
+#include <torch/csrc/api/include/torch/version.h>
+
 #include <cstdlib>
+#include <functional>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -144,6 +149,76 @@ std::string address_towards(const std::string& master_addr) {
   return out;
 }
 
+// Runs `issue` on the probe group; false when Gloo refuses the op or dtype (at issue or at wait).
+bool probe_op(const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  try {
+    issue()->wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// What this LibTorch's Gloo does natively, found by trying each op once on a private one-rank group
+// over an in-process store: no peer takes part, so a refusal cannot leave another rank waiting, and
+// every rank of a job (same LibTorch) reaches the same answer. A refusal is an exception at issue
+// or at wait ("Invalid scalar type", "does not support"), which one rank sees as well as many; the
+// dist test comm_capabilities checks the answer against real multi-rank runs.
+BackendCapabilities probe_gloo() {
+  BackendCapabilities caps;
+  caps.backend = "gloo";
+  caps.library_version = TORCH_VERSION;
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(30000));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::HashStore>(), 0, 1, opts);
+  const auto ones = [](at::ScalarType t, int64_t n) { return at::ones({n}, at::TensorOptions().dtype(t)); };
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kChar, at::kByte, at::kShort,
+                           at::kInt, at::kLong}) {
+    if (probe_op([&] {
+          std::vector<at::Tensor> v{ones(t, 4)};
+          return pg->allreduce(v);
+        })) {
+      caps.reduce_dtypes.push_back(t);
+    }
+  }
+  caps.avg = probe_op([&] {
+    std::vector<at::Tensor> v{ones(at::kFloat, 4)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::AVG;
+    return pg->allreduce(v, o);
+  });
+  caps.all_gather_into_tensor = probe_op([&] {
+    at::Tensor out = at::empty({4}, at::kByte), in = ones(at::kByte, 4);
+    return pg->_allgather_base(out, in);
+  });
+  caps.reduce_scatter_tensor = probe_op([&] {
+    at::Tensor out = at::empty({4}), in = ones(at::kFloat, 4);
+    return pg->_reduce_scatter_base(out, in);
+  });
+  return caps;
+}
+
+// DS_COMM_FORCE_FALLBACKS=1 makes every op the probe found native run through its fallback, as on a
+// Gloo that lacks them (LibTorch 1.13: no AVG, no flat collectives, no bfloat16 arithmetic), so the
+// fallbacks stay tested on a LibTorch that no longer needs them.
+BackendCapabilities forced_fallbacks(BackendCapabilities caps) {
+  caps.avg = false;
+  caps.all_gather_into_tensor = false;
+  caps.reduce_scatter_tensor = false;
+  std::erase_if(caps.reduce_dtypes, [](at::ScalarType t) { return t == at::kBFloat16 || t == at::kShort; });
+  caps.fallbacks_forced = true;
+  return caps;
+}
+
+const BackendCapabilities& gloo_capabilities() {
+  static const BackendCapabilities caps = [] {  // once per process (thread-safe static)
+    const char* force = std::getenv("DS_COMM_FORCE_FALLBACKS");
+    const bool forced = force != nullptr && (std::string(force) == "1" || std::string(force) == "true");
+    return forced ? forced_fallbacks(probe_gloo()) : probe_gloo();
+  }();
+  return caps;
+}
+
 class GlooBackend : public Backend {
  public:
   GlooBackend(const BackendOptions& o, const c10::intrusive_ptr<c10d::Store>& store)
@@ -168,14 +243,7 @@ class GlooBackend : public Backend {
 
   std::string name() const override { return "gloo"; }
 
-  // Measured on LibTorch 1.13 (see FACTS.md): AVG throws; so do bfloat16, int16 and bool in every
-  // collective.
-  bool supports_reduce_op(ReduceOp op) const override { return op != ReduceOp::kAvg; }
-  bool supports_reduce_dtype(at::ScalarType t) const override {
-    return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar ||
-           t == at::kByte || t == at::kInt || t == at::kLong;
-  }
-  bool supports_flat_collectives() const override { return false; }
+  const BackendCapabilities& capabilities() const override { return gloo_capabilities(); }
 
   BackendWorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override {
     std::vector<at::Tensor> v{tensor};
@@ -279,12 +347,18 @@ std::shared_ptr<KeyValueStore> create_local_store() {
   return std::make_shared<C10dStore>(c10::make_intrusive<c10d::HashStore>());
 }
 
+const BackendCapabilities& capabilities_of(const std::string& backend) {
+  DS_CHECK_T(CommError, backend == "gloo", "comm backend '", backend,
+             "' is not available in this build (CPU); use \"gloo\"");
+  return gloo_capabilities();
+}
+
 std::unique_ptr<Backend> create_backend(const BackendOptions& options,
                                         const std::shared_ptr<KeyValueStore>& store) {
   auto* c10d_store = dynamic_cast<C10dStore*>(store.get());
   DS_ASSERT(c10d_store != nullptr, "store was not made by this adapter");
   DS_CHECK_T(CommError, options.name == "gloo", "comm backend '", options.name,
-             "' is not available in this build (LibTorch 1.13 CPU); use \"gloo\"");
+             "' is not available in this build (CPU); use \"gloo\"");
   try {
     return std::make_unique<GlooBackend>(options, c10d_store->raw());
   } catch (const std::exception& e) {

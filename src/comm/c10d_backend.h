@@ -1,6 +1,6 @@
 // The adapter between deepspeed::comm and c10d: the only place that knows c10d's classes, options
-// and Work API. A LibTorch 2.x build (NCCL, Backend objects, different Options) changes
-// c10d_backend.cc and nothing else.
+// and Work API. What the backend supports natively is probed here, once per process, not decided by
+// LibTorch version checks elsewhere.
 //
 // This header names no c10d type, so the rest of src/comm compiles against ATen alone. Backend
 // methods take group-local ranks and tensors the backend can handle as they are (contiguous; dtypes
@@ -66,10 +66,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
-  // What the backend does natively; the facade falls back for the rest.
-  virtual bool supports_reduce_op(ReduceOp op) const = 0;
-  virtual bool supports_reduce_dtype(at::ScalarType dtype) const = 0;
-  virtual bool supports_flat_collectives() const = 0;  // all_gather_base, reduce_scatter_base
+  // What the backend does natively (probed once per process); the facade falls back for the rest.
+  virtual const BackendCapabilities& capabilities() const = 0;
+  bool supports_reduce_op(ReduceOp op) const { return op != ReduceOp::kAvg || capabilities().avg; }
+  bool supports_reduce_dtype(at::ScalarType dtype) const;
 
   virtual BackendWorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) = 0;
   virtual BackendWorkPtr reduce(const at::Tensor& tensor, int root, ReduceOp op) = 0;
@@ -90,12 +90,15 @@ class Backend {
 };
 
 struct BackendOptions {
-  std::string name;  // "gloo" (this build); "nccl" needs the 2.x adapter
+  std::string name;  // "gloo"; "nccl" comes with the CUDA adapter
   int rank = 0;      // in the group
   int size = 1;
   std::chrono::milliseconds timeout{0};
   std::string master_addr;  // picks the network interface (loopback when the master is local)
 };
+
+// What `backend` ("gloo") does natively, probed on first use (CommError for an unknown backend).
+const BackendCapabilities& capabilities_of(const std::string& backend);
 
 // Connects the group's members; blocks until all of them have called it. Throws CommError for an
 // unknown backend.

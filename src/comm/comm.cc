@@ -118,6 +118,26 @@ bool is_initialized() {
   return state_ptr() != nullptr;
 }
 
+BackendCapabilities backend_capabilities() {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  if (state_ptr() == nullptr)
+    return detail::capabilities_of(accelerator::get_accelerator().communication_backend_name());
+  return state().world->backend->capabilities();
+}
+
+std::string BackendCapabilities::describe() const {
+  const auto yes_no = [](bool native, const char* fallback) {
+    return native ? std::string("native") : std::string("fallback (") + fallback + ")";
+  };
+  std::string dtypes;
+  for (at::ScalarType t : reduce_dtypes) dtypes += (dtypes.empty() ? "" : " ") + std::string(c10::toString(t));
+  return str_cat(backend, " of LibTorch ", library_version, ": avg ", yes_no(avg, "sum, then divide"),
+                 "; all_gather_into_tensor ", yes_no(all_gather_into_tensor, "list all-gather"),
+                 "; reduce_scatter_tensor ", yes_no(reduce_scatter_tensor, "all-to-all + local sum"),
+                 "; reduces natively: ", dtypes.empty() ? "none" : dtypes,
+                 fallbacks_forced ? " (fallbacks forced by DS_COMM_FORCE_FALLBACKS)" : "");
+}
+
 int get_rank() {
   std::lock_guard<std::mutex> lock(state_mutex());
   return state().env.rank;

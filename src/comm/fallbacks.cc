@@ -3,7 +3,15 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace deepspeed::comm::detail {
+
+bool Backend::supports_reduce_dtype(at::ScalarType dtype) const {
+  const auto& dtypes = capabilities().reduce_dtypes;
+  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
 namespace {
 
 using ::deepspeed::detail::str_cat;
@@ -130,7 +138,7 @@ Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::
   bool copy_back = false;
   at::Tensor dst = output_buffer(out, copy_back);
   Pending p;
-  if (b.supports_flat_collectives()) {
+  if (b.capabilities().all_gather_into_tensor) {
     p.work = b.all_gather_base(as_bytes(dst), as_bytes(src));
   } else {
     at::Tensor bytes = as_bytes(dst);
@@ -169,7 +177,7 @@ Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::T
   DS_CHECK_T(CommError, op != ReduceOp::kAvg || at::isFloatingType(in.scalar_type()),
              "reduce_scatter_tensor: AVG needs a floating dtype, got ",
              c10::toString(in.scalar_type()));
-  if (b.supports_flat_collectives() && b.supports_reduce_dtype(in.scalar_type()) &&
+  if (b.capabilities().reduce_scatter_tensor && b.supports_reduce_dtype(in.scalar_type()) &&
       b.supports_reduce_op(op) && out.is_contiguous()) {
     Pending p;
     p.work = b.reduce_scatter_base(out, contiguous(in), op);

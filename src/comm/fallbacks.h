@@ -3,7 +3,7 @@
 // Work::wait). Arguments are validated by the caller (process_group.cc); ranks here are group
 // ranks.
 //
-// Fallbacks and their cost (Gloo in LibTorch 1.13):
+// Fallbacks and their cost (needed by Gloo in LibTorch 1.13; 2.x does all of these natively):
 // - Data movement (broadcast, all-gather, all-to-all, send/recv) always travels as a uint8 view of
 // the same
 //   bytes, so every dtype moves, bfloat16 included. (Gloo rejects int16 and bool too, so an int16

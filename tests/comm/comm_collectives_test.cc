@@ -5,7 +5,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <string>
 
 #include "deepspeed/comm.h"
 #include "tolerance.h"
@@ -79,6 +84,41 @@ TEST_F(CommTest, WorldMatchesEnvironment) {
   EXPECT_EQ(dc::get_world_size(), n);
   EXPECT_TRUE(world.is_member());
   EXPECT_GE(dc::get_local_rank(), 0);
+}
+
+// Documents what the running LibTorch's Gloo does natively (printed by rank 0), and holds the line: from LibTorch
+// 2.11 on, Gloo has AVG, the flat all-gather and reduce-scatter and bfloat16 arithmetic, and ZeRO counts on them
+// (one collective per bucket). Every collective below then runs natively, checked against its reference at 1-4
+// ranks; comm_collectives_fallbacks_2procs runs them all again through the fallbacks.
+TEST_F(CommTest, BackendCapabilitiesAreProbedOnce) {
+  const dc::BackendCapabilities caps = dc::backend_capabilities();
+  if (dc::get_rank() == 0) std::cout << "backend capabilities: " << caps.describe() << std::endl;
+  EXPECT_EQ(caps.backend, "gloo");
+  const auto has = [&](at::ScalarType t) {
+    return std::find(caps.reduce_dtypes.begin(), caps.reduce_dtypes.end(), t) != caps.reduce_dtypes.end();
+  };
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kLong}) EXPECT_TRUE(has(t)) << t;
+  const char* forced = std::getenv("DS_COMM_FORCE_FALLBACKS");
+  if (forced != nullptr && std::string(forced) == "1") {
+    EXPECT_TRUE(caps.fallbacks_forced);
+    EXPECT_FALSE(caps.avg || caps.all_gather_into_tensor || caps.reduce_scatter_tensor || has(at::kBFloat16));
+    return;
+  }
+  int major = 0, minor = 0;
+  ASSERT_EQ(std::sscanf(caps.library_version.c_str(), "%d.%d", &major, &minor), 2) << caps.library_version;
+  if (major > 2 || (major == 2 && minor >= 11)) {
+    EXPECT_TRUE(caps.avg);
+    EXPECT_TRUE(caps.all_gather_into_tensor);
+    EXPECT_TRUE(caps.reduce_scatter_tensor);
+    EXPECT_TRUE(has(at::kBFloat16));
+  }
+  // The same answer on every rank (the probe runs on each rank's private group).
+  at::Tensor mine = at::tensor({int64_t{caps.avg}, int64_t{caps.all_gather_into_tensor},
+                                int64_t{caps.reduce_scatter_tensor}, static_cast<int64_t>(caps.reduce_dtypes.size())});
+  at::Tensor lowest = mine.clone(), highest = mine.clone();
+  dc::get_world_group().all_reduce(lowest, ReduceOp::kMin);
+  dc::get_world_group().all_reduce(highest, ReduceOp::kMax);
+  EXPECT_TRUE(at::equal(lowest, highest));
 }
 
 TEST_F(CommTest, AllReduceSumOfRanksClosedForm) {
