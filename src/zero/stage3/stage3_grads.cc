@@ -79,13 +79,10 @@ void Stage3::reduce_grads(Unit& unit) {
     }
     f.grad_full = at::Tensor();
     if (n > 1) {
-      // Reduce each owner's slice to its owner, in place: no receive buffer the size of the unit (the all-to-all
-      // behind a Gloo reduce-scatter needs one), and this rank's slice ends up holding its reduced partition.
+      // One reduce-scatter per flat: this rank receives the reduction of its partition.
       if (pre != 1.0) r.input.mul_(pre);
-      const std::vector<int>& ranks = world_.ranks();
-      for (int o = 0; o < n; ++o)
-        r.works.push_back(world_.reduce(r.input.narrow(0, f.layout.begin(o), f.layout.partition_size()), ranks[o],
-                                        comm::ReduceOp::kSum, /*async_op=*/true));
+      r.reduced = pool_.acquire(at::kFloat, f.layout.partition_size());
+      r.work = world_.reduce_scatter_tensor(r.reduced, r.input, comm::ReduceOp::kSum, /*async_op=*/true);
     }
     pending_elems_ += r.input.numel();
     pending_.push_back(std::move(r));
@@ -110,15 +107,17 @@ void Stage3::drain_reductions(size_t keep) {
     Flat& f = r.unit->flats[r.flat];
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
     const auto wait_start = std::chrono::steady_clock::now();
-    for (auto& w : r.works) w.wait();
+    r.work.wait();
     stats_.reduce_wait_ms += runtime::ms_since(wait_start);
-    at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    const at::Tensor& mine =
+        r.reduced.defined() ? r.reduced : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);
     } else {
       acc.add_(mine);
     }
     pool_.release(std::move(r.input));
+    if (r.reduced.defined()) pool_.release(std::move(r.reduced));
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }

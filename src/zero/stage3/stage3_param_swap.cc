@@ -55,7 +55,7 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
     dst.copy_(f.shard(*this));
     return;
   }
-  // Synchronous: the broadcasts that follow send these bytes. Issued when the gather is, so a
+  // Synchronous: the all-gather that follows sends these bytes. Issued when the gather is, so a
   // prefetched unit's partition is read ahead of its use.
   param_io_->sync_pread(dst, param_file_, f.swap_offset);
 }

@@ -26,15 +26,16 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
     st->set_nbytes(f.gathered.nbytes());
-    // Each owner broadcasts its partition straight into its slice of the gathered buffer: unlike Gloo's all-gather,
-    // which stages the whole output in a temporary of its own, nothing but the pool buffer is touched.
+    // One all-gather per flat: every rank's partition lands in its slice of the gathered buffer. The partition is
+    // staged in a buffer of its own (a 1/world share of the unit) rather than in its slice of the output: the
+    // backend may write the output while it still reads the input.
     const int64_t part = f.layout.partition_size();
-    load_shard(f, f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part));
     if (world_.size() > 1) {
-      const std::vector<int>& ranks = world_.ranks();
-      for (int r = 0; r < world_.size(); ++r)
-        f.gather_work.push_back(world_.broadcast(f.gathered.narrow(0, f.layout.begin(r), part), ranks[r],
-                                                 /*async_op=*/true));
+      f.gather_input = pool_.acquire(options_.dtype, part);
+      load_shard(f, f.gather_input);
+      f.gather_work = world_.all_gather_into_tensor(f.gathered, f.gather_input, /*async_op=*/true);
+    } else {
+      load_shard(f, f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part));
     }
   }
   unit.state = Unit::State::kInflight;
@@ -49,8 +50,10 @@ void Stage3::wait_gathered(Unit& unit) {
   if (unit.state != Unit::State::kInflight) return;
   const auto start = std::chrono::steady_clock::now();
   for (auto& f : unit.flats) {
-    for (auto& w : f.gather_work) w.wait();
-    f.gather_work.clear();
+    f.gather_work.wait();
+    f.gather_work = comm::Work();
+    if (f.gather_input.defined()) pool_.release(std::move(f.gather_input));
+    f.gather_input = at::Tensor();
   }
   (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += runtime::ms_since(start);
   for (auto& f : unit.flats) {

@@ -26,7 +26,8 @@ struct Stage3::Flat {
   at::Tensor full;           // model dtype, padded; its storage points at `gathered` or at nothing
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
-  std::vector<comm::Work> gather_work;  // one broadcast per owning rank
+  at::Tensor gather_input;   // pool buffer holding this rank's partition while the all-gather runs
+  comm::Work gather_work;    // the all-gather into `gathered` (one collective per flat)
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
 };
@@ -52,8 +53,9 @@ struct Stage3::Unit {
 struct Stage3::PendingReduce {
   Unit* unit = nullptr;
   size_t flat = 0;
-  std::vector<comm::Work> works;  // one reduce per owning rank
-  at::Tensor input;  // pool buffer reduced in place; this rank's slice ends up holding its partition
+  comm::Work work;     // the reduce-scatter (one collective per flat)
+  at::Tensor input;    // pool buffer: the unit's whole gradient
+  at::Tensor reduced;  // pool buffer: this rank's partition of the reduction (the input's slice at one rank)
   bool input_is_grad = false;
 };
 
