@@ -66,8 +66,7 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
         for (const SavedParam& p : params) {
           int64_t bytes = p.numel * 4;
           for (const SavedFragment& f : p.fragments)
-            verify_tensor(f.source,
-                          std::string(kFp32FlatGroupsKey) + "/" + std::to_string(f.group));
+            verify_tensor(f.source, ::deepspeed::detail::str_cat(kFp32FlatGroupsKey, "/", f.group));
           if (p.fragments.size() == 1) {
             append_tensor(file, p.fragments[0].source.contiguous());
           } else {
