@@ -390,9 +390,11 @@ TEST(MoEBf16, EpSizeWorldTracksEpSizeOne) {
     worst = std::max(worst, (t - local.at(name)).norm().item<double>() / moved);
   }
   // Measured: 0.04-0.05 of the movement (and 0.012 of the weights); with experts reduced over the
-  // world instead of their own ranks, 0.6-0.8 (0.1).
+  // world instead of their own ranks, 0.6-0.8 (0.1). On LibTorch 2.15 at AVX2 (MKL's bf16 GEMM
+  // without AVX-512 BF16 instructions) the weights differ by 0.029 at 4 ranks; a margin of 1.5
+  // keeps the bound (0.044) under the 0.1 of a misrouted expert gradient.
   EXPECT_LT(worst, 0.15);
-  EXPECT_LT(worst_error(split, local), 2e-2);
+  EXPECT_LT(worst_error(split, local), tolerance::measured(2.92e-2, 1.2e-2, 1.5));
 }
 
 TEST(MoEBadInput, NumExpertsNotDivisibleByEpSize) {
