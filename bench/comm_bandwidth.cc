@@ -6,7 +6,8 @@
 //    call) against one broadcast per owner into its slice, and the flat reduce-scatter (one
 //    reduce_scatter_tensor call) against one reduce per owner of its slice. On NCCL the N-call form
 //    is N serial launches; this measures what it costs on Gloo. Sizes are the whole (gathered)
-//    buffer.
+//    buffer. The API calls run in the form the comm layer chose (printed in the heading): the flat
+//    native call, or with DS_COMM_PARTITIONED_FORM=per_owner one broadcast / reduce per owner.
 // Run: bin/deepspeed --num_procs 2 bin/bench_comm_bandwidth [--max_mib 256] [--iters 5]
 #include <ATen/ATen.h>
 

@@ -11,6 +11,7 @@
 #include <deepspeed/swap/storage_probe.h>
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -46,8 +47,13 @@ int main(int argc, char** argv) {
   std::cout << deepspeed::format_report_section(deepspeed::libtorch_report());
   std::cout << deepspeed::format_report_section(deepspeed::comm_backends_report());
   // What the backend does natively and what runs through a fallback (probed on a private one-rank group).
-  const deepspeed::comm::BackendCapabilities caps = deepspeed::comm::backend_capabilities();
-  std::cout << deepspeed::format_report_section({"collectives", {{caps.backend, caps.describe()}}});
+  // A bad DS_COMM_* variable is reported in its section; the rest of the report still prints.
+  try {
+    const deepspeed::comm::BackendCapabilities caps = deepspeed::comm::backend_capabilities();
+    std::cout << deepspeed::format_report_section({"collectives", {{caps.backend, caps.describe()}}});
+  } catch (const std::exception& e) {
+    std::cout << deepspeed::format_report_section({"collectives", {{"error", e.what()}}});
+  }
   std::cout << deepspeed::format_report_section(deepspeed::threads_report());
   std::cout << "fused CPU optimizer kernels (DS_SIMD=scalar|avx2|avx512 forces a variant):\n";
   for (const auto& line : deepspeed::ops::kernel_report()) std::cout << "  " << line << "\n";

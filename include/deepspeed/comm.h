@@ -138,6 +138,11 @@ struct BackendCapabilities {
   bool avg = false;                     // ReduceOp::kAvg (else SUM, then a division)
   bool all_gather_into_tensor = false;  // one flat call (else the list all-gather into chunk views)
   bool reduce_scatter_tensor = false;   // one flat call (else all-to-all and a local reduction)
+  // ZeRO's partitioned collectives (all_gather_into_tensor, reduce_scatter_tensor) as one broadcast / one reduce
+  // per owner's slice, issued together, instead of the flat call. Off by default (the native flat call; on NCCL
+  // the per-owner form would be n serial launches); env DS_COMM_PARTITIONED_FORM=per_owner turns it on, which on
+  // Gloo measured faster for all-gathers of tens of MiB and slower below 4 MiB (bench_comm_bandwidth, README).
+  bool per_owner_partitioned = false;
   // Dtypes reduced natively; the others that are floating point reduce in an fp32 copy.
   std::vector<at::ScalarType> reduce_dtypes;
   bool fallbacks_forced = false;  // env DS_COMM_FORCE_FALLBACKS=1 (tests of the fallbacks)

@@ -198,6 +198,20 @@ BackendCapabilities probe_gloo() {
   return caps;
 }
 
+// DS_COMM_PARTITIONED_FORM=flat|per_owner: the form of ZeRO's partitioned collectives (default flat: the native
+// call). Per owner measured faster for large all-gathers on Gloo and slower for small ones and for reduce-scatter
+// (bench_comm_bandwidth, README), so it is a choice, not the default. Anything else is an error naming the
+// variable.
+BackendCapabilities with_partitioned_form(BackendCapabilities caps) {
+  const char* form = std::getenv("DS_COMM_PARTITIONED_FORM");
+  if (form == nullptr || *form == '\0') return caps;
+  const std::string f = form;
+  DS_CHECK_T(CommError, f == "flat" || f == "per_owner", "DS_COMM_PARTITIONED_FORM must be flat or per_owner, got '",
+             f, "'");
+  caps.per_owner_partitioned = f == "per_owner";
+  return caps;
+}
+
 // DS_COMM_FORCE_FALLBACKS=1 makes every op the probe found native run through its fallback, as on a
 // Gloo that lacks them (LibTorch 1.13: no AVG, no flat collectives, no bfloat16 arithmetic), so the
 // fallbacks stay tested on a LibTorch that no longer needs them.
@@ -205,6 +219,7 @@ BackendCapabilities forced_fallbacks(BackendCapabilities caps) {
   caps.avg = false;
   caps.all_gather_into_tensor = false;
   caps.reduce_scatter_tensor = false;
+  caps.per_owner_partitioned = false;
   std::erase_if(caps.reduce_dtypes, [](at::ScalarType t) { return t == at::kBFloat16 || t == at::kShort; });
   caps.fallbacks_forced = true;
   return caps;
@@ -214,7 +229,7 @@ const BackendCapabilities& gloo_capabilities() {
   static const BackendCapabilities caps = [] {  // once per process (thread-safe static)
     const char* force = std::getenv("DS_COMM_FORCE_FALLBACKS");
     const bool forced = force != nullptr && (std::string(force) == "1" || std::string(force) == "true");
-    return forced ? forced_fallbacks(probe_gloo()) : probe_gloo();
+    return forced ? forced_fallbacks(probe_gloo()) : with_partitioned_form(probe_gloo());
   }();
   return caps;
 }

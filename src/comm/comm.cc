@@ -134,6 +134,8 @@ std::string BackendCapabilities::describe() const {
   return str_cat(backend, " of LibTorch ", library_version, ": avg ", yes_no(avg, "sum, then divide"),
                  "; all_gather_into_tensor ", yes_no(all_gather_into_tensor, "list all-gather"),
                  "; reduce_scatter_tensor ", yes_no(reduce_scatter_tensor, "all-to-all + local sum"),
+                 "; partitioned collectives: ",
+                 per_owner_partitioned ? "one broadcast/reduce per owner" : "flat calls",
                  "; reduces natively: ", dtypes.empty() ? "none" : dtypes,
                  fallbacks_forced ? " (fallbacks forced by DS_COMM_FORCE_FALLBACKS)" : "");
 }

@@ -39,6 +39,21 @@ at::Tensor output_buffer(const at::Tensor& t, bool& copy_back) {
   return copy_back ? at::empty(t.sizes(), t.options()) : t;
 }
 
+// Several backend operations that finish as one (the per-owner forms): waits for each in issue order.
+class WorkSet : public BackendWork {
+ public:
+  explicit WorkSet(std::vector<BackendWorkPtr> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (BackendWorkPtr& w : works_) w->wait();
+  }
+  bool is_completed() override {
+    return std::all_of(works_.begin(), works_.end(), [](const BackendWorkPtr& w) { return w->is_completed(); });
+  }
+
+ private:
+  std::vector<BackendWorkPtr> works_;
+};
+
 struct ReduceBuffers {
   at::Tensor buf;  // what the backend reduces
   ReduceOp native_op;
@@ -133,12 +148,21 @@ Pending run_broadcast(Backend& b, const at::Tensor& t, int root) {
   return p;
 }
 
-Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in, int n) {
+Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in, int rank, int n) {
   at::Tensor src = contiguous(in);
   bool copy_back = false;
   at::Tensor dst = output_buffer(out, copy_back);
   Pending p;
-  if (b.capabilities().all_gather_into_tensor) {
+  if (b.capabilities().per_owner_partitioned) {
+    at::Tensor bytes = as_bytes(dst);
+    const int64_t chunk = bytes.numel() / n;
+    at::Tensor own = bytes.narrow(0, rank * chunk, chunk);
+    at::Tensor src_bytes = as_bytes(src);
+    if (src_bytes.data_ptr() != own.data_ptr()) own.copy_(src_bytes);
+    std::vector<BackendWorkPtr> works;
+    for (int i = 0; i < n; ++i) works.push_back(b.broadcast(bytes.narrow(0, i * chunk, chunk), i));
+    p.work = std::make_unique<WorkSet>(std::move(works));
+  } else if (b.capabilities().all_gather_into_tensor) {
     p.work = b.all_gather_base(as_bytes(dst), as_bytes(src));
   } else {
     at::Tensor bytes = as_bytes(dst);
@@ -173,10 +197,26 @@ Pending run_all_gather(Backend& b, const std::vector<at::Tensor>& outs, const at
 }
 
 Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in,
-                                  ReduceOp op, int n) {
+                                  ReduceOp op, int rank, int n) {
   DS_CHECK_T(CommError, op != ReduceOp::kAvg || at::isFloatingType(in.scalar_type()),
              "reduce_scatter_tensor: AVG needs a floating dtype, got ",
              c10::toString(in.scalar_type()));
+  if (b.capabilities().per_owner_partitioned && b.supports_reduce_dtype(in.scalar_type())) {
+    at::Tensor scratch = in.contiguous().view({-1}).clone();
+    const bool divide = op == ReduceOp::kAvg && !b.supports_reduce_op(op);
+    const ReduceOp wire = divide ? ReduceOp::kSum : op;
+    const int64_t chunk = scratch.numel() / n;
+    std::vector<BackendWorkPtr> works;
+    for (int i = 0; i < n; ++i) works.push_back(b.reduce(scratch.narrow(0, i * chunk, chunk), i, wire));
+    Pending p;
+    p.work = std::make_unique<WorkSet>(std::move(works));
+    p.finalize = [out, scratch, rank, chunk, divide, n] {
+      at::Tensor own = scratch.narrow(0, rank * chunk, chunk);
+      if (divide) own.div_(n);
+      out.copy_(own.view(out.sizes()));
+    };
+    return p;
+  }
   if (b.capabilities().reduce_scatter_tensor && b.supports_reduce_dtype(in.scalar_type()) &&
       b.supports_reduce_op(op) && out.is_contiguous()) {
     Pending p;

@@ -21,6 +21,11 @@
 //   reduce-scatter; costs a receive buffer the size of the input and one pass over it, not
 //   pipelined with the transfer.
 //
+// Per-owner forms (BackendCapabilities::per_owner_partitioned, opt-in): all_gather_into_tensor as one broadcast per
+// owner straight into its slice of the output (the own input copied in first, unless it is that slice already);
+// reduce_scatter_tensor as one reduce per owner of its slice of a copy of the input (Gloo reduces in place and
+// leaves partial sums in non-root buffers; the caller's input stays as it was), the own slice copied out at wait.
+//
 // Thread-safety: called from a group's issuing thread.
 #pragma once
 
@@ -37,11 +42,11 @@ Pending run_all_reduce(Backend& b, const at::Tensor& t, ReduceOp op, int group_s
 Pending run_reduce(Backend& b, const at::Tensor& t, int root, bool is_root, ReduceOp op,
                    int group_size);
 Pending run_broadcast(Backend& b, const at::Tensor& t, int root);
-Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in,
+Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in, int rank,
                                    int group_size);
 Pending run_all_gather(Backend& b, const std::vector<at::Tensor>& outs, const at::Tensor& in);
 Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in,
-                                  ReduceOp op, int group_size);
+                                  ReduceOp op, int rank, int group_size);
 Pending run_all_to_all_single(Backend& b, const at::Tensor& out, const at::Tensor& in,
                               const std::vector<int64_t>& out_splits,
                               const std::vector<int64_t>& in_splits);

@@ -157,7 +157,7 @@ Work ProcessGroup::all_gather_into_tensor(const at::Tensor& output, const at::Te
   Call c{"all_gather_into_tensor", same("all_gather_into_tensor(" + tensor_desc(input) + ")"),
          nbytes(output)};
   return issue(
-      g, c, [&] { return detail::run_all_gather_into_tensor(*g.backend, output, input, n); },
+      g, c, [&] { return detail::run_all_gather_into_tensor(*g.backend, output, input, g.group_rank, n); },
       async_op);
 }
 
@@ -193,7 +193,7 @@ Work ProcessGroup::reduce_scatter_tensor(const at::Tensor& output, const at::Ten
   Call c{"reduce_scatter_tensor",
          same("reduce_scatter_tensor(" + tensor_desc(input) + op_suffix(op) + ")"), nbytes(input)};
   return issue(
-      g, c, [&] { return detail::run_reduce_scatter_tensor(*g.backend, output, input, op, n); },
+      g, c, [&] { return detail::run_reduce_scatter_tensor(*g.backend, output, input, op, g.group_rank, n); },
       async_op);
 }
 

@@ -101,9 +101,14 @@ TEST_F(CommTest, BackendCapabilitiesAreProbedOnce) {
   const char* forced = std::getenv("DS_COMM_FORCE_FALLBACKS");
   if (forced != nullptr && std::string(forced) == "1") {
     EXPECT_TRUE(caps.fallbacks_forced);
-    EXPECT_FALSE(caps.avg || caps.all_gather_into_tensor || caps.reduce_scatter_tensor || has(at::kBFloat16));
+    EXPECT_FALSE(caps.avg || caps.all_gather_into_tensor || caps.reduce_scatter_tensor || has(at::kBFloat16) ||
+                 caps.per_owner_partitioned);
     return;
   }
+  // The partitioned collectives are the native flat calls unless DS_COMM_PARTITIONED_FORM=per_owner asks for one
+  // broadcast / reduce per owner.
+  const char* form = std::getenv("DS_COMM_PARTITIONED_FORM");
+  EXPECT_EQ(caps.per_owner_partitioned, form != nullptr && std::string(form) == "per_owner");
   int major = 0, minor = 0;
   ASSERT_EQ(std::sscanf(caps.library_version.c_str(), "%d.%d", &major, &minor), 2) << caps.library_version;
   if (major > 2 || (major == 2 && minor >= 11)) {
@@ -216,6 +221,40 @@ TEST_F(CommTest, AllGatherIntoTensor) {
   std::vector<at::Tensor> tparts;
   for (int s = 0; s < n; ++s) tparts.push_back(parts[s].view({2, 3}).t().reshape({-1}));
   expect_equal(out.reshape({-1}), at::cat(tparts), "all_gather_into_tensor non-contiguous");
+}
+
+// ZeRO's layout: each rank's input is its own slice of the output buffer. Whatever the form, the other slices
+// arrive and the own one is left as it was.
+TEST_F(CommTest, AllGatherIntoTensorFromOwnSlice) {
+  const int64_t m = 9;
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+    at::Tensor out = at::full({n * m}, -1, at::TensorOptions().dtype(t));
+    out.narrow(0, r * m, m).copy_(rank_input(r, m, 3));
+    world.all_gather_into_tensor(out, out.narrow(0, r * m, m));
+    std::vector<at::Tensor> parts;
+    for (int s = 0; s < n; ++s) parts.push_back(rank_input(s, m, 3));
+    expect_equal(out, at::cat(parts), "all_gather_into_tensor from own slice " + tag(t, false));
+  }
+}
+
+// The per-owner form reduces in place on a copy: the caller's input must come back unchanged (Gloo leaves partial
+// sums in a non-root's buffer), also when the output is the caller's own slice of that input.
+TEST_F(CommTest, ReduceScatterLeavesInputUnchanged) {
+  const int64_t m = 7;
+  std::vector<at::Tensor> ins;
+  for (int s = 0; s < n; ++s) ins.push_back(rank_input(s, n * m, s));
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    at::Tensor in = ins[r].to(at::kFloat);
+    const at::Tensor before = in.clone();
+    at::Tensor out = at::zeros({m});
+    world.reduce_scatter_tensor(out, in, op);
+    expect_equal(in, before, "reduce_scatter input " + dc::reduce_op_name(op));
+    expect_equal(out, reference(ins, op).narrow(0, r * m, m), "reduce_scatter " + dc::reduce_op_name(op));
+  }
+  at::Tensor in = ins[r].to(at::kFloat);
+  world.reduce_scatter_tensor(in.narrow(0, r * m, m), in, ReduceOp::kSum);
+  expect_equal(in.narrow(0, r * m, m), reference(ins, ReduceOp::kSum).narrow(0, r * m, m),
+               "reduce_scatter into own slice of the input");
 }
 
 TEST_F(CommTest, AllGatherIntoList) {

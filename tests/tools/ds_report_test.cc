@@ -110,7 +110,8 @@ TEST(DsReport, GlooIsAvailableAndUsed) {
   // The probe of what Gloo does natively, before any group exists.
   const std::string caps = value(s, "collectives", "gloo");
   EXPECT_EQ(caps.rfind("gloo of LibTorch ", 0), 0u) << r.out;
-  for (const char* op : {"avg ", "all_gather_into_tensor ", "reduce_scatter_tensor ", "reduces natively: "})
+  for (const char* op : {"avg ", "all_gather_into_tensor ", "reduce_scatter_tensor ", "partitioned collectives: ",
+                         "reduces natively: "})
     EXPECT_NE(caps.find(op), std::string::npos) << op << " in " << caps;
 }
 
