@@ -119,6 +119,7 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
   stage_options.tag = tag;
   auto result = impl_->load_checkpoint(dir, stage_options);
   if (result) (void)result->client_state.erase(kPartsKey);  // absent in a checkpoint of one part
+  log_window_.restart(impl_->global_steps_);  // the next log line covers the steps after the load only
   return result;
 }
 

@@ -268,12 +268,7 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
 }
 
 void PipelineEngineImpl::log_step(double loss) {
-  const double seconds = seconds_since(last_log_time_);
-  const double samples =
-      static_cast<double>((impl_->global_steps_ - last_log_step_) * impl_->config_.train_batch_size.value());
-  const int64_t steps = impl_->global_steps_ - last_log_step_;
-  last_log_time_ = Clock::now();
-  last_log_step_ = impl_->global_steps_;
+  const runtime::LogWindow::Span window = log_window_.close(impl_->global_steps_);
   // wall_clock_breakdown: this stage's batches over the window, split as PipelineTiming splits them.
   std::string table;
   if (impl_->config_.wall_clock_breakdown) {
@@ -282,29 +277,27 @@ void PipelineEngineImpl::log_step(double loss) {
                                          {"compute (fwd, bwd, step)", 1e3 * w.compute, 1},
                                          {"p2p (incl. waits for neighbours)", 1e3 * w.p2p, 1},
                                          {"reduce", 1e3 * w.reduce, 1}},
-                                        impl_->global_steps_, steps, 1e3 * w.total);
+                                        impl_->global_steps_, window.steps, 1e3 * w.total);
     impl_->timers_.reset();
   }
   window_ = PipelineTiming{};
   if (world_.rank() != 0) return;
-  std::string lrs;
-  for (double lr : impl_->get_lr()) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%s%.4g", lrs.empty() ? "" : ",", lr);
-    lrs += buf;
-  }
-  const double samples_per_sec = seconds > 0 ? samples / seconds : 0.0;
-  std::string tokens;
-  if (impl_->tokens_per_sample_ > 0) {
-    char buf[48];
-    std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", samples_per_sec * static_cast<double>(impl_->tokens_per_sample_));
-    tokens = buf;
-  }
+  // The engine's line with the batch loss the last stage sent, and how long the first stage sat idle.
+  runtime::StepLine line;
+  line.step = impl_->global_steps_;
+  line.total_steps = impl_->total_steps_;
+  line.loss = loss;
+  line.lrs = impl_->get_lr();
+  line.grad_norm = impl_->global_grad_norm_;
+  const double samples = static_cast<double>(window.steps * impl_->config_.train_batch_size.value());
+  line.samples_per_sec = window.seconds > 0 ? samples / window.seconds : 0.0;
+  line.tokens_per_sample = impl_->tokens_per_sample_;
+  line.seconds_per_step = window.steps > 0 ? window.seconds / static_cast<double>(window.steps) : 0.0;
+  char idle[48];
+  std::snprintf(idle, sizeof(idle), "stage 0 idle %.0f%%", 100.0 * timing_.idle_fraction());
+  line.extra = idle;
   if (impl_->progress_) impl_->progress_->clear_line();
-  std::printf("step %lld | loss %.4f | lr [%s] | grad_norm %.4f | %.1f samples/s%s | stage 0 idle %.0f%%\n",
-              static_cast<long long>(impl_->global_steps_), loss, lrs.c_str(), impl_->global_grad_norm_,
-              samples_per_sec, tokens.c_str(), 100.0 * timing_.idle_fraction());
-  std::fputs(table.c_str(), stdout);
+  std::printf("%s\n%s", runtime::format_step_line(line).c_str(), table.c_str());
   std::fflush(stdout);
 }
 

@@ -45,8 +45,7 @@ class PipelineEngineImpl {
   int micro_batches_ = 1;
   PipelineTiming timing_;
   PipelineTiming window_;  // wall_clock_breakdown: the training batches' timings since the last log line
-  Clock::time_point last_log_time_ = Clock::now();
-  int64_t last_log_step_ = 0;
+  runtime::LogWindow log_window_;
 
  private:
   struct Buffer {

@@ -129,7 +129,7 @@ void EngineImpl::check_boundary(const char* what) const {
 }
 
 const std::vector<at::Tensor>& EngineImpl::master_buffers() const {
-  return stage3_ ? stage3_->masters() : masters_->masters();
+  return stage_->masters();
 }
 
 EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
@@ -145,7 +145,7 @@ EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
   // hold this rank's whole partition for the duration of the save or load.
   const size_t num_states = optimizer_->state_names().size();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const int64_t n = stage3_ ? stage3_->initial_master(g).numel() : masters_->initial_master(g).numel();
+    const int64_t n = stage_->initial_master(g).numel();
     out.masters.push_back(at::empty({n}, at::kFloat));
     out.states.emplace_back();
     for (size_t k = 0; k < num_states; ++k) out.states.back().push_back(at::empty({n}, at::kFloat));
@@ -171,7 +171,7 @@ void EngineImpl::commit_checkpoint_state(const CheckpointState& state) {
 }
 
 std::vector<zero::MasterFragment> EngineImpl::master_fragments() const {
-  return stage3_ ? stage3_->master_fragments() : masters_->master_fragments();
+  return stage_->master_fragments();
 }
 
 std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
@@ -194,11 +194,7 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
 }
 
 std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() const {
-  if (stage3_) return stage3_->param_shapes();
-  std::vector<std::vector<std::vector<int64_t>>> out(groups_.size());
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (const auto& p : groups_[g].params) out[g].push_back(p.sizes().vec());
-  return out;
+  return stage_->param_shapes();
 }
 
 ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
@@ -276,7 +272,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
 
 std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const {
   at::NoGradGuard no_grad;
-  if (!stage3_) {
+  if (!stage_->partitions_parameters()) {
     // Experts split over ranks go to their own files (save_expert_files): under their local names here they
     // would stand for rank 0's experts only.
     std::unordered_map<const void*, std::string> experts;
@@ -289,7 +285,7 @@ std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const 
   if (!gather) return std::nullopt;
   // One unit gathered at a time; rank 0 keeps copies of what it needs.
   std::unordered_map<const void*, at::Tensor> copies;
-  for (const auto& params : stage3_->unit_parameters()) {
+  for (const auto& params : stage_->gather_units()) {
     zero::GatheredParameters gathered(params, /*modifier_rank=*/-1);
     if (world_.rank() == 0)
       for (const auto& p : params) copies.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
@@ -422,7 +418,7 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
   DS_CHECK(!dir.empty() && !file_name.empty() && file_name.find('/') == std::string::npos,
            "save_16bit_model: save_dir must be set and save_filename a plain file name, got '", dir,
            "' and '", file_name, "'");
-  if (stage3_ && !config_.zero.gather_16bit_weights_on_model_save) {
+  if (stage_->partitions_parameters() && !config_.zero.gather_16bit_weights_on_model_save) {
     if (world_.rank() == 0)
       std::fprintf(stderr,
                    "deepspeed: warning: save_16bit_model: did not save the model %s/%s because "

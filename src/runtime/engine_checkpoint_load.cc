@@ -353,11 +353,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
         std::fflush(stdout);
       }
       micro_steps_ = steps * config_.gradient_accumulation_steps.value();
-      last_log_step_ = steps;
       // Losses and clocks of steps before the load belong to no step after it.
+      log_window_.restart(steps);
       loss_sum_ = step_loss_sum_ = 0.0;
       loss_count_ = step_loss_count_ = 0;
-      last_log_time_ = last_step_time_ = std::chrono::steady_clock::now();
+      last_step_time_ = std::chrono::steady_clock::now();
       if (scaler_state) scaler_->load_state(*scaler_state);
       if (scheduler_state) {
         scheduler_->load_state_dict(*scheduler_state);
@@ -367,11 +367,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     }
   });
   // Collective: every rank's restored masters into the parameters, as after an optimizer step.
-  if (stage3_) {
-    stage3_->restore_from_masters();
-  } else {
-    masters_->restore_params();
-  }
+  stage_->restore_from_masters();
   if (world_.rank() == 0) {
     std::printf("loaded checkpoint %s\n", result.path.c_str());
     std::fflush(stdout);

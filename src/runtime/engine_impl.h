@@ -1,6 +1,6 @@
-// The engine's state and training step behind deepspeed::Engine (include/deepspeed/deepspeed.h), for ZeRO stages
-// 0, 1 and 2 in fp32, bf16 and fp16. The engine orchestrates; flat buffers, gradient reduction, master weights,
-// optimizers, loss scaling, schedules and timers live in their own files beside this one.
+// The engine's state and training step behind deepspeed::Engine (include/deepspeed/deepspeed.h). The engine
+// orchestrates; the ZeRO stage (zero/stage.h), optimizers, loss scaling, schedules, timers and reporting live in
+// their own files.
 #pragma once
 
 #include <chrono>
@@ -17,15 +17,15 @@
 #include "profiling/step_profiler.h"
 #include "runtime/autotuning_probe.h"
 #include "runtime/flat_params.h"
-#include "runtime/grad_reducer.h"
 #include "runtime/loss_scaler.h"
-#include "runtime/master_weights.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/progress.h"
+#include "runtime/step_log.h"
 #include "runtime/timers.h"
 #include "swap/optimizer_swapper.h"
-#include "zero/stage3/stage3.h"
+#include "zero/flat_stage.h"
+#include "zero/stage.h"
 
 namespace deepspeed {
 
@@ -76,13 +76,12 @@ class EngineImpl {
   comm::ProcessGroup world_;
   at::ScalarType dtype_ = at::kFloat;  // the model's compute dtype
   std::vector<runtime::FlatGroup> groups_;
-  std::unique_ptr<runtime::GradReducer> reducer_;
-  std::unique_ptr<runtime::MasterWeights> masters_;
+  // The ZeRO stage (zero/stage.h): gradients, masters, partitioning and optimizer offload live behind it.
+  std::unique_ptr<zero::Stage> stage_;
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
-  std::unique_ptr<zero::Stage3> stage3_;              // stage 3 only (then no flat groups, reducer or masters)
   runtime::Timers timers_;
   runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;
@@ -155,8 +154,8 @@ class EngineImpl {
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);
   // nvme offload: an updated slice of group g's fp32 master partition back into the model-dtype parameters.
   void write_master_slice(size_t group, int64_t offset, const at::Tensor& master);
-  void build_stage3();
-  void build_flat_stages();
+  // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
+  zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
 
   double step_loss_sum_ = 0.0;
@@ -166,8 +165,7 @@ class EngineImpl {
   bool breakdown_ = false;
   double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line
   int64_t loss_count_ = 0;
-  std::chrono::steady_clock::time_point last_log_time_;
-  int64_t last_log_step_ = 0;
+  runtime::LogWindow log_window_;
 
   // flops_profiler: set on global rank 0 when enabled; counts and times the profiled step, prints at its boundary.
   std::unique_ptr<profiling::StepProfiler> flops_profiler_;

@@ -13,12 +13,11 @@
 namespace deepspeed {
 
 void EngineImpl::backward_micro_batch(const at::Tensor& output, const at::Tensor& grad) {
-  DS_ASSERT(!stage3_ && reducer_ != nullptr, "backward_micro_batch needs ZeRO stage 0 or 1");
+  zero::FlatStage& flat = flat_stage("backward_micro_batch");
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call train() first");
   check_states_resident("backward");
   if (breakdown_) timers_.start("bwd");
-  runtime::ensure_grad_views(groups_);
-  reducer_->begin_backward(/*reduce=*/false);
+  flat.begin_backward(/*boundary=*/false);
   if (grad.defined()) {
     output.backward(grad);
   } else {
@@ -28,15 +27,12 @@ void EngineImpl::backward_micro_batch(const at::Tensor& output, const at::Tensor
                           static_cast<double>(config_.gradient_accumulation_steps.value());
     (factor != 1.0 ? output * factor : output).backward();
   }
-  reducer_->finish_backward();
+  flat.finish_backward();
   if (breakdown_) timers_.stop("bwd");
 }
 
 void EngineImpl::reduce_gradients() {
-  DS_ASSERT(reducer_ != nullptr, "reduce_gradients needs ZeRO stage 0 or 1");
-  // An armed pass with no backward in it launches every bucket from the accumulated flat gradients.
-  reducer_->begin_backward(/*reduce=*/true);
-  reducer_->finish_backward();
+  flat_stage("reduce_gradients").reduce_accumulated();
 }
 
 std::pair<size_t, size_t> EngineImpl::locate(const at::Tensor& p) const {
@@ -49,9 +45,7 @@ std::pair<size_t, size_t> EngineImpl::locate(const at::Tensor& p) const {
 
 at::Tensor EngineImpl::accumulated_grad(const at::Tensor& p) const {
   auto [g, i] = locate(p);
-  const runtime::FlatGroup& fg = groups_[g];
-  DS_ASSERT(fg.grads_flat.defined(), "accumulated_grad needs ZeRO stage 0 or 1");
-  return fg.grads_flat.narrow(0, fg.offsets[i], p.numel()).view(p.sizes());
+  return flat_stage("accumulated_grad").accumulated_grad(g, i);
 }
 
 void EngineImpl::pipeline_step(int64_t micro_batches) {
@@ -61,9 +55,13 @@ void EngineImpl::pipeline_step(int64_t micro_batches) {
 }
 
 void EngineImpl::discard_gradients() {
-  DS_ASSERT(reducer_ != nullptr, "discard_gradients needs ZeRO stage 0 or 1");
-  runtime::zero_grads(groups_);
-  reducer_->zero_partition_grads();
+  stage_->zero_grads();
+}
+
+zero::FlatStage& EngineImpl::flat_stage(const char* what) const {
+  auto* flat = dynamic_cast<zero::FlatStage*>(stage_.get());
+  DS_CHECK(flat != nullptr, what, ": the pipeline engine needs ZeRO stage 0 or 1, got ", config_.zero.stage);
+  return *flat;
 }
 
 bool EngineImpl::agree_overflow(bool local) {
@@ -74,15 +72,15 @@ bool EngineImpl::agree_overflow(bool local) {
 }
 
 double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
-  DS_ASSERT(!stage3_, "replica_grad_norm: stage 3 has no model-parallel support");
+  const zero::FlatStage& flat = flat_stage("replica_grad_norm");
   // Excluded ranges per group, relative to this rank's gradient partition (the whole buffer at stage 0).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> excluded(groups_.size());
   for (const auto& p : norm_excluded_) {
     auto [g, i] = locate(p);
     const runtime::FlatGroup& fg = groups_[g];
-    const int64_t begin = fg.layout.begin(fg.layout.rank());
+    const int64_t begin = flat.grad_begin(g);
     const int64_t lo = std::max(fg.offsets[i], begin) - begin;
-    const int64_t hi = std::min(fg.offsets[i] + p.numel(), begin + fg.layout.partition_size()) - begin;
+    const int64_t hi = std::min(fg.offsets[i] + p.numel(), begin + grads[g].numel()) - begin;
     if (lo < hi) excluded[g].emplace_back(lo, hi);
   }
   double sq = 0.0;

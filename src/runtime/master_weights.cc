@@ -126,7 +126,7 @@ at::Tensor MasterWeights::initial_master(size_t group) const {
   return (options_.partitioned ? my_slice(g) : g.params_flat).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
-bool MasterWeights::fuse_copy_back(EngineOptimizer& optimizer) {
+bool MasterWeights::fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept) {
   DS_ASSERT(copy_back_.empty(), "fuse_copy_back called twice");
   if (!options_.offload_to_host || masters_.empty()) return false;
   std::vector<at::Tensor> targets;
@@ -141,7 +141,7 @@ bool MasterWeights::fuse_copy_back(EngineOptimizer& optimizer) {
       targets.push_back(options_.pin_memory ? accelerator::get_accelerator().pin_memory(host) : host);
     }
   }
-  if (!optimizer.set_copy_back(targets)) return false;
+  if (!accept(targets)) return false;
   copy_back_ = std::move(targets);
   return true;
 }
@@ -192,8 +192,9 @@ void MasterWeights::publish_impl(bool from_masters) {
       continue;
     }
     if (options_.allgather_bucket_elems >= part * world) {
-      // One all-gather straight into the padded buffer, which is exactly world x partition.
-      copies.all_gather_into_tensor(g.params_flat, mine.clone());
+      // One all-gather straight into the padded buffer, which is exactly world x partition; the input is this
+      // rank's own slice of it (in place, as NCCL and Gloo allow: comm test AllGatherIntoTensorFromOwnSlice).
+      copies.all_gather_into_tensor(g.params_flat, mine);
       continue;
     }
     const int64_t chunk = std::max<int64_t>(1, options_.allgather_bucket_elems / world);
@@ -201,7 +202,7 @@ void MasterWeights::publish_impl(bool from_masters) {
     for (int64_t pos = 0; pos < part; pos += chunk) {
       const int64_t len = std::min(chunk, part - pos);
       at::Tensor out = gathered.narrow(0, 0, len * world);
-      copies.all_gather_into_tensor(out, mine.narrow(0, pos, len).clone());
+      copies.all_gather_into_tensor(out, mine.narrow(0, pos, len));
       for (int r = 0; r < world; ++r)
         g.params_flat.narrow(0, g.layout.begin(r) + pos, len).copy_(out.narrow(0, r * len, len));
     }

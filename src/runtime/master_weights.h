@@ -21,13 +21,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "deepspeed/comm.h"
 #include "runtime/flat_params.h"
-#include "runtime/optimizer.h"
 
 namespace deepspeed::runtime {
 
@@ -68,9 +68,9 @@ class MasterWeights {
   void restore_params();
   // Where each parameter's elements sit in masters() (for checkpoints).
   std::vector<zero::MasterFragment> master_fragments() const;
-  // With offload and a bf16/fp16 model, asks `optimizer` to write the parameters itself in its step (see above);
-  // returns whether it will. Call once, after building the optimizer over masters().
-  bool fuse_copy_back(EngineOptimizer& optimizer);
+  // With offload and a bf16/fp16 model, offers the optimizer the parameters to write itself in its step (see
+  // above): `accept(targets)` returns whether it will. Call once, after building the optimizer over masters().
+  bool fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept);
   bool copy_back_fused() const { return !copy_back_.empty(); }
   // With external masters: this rank's updated master values for elements [offset, offset + master.numel()) of
   // group g's partition, copied into the parameters before publish() gathers them.

@@ -243,7 +243,7 @@ int64_t Stage3::host_grad_bytes() const {
   return bytes;
 }
 
-std::vector<at::Tensor> Stage3::stage_grads() {
+std::vector<at::Tensor> Stage3::step_grads() {
   if (!options_.offload_to_host) return grads_;
   for (size_t g = 0; g < grads_.size(); ++g) host_grads_[g].copy_(grads_[g]);
   return host_grads_;
@@ -253,6 +253,25 @@ int64_t Stage3::grad_bytes() const {
   int64_t bytes = 0;
   for (const auto& g : grads_) bytes += static_cast<int64_t>(g.nbytes());
   return bytes;
+}
+
+StageBytes Stage3::bytes() const {
+  StageBytes b;
+  b.params = param_bytes();
+  b.gradients = grad_bytes();
+  b.master_copies = master_copy_bytes();
+  b.working = working_bytes();
+  b.host_grads = host_grad_bytes();
+  b.offloaded = options_.offload_to_host;
+  return b;
+}
+
+StageStates Stage3::states() const {
+  StageStates s;
+  s.hp_params = masters_;
+  s.lp_params = shard_buffers();
+  s.lp_grads = grads_;
+  return s;
 }
 
 Stage3Stats Stage3::stats() const {

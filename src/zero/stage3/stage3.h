@@ -42,6 +42,7 @@
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
 #include "zero/stage3/prefetch_coordinator.h"
+#include "zero/stage.h"
 
 namespace deepspeed::zero {
 
@@ -73,7 +74,7 @@ struct Stage3Options {
   int64_t param_buffer_elems = 100000000;
 };
 
-class Stage3 {
+class Stage3 : public Stage {
  public:
   // Partitions the parameters of `groups` (each a list of the module's parameters; together every trainable
   // parameter) across `world`. Units are found under `module`; construction-time partitions (zero::Init) are taken
@@ -84,34 +85,44 @@ class Stage3 {
   Stage3(const Stage3&) = delete;
   Stage3& operator=(const Stage3&) = delete;
 
-  // Engine step hooks.
-  void begin_forward();
-  void end_forward();
-  void begin_backward();
-  void finish_backward();
+  // ---- Stage (stage.h) ----
+  void begin_forward() override;
+  void end_forward() override;
+  // Every pass reduces (stage 3 keeps no full gradients to accumulate in), so `boundary` changes nothing.
+  void begin_backward(bool boundary) override;
+  void finish_backward() override;
+  void zero_grads() override;
+  // Per group: fp32 masters (this rank's partitions).
+  const std::vector<at::Tensor>& masters() const override { return masters_; }
+  // Their accumulated averaged fp32 gradients, or (offload) copies of them in host memory.
+  std::vector<at::Tensor> step_grads() override;
+  double global_norm(const std::vector<at::Tensor>& grads) const override;
+  std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const override;
+  // After the optimizer updated masters(): refresh the low-precision partitions and the persistent parameters.
+  void publish() override;
+  // With external masters: the updated slice written into the model-dtype shard; copy_back_slice is the shard
+  // slice an optimizer kernel may write in its pass (bf16/fp16 in host memory), else undefined.
+  at::Tensor initial_master(size_t group) const override;
+  void write_slice(size_t group, int64_t offset, const at::Tensor& master) override;
+  at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const override;
+  std::vector<MasterFragment> master_fragments() const override;
+  // Also refreshes every gathered parameter. Collective.
+  void restore_from_masters() override;
+  // Released parameters are empty tensors; these are their full shapes.
+  std::vector<std::vector<std::vector<int64_t>>> param_shapes() const override;
+  bool partitions_parameters() const override { return true; }
+  // The parameters of each unit (module order, then root and persistent).
+  std::vector<std::vector<at::Tensor>> gather_units() const override;
+  StageBytes bytes() const override;
+  StageStates states() const override;
+  double reduce_blocked_ms() const override { return stats_.reduce_wait_ms; }
+  Stage3Stats stats() const override;
+  void reset_peaks() override;
 
-  // Per group: fp32 masters (this rank's partitions), their accumulated averaged fp32 gradients.
-  const std::vector<at::Tensor>& masters() const { return masters_; }
   const std::vector<at::Tensor>& partition_grads() const { return grads_; }
-  // The gradients the optimizer reads: partition_grads(), or (offload) their copies in host memory.
-  std::vector<at::Tensor> stage_grads();
   int64_t host_grad_bytes() const;
-  bool offloaded() const { return options_.offload_to_host; }
-  // With external masters: this rank's partition of group g as fp32 (the swapper's initial masters), and the way
-  // an updated slice [offset, offset + master.numel()) of it gets back into the model-dtype shard.
-  at::Tensor initial_master(size_t group) const;
-  void write_slice(size_t group, int64_t offset, const at::Tensor& master);
-  // The shard slice an optimizer kernel may write in its pass (bf16/fp16 in host memory), else undefined.
-  at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const;
   // This rank's model-dtype partitions (the fp32 masters themselves when the model is fp32 without offload).
   const std::vector<at::Tensor>& shard_buffers() const { return separate_shards() ? lowp_ : masters_; }
-  void zero_grads();
-  // After the optimizer updated masters(): refresh the low-precision partitions and the persistent parameters.
-  void publish();
-
-  double global_norm(const std::vector<at::Tensor>& grads) const;
-  // (group, index in group) of the first parameter whose gradient holds inf/NaN on any rank. Collective.
-  std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const;
 
   // Bytes this rank holds at rest: partitions in the model dtype (the fp32 masters when the model is fp32) plus
   // the persistent parameters in full.
@@ -119,8 +130,6 @@ class Stage3 {
   int64_t master_copy_bytes() const;  // fp32 master copies beyond param_bytes (bf16/fp16 models)
   int64_t grad_bytes() const;
   int64_t working_bytes() const { return pool_.bytes_in_use(); }
-  Stage3Stats stats() const;
-  void reset_peaks();
 
   // Called through the unit hooks and autograd (unit_autograd.cc).
   void unit_pre_forward(int id);
@@ -128,15 +137,6 @@ class Stage3 {
   void unit_pre_backward(int id);
   void param_grad_ready(int id);
 
-  // Checkpoints: where each parameter's elements sit in masters(); and, after masters() were overwritten (a
-  // loaded checkpoint), the model-dtype partitions and every gathered parameter refreshed from them. Collective.
-  std::vector<MasterFragment> master_fragments() const;
-  // The full shape of every parameter, per group in group order (released parameters are empty tensors).
-  std::vector<std::vector<std::vector<int64_t>>> param_shapes() const;
-  // The parameters of each unit (module order, then root and persistent), for exports that gather one unit at a
-  // time.
-  std::vector<std::vector<at::Tensor>> unit_parameters() const;
-  void restore_from_masters();
 
   // GatheredParameters support: gathers every unit holding one of `params` (returns their ids); scatter_back()
   // broadcasts `modifier_rank`'s full values and stores this rank's partitions (masters included).

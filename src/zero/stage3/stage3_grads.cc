@@ -122,7 +122,7 @@ void Stage3::drain_reductions(size_t keep) {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
-void Stage3::begin_backward() {
+void Stage3::begin_backward(bool /*boundary*/) {
   in_backward_ = true;
   arm_grads(*units_[root_]);
   arm_grads(*units_[persistent_]);
@@ -201,7 +201,7 @@ std::vector<std::vector<std::vector<int64_t>>> Stage3::param_shapes() const {
   return out;
 }
 
-std::vector<std::vector<at::Tensor>> Stage3::unit_parameters() const {
+std::vector<std::vector<at::Tensor>> Stage3::gather_units() const {
   std::vector<std::vector<at::Tensor>> out;
   for (const auto& unit : units_) {
     std::vector<at::Tensor> params;

@@ -1,0 +1,23 @@
+// The engine's parameter groups, before any ZeRO stage sees them: the caller's groups (InitializeOptions::
+// param_groups) or one group of every trainable parameter, with MoE experts of ep_size > 1 moved into groups of
+// their own (reduced over their expert-data-parallel ranks, moe/expert_params.h).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <vector>
+
+#include "deepspeed/deepspeed.h"
+#include "runtime/flat_params.h"
+
+namespace deepspeed::runtime {
+
+// The caller's groups, or one group of the module's trainable parameters (tied weights once). Throws when the
+// model has no parameter that requires a gradient.
+std::vector<FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<ParamGroup> given);
+
+// Moves MoE expert parameters (of ep_size > 1) out of `groups` into groups of their own, one per group and expert
+// entry; groups left empty are dropped.
+void split_expert_groups(torch::nn::Module& module, std::vector<FlatGroup>& groups);
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,102 @@
+#include "zero/flat_stage.h"
+
+#include <ATen/ATen.h>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::zero {
+
+FlatStage::FlatStage(std::vector<runtime::FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options)
+    : groups_(groups), stage_(options.stage) {
+  DS_ASSERT(stage_ >= 0 && stage_ <= 2, "FlatStage is for ZeRO stages 0-2, got ", stage_);
+  runtime::FlattenOptions fo;
+  fo.dtype = options.dtype;
+  fo.partitioned = stage_ >= 1;
+  fo.group = world;
+  fo.full_grads = stage_ < 2;
+  runtime::flatten_into(groups_, fo);
+  // Every rank starts from rank 0's parameters, whatever its own initialization drew.
+  // (Experts from the first rank of their own group: other expert-parallel ranks hold other experts.)
+  for (auto& g : groups_) {
+    comm::ProcessGroup copies = runtime::copies_group(g, world);
+    if (copies.size() > 1) copies.broadcast(g.params_flat, /*src=*/copies.ranks()[0]);
+  }
+  runtime::GradReducerOptions ro = options.reducer;
+  ro.storage = stage_ == 2 ? runtime::GradStorage::kPartitioned
+               : options.dtype == at::kFloat ? runtime::GradStorage::kViews
+                                             : runtime::GradStorage::kAccumulate;
+  reducer_ = std::make_unique<runtime::GradReducer>(groups_, world, ro);
+  runtime::MasterWeightsOptions mo = options.masters;
+  mo.partitioned = stage_ >= 1;
+  masters_ = std::make_unique<runtime::MasterWeights>(groups_, std::move(world), mo);
+}
+
+void FlatStage::begin_backward(bool boundary) {
+  runtime::ensure_grad_views(groups_);
+  reducer_->begin_backward(boundary);
+}
+
+void FlatStage::finish_backward() { reducer_->finish_backward(); }
+
+void FlatStage::zero_grads() {
+  runtime::zero_grads(groups_);
+  reducer_->zero_partition_grads();
+}
+
+std::vector<at::Tensor> FlatStage::step_grads() {
+  std::vector<at::Tensor> grads;
+  for (size_t g = 0; g < groups_.size(); ++g) grads.push_back(reducer_->partition_grads(g));
+  return masters_->stage_grads(grads);  // offload: the CPU optimizer reads host copies
+}
+
+std::vector<std::vector<std::vector<int64_t>>> FlatStage::param_shapes() const {
+  std::vector<std::vector<std::vector<int64_t>>> out(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const auto& p : groups_[g].params) out[g].push_back(p.sizes().vec());
+  return out;
+}
+
+StageBytes FlatStage::bytes() const {
+  StageBytes b;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    b.params += groups_[g].params_flat.nbytes();
+    b.gradients += groups_[g].grads_flat.defined() ? groups_[g].grads_flat.nbytes()
+                                                   : reducer_->partition_grads(g).nbytes();
+  }
+  b.master_copies = masters_->copy_bytes();
+  b.working = reducer_->staging_bytes();
+  b.host_grads = masters_->host_grad_bytes();
+  b.offloaded = masters_->offloaded();
+  return b;
+}
+
+StageStates FlatStage::states() const {
+  StageStates s;
+  s.hp_params = masters_->masters();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    s.lp_params.push_back(groups_[g].params_flat);
+    s.lp_grads.push_back(reducer_->partition_grads(g));
+  }
+  return s;
+}
+
+void FlatStage::reduce_accumulated() {
+  DS_CHECK(stage_ <= 1, "reducing gradients accumulated over micro-batches needs ZeRO stage 0 or 1, got ", stage_);
+  // An armed pass with no backward in it launches every bucket from the accumulated flat gradients.
+  reducer_->begin_backward(/*reduce=*/true);
+  reducer_->finish_backward();
+}
+
+at::Tensor FlatStage::accumulated_grad(size_t group, size_t index) const {
+  const runtime::FlatGroup& fg = groups_.at(group);
+  DS_CHECK(fg.grads_flat.defined(), "a parameter's accumulated gradient needs ZeRO stage 0 or 1, got ", stage_);
+  const at::Tensor& p = fg.params.at(index);
+  return fg.grads_flat.narrow(0, fg.offsets[index], p.numel()).view(p.sizes());
+}
+
+int64_t FlatStage::grad_begin(size_t group) const {
+  const runtime::FlatGroup& fg = groups_.at(group);
+  return fg.layout.begin(fg.layout.rank());
+}
+
+}  // namespace deepspeed::zero

@@ -1,0 +1,81 @@
+// ZeRO stages 0, 1 and 2 behind the Stage seam (stage.h): every parameter group lives in one flat buffer
+// (flat_params.h), gradients are reduced in buckets overlapped with backward (grad_reducer.h), and the optimizer
+// updates fp32 masters that are the whole buffer (stage 0) or this rank's partition of it (stages 1 and 2), which
+// publish() gathers back into every rank's parameters (master_weights.h). Stage 2 keeps only this rank's partition
+// of the gradients as well.
+//
+// The pipeline engine drives micro-batches itself and needs three things only a flat stage has: a reduction of the
+// gradients accumulated over several backward passes, a parameter's accumulated gradient (tied weights) and the
+// range of each group this rank's gradients cover (the replica's norm).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "runtime/flat_params.h"
+#include "runtime/grad_reducer.h"
+#include "runtime/master_weights.h"
+#include "zero/stage.h"
+
+namespace deepspeed::zero {
+
+struct FlatStageOptions {
+  int stage = 0;  // 0, 1 or 2
+  at::ScalarType dtype = at::kFloat;
+  runtime::GradReducerOptions reducer;      // storage and reduction are derived from stage and dtype
+  runtime::MasterWeightsOptions masters;    // partitioned is derived from stage
+};
+
+class FlatStage : public Stage {
+ public:
+  // Flattens `groups` (owned by the caller, outliving the stage), starts every rank from the first copy's values
+  // and registers the gradient hooks. Collective over `world`.
+  FlatStage(std::vector<runtime::FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options);
+
+  void begin_backward(bool boundary) override;
+  void finish_backward() override;
+  void zero_grads() override;
+
+  const std::vector<at::Tensor>& masters() const override { return masters_->masters(); }
+  std::vector<at::Tensor> step_grads() override;
+  double global_norm(const std::vector<at::Tensor>& grads) const override { return masters_->global_norm(grads); }
+  std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const override {
+    return masters_->first_overflow(grads);
+  }
+  void publish() override { masters_->publish(); }
+  bool fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept) override {
+    return masters_->fuse_copy_back(accept);
+  }
+  at::Tensor initial_master(size_t group) const override { return masters_->initial_master(group); }
+  void write_slice(size_t group, int64_t offset, const at::Tensor& master) override {
+    masters_->write_slice(group, offset, master);
+  }
+  at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const override {
+    return masters_->copy_back_slice(group, offset, n);
+  }
+
+  std::vector<MasterFragment> master_fragments() const override { return masters_->master_fragments(); }
+  void restore_from_masters() override { masters_->restore_params(); }
+  std::vector<std::vector<std::vector<int64_t>>> param_shapes() const override;
+
+  StageBytes bytes() const override;
+  StageStates states() const override;
+  double reduce_blocked_ms() const override { return reducer_->blocked_ms(); }
+
+  // ---- For the pipeline engine (stages 0 and 1) ----
+  // Reduces the gradients accumulated by backward passes begun with boundary = false. Collective.
+  void reduce_accumulated();
+  // Parameter `index` of group `group`'s accumulated fp32 gradient (a view of the full gradient buffer).
+  at::Tensor accumulated_grad(size_t group, size_t index) const;
+  // Elements [begin, begin + numel of step_grads()[group]) of group `group`'s flat buffer are this rank's.
+  int64_t grad_begin(size_t group) const;
+
+ private:
+  std::vector<runtime::FlatGroup>& groups_;
+  int stage_;
+  std::unique_ptr<runtime::GradReducer> reducer_;
+  std::unique_ptr<runtime::MasterWeights> masters_;
+};
+
+}  // namespace deepspeed::zero

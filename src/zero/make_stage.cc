@@ -1,0 +1,82 @@
+#include "zero/make_stage.h"
+
+#include <cstdio>
+#include <string>
+
+#include "deepspeed/swap/aio.h"
+#include "zero/flat_stage.h"
+#include "zero/stage3/stage3.h"
+
+namespace deepspeed::zero {
+namespace {
+
+std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtype,
+                                       std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+  const config::ZeroConfig& z = config.zero;
+  FlatStageOptions o;
+  o.stage = z.stage;
+  o.dtype = dtype;
+  o.reducer.bucket_elems = z.reduce_bucket_size;
+  o.reducer.overlap_comm = z.overlap_comm;
+  o.reducer.prescale_gradients = config.prescale_gradients;
+  o.reducer.gradient_predivide_factor = config.gradient_predivide_factor;
+  o.reducer.reduction = z.stage == 0 || !z.reduce_scatter ? runtime::Reduction::kAllReduce
+                                                          : runtime::Reduction::kReduceToOwner;
+  o.masters.allgather_bucket_elems = z.allgather_bucket_size;
+  o.masters.allgather_partitions = z.allgather_partitions;
+  o.masters.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
+  o.masters.pin_memory = z.offload_optimizer.pin_memory;
+  o.masters.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
+  return std::make_unique<FlatStage>(groups, world, o);
+}
+
+std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
+                                   const std::shared_ptr<torch::nn::Module>& module,
+                                   const std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+  const config::ZeroConfig& z = config.zero;
+  const bool rank0 = comm::get_rank() == 0;
+  Stage3Options so;
+  so.dtype = dtype;
+  so.prefetch_bucket_elems = z.prefetch_bucket_size;
+  so.max_live_elems = z.max_live_parameters;
+  so.max_reuse_distance = z.max_reuse_distance;
+  so.persistence_threshold = z.param_persistence_threshold;
+  so.overlap_comm = z.overlap_comm;
+  so.reduce_bucket_elems = z.reduce_bucket_size;
+  so.prescale_gradients = config.prescale_gradients;
+  so.gradient_predivide_factor = config.gradient_predivide_factor;
+  if (z.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && rank0)
+    std::fprintf(stderr,
+                 "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
+                 "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
+  so.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
+  so.pin_memory = z.offload_optimizer.pin_memory;
+  so.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
+  const config::OffloadParamConfig& op = z.offload_param;
+  if (op.device == config::OffloadDevice::kNvme) {
+    so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
+    so.aio = swap::aio_options_from_config(config.aio);
+    so.param_buffer_elems = op.buffer_size;
+    const config::OffloadParamConfig defaults;
+    if (rank0 && (op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu ||
+                  op.pin_memory != defaults.pin_memory))
+      std::fprintf(stderr,
+                   "deepspeed: note: zero_optimization.offload_param.buffer_count, max_in_cpu and pin_memory are not "
+                   "used: partitions are read straight into the gather buffers (stage3_max_live_parameters bounds "
+                   "them)\n");
+  }
+  std::vector<std::vector<at::Tensor>> params;
+  for (const auto& g : groups) params.push_back(g.params);
+  return std::make_unique<Stage3>(module, params, world, so);
+}
+
+}  // namespace
+
+std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,
+                                  const std::shared_ptr<torch::nn::Module>& module,
+                                  std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+  if (config.zero.stage == 3) return make_stage3(config, dtype, module, groups, world);
+  return make_flat_stage(config, dtype, groups, world);
+}
+
+}  // namespace deepspeed::zero
