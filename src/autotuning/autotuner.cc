@@ -16,7 +16,7 @@
 #include "autotuning/trial_process.h"
 #include "deepspeed/autotuning.h"
 #include "deepspeed/config.h"
-#include "runtime/feature_gate.h"
+#include "config/feature_gate.h"
 
 namespace deepspeed::autotuning {
 namespace {
@@ -284,7 +284,7 @@ class Autotuner {
         config::Config cfg =
             config::Config::from_string(trial_config(user_, c, dp_world_, "m.json").dump());
         cfg.resolve_batch(dp_world_);
-        runtime::check_supported_features(cfg);
+        config::check_supported_features(cfg);
         kept.push_back(c);
       } catch (const ConfigError& e) {
         TrialResult r;

@@ -35,7 +35,7 @@ class MonitorMaster {
  public:
   // Writers for the enabled sections of `config` (tensorboard, csv_monitor); none on ranks other
   // than 0. (Monitors this build has no writer for are refused by name at initialize:
-  // runtime/feature_gate.cc.)
+  // config/feature_gate.cc.)
   MonitorMaster(const config::Config& config, int rank);
   bool enabled() const { return !writers_.empty(); }
   // Never throws (see above).

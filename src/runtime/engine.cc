@@ -19,7 +19,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "runtime/engine_impl.h"
-#include "runtime/feature_gate.h"
+#include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "monitor/monitor.h"
 #include "runtime/scheduler_factory.h"
@@ -98,7 +98,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
   config_.resolve_auto(known);
   config_.resolve_batch(world_.size());
-  runtime::check_supported_features(config_);
+  config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
   // later checkpointing::configure by the caller still overrides it).
   checkpointing::configure(config_);

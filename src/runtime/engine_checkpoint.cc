@@ -206,7 +206,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
   // Stage 0: every rank holds everything; rank 0 saves it once (MoE experts: the first rank holding them).
   const bool holder = config_.zero.stage >= 1 || rank == 0;
   auto holds = [&](size_t g) {
-    return config_.zero.stage >= 1 || runtime::copies_group(groups_[g], world_).rank() == 0;
+    return config_.zero.stage >= 1 || zero::copies_group(groups_[g], world_).rank() == 0;
   };
   state.insert(ckpt::kPartitionCountKey, static_cast<int64_t>(world_.size()));
   state.insert(ckpt::kDpRankKey, static_cast<int64_t>(rank));

@@ -16,7 +16,7 @@
 #include "monitor/monitor.h"
 #include "profiling/step_profiler.h"
 #include "runtime/autotuning_probe.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
@@ -75,7 +75,7 @@ class EngineImpl {
   Config config_;
   comm::ProcessGroup world_;
   at::ScalarType dtype_ = at::kFloat;  // the model's compute dtype
-  std::vector<runtime::FlatGroup> groups_;
+  std::vector<zero::FlatGroup> groups_;
   // The ZeRO stage (zero/stage.h): gradients, masters, partitioning and optimizer offload live behind it.
   std::unique_ptr<zero::Stage> stage_;
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;

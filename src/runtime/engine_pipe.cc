@@ -77,7 +77,7 @@ double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> excluded(groups_.size());
   for (const auto& p : norm_excluded_) {
     auto [g, i] = locate(p);
-    const runtime::FlatGroup& fg = groups_[g];
+    const zero::FlatGroup& fg = groups_[g];
     const int64_t begin = flat.grad_begin(g);
     const int64_t lo = std::max(fg.offsets[i], begin) - begin;
     const int64_t hi = std::min(fg.offsets[i] + p.numel(), begin + grads[g].numel()) - begin;

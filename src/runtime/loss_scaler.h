@@ -97,11 +97,4 @@ class LossScaler {
   std::string last_message_;
 };
 
-// The index of the first inf or NaN element of `grads` in flat (row-major) order, or -1 when all
-// are finite. Floating-point tensors only (fp32, fp64, fp16, bf16); integer tensors are always
-// finite. Contiguous CPU tensors take a branch-light bit-pattern scan; anything else (strided,
-// other devices) goes through ATen ops. The engine calls this on its flat gradient buffers to name
-// the parameter that overflowed.
-int64_t first_nonfinite(const at::Tensor& grads);
-
 }  // namespace deepspeed::runtime

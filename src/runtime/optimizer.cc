@@ -28,7 +28,7 @@ class FusedOptimizer final : public EngineOptimizer {
  public:
   enum class Kind { kAdam, kSgd, kAdagrad, kLion };
 
-  FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, const std::vector<FlatGroup>& groups,
+  FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, const std::vector<zero::FlatGroup>& groups,
                  const std::vector<at::Tensor>& masters, bool resident_state)
       : kind_(kind), type_(cfg.type) {
     const Params& p = cfg.params;
@@ -73,7 +73,7 @@ class FusedOptimizer final : public EngineOptimizer {
     }
     double lr = configured_lr(cfg);
     for (size_t i = 0; i < groups.size(); ++i) {
-      const FlatGroup& g = groups[i];
+      const zero::FlatGroup& g = groups[i];
       lrs_.push_back(g.lr.value_or(lr));
       decays_.push_back(g.weight_decay.value_or(default_weight_decay()));
       momenta_.push_back(kind_ == Kind::kSgd ? sgd_.momentum : kind_ == Kind::kAdam ? adam_.beta1 : lion_.beta1);
@@ -279,7 +279,7 @@ double configured_lr(const config::OptimizerConfig& cfg) {
 }
 
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
-                                                      const std::vector<FlatGroup>& groups,
+                                                      const std::vector<zero::FlatGroup>& groups,
                                                       const std::vector<at::Tensor>& masters, bool resident_state) {
   using Kind = FusedOptimizer::Kind;
   DS_ASSERT(groups.size() == masters.size(), "one master tensor per group");

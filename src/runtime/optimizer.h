@@ -13,7 +13,7 @@
 
 #include "deepspeed/config.h"
 #include "deepspeed/error.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -73,7 +73,7 @@ class EngineOptimizer {
 // `resident_state` false: no state is allocated (the caller streams it through step_slice).
 // Throws ConfigError for an optimizer type this build does not implement.
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
-                                                      const std::vector<FlatGroup>& groups,
+                                                      const std::vector<zero::FlatGroup>& groups,
                                                       const std::vector<at::Tensor>& masters,
                                                       bool resident_state = true);
 

@@ -8,10 +8,10 @@
 
 namespace deepspeed::runtime {
 
-std::vector<FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<ParamGroup> given) {
-  std::vector<FlatGroup> groups;
+std::vector<zero::FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<ParamGroup> given) {
+  std::vector<zero::FlatGroup> groups;
   if (given.empty()) {
-    FlatGroup g;
+    zero::FlatGroup g;
     std::unordered_set<const void*> seen;  // tied weights appear once
     for (const auto& p : module.parameters(/*recurse=*/true))
       if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) g.params.push_back(p);
@@ -20,7 +20,7 @@ std::vector<FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<
     return groups;
   }
   for (auto& pg : given) {
-    FlatGroup g;
+    zero::FlatGroup g;
     g.params = std::move(pg.params);
     g.lr = pg.lr;
     g.weight_decay = pg.weight_decay;
@@ -29,16 +29,16 @@ std::vector<FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<
   return groups;
 }
 
-void split_expert_groups(torch::nn::Module& module, std::vector<FlatGroup>& groups) {
+void split_expert_groups(torch::nn::Module& module, std::vector<zero::FlatGroup>& groups) {
   std::vector<moe::ExpertParams> experts = moe::find_expert_params(module);
   if (experts.empty()) return;
   std::unordered_map<const void*, size_t> which;  // parameter -> entry of `experts`
   for (size_t e = 0; e < experts.size(); ++e)
     for (const auto& p : experts[e].params) which[p.unsafeGetTensorImpl()] = e;
-  std::vector<FlatGroup> dense, expert;
+  std::vector<zero::FlatGroup> dense, expert;
   for (auto& g : groups) {
-    std::vector<FlatGroup> split(experts.size());
-    FlatGroup rest;
+    std::vector<zero::FlatGroup> split(experts.size());
+    zero::FlatGroup rest;
     for (auto& p : g.params) {
       auto it = which.find(p.unsafeGetTensorImpl());
       (it == which.end() ? rest : split[it->second]).params.push_back(p);

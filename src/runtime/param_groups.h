@@ -8,16 +8,16 @@
 #include <vector>
 
 #include "deepspeed/deepspeed.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
 namespace deepspeed::runtime {
 
 // The caller's groups, or one group of the module's trainable parameters (tied weights once). Throws when the
 // model has no parameter that requires a gradient.
-std::vector<FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<ParamGroup> given);
+std::vector<zero::FlatGroup> make_param_groups(torch::nn::Module& module, std::vector<ParamGroup> given);
 
 // Moves MoE expert parameters (of ep_size > 1) out of `groups` into groups of their own, one per group and expert
 // entry; groups left empty are dropped.
-void split_expert_groups(torch::nn::Module& module, std::vector<FlatGroup>& groups);
+void split_expert_groups(torch::nn::Module& module, std::vector<zero::FlatGroup>& groups);
 
 }  // namespace deepspeed::runtime

@@ -11,10 +11,6 @@
 
 namespace deepspeed::runtime {
 
-inline double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
 class Timers {
  public:
   void start(const std::string& name);

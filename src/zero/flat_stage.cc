@@ -6,40 +6,40 @@
 
 namespace deepspeed::zero {
 
-FlatStage::FlatStage(std::vector<runtime::FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options)
+FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options)
     : groups_(groups), stage_(options.stage) {
   DS_ASSERT(stage_ >= 0 && stage_ <= 2, "FlatStage is for ZeRO stages 0-2, got ", stage_);
-  runtime::FlattenOptions fo;
+  FlattenOptions fo;
   fo.dtype = options.dtype;
   fo.partitioned = stage_ >= 1;
   fo.group = world;
   fo.full_grads = stage_ < 2;
-  runtime::flatten_into(groups_, fo);
+  flatten_into(groups_, fo);
   // Every rank starts from rank 0's parameters, whatever its own initialization drew.
   // (Experts from the first rank of their own group: other expert-parallel ranks hold other experts.)
   for (auto& g : groups_) {
-    comm::ProcessGroup copies = runtime::copies_group(g, world);
+    comm::ProcessGroup copies = copies_group(g, world);
     if (copies.size() > 1) copies.broadcast(g.params_flat, /*src=*/copies.ranks()[0]);
   }
-  runtime::GradReducerOptions ro = options.reducer;
-  ro.storage = stage_ == 2 ? runtime::GradStorage::kPartitioned
-               : options.dtype == at::kFloat ? runtime::GradStorage::kViews
-                                             : runtime::GradStorage::kAccumulate;
-  reducer_ = std::make_unique<runtime::GradReducer>(groups_, world, ro);
-  runtime::MasterWeightsOptions mo = options.masters;
+  GradReducerOptions ro = options.reducer;
+  ro.storage = stage_ == 2 ? GradStorage::kPartitioned
+               : options.dtype == at::kFloat ? GradStorage::kViews
+                                             : GradStorage::kAccumulate;
+  reducer_ = std::make_unique<GradReducer>(groups_, world, ro);
+  MasterWeightsOptions mo = options.masters;
   mo.partitioned = stage_ >= 1;
-  masters_ = std::make_unique<runtime::MasterWeights>(groups_, std::move(world), mo);
+  masters_ = std::make_unique<MasterWeights>(groups_, std::move(world), mo);
 }
 
 void FlatStage::begin_backward(bool boundary) {
-  runtime::ensure_grad_views(groups_);
+  ensure_grad_views(groups_);
   reducer_->begin_backward(boundary);
 }
 
 void FlatStage::finish_backward() { reducer_->finish_backward(); }
 
 void FlatStage::zero_grads() {
-  runtime::zero_grads(groups_);
+  zero::zero_grads(groups_);  // the free function of flat_params.h, not this member
   reducer_->zero_partition_grads();
 }
 
@@ -88,14 +88,14 @@ void FlatStage::reduce_accumulated() {
 }
 
 at::Tensor FlatStage::accumulated_grad(size_t group, size_t index) const {
-  const runtime::FlatGroup& fg = groups_.at(group);
+  const FlatGroup& fg = groups_.at(group);
   DS_CHECK(fg.grads_flat.defined(), "a parameter's accumulated gradient needs ZeRO stage 0 or 1, got ", stage_);
   const at::Tensor& p = fg.params.at(index);
   return fg.grads_flat.narrow(0, fg.offsets[index], p.numel()).view(p.sizes());
 }
 
 int64_t FlatStage::grad_begin(size_t group) const {
-  const runtime::FlatGroup& fg = groups_.at(group);
+  const FlatGroup& fg = groups_.at(group);
   return fg.layout.begin(fg.layout.rank());
 }
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
-#include "runtime/flat_params.h"
-#include "runtime/grad_reducer.h"
-#include "runtime/master_weights.h"
+#include "zero/flat_params.h"
+#include "zero/grad_reducer.h"
+#include "zero/master_weights.h"
 #include "zero/stage.h"
 
 namespace deepspeed::zero {
@@ -23,15 +23,15 @@ namespace deepspeed::zero {
 struct FlatStageOptions {
   int stage = 0;  // 0, 1 or 2
   at::ScalarType dtype = at::kFloat;
-  runtime::GradReducerOptions reducer;      // storage and reduction are derived from stage and dtype
-  runtime::MasterWeightsOptions masters;    // partitioned is derived from stage
+  GradReducerOptions reducer;      // storage and reduction are derived from stage and dtype
+  MasterWeightsOptions masters;    // partitioned is derived from stage
 };
 
 class FlatStage : public Stage {
  public:
   // Flattens `groups` (owned by the caller, outliving the stage), starts every rank from the first copy's values
   // and registers the gradient hooks. Collective over `world`.
-  FlatStage(std::vector<runtime::FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options);
+  FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, FlatStageOptions options);
 
   void begin_backward(bool boundary) override;
   void finish_backward() override;
@@ -72,10 +72,10 @@ class FlatStage : public Stage {
   int64_t grad_begin(size_t group) const;
 
  private:
-  std::vector<runtime::FlatGroup>& groups_;
+  std::vector<FlatGroup>& groups_;
   int stage_;
-  std::unique_ptr<runtime::GradReducer> reducer_;
-  std::unique_ptr<runtime::MasterWeights> masters_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<MasterWeights> masters_;
 };
 
 }  // namespace deepspeed::zero

@@ -11,7 +11,7 @@ namespace deepspeed::zero {
 namespace {
 
 std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtype,
-                                       std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+                                       std::vector<FlatGroup>& groups, const comm::ProcessGroup& world) {
   const config::ZeroConfig& z = config.zero;
   FlatStageOptions o;
   o.stage = z.stage;
@@ -20,8 +20,8 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;
   o.reducer.gradient_predivide_factor = config.gradient_predivide_factor;
-  o.reducer.reduction = z.stage == 0 || !z.reduce_scatter ? runtime::Reduction::kAllReduce
-                                                          : runtime::Reduction::kReduceToOwner;
+  o.reducer.reduction = z.stage == 0 || !z.reduce_scatter ? Reduction::kAllReduce
+                                                          : Reduction::kReduceToOwner;
   o.masters.allgather_bucket_elems = z.allgather_bucket_size;
   o.masters.allgather_partitions = z.allgather_partitions;
   o.masters.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
@@ -32,7 +32,7 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
 
 std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
                                    const std::shared_ptr<torch::nn::Module>& module,
-                                   const std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+                                   const std::vector<FlatGroup>& groups, const comm::ProcessGroup& world) {
   const config::ZeroConfig& z = config.zero;
   const bool rank0 = comm::get_rank() == 0;
   Stage3Options so;
@@ -74,7 +74,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
 
 std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,
                                   const std::shared_ptr<torch::nn::Module>& module,
-                                  std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world) {
+                                  std::vector<FlatGroup>& groups, const comm::ProcessGroup& world) {
   if (config.zero.stage == 3) return make_stage3(config, dtype, module, groups, world);
   return make_flat_stage(config, dtype, groups, world);
 }

@@ -9,7 +9,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 #include "zero/stage.h"
 
 namespace deepspeed::zero {
@@ -19,6 +19,6 @@ namespace deepspeed::zero {
 // with the first copy's parameter values. Collective over `world`.
 std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,
                                   const std::shared_ptr<torch::nn::Module>& module,
-                                  std::vector<runtime::FlatGroup>& groups, const comm::ProcessGroup& world);
+                                  std::vector<FlatGroup>& groups, const comm::ProcessGroup& world);
 
 }  // namespace deepspeed::zero

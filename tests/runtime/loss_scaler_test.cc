@@ -1,5 +1,5 @@
 // The fp16 loss scaler against closed-form sequences of DeepSpeed's DynamicLossScaler / static
-// scaler, and the inf/NaN locator the engine uses to name the parameter that overflowed.
+// scaler.
 #include "runtime/loss_scaler.h"
 
 #include <ATen/ATen.h>
@@ -306,44 +306,6 @@ TEST(LossScaler, InvalidOptionsNameTheConfigKey) {
         << "expected '" << c.key << "' in '" << what << "'";
   }
   EXPECT_EQ(config_error(LossScalerOptions{}), "");
-}
-
-TEST(LossScalerFirstNonfinite, FindsTheFirstBadElementInEveryFloatType) {
-  const float inf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<at::ScalarType> types = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
-  for (at::ScalarType type : types) {
-    SCOPED_TRACE(c10::toString(type));
-    at::Tensor g = at::randn({3 * 4096 + 17}, at::kFloat);
-    EXPECT_EQ(first_nonfinite(g.to(type)), -1);
-    g[9000] = nan;
-    g[12000] = inf;
-    EXPECT_EQ(first_nonfinite(g.to(type)), 9000);
-    g[5000] = -inf;
-    EXPECT_EQ(first_nonfinite(g.to(type)), 5000);
-    g[0] = inf;
-    EXPECT_EQ(first_nonfinite(g.to(type)), 0);
-  }
-}
-
-TEST(LossScalerFirstNonfinite, LargestFiniteValuesAreFinite) {
-  EXPECT_EQ(first_nonfinite(at::full({10}, 65504.0, at::kHalf)), -1);
-  EXPECT_EQ(first_nonfinite(at::full({10}, std::numeric_limits<float>::max(), at::kFloat)), -1);
-  EXPECT_EQ(first_nonfinite(at::full({10}, -std::numeric_limits<double>::max(), at::kDouble)), -1);
-  // An fp32 value past fp16's range becomes inf when the gradient is cast down: that is an
-  // overflow.
-  EXPECT_EQ(first_nonfinite(at::full({10}, 70000.0, at::kFloat).to(at::kHalf)), 0);
-}
-
-TEST(LossScalerFirstNonfinite, StridedEmptyAndIntegerTensors) {
-  at::Tensor m = at::zeros({4, 6}, at::kFloat);
-  m[1][3] = std::numeric_limits<float>::infinity();  // flat index 9 here, 3 * 4 + 1 = 13 transposed
-  EXPECT_EQ(first_nonfinite(m), 9);
-  EXPECT_FALSE(m.t().is_contiguous());
-  EXPECT_EQ(first_nonfinite(m.t()), 13);
-  EXPECT_EQ(first_nonfinite(at::zeros({0}, at::kFloat)), -1);
-  EXPECT_EQ(first_nonfinite(at::ones({5}, at::kLong)), -1);
-  EXPECT_THROW(first_nonfinite(at::Tensor()), Error);
 }
 
 }  // namespace

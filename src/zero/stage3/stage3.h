@@ -37,7 +37,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/swap/aio.h"
 #include "deepspeed/zero.h"
-#include "runtime/grad_accumulator_ref.h"
+#include "zero/grad_accumulator_ref.h"
 #include "swap/swap_file.h"
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
@@ -189,7 +189,7 @@ class Stage3 : public Stage {
   std::unique_ptr<swap::SwapFile> param_swap_file_;  // unlinked at once: gone however the process ends
   std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
-  std::vector<runtime::GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
+  std::vector<GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
   std::vector<PendingReduce> pending_;

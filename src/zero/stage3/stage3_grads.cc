@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "deepspeed/error.h"
-#include "runtime/timers.h"
+#include "zero/wall_clock.h"
 #include "zero/global_norm.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
@@ -108,7 +108,7 @@ void Stage3::drain_reductions(size_t keep) {
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
     const auto wait_start = std::chrono::steady_clock::now();
     r.work.wait();
-    stats_.reduce_wait_ms += runtime::ms_since(wait_start);
+    stats_.reduce_wait_ms += ms_since(wait_start);
     const at::Tensor& mine =
         r.reduced.defined() ? r.reduced : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "deepspeed/error.h"
-#include "runtime/timers.h"
+#include "zero/wall_clock.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -42,7 +42,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
   unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
-  if (!prefetch) stats_.gather_ms += runtime::ms_since(start);
+  if (!prefetch) stats_.gather_ms += ms_since(start);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
 }
 
@@ -55,7 +55,7 @@ void Stage3::wait_gathered(Unit& unit) {
     if (f.gather_input.defined()) pool_.release(std::move(f.gather_input));
     f.gather_input = at::Tensor();
   }
-  (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += runtime::ms_since(start);
+  (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += ms_since(start);
   for (auto& f : unit.flats) {
     for (size_t i = 0; i < f.params.size(); ++i)
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));

@@ -4,9 +4,9 @@
 
 #include "deepspeed/config.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::config {
 
 // Throws ConfigError for the first unsupported feature that `cfg` turns on.
 void check_supported_features(const config::Config& cfg);
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::config

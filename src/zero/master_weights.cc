@@ -1,4 +1,4 @@
-#include "runtime/master_weights.h"
+#include "zero/master_weights.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -9,10 +9,10 @@
 
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
-#include "runtime/loss_scaler.h"
+#include "zero/nonfinite.h"
 #include "zero/global_norm.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 namespace {
 
 at::Tensor my_slice(const FlatGroup& g) {
@@ -209,4 +209,4 @@ void MasterWeights::publish_impl(bool from_masters) {
   }
 }
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -8,9 +8,9 @@
 
 #include <utility>
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 
 using GradAccumulatorRef =
     decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

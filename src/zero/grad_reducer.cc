@@ -1,4 +1,4 @@
-#include "runtime/grad_reducer.h"
+#include "zero/grad_reducer.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
@@ -10,10 +10,10 @@
 #include <mutex>
 
 #include "deepspeed/error.h"
-#include "runtime/grad_accumulator_ref.h"
-#include "runtime/timers.h"
+#include "zero/grad_accumulator_ref.h"
+#include "zero/wall_clock.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 
 struct Bucket {
   size_t group = 0;
@@ -347,4 +347,4 @@ int64_t GradReducer::staging_bytes() const {
   return bytes;
 }
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -1,7 +1,7 @@
 // GradReducer across real ranks: bucketed averages equal the mean of every rank's gradients, buckets start from
 // the hooks while backward runs (overlap_comm), unused parameters do not hang the reduction, and non-boundary
 // passes leave the local gradients alone.
-#include "runtime/grad_reducer.h"
+#include "zero/grad_reducer.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
@@ -9,7 +9,7 @@
 #include "deepspeed/comm.h"
 #include "tolerance.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 namespace {
 
 struct Net {
@@ -145,4 +145,4 @@ TEST(GradReducer, PrescaleAndPredivideGiveTheSameAverage) {
 }
 
 }  // namespace
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 
 enum class GradStorage { kViews, kAccumulate, kPartitioned };
 enum class Reduction { kAllReduce, kReduceToOwner };
@@ -79,4 +79,4 @@ class GradReducer {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -1,13 +1,13 @@
 // Flat parameter groups: values survive flattening, params and grads are views of the buffers, autograd
 // accumulates into the flat gradient buffer, and bad groups are rejected.
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "deepspeed/error.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 namespace {
 
 TEST(FlatParams, ParamsAndGradsBecomeViewsWithValuesKept) {
@@ -83,4 +83,4 @@ TEST(FlatParams, RejectsBadGroups) {
 }
 
 }  // namespace
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -1,4 +1,4 @@
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -7,7 +7,7 @@
 
 #include "deepspeed/error.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 namespace {
 
 // Each parameter starts on a 64-byte boundary, as a fresh allocation would: SIMD kernels then take the same path
@@ -93,4 +93,4 @@ void ensure_grad_views(std::vector<FlatGroup>& groups) {
   }
 }
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

@@ -1,5 +1,5 @@
 // Features the config parses but this build does not implement are rejected by name, never ignored.
-#include "runtime/feature_gate.h"
+#include "config/feature_gate.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "deepspeed/config.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::config {
 namespace {
 
 std::string rejection(const std::string& json) {
@@ -104,4 +104,4 @@ TEST(FeatureGate, PipelineSectionNeedsThePipelineEngine) {
 }
 
 }  // namespace
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::config

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
-#include "runtime/flat_params.h"
+#include "zero/flat_params.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 
 struct MasterWeightsOptions {
   bool partitioned = false;  // stages 1 and 2
@@ -97,4 +97,4 @@ class MasterWeights {
   bool narrow_groups_ = false;
 };
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

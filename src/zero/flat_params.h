@@ -17,7 +17,7 @@
 #include "deepspeed/comm.h"
 #include "zero/partition.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::zero {
 
 struct FlatGroup {
   std::vector<at::Tensor> params;      // the model's parameters, now views into `params_flat`
@@ -61,4 +61,4 @@ void zero_grads(std::vector<FlatGroup>& groups);
 // Re-attaches gradient views a user may have dropped (e.g. by assigning p.grad() = {}).
 void ensure_grad_views(std::vector<FlatGroup>& groups);
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::zero

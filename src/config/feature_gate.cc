@@ -1,4 +1,4 @@
-#include "runtime/feature_gate.h"
+#include "config/feature_gate.h"
 
 #include <cstdint>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "deepspeed/error.h"
 
-namespace deepspeed::runtime {
+namespace deepspeed::config {
 namespace {
 
 void reject_if(bool on, const std::string& key, const std::string& what) {
@@ -83,4 +83,4 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.elastic_checkpoint, "zero_optimization.elastic_checkpoint", "elastic checkpoints");
 }
 
-}  // namespace deepspeed::runtime
+}  // namespace deepspeed::config
