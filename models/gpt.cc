@@ -110,6 +110,7 @@ void GPTImpl::init_weights() {
     }
     deepspeed::zero::GatheredParameters gathered(*block, /*modifier_rank=*/0);
     init_gpt_weights(*block, cfg_.layers, layer_generator(cfg_, 1 + i));
+    gathered.release();
   }
   if (lm_head_) init_gpt_weights(*lm_head_, cfg_.layers, layer_generator(cfg_, cfg_.layers + 2));
 }

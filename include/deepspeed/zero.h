@@ -132,15 +132,26 @@ class Init {
   bool previous_ = false;
 };
 
-// DeepSpeed's GatheredParameters: while alive, the units owning `params` are gathered, so their full values can be
-// read (every rank) or modified. With modifier_rank >= 0 the values that rank holds when the scope ends are
-// broadcast and partitioned back (and into the optimizer's fp32 masters when an engine owns them); with -1 changes
-// are discarded. Outside stage 3 (no partitioned units) it does nothing. Collective: every rank must enter it.
+// DeepSpeed's GatheredParameters: from construction to release(), the units owning `params` are gathered, so their
+// full values can be read (every rank) or modified. Outside stage 3 (no partitioned units) it does nothing.
+// Collective: every rank must construct it.
+//
+// Read-only (modifier_rank -1): changes are discarded; release() or the destructor frees the gathered values, with no
+// communication.
+// Modifying (modifier_rank >= 0): call release() at the end of the scope, on every rank: it broadcasts the values that
+// rank holds and partitions them back (into the optimizer's fp32 masters too when an engine owns them). A scope left
+// without release() (an exception, or a forgotten call) runs no collective from the destructor: the changes are
+// dropped on this rank and a line on stderr says so, so an exception on one rank ends that rank (and, through the
+// launcher, the job) instead of leaving the others in a broadcast or terminating inside a destructor. (Parameters
+// kept whole by stage3_param_persistence_threshold keep such a dropped change locally until the next optimizer step
+// re-gathers them.)
 class GatheredParameters {
  public:
   GatheredParameters(const std::vector<at::Tensor>& params, int modifier_rank = -1, bool enabled = true);
   GatheredParameters(const torch::nn::Module& module, int modifier_rank = -1, bool enabled = true);
-  ~GatheredParameters() noexcept(false);
+  ~GatheredParameters();
+  // Ends the scope (see above); collective when modifier_rank >= 0. Later calls do nothing.
+  void release();
   GatheredParameters(const GatheredParameters&) = delete;
   GatheredParameters& operator=(const GatheredParameters&) = delete;
 

@@ -158,6 +158,7 @@ void for_each_tile_gathered(const TiledLinearImpl& tiled, const at::Tensor& weig
       at::Tensor b =
           t.bias.defined() ? bias.narrow(0, outs[o], outs[o + 1] - outs[o]) : at::Tensor();
       fn(t, w, b);
+      gathered.release();
     }
   }
 }

@@ -427,4 +427,31 @@ TEST(Stage3, UnitsInsideAnActivationCheckpointMatchStageZero) {
   EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), tiny_gpt::bound_at_this_world(kAdamStage3));
 }
 
+// GatheredParameters with a modifier: release() spreads the modifier's values to every rank (each rank writes its
+// own value first, so a broadcast from the wrong rank or none shows); a scope left without release() drops its
+// changes on every rank and runs no collective from the destructor. Persistence 0: every parameter is partitioned
+// (persistent ones stay whole, so a dropped change to them would stay until the next step's publish).
+TEST(Stage3Gathered, ReleaseSpreadsTheModifiersValuesAndAForgottenReleaseDropsThem) {
+  Variant v{"gathered"};
+  v.zero_extra = ", \"stage3_param_persistence_threshold\": 0";
+  auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+  GPT model = build_model(v, cfg);
+  auto engine = deepspeed::initialize(model, cfg);
+  const double mine = static_cast<double>(engine.global_rank() + 1);
+  {
+    deepspeed::zero::GatheredParameters gathered(*model, /*modifier_rank=*/0);
+    at::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.fill_(mine);
+    gathered.release();
+    gathered.release();  // a second call does nothing
+  }
+  for (const auto& t : gathered_snapshot(model)) ASSERT_TRUE(at::all(t == 1.0).item<bool>()) << "rank 0's values everywhere";
+  {
+    deepspeed::zero::GatheredParameters gathered(*model, /*modifier_rank=*/0);
+    at::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.fill_(7.0);
+  }  // no release()
+  for (const auto& t : gathered_snapshot(model)) ASSERT_TRUE(at::all(t == 1.0).item<bool>()) << "the change is dropped";
+}
+
 }  // namespace

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <mutex>
 
 #include "deepspeed/error.h"
@@ -78,6 +80,14 @@ class GatheredParameters::Impl {
   int modifier_rank = -1;
   std::vector<std::pair<Stage3*, std::vector<int>>> gathered;
   std::vector<ConstructionShard*> shards;
+  bool released = false;
+
+  // Frees the gathered values; `modifier_rank` -1 drops changes without any communication.
+  void finish(int modifier) {
+    released = true;
+    for (auto& [stage, ids] : gathered) stage->end_access(ids, modifier);
+    for (ConstructionShard* cs : shards) cs->scatter(modifier);
+  }
 };
 
 GatheredParameters::GatheredParameters(const std::vector<at::Tensor>& params, int modifier_rank, bool enabled)
@@ -120,10 +130,25 @@ GatheredParameters::GatheredParameters(const torch::nn::Module& module, int modi
   impl_->modifier_rank = modifier_rank;
 }
 
-GatheredParameters::~GatheredParameters() noexcept(false) {
-  if (!impl_) return;
-  for (auto& [stage, ids] : impl_->gathered) stage->end_access(ids, impl_->modifier_rank);
-  for (ConstructionShard* cs : impl_->shards) cs->scatter(impl_->modifier_rank);
+void GatheredParameters::release() {
+  if (!impl_ || impl_->released) return;
+  impl_->finish(impl_->modifier_rank);
+}
+
+GatheredParameters::~GatheredParameters() {
+  if (!impl_ || impl_->released) return;
+  const bool modifying = impl_->modifier_rank >= 0 && !(impl_->gathered.empty() && impl_->shards.empty());
+  if (modifying) {
+    std::fprintf(stderr,
+                 "deepspeed: GatheredParameters(modifier_rank=%d) ended without release()%s: the changes are "
+                 "dropped on this rank (call release() at the end of the scope, on every rank)\n",
+                 impl_->modifier_rank, std::uncaught_exceptions() > 0 ? " (an exception left the scope)" : "");
+  }
+  try {
+    impl_->finish(/*modifier=*/-1);  // local only: no collective from a destructor
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepspeed: GatheredParameters: releasing the gathered parameters failed: %s\n", e.what());
+  }
 }
 
 }  // namespace deepspeed::zero

@@ -1,0 +1,39 @@
+// A stage-3 job in which rank 1 throws inside a modifying GatheredParameters scope while rank 0 reaches release()
+// and waits in its broadcast. The scope's destructor on rank 1 must run no collective (and not terminate): rank 1
+// ends with an error, and the launcher ends the job naming it (tests/zero/CMakeLists.txt checks the message),
+// instead of rank 0 hanging.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
+#include "gpt.h"
+
+int main() {
+  try {
+    deepspeed::models::GPTConfig cfg;
+    cfg.vocab_size = 32;
+    cfg.seq_len = 8;
+    cfg.layers = 2;
+    cfg.hidden = 16;
+    cfg.heads = 2;
+    cfg.shard_blocks = true;
+    at::manual_seed(0);
+    deepspeed::models::GPT model(cfg);
+    auto engine = deepspeed::initialize(
+        model, deepspeed::Config::from_string(R"({"train_batch_size": 4, "zero_optimization": {"stage": 3},
+                                                  "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+    deepspeed::zero::GatheredParameters gathered(*model, /*modifier_rank=*/0);
+    if (engine.global_rank() == 1) throw std::runtime_error("rank 1 failed inside the gathered scope on purpose");
+    gathered.release();
+    std::printf("rank %d released\n", engine.global_rank());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gathered_throw_program: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
