@@ -1,7 +1,8 @@
 // A stage-3 job in which rank 1 throws inside a modifying GatheredParameters scope while rank 0 reaches release()
 // and waits in its broadcast. The scope's destructor on rank 1 must run no collective (and not terminate): rank 1
 // ends with an error, and the launcher ends the job naming it (tests/zero/CMakeLists.txt checks the message),
-// instead of rank 0 hanging.
+// instead of rank 0 hanging. Rank 0 never gets past release(): had rank 1's destructor joined the broadcast, rank 0
+// would print "rank 0 released", which fails the test.
 #include <ATen/ATen.h>
 
 #include <cstdio>
