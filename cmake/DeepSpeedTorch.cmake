@@ -18,16 +18,21 @@ macro(ds_pin_caffe2_dir)
   endif()
 endmacro()
 
-# ds_torch_rpath_link_options(<out-var>): link options that let the linker see the NVIDIA libraries PyPI's torch
-# loads.
+# ds_torch_link_options(<out-var>): link options for binaries that use PyPI's LibTorch.
 #
 # PyPI's LibTorch finds NCCL, cuDNN, cuBLAS... in site-packages/nvidia/*/lib through its own RUNPATH. The linker
 # checks an executable's indirect dependencies too, and without a hint it takes an older NCCL from a CUDA toolkit
 # on the machine (missing symbols torch needs). Used by deepspeed-cpp's build and by find_package(DeepSpeedCpp).
-# A LibTorch unpacked from pytorch.org's zip has no such folder: no options then.
-function(ds_torch_rpath_link_options out)
+# A LibTorch unpacked from pytorch.org's zip has no such folder: no -rpath-link options then.
+#
+# And libstdc++ first among the libraries the binary needs: PyPI's LibTorch 2.11 exports copies of
+# std::filesystem (64 symbols in libtorch.so; 2.15 exports none) that crash when called (a null function pointer
+# inside std::filesystem::remove_all). The dynamic linker binds to the first definition in the binary's NEEDED
+# order, where libtorch.so comes before libstdc++.so, so every std::filesystem call of ours, in the library and in
+# the executables, went to LibTorch's copy. Naming libstdc++ before everything else puts its definitions first.
+function(ds_torch_link_options out)
   file(GLOB dirs "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
-  set(options "")
+  set(options "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
   foreach(dir IN LISTS dirs)
     get_filename_component(dir "${dir}" ABSOLUTE)
     list(APPEND options "LINKER:-rpath-link,${dir}")

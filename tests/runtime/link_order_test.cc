@@ -1,0 +1,21 @@
+// The C++ standard library's own std::filesystem is what our binaries call. PyPI's LibTorch 2.11 exports copies of
+// std::filesystem from libtorch.so that crash (remove_all jumps to a null pointer); with libtorch.so before
+// libstdc++.so in a binary's NEEDED list the dynamic linker bound our calls to those copies, and tests that cleaned
+// their temporary folders died with SIGSEGV. cmake/DeepSpeedTorch.cmake (ds_torch_link_options) names libstdc++
+// first; this checks where the symbol really came from.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+TEST(LinkOrder, StdFilesystemComesFromTheStandardLibrary) {
+  using RemoveAll = std::uintmax_t (*)(const std::filesystem::path&);
+  const RemoveAll fn = &std::filesystem::remove_all;
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(fn), &info), 0) << "dladdr found no object for std::filesystem::remove_all";
+  ASSERT_NE(info.dli_fname, nullptr);
+  EXPECT_NE(std::string(info.dli_fname).find("libstdc++"), std::string::npos)
+      << "std::filesystem::remove_all is bound to " << info.dli_fname;
+}
