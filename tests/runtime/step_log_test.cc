@@ -3,8 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
-
 namespace rt = deepspeed::runtime;
 
 TEST(StepLog, Fp32LineWithProgressTokensAndEta) {
@@ -40,10 +38,7 @@ TEST(StepLog, Fp16FieldsAndAnEngineOwnFieldWithoutKnownTotal) {
 
 TEST(StepLog, WindowCountsStepsSinceTheLastLineOrRestart) {
   rt::LogWindow w;
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  rt::LogWindow::Span s = w.close(10);
-  EXPECT_EQ(s.steps, 10);
-  EXPECT_GT(s.seconds, 0.0);
+  EXPECT_EQ(w.close(10).steps, 10);
   EXPECT_EQ(w.close(15).steps, 5);
   w.restart(100);  // a checkpoint loaded at step 100
   EXPECT_EQ(w.close(104).steps, 4);

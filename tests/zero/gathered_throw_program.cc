@@ -12,19 +12,13 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
-#include "gpt.h"
+#include "tiny_gpt.h"
 
 int main() {
   try {
-    deepspeed::models::GPTConfig cfg;
-    cfg.vocab_size = 32;
-    cfg.seq_len = 8;
-    cfg.layers = 2;
-    cfg.hidden = 16;
-    cfg.heads = 2;
-    cfg.shard_blocks = true;
-    at::manual_seed(0);
-    deepspeed::models::GPT model(cfg);
+    deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+    cfg.shard_blocks = true;  // the blocks are stage-3 units
+    deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
     auto engine = deepspeed::initialize(
         model, deepspeed::Config::from_string(R"({"train_batch_size": 4, "zero_optimization": {"stage": 3},
                                                   "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
