@@ -126,16 +126,16 @@ TEST_P(CopyBackTest, NanStaysNan) {
 }
 
 // Steps an optimizer over `tensors` = {param, state...}, with or without a param_copy.
-using StepFn = std::function<void(std::vector<at::Tensor>& t, const at::Tensor& grad, int64_t step,
+using CopyBackStepFn = std::function<void(std::vector<at::Tensor>& t, const at::Tensor& grad, int64_t step,
                                   SimdLevel level, const at::Tensor& copy)>;
 
-struct NamedStep {
+struct CopyBackStep {
   const char* name;
   int state_tensors;
-  StepFn fn;
+  CopyBackStepFn fn;
 };
 
-std::vector<NamedStep> optimizers() {
+std::vector<CopyBackStep> optimizers() {
   return {
       {"adam", 2,
        [](std::vector<at::Tensor>& t, const at::Tensor& g, int64_t s, SimdLevel l,
@@ -178,7 +178,7 @@ std::vector<NamedStep> optimizers() {
 // After every step the copy holds exactly param.to(dtype), and fusing the copy changes nothing in
 // the fp32 update itself.
 TEST_P(CopyBackTest, EveryOptimizerCopiesTheUpdatedParamBitForBit) {
-  for (const NamedStep& opt : optimizers()) {
+  for (const CopyBackStep& opt : optimizers()) {
     for (int64_t n : testing::sizes_for(level(), kTileElements)) {
       SCOPED_TRACE(std::string(opt.name) + " numel=" + std::to_string(n));
       std::vector<at::Tensor> fused{at::randn({n}) * 4};

@@ -22,11 +22,11 @@ namespace {
 using testing::level_param_name;
 using testing::max_scaled_diff;
 
-constexpr int kSteps = 21;
+constexpr int kKernelSteps = 21;
 // Float against double over 21 steps: each step rounds about 3 times (half an epsilon each, so 1.5
 // epsilons' worth), and the roundings add up over the steps: 21 * 1.5 * 1.2e-7 = 3.8e-6 from the
 // exact value; any real bug is far larger.
-const double kTolerance = tolerance::reordered(tolerance::kFp32Epsilon, 2, kSteps);
+const double kKernelTolerance = tolerance::reordered(tolerance::kFp32Epsilon, 2, kKernelSteps);
 
 class DoubleReferenceTest : public ::testing::TestWithParam<SimdLevel> {
  protected:
@@ -49,7 +49,7 @@ TEST_P(DoubleReferenceTest, LionMatchesDoubleLoop) {
     at::Tensor exp_avg = at::full({n}, NAN);
     std::vector<double> p(param.data_ptr<float>(), param.data_ptr<float>() + n);
     std::vector<double> m(n, 0.0);
-    for (int step = 1; step <= kSteps; ++step) {
+    for (int step = 1; step <= kKernelSteps; ++step) {
       const at::Tensor grad = signs * (at::rand({n}) + 0.5);
       lion_step(param, grad, exp_avg, hp, step, GetParam());
       const float* g = grad.data_ptr<float>();
@@ -63,8 +63,8 @@ TEST_P(DoubleReferenceTest, LionMatchesDoubleLoop) {
     const auto as_tensor = [n](std::vector<double>& v) {
       return at::from_blob(v.data(), {n}, at::kDouble).clone();
     };
-    EXPECT_LE(max_scaled_diff(param, as_tensor(p)), kTolerance);
-    EXPECT_LE(max_scaled_diff(exp_avg, as_tensor(m)), kTolerance);
+    EXPECT_LE(max_scaled_diff(param, as_tensor(p)), kKernelTolerance);
+    EXPECT_LE(max_scaled_diff(exp_avg, as_tensor(m)), kKernelTolerance);
   }
 }
 
@@ -91,7 +91,7 @@ TEST_P(DoubleReferenceTest, AdamWithoutBiasCorrectionMatchesDoubleLoop) {
     at::Tensor exp_avg = at::full({n}, NAN), exp_avg_sq = at::full({n}, NAN);
     std::vector<double> p(param.data_ptr<float>(), param.data_ptr<float>() + n);
     std::vector<double> m(n, 0.0), v(n, 0.0);
-    for (int step = 1; step <= kSteps; ++step) {
+    for (int step = 1; step <= kKernelSteps; ++step) {
       const at::Tensor grad = at::randn({n});
       adam_step(param, grad, exp_avg, exp_avg_sq, hp, step, GetParam());
       const float* g = grad.data_ptr<float>();
@@ -101,7 +101,7 @@ TEST_P(DoubleReferenceTest, AdamWithoutBiasCorrectionMatchesDoubleLoop) {
         p[i] = p[i] * (1 - hp.lr * hp.weight_decay) - hp.lr * m[i] / (std::sqrt(v[i]) + hp.eps);
       }
     }
-    EXPECT_LE(max_scaled_diff(param, at::from_blob(p.data(), {n}, at::kDouble)), kTolerance);
+    EXPECT_LE(max_scaled_diff(param, at::from_blob(p.data(), {n}, at::kDouble)), kKernelTolerance);
   }
 }
 

@@ -16,7 +16,7 @@ using ::testing::ThrowsMessage;
 
 using Lists = std::vector<std::vector<int>>;
 
-std::vector<std::vector<int>> kShapes = {{2, 2}, {4, 1}, {1, 4}, {2, 2, 2}, {3, 2}, {2, 3, 4}, {5}};
+std::vector<std::vector<int>> kGridShapes = {{2, 2}, {4, 1}, {1, 4}, {2, 2, 2}, {3, 2}, {2, 3, 4}, {5}};
 
 ProcessTopology make_topology(const std::vector<int>& dims) {
   std::vector<std::string> axes;
@@ -48,7 +48,7 @@ std::vector<std::vector<int>> all_coords(const std::vector<int>& dims) {
 }
 
 TEST(ProcessTopologyTest, RankCoordRoundTripsForEveryShape) {
-  for (const auto& dims : kShapes) {
+  for (const auto& dims : kGridShapes) {
     ProcessTopology topo = make_topology(dims);
     int expected_world = 1;
     for (int d : dims) expected_world *= d;
@@ -69,7 +69,7 @@ TEST(ProcessTopologyTest, RankCoordRoundTripsForEveryShape) {
 }
 
 TEST(ProcessTopologyTest, AxisCommListsPartitionTheRanks) {
-  for (const auto& dims : kShapes) {
+  for (const auto& dims : kGridShapes) {
     ProcessTopology topo = make_topology(dims);
     for (size_t a = 0; a < dims.size(); ++a) {
       const std::string axis = "a" + std::to_string(a);
@@ -100,7 +100,7 @@ TEST(ProcessTopologyTest, AxisCommListsPartitionTheRanks) {
 }
 
 TEST(ProcessTopologyTest, FilterMatchAndAxisListAgreeWithCoordinates) {
-  for (const auto& dims : kShapes) {
+  for (const auto& dims : kGridShapes) {
     ProcessTopology topo = make_topology(dims);
     EXPECT_EQ(static_cast<int>(topo.filter_match({}).size()), topo.world_size());
     for (size_t a = 0; a < dims.size(); ++a) {

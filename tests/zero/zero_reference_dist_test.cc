@@ -34,7 +34,7 @@ struct Case {
   std::string zero_extra;  // extra zero_optimization keys
 };
 
-std::string nvme_dir() {
+std::string reference_nvme_dir() {
   static std::string dir = [] {
     char tmpl[] = "/tmp/ds_zero_ref_nvme_XXXXXX";
     return std::string(mkdtemp(tmpl));
@@ -107,13 +107,13 @@ TEST(ZeroReference, SgdWithOptimizerOffloadMatchesPlainLibTorch) {
   const std::string cpu = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
   // sub_group_size 1000 (1024 elements) swaps each partition in several slices.
   const std::string nvme = ", \"sub_group_size\": 1000, \"offload_optimizer\": {\"device\": \"nvme\", "
-                           "\"nvme_path\": \"" + nvme_dir() + "\"}";
+                           "\"nvme_path\": \"" + reference_nvme_dir() + "\"}";
   for (int stage : {1, 2, 3}) {
     expect_matches_reference({"cpu offload stage " + std::to_string(stage), stage, 0.01, 2, cpu});
     expect_matches_reference({"nvme offload stage " + std::to_string(stage), stage, 0.0, 2, nvme});
   }
   deepspeed::comm::barrier();  // every rank's swapper is gone before the directory goes
-  std::filesystem::remove_all(nvme_dir());
+  std::filesystem::remove_all(reference_nvme_dir());
 }
 
 // Stage 3 keeps 1/world of the fp32 state: for bf16 AdamW, each rank holds fp32 masters (4 bytes), Adam's two
