@@ -53,7 +53,7 @@ std::string parts_text(const std::vector<int64_t>& parts) {
 std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const std::optional<std::string>& tag_in,
                                                 const std::optional<checkpoint::StateDict>& client_state) {
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
-  const std::string tag = tag_in.value_or(ckpt::default_tag(impl_->global_steps_));
+  const std::string tag = tag_in.value_or(ckpt::default_tag(impl_->global_steps()));
   runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
   ckpt::StateDict client = client_state ? client_state->copy() : ckpt::make_state_dict();
   client.insert_or_assign(kPartsKey, std::vector<int64_t>(module_->parts().begin(), module_->parts().end()));
@@ -119,7 +119,6 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
   stage_options.tag = tag;
   auto result = impl_->load_checkpoint(dir, stage_options);
   if (result) (void)result->client_state.erase(kPartsKey);  // absent in a checkpoint of one part
-  log_window_.restart(impl_->global_steps_);  // the next log line covers the steps after the load only
   return result;
 }
 

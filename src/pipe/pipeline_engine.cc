@@ -17,6 +17,7 @@
 #include "deepspeed/error.h"
 #include "deepspeed/pipe/schedule.h"
 #include "pipe/pipeline_engine_impl.h"
+#include "runtime/timers.h"
 
 namespace deepspeed::pipe {
 namespace {
@@ -73,9 +74,15 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
   stage_config.pipeline = config::PipelineConfig{};  // consumed here
   make_groups(options);
   sync_tied_weights();
-  impl_ = std::make_shared<EngineImpl>(module_.ptr(), stage_config, std::move(options));
-  engine_.emplace(torch::nn::AnyModule(module_), impl_);
-  micro_batches_ = static_cast<int>(impl_->config_.gradient_accumulation_steps.value());
+  runtime::StageEngineParts parts =
+      runtime::make_stage_engine(module_.ptr(), torch::nn::AnyModule(module_), stage_config, std::move(options));
+  impl_ = std::move(parts.stage);
+  engine_.emplace(std::move(parts.engine));
+  impl_->set_log_line_source(
+      [this](const runtime::StepReport& last, double, const runtime::LogWindow::Span& window) {
+        return log_line_parts(last, window);
+      });
+  micro_batches_ = static_cast<int>(impl_->config().gradient_accumulation_steps.value());
   buffers_.resize(static_cast<size_t>(TrainSchedule(micro_batches_, grid_.pipe_parallel_size, grid_.stage_id)
                                           .num_pipe_buffers()));
   const std::string s = std::to_string(grid_.stage_id);
@@ -258,47 +265,30 @@ at::Tensor PipelineEngineImpl::run(const DataIterator& data, bool train) {
     window_.compute += timing_.compute;
     window_.p2p += timing_.p2p;
     window_.reduce += timing_.reduce;
-    // Global rank 0 (the first stage) writes the monitors, with the batch loss the last stage sent every stage.
-    if (impl_->monitor_->enabled()) impl_->write_monitor_events(loss.item<double>());
-    const int64_t every = impl_->config_.steps_per_print;
-    if (every > 0 && impl_->global_steps_ % every == 0) log_step(loss.item<double>());
-    if (impl_->progress_) impl_->progress_->on_step(impl_->global_steps_, loss.item<double>());
+    // The step's report (log line, progress bar, monitors) carries the batch loss the last stage sent every stage.
+    impl_->report_step(loss.item<double>());
   }
   return loss;
 }
 
-void PipelineEngineImpl::log_step(double loss) {
-  const runtime::LogWindow::Span window = log_window_.close(impl_->global_steps_);
+runtime::LogLineParts PipelineEngineImpl::log_line_parts(const runtime::StepReport& last,
+                                                         const runtime::LogWindow::Span& window) {
+  runtime::LogLineParts parts;
+  parts.loss = last.loss;  // the batch loss, the same on every rank: no averaging
   // wall_clock_breakdown: this stage's batches over the window, split as PipelineTiming splits them.
-  std::string table;
-  if (impl_->config_.wall_clock_breakdown) {
+  if (impl_->config().wall_clock_breakdown) {
     const PipelineTiming& w = window_;
-    table = runtime::format_timer_table({{"batch", 1e3 * w.total, 0},
-                                         {"compute (fwd, bwd, step)", 1e3 * w.compute, 1},
-                                         {"p2p (incl. waits for neighbours)", 1e3 * w.p2p, 1},
-                                         {"reduce", 1e3 * w.reduce, 1}},
-                                        impl_->global_steps_, window.steps, 1e3 * w.total);
-    impl_->timers_.reset();
+    parts.table = runtime::format_timer_table({{"batch", 1e3 * w.total, 0},
+                                               {"compute (fwd, bwd, step)", 1e3 * w.compute, 1},
+                                               {"p2p (incl. waits for neighbours)", 1e3 * w.p2p, 1},
+                                               {"reduce", 1e3 * w.reduce, 1}},
+                                              last.global_steps, window.steps, 1e3 * w.total);
   }
   window_ = PipelineTiming{};
-  if (world_.rank() != 0) return;
-  // The engine's line with the batch loss the last stage sent, and how long the first stage sat idle.
-  runtime::StepLine line;
-  line.step = impl_->global_steps_;
-  line.total_steps = impl_->total_steps_;
-  line.loss = loss;
-  line.lrs = impl_->get_lr();
-  line.grad_norm = impl_->global_grad_norm_;
-  const double samples = static_cast<double>(window.steps * impl_->config_.train_batch_size.value());
-  line.samples_per_sec = window.seconds > 0 ? samples / window.seconds : 0.0;
-  line.tokens_per_sample = impl_->tokens_per_sample_;
-  line.seconds_per_step = window.steps > 0 ? window.seconds / static_cast<double>(window.steps) : 0.0;
   char idle[48];
   std::snprintf(idle, sizeof(idle), "stage 0 idle %.0f%%", 100.0 * timing_.idle_fraction());
-  line.extra = idle;
-  if (impl_->progress_) impl_->progress_->clear_line();
-  std::printf("%s\n%s", runtime::format_step_line(line).c_str(), table.c_str());
-  std::fflush(stdout);
+  parts.extra = idle;
+  return parts;
 }
 
 // ---- PipelineEngine: the public handle ----
@@ -311,9 +301,9 @@ int PipelineEngine::stage_id() const { return impl_->grid_.stage_id; }
 int PipelineEngine::num_stages() const { return impl_->grid_.pipe_parallel_size; }
 int PipelineEngine::micro_batches() const { return impl_->micro_batches_; }
 int PipelineEngine::dp_world_size() const { return impl_->grid_.data_parallel_size; }
-int64_t PipelineEngine::global_steps() const { return impl_->impl_->global_steps_; }
-std::vector<double> PipelineEngine::get_lr() const { return impl_->impl_->get_lr(); }
-double PipelineEngine::get_global_grad_norm() const { return impl_->impl_->global_grad_norm_; }
+int64_t PipelineEngine::global_steps() const { return impl_->engine_->global_steps(); }
+std::vector<double> PipelineEngine::get_lr() const { return impl_->engine_->get_lr(); }
+double PipelineEngine::get_global_grad_norm() const { return impl_->engine_->get_global_grad_norm(); }
 double PipelineEngine::loss_scale() const { return impl_->engine_->loss_scale(); }
 int64_t PipelineEngine::skipped_steps() const { return impl_->engine_->skipped_steps(); }
 const PipelineTiming& PipelineEngine::last_timing() const { return impl_->timing_; }

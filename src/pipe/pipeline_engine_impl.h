@@ -1,6 +1,6 @@
-// PipelineEngine's state (include/deepspeed/pipe/engine.h): the stage's EngineImpl, the communicator groups built
-// from the topology, the point-to-point links and the per-buffer activations. pipeline_engine.cc runs the schedules,
-// pipeline_checkpoint.cc saves and loads.
+// PipelineEngine's state (include/deepspeed/pipe/engine.h): the stage's engine (runtime::StageEngine), the
+// communicator groups built from the topology, the point-to-point links and the per-buffer activations.
+// pipeline_engine.cc runs the schedules, pipeline_checkpoint.cc saves and loads.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +16,7 @@
 #include "deepspeed/pipe/schedule.h"
 #include "deepspeed/pipe/topology.h"
 #include "pipe/p2p.h"
-#include "runtime/engine_impl.h"
+#include "runtime/stage_engine.h"
 
 namespace deepspeed::pipe {
 
@@ -39,13 +39,12 @@ class PipelineEngineImpl {
   comm::ProcessGroup pipe_group_;
   // This stage's tied keys shared with other stages, and their groups (the same data-parallel coordinate).
   std::vector<std::pair<std::string, comm::ProcessGroup>> tie_groups_;
-  std::shared_ptr<EngineImpl> impl_;
-  std::optional<Engine> engine_;
+  std::shared_ptr<runtime::StageEngine> impl_;
+  std::optional<Engine> engine_;  // the handle over impl_'s state (PipelineEngine::stage_engine)
   std::unique_ptr<P2PLink> act_to_next_, act_from_prev_, grad_to_prev_, grad_from_next_;
   int micro_batches_ = 1;
   PipelineTiming timing_;
   PipelineTiming window_;  // wall_clock_breakdown: the training batches' timings since the last log line
-  runtime::LogWindow log_window_;
 
  private:
   struct Buffer {
@@ -56,7 +55,8 @@ class PipelineEngineImpl {
   void sync_tied_weights();
   void execute(const PipeInstruction& ins, const DataIterator& data, bool train);
   at::Tensor finish_loss();
-  void log_step(double loss);
+  // The pipeline's parts of the console's log line: the batch loss, its breakdown table, the first stage's idle.
+  runtime::LogLineParts log_line_parts(const runtime::StepReport& last, const runtime::LogWindow::Span& window);
 
   std::vector<Buffer> buffers_;
   std::vector<at::Tensor> losses_;  // this batch's micro-batch losses (last stage)

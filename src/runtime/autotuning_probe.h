@@ -22,6 +22,7 @@
 #include <string>
 
 #include "deepspeed/config.h"
+#include "runtime/step_observer.h"
 
 namespace torch::nn {
 class Module;
@@ -33,7 +34,8 @@ class FlopsProfiler;
 
 namespace deepspeed::runtime {
 
-class AutotuningProbe {
+// A step observer (step_observer.h): it times forwards and steps as the engines report them.
+class AutotuningProbe : public StepObserver {
  public:
   // Null when the config asks for nothing (autotuning disabled, or neither path set). `writer`:
   // this rank writes the files (global rank 0).
@@ -47,9 +49,10 @@ class AutotuningProbe {
   // At initialization: the model's full parameter counts (at ZeRO-3, not the local partitions).
   void report_model_info(int64_t num_params, int64_t trainable_num_params);
   // Around each forward; `global_steps` = optimizer steps taken so far.
-  void begin_forward(int64_t global_steps);
-  void end_forward();
+  void begin_forward(int64_t global_steps) override;
+  void end_forward() override;
   // After each optimizer step, with the new step count.
+  void on_report(const StepReport& report) override { after_step(report.global_steps); }
   void after_step(int64_t global_steps);
 
  private:

@@ -4,7 +4,6 @@
 // checkpoints engine_checkpoint*.cc, the pipeline engine's entry points engine_pipe.cc.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <unistd.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -21,7 +20,6 @@
 #include "runtime/engine_impl.h"
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
-#include "monitor/monitor.h"
 #include "runtime/scheduler_factory.h"
 #include "zero/make_stage.h"
 #include "zero/stage3/construction_shard.h"
@@ -120,9 +118,6 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   DS_CHECK(options.tokens_per_sample >= 0, "InitializeOptions::tokens_per_sample must be >= 0, got ",
            options.tokens_per_sample);
   tokens_per_sample_ = options.tokens_per_sample;
-  if (total_steps_ > 0 && comm::get_rank() == 0 && runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1))
-    progress_ = std::make_unique<runtime::ProgressBar>(total_steps_, tokens_per_sample_,
-                                                       config_.train_batch_size.value());
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
@@ -185,51 +180,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   }
 
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
-  monitor_ = std::make_unique<monitor::MonitorMaster>(config_, comm::get_rank());
-  if (config_.flops_profiler.enabled && comm::get_rank() == 0) {  // DeepSpeed profiles on global rank 0 only
-    profiling::TrainingInfo sizes;
-    sizes.world_size = comm::get_world_size();
-    sizes.dp_world_size = config_.dp_world_size;
-    sizes.mp_world_size = model_parallel_.is_member() ? model_parallel_.size() : 1;
-    sizes.micro_batch_size = config_.train_micro_batch_size_per_gpu.value();
-    sizes.samples_per_iter = config_.train_batch_size.value();
-    flops_profiler_ = std::make_unique<profiling::StepProfiler>(module_, config_.flops_profiler, sizes);
-    if (stage_->partitions_parameters()) {
-      // Released parameters are empty between uses: count their full shapes (DeepSpeed's ds_numel).
-      auto full = std::make_shared<std::unordered_map<const c10::TensorImpl*, int64_t>>();
-      const auto shapes = parameter_shapes();
-      for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
-        for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i)
-          (*full)[groups_[g].params[i].unsafeGetTensorImpl()] = c10::multiply_integers(shapes[g][i]);
-      flops_profiler_->set_parameter_numel([full](const at::Tensor& p) {
-        auto it = full->find(p.unsafeGetTensorImpl());
-        return it == full->end() ? p.numel() : it->second;
-      });
-    }
-  }
-  autotuning_ = runtime::AutotuningProbe::create(config_.autotuning, config_.train_batch_size.value(),
-                                                comm::get_rank() == 0, module_);
-  if (autotuning_) {
-    // Every parameter of the model, frozen ones too (they take memory), at its full size (ZeRO-3
-    // holds partitions); the trainable ones are those in the optimizer's groups.
-    std::unordered_map<const c10::TensorImpl*, int64_t> full;
-    const auto shapes = parameter_shapes();
-    int64_t trainable = 0;
-    for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
-      for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i) {
-        const int64_t n = c10::multiply_integers(shapes[g][i]);
-        full[groups_[g].params[i].unsafeGetTensorImpl()] = n;
-        trainable += n;
-      }
-    int64_t total = 0;
-    for (const auto& p : module_->parameters()) {
-      auto it = full.find(p.unsafeGetTensorImpl());
-      total += it != full.end() ? it->second : p.numel();
-    }
-    autotuning_->report_model_info(total, trainable);
-  }
-  log_window_.restart(0);
-  last_step_time_ = std::chrono::steady_clock::now();
+  add_observers();
   logged_waits_ = stage_->stats();  // the breakdown starts here, not with construction's gathers
   logged_waits_.reduce_wait_ms = stage_->reduce_blocked_ms();
 }
@@ -254,20 +205,9 @@ void EngineImpl::offload_states(const OffloadStatesOptions& options) {
   offloader_.offload(tensors, options.pin_memory);
 }
 
-void EngineImpl::profile(const std::function<void(profiling::StepProfiler&)>& call) {
-  if (!flops_profiler_) return;
-  try {
-    call(*flops_profiler_);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "deepspeed: flops_profiler turned off: %s\n", e.what());
-    flops_profiler_.reset();
-  }
-}
-
 void EngineImpl::begin_forward() {
   check_states_resident("forward");
-  profile([&](profiling::StepProfiler& p) { p.begin_forward(global_steps_); });
-  if (autotuning_) autotuning_->begin_forward(global_steps_);
+  observers_.begin_forward(global_steps_);
   if (breakdown_) timers_.start("fwd");
   stage_->begin_forward();
 }
@@ -275,8 +215,7 @@ void EngineImpl::begin_forward() {
 void EngineImpl::end_forward() {
   stage_->end_forward();
   if (breakdown_) timers_.stop("fwd");
-  if (autotuning_) autotuning_->end_forward();
-  profile([&](profiling::StepProfiler& p) { p.end_forward(); });
+  observers_.end_forward();
 }
 
 void EngineImpl::backward(const at::Tensor& loss) {
@@ -284,7 +223,7 @@ void EngineImpl::backward(const at::Tensor& loss) {
            loss.defined() ? loss.sizes() : at::IntArrayRef{});
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call engine.train() first");
   check_states_resident("backward");
-  profile([&](profiling::StepProfiler& p) { p.begin_backward(); });
+  observers_.begin_backward();
   if (breakdown_) timers_.start("bwd");
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
                         static_cast<double>(config_.gradient_accumulation_steps.value());
@@ -292,33 +231,26 @@ void EngineImpl::backward(const at::Tensor& loss) {
   stage_->begin_backward(is_boundary());
   scaled.backward();
   stage_->finish_backward();
-  const double value = loss.item<double>();
-  loss_sum_ += value;
-  ++loss_count_;
-  step_loss_sum_ += value;
+  step_loss_sum_ += loss.item<double>();
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
-  profile([&](profiling::StepProfiler& p) { p.end_backward(); });
+  observers_.end_backward();
 }
 
 void EngineImpl::step() {
   check_states_resident("step");
   const bool boundary = is_boundary();
-  profile([&](profiling::StepProfiler& p) { p.begin_step(); });
+  observers_.begin_step();
   ++micro_steps_;
-  if (!boundary) {
-    profile([&](profiling::StepProfiler& p) { p.end_step(false, global_steps_); });
-    return;
+  if (boundary) {
+    boundary_step();
+    // The loss observers get: this rank's mean over the step's micro-batches, as DeepSpeed logs it.
+    const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / static_cast<double>(step_loss_count_) : 0.0;
+    step_loss_sum_ = 0.0;
+    step_loss_count_ = 0;
+    observers_.on_report(step_report(step_loss));
   }
-  boundary_step();
-  const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / step_loss_count_ : 0.0;
-  if (monitor_->enabled()) write_monitor_events(step_loss);
-  step_loss_sum_ = 0.0;
-  step_loss_count_ = 0;
-  if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0) log_step();
-  if (progress_) progress_->on_step(global_steps_, step_loss);
-  if (autotuning_) autotuning_->after_step(global_steps_);
-  profile([&](profiling::StepProfiler& p) { p.end_step(true, global_steps_); });
+  observers_.end_step(boundary, global_steps_);
 }
 
 void EngineImpl::boundary_step() {

@@ -354,10 +354,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       }
       micro_steps_ = steps * config_.gradient_accumulation_steps.value();
       // Losses and clocks of steps before the load belong to no step after it.
-      log_window_.restart(steps);
-      loss_sum_ = step_loss_sum_ = 0.0;
-      loss_count_ = step_loss_count_ = 0;
-      last_step_time_ = std::chrono::steady_clock::now();
+      step_loss_sum_ = 0.0;
+      step_loss_count_ = 0;
+      observers_.on_resume(steps);
       if (scaler_state) scaler_->load_state(*scaler_state);
       if (scheduler_state) {
         scheduler_->load_state_dict(*scheduler_state);

@@ -50,4 +50,11 @@ Engine initialize(torch::nn::AnyModule model, const Config& config, InitializeOp
   return Engine(std::move(model), std::move(impl));
 }
 
+runtime::StageEngineParts runtime::make_stage_engine(std::shared_ptr<torch::nn::Module> module,
+                                                     torch::nn::AnyModule any, const Config& config,
+                                                     InitializeOptions options) {
+  auto impl = std::make_shared<EngineImpl>(std::move(module), config, std::move(options));
+  return {impl, Engine(std::move(any), impl)};
+}
+
 }  // namespace deepspeed

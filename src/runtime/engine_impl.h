@@ -13,55 +13,55 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/lr_schedules.h"
-#include "monitor/monitor.h"
-#include "profiling/step_profiler.h"
-#include "runtime/autotuning_probe.h"
-#include "zero/flat_params.h"
+#include "runtime/console_observer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
-#include "runtime/progress.h"
-#include "runtime/step_log.h"
+#include "runtime/stage_engine.h"
+#include "runtime/step_observer.h"
 #include "runtime/timers.h"
+#include "zero/flat_params.h"
 #include "swap/optimizer_swapper.h"
 #include "zero/flat_stage.h"
 #include "zero/stage.h"
 
 namespace deepspeed {
 
-class EngineImpl {
+// The Engine handle (engine_handle.cc) is the public face of this class and reads its state directly; the pipeline
+// engine sees it through runtime::StageEngine only.
+class EngineImpl : public runtime::StageEngine {
+  friend class Engine;
+
  public:
   EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options);
   // With comms_logger enabled, global rank 0 prints the communication summary (comm::log_summary) here: the end
   // of training for the usual script.
-  ~EngineImpl();
+  ~EngineImpl() override;
 
-  void begin_forward();
-  void end_forward();
+  void begin_forward() override;
+  void end_forward() override;
   void backward(const at::Tensor& loss);
   void step();
   void offload_states(const OffloadStatesOptions& options);
   void check_states_resident(const char* what) const;
   // engine_checkpoint.cc
   std::string save_checkpoint(const std::string& dir, const std::optional<std::string>& tag,
-                              const std::optional<checkpoint::StateDict>& client_state, bool save_latest);
-  std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
+                              const std::optional<checkpoint::StateDict>& client_state, bool save_latest) override;
+  std::optional<LoadCheckpointResult> load_checkpoint(const std::string& dir,
+                                                      const LoadCheckpointOptions& options) override;
   bool save_16bit_model(const std::string& dir, const std::string& file_name);
 
-  // ---- For the pipeline engine (src/pipe/), which drives micro-batches itself (engine_pipe.cc) ----
-  // One micro-batch's backward: from a scalar loss (`grad` undefined: scaled as backward() scales it) or from a
-  // stage's `output` with the gradient received from the next stage (already scaled). Gradients accumulate here;
-  // nothing is reduced until reduce_gradients().
-  void backward_micro_batch(const at::Tensor& output, const at::Tensor& grad);
-  // The data-parallel reduction of the accumulated gradients that backward() runs at a boundary (stages 0 and 1).
-  void reduce_gradients();
-  // Where parameter `p`'s accumulated fp32 gradient lives (a view of the flat gradient buffer), e.g. to all-reduce a
-  // tied weight's gradient among the stages sharing it before reduce_gradients().
-  at::Tensor accumulated_grad(const at::Tensor& p) const;
-  // The boundary step after `micro_batches` micro-batches: optimizer, LR schedule, zeroed gradients, counters.
-  void pipeline_step(int64_t micro_batches);
-  // Drops the gradients accumulated since the last step (a batch that failed half-way).
-  void discard_gradients();
+  // ---- runtime::StageEngine: for the pipeline engine (src/pipe/), which drives micro-batches itself
+  // (engine_pipe.cc) ----
+  const Config& config() const override { return config_; }
+  int64_t global_steps() const override { return global_steps_; }
+  void backward_micro_batch(const at::Tensor& output, const at::Tensor& grad) override;
+  void reduce_gradients() override;
+  at::Tensor accumulated_grad(const at::Tensor& p) const override;
+  void pipeline_step(int64_t micro_batches) override;
+  void discard_gradients() override;
+  void report_step(double loss) override;
+  void set_log_line_source(runtime::LogLineSource source) override { log_line_source_ = std::move(source); }
 
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
   int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
@@ -71,6 +71,7 @@ class EngineImpl {
   std::vector<at::Tensor> parameters() const;
   ModelStateBytes model_state_bytes() const;
 
+ private:
   std::shared_ptr<torch::nn::Module> module_;
   Config config_;
   comm::ProcessGroup world_;
@@ -94,16 +95,18 @@ class EngineImpl {
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;
 
-  // Monitor events at each boundary: `loss` (rank 0's mean over the step's micro-batches, as DeepSpeed logs it; the
-  // pipeline engine passes the batch loss), lr, loss scale, grad norm, samples/s, tokens/s, memory.
-  void write_monitor_events(double loss);
   int64_t tokens_per_sample_ = 0;  // InitializeOptions::tokens_per_sample
-  std::unique_ptr<monitor::MonitorMaster> monitor_;
-  // Rank 0's progress bar when InitializeOptions::total_steps is known and stdout is a terminal (progress.h).
-  std::unique_ptr<runtime::ProgressBar> progress_;
   bool print_comms_summary_ = false;
 
- private:
+  // The side features (console, monitors, flops profiler, autotuning probe) as observers of every step
+  // (step_observer.h); engine_report.cc builds them.
+  runtime::StepObservers observers_;
+  void add_observers();
+  // The StepReport of the optimizer step just taken, with `loss` as the observers get it.
+  runtime::StepReport step_report(double loss) const;
+  // The engine's part of the console's log line: the window's loss averaged over ranks, the breakdown table.
+  runtime::LogLineParts log_line_parts(double window_loss, int64_t window_steps);
+  runtime::LogLineSource log_line_source_;  // the pipeline engine's, when set
   // The accumulation boundary's work after backward: model step, schedule, zeroed gradients, global_steps_ + 1.
   void boundary_step();
   // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
@@ -147,7 +150,6 @@ class EngineImpl {
   // engine_checkpoint.cc: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt for the experts this rank writes.
   void save_expert_files(const std::string& dir, const std::string& tag) const;
   void apply_schedule();
-  void log_step();
   // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
   std::string timer_table(int64_t steps);
   zero::Stage3Stats logged_waits_;  // the cumulative wait counters as of the last table
@@ -158,21 +160,10 @@ class EngineImpl {
   zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
 
-  double step_loss_sum_ = 0.0;
+  double step_loss_sum_ = 0.0;  // unscaled micro-batch losses of the step in progress
   int64_t step_loss_count_ = 0;
-  std::chrono::steady_clock::time_point last_step_time_;
 
   bool breakdown_ = false;
-  double loss_sum_ = 0.0;  // unscaled micro-batch losses since the last log line
-  int64_t loss_count_ = 0;
-  runtime::LogWindow log_window_;
-
-  // flops_profiler: set on global rank 0 when enabled; counts and times the profiled step, prints at its boundary.
-  std::unique_ptr<profiling::StepProfiler> flops_profiler_;
-  std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // runs started by the autotuner
-  // Runs `call` on the flops profiler if there is one. It runs on rank 0 alone, so a failure (its output file,
-  // another profiler active) is reported and turns it off rather than stopping rank 0 while the others wait.
-  void profile(const std::function<void(profiling::StepProfiler&)>& call);
 };
 
 }  // namespace deepspeed

@@ -1,65 +1,113 @@
-// What the engine reports at its boundaries: monitor events (DeepSpeed's names), the log line every
-// steps_per_print steps (runtime/step_log.h) and the wall_clock_breakdown table.
+// What the engine reports: the step observers it builds (console, monitors, flops profiler, autotuning probe), the
+// StepReport they get after each optimizer step, its part of the log line and the wall_clock_breakdown table.
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "deepspeed/accelerator.h"
+#include "runtime/autotuning_probe.h"
 #include "runtime/engine_impl.h"
+#include "runtime/monitor_observer.h"
+#include "runtime/profiler_observer.h"
 
 namespace deepspeed {
 
-void EngineImpl::write_monitor_events(double loss) {
-  // DeepSpeed's event names and step (global samples).
-  const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::chrono::duration<double>(now - last_step_time_).count();
-  last_step_time_ = now;
-  const int64_t samples = global_steps_ * config_.train_batch_size.value();
-  std::vector<monitor::Event> events;
-  auto add = [&](const char* name, double value) { events.push_back({std::string("Train/Samples/") + name, value, samples}); };
-  add("train_loss", loss);
-  add("lr", get_lr().at(0));
-  if (scaler_) add("loss_scale", scaler_->loss_scale());
-  if (global_grad_norm_ >= 0) add("grad_norm", global_grad_norm_);
-  if (seconds > 0) {
-    const double samples_per_sec = static_cast<double>(config_.train_batch_size.value()) / seconds;
-    add("samples_per_sec", samples_per_sec);
-    if (tokens_per_sample_ > 0) add("tokens_per_sec", samples_per_sec * static_cast<double>(tokens_per_sample_));
+void EngineImpl::add_observers() {
+  const int rank = comm::get_rank();
+  runtime::ConsoleOptions console;
+  console.writer = rank == 0;
+  console.steps_per_print = config_.steps_per_print;
+  console.total_steps = total_steps_;
+  console.tokens_per_sample = tokens_per_sample_;
+  console.samples_per_step = config_.train_batch_size.value();
+  console.progress_bar = rank == 0 && runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1);
+  observers_.add(std::make_unique<runtime::ConsoleObserver>(
+      console, [this](const runtime::StepReport& last, double window_loss, const runtime::LogWindow::Span& window) {
+        if (!log_line_source_) return log_line_parts(window_loss, window.steps);
+        timers_.reset();  // the pipeline engine keeps its own breakdown
+        return log_line_source_(last, window_loss, window);
+      }));
+  observers_.add(runtime::MonitorObserver::create(config_, rank, config_.train_batch_size.value(), tokens_per_sample_));
+
+  if (config_.flops_profiler.enabled && rank == 0) {  // DeepSpeed profiles on global rank 0 only
+    profiling::TrainingInfo sizes;
+    sizes.world_size = comm::get_world_size();
+    sizes.dp_world_size = config_.dp_world_size;
+    sizes.mp_world_size = model_parallel_.is_member() ? model_parallel_.size() : 1;
+    sizes.micro_batch_size = config_.train_micro_batch_size_per_gpu.value();
+    sizes.samples_per_iter = config_.train_batch_size.value();
+    auto profiler = std::make_unique<profiling::StepProfiler>(module_, config_.flops_profiler, sizes);
+    if (stage_->partitions_parameters()) {
+      // Released parameters are empty between uses: count their full shapes (DeepSpeed's ds_numel).
+      auto full = std::make_shared<std::unordered_map<const c10::TensorImpl*, int64_t>>();
+      const auto shapes = parameter_shapes();
+      for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
+        for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i)
+          (*full)[groups_[g].params[i].unsafeGetTensorImpl()] = c10::multiply_integers(shapes[g][i]);
+      profiler->set_parameter_numel([full](const at::Tensor& p) {
+        auto it = full->find(p.unsafeGetTensorImpl());
+        return it == full->end() ? p.numel() : it->second;
+      });
+    }
+    observers_.add(std::make_unique<runtime::ProfilerObserver>(std::move(profiler)));
   }
-  add("memory_allocated_mb",
-      static_cast<double>(accelerator::get_accelerator().memory_stats().allocated_bytes) / (1024.0 * 1024.0));
-  monitor_->write_events(events);
+
+  // Runs started by the autotuner report their speed and the model's size.
+  auto probe = runtime::AutotuningProbe::create(config_.autotuning, config_.train_batch_size.value(), rank == 0,
+                                                module_);
+  if (probe) {
+    // Every parameter of the model, frozen ones too (they take memory), at its full size (ZeRO-3
+    // holds partitions); the trainable ones are those in the optimizer's groups.
+    std::unordered_map<const c10::TensorImpl*, int64_t> full;
+    const auto shapes = parameter_shapes();
+    int64_t trainable = 0;
+    for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
+      for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i) {
+        const int64_t n = c10::multiply_integers(shapes[g][i]);
+        full[groups_[g].params[i].unsafeGetTensorImpl()] = n;
+        trainable += n;
+      }
+    int64_t total = 0;
+    for (const auto& p : module_->parameters()) {
+      auto it = full.find(p.unsafeGetTensorImpl());
+      total += it != full.end() ? it->second : p.numel();
+    }
+    probe->report_model_info(total, trainable);
+    observers_.add(std::move(probe));
+  }
 }
 
-void EngineImpl::log_step() {
-  // The mean loss across ranks over the logging window: one small all-reduce, at print steps only.
-  at::Tensor loss = at::tensor({loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0}, at::kDouble);
-  if (world_.size() > 1) world_.all_reduce(loss, comm::ReduceOp::kAvg);
-  loss_sum_ = 0.0;
-  loss_count_ = 0;
-  const runtime::LogWindow::Span window = log_window_.close(global_steps_);
-  const std::string timers = breakdown_ ? timer_table(window.steps) : "";
-  if (world_.rank() != 0) return;
-  runtime::StepLine line;
-  line.step = global_steps_;
-  line.total_steps = total_steps_;
-  line.loss = loss.item<double>();
-  line.lrs = get_lr();
-  line.grad_norm = global_grad_norm_;
+runtime::StepReport EngineImpl::step_report(double loss) const {
+  runtime::StepReport r;
+  r.global_steps = global_steps_;
+  r.global_samples = global_samples();
+  r.loss = loss;
+  r.lrs = get_lr();
+  r.grad_norm = global_grad_norm_;
   if (scaler_) {
-    line.loss_scale = scaler_->loss_scale();
-    line.skipped_steps = scaler_->skipped_steps();
+    r.loss_scale = scaler_->loss_scale();
+    r.skipped_steps = scaler_->skipped_steps();
   }
-  const double samples = static_cast<double>(window.steps * config_.train_batch_size.value());
-  line.samples_per_sec = window.seconds > 0 ? samples / window.seconds : 0.0;
-  line.tokens_per_sample = tokens_per_sample_;
-  line.seconds_per_step = window.steps > 0 ? window.seconds / static_cast<double>(window.steps) : 0.0;
-  if (progress_) progress_->clear_line();
-  std::printf("%s\n%s", runtime::format_step_line(line).c_str(), timers.c_str());
-  std::fflush(stdout);
+  return r;
+}
+
+void EngineImpl::report_step(double loss) {
+  observers_.on_report(step_report(loss));
+}
+
+runtime::LogLineParts EngineImpl::log_line_parts(double window_loss, int64_t window_steps) {
+  // The mean loss across ranks over the logging window: one small all-reduce, at print steps only.
+  at::Tensor loss = at::tensor({window_loss}, at::kDouble);
+  if (world_.size() > 1) world_.all_reduce(loss, comm::ReduceOp::kAvg);
+  runtime::LogLineParts parts;
+  parts.loss = loss.item<double>();
+  if (breakdown_) parts.table = timer_table(window_steps);
+  return parts;
 }
 
 std::string EngineImpl::timer_table(int64_t steps) {
