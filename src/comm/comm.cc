@@ -24,6 +24,7 @@ struct CommState {
   std::shared_ptr<ProcessGroup::Impl> world;
   std::vector<std::shared_ptr<ProcessGroup::Impl>> groups;  // every group made, for teardown
   int next_group_id = 1;
+  int64_t generation = 0;  // world_generation()
 };
 
 std::mutex& state_mutex() {
@@ -110,7 +111,14 @@ void init_distributed(const InitOptions& options) {
               << ", timeout " << s->timeout.count() << "ms"
               << (s->check ? ", collective check mode on" : "") << std::endl;
   }
+  static int64_t worlds_started = 0;  // under state_mutex()
+  s->generation = ++worlds_started;
   state_ptr() = s.release();
+}
+
+int64_t world_generation() {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  return state_ptr() != nullptr ? state_ptr()->generation : 0;
 }
 
 bool is_initialized() {

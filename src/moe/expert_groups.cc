@@ -1,6 +1,7 @@
 // The expert-parallel and expert-data-parallel process groups, one pair per ep_size, created the
 // first time a layer asks (include/deepspeed/moe/layer.h). Every rank creates every group of the
-// layout in the same order, as comm::new_group requires, and keeps its own.
+// layout in the same order, as comm::new_group requires, and keeps its own. Like DeepSpeed's
+// groups module, the pairs are cached per process, but only for the world they were made in.
 #include <map>
 #include <mutex>
 #include <vector>
@@ -11,17 +12,21 @@
 
 namespace deepspeed::moe {
 
-const ExpertGroups& expert_groups(int ep_size) {
-  // Groups live as long as the process (the engine and every layer refer to them); layers are built
-  // from one thread, but a lock costs nothing here.
+ExpertGroups expert_groups(int ep_size) {
+  // Layers are built from one thread, but a lock costs nothing here.
   static std::mutex mutex;
-  static std::map<int, ExpertGroups> registry;
+  static std::map<int, ExpertGroups> cache;
+  static int64_t cache_world = 0;  // the comm::world_generation() the cached groups belong to
   std::lock_guard<std::mutex> lock(mutex);
   DS_CHECK_T(ConfigError, ep_size >= 1, "moe: ep_size must be >= 1, got ", ep_size);
-  auto it = registry.find(ep_size);
-  if (it != registry.end()) return it->second;
-
   if (!comm::is_initialized()) comm::init_distributed();
+  if (cache_world != comm::world_generation()) {
+    cache.clear();  // handles of a destroyed world: every use would throw
+    cache_world = comm::world_generation();
+  }
+  auto it = cache.find(ep_size);
+  if (it != cache.end()) return it->second;
+
   const int world = comm::get_world_size();
   DS_CHECK_T(ConfigError, world % ep_size == 0, "moe: ep_size ", ep_size,
              " does not divide the world of ", world, " ranks; choose an ep_size that divides it");
@@ -47,7 +52,7 @@ const ExpertGroups& expert_groups(int ep_size) {
       if (pg.is_member()) g.expert_data_parallel = pg;
     }
   }
-  return registry.emplace(ep_size, std::move(g)).first->second;
+  return cache.emplace(ep_size, std::move(g)).first->second;
 }
 
 }  // namespace deepspeed::moe

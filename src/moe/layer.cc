@@ -76,8 +76,8 @@ MOELayerImpl::MOELayerImpl(const MoEOptions& options, const ExpertBuilder& build
              "moe: num_experts (", options_.num_experts,
              ") must be a positive multiple of ep_size (", options_.ep_size, ")");
   gate = register_module("gate", TopKGate(options_.hidden_size, options_.gate_options()));
-  groups_ = &expert_groups(static_cast<int>(options_.ep_size));
-  const int ep_rank = groups_->expert_parallel.is_member() ? groups_->expert_parallel.rank() : 0;
+  groups_ = expert_groups(static_cast<int>(options_.ep_size));
+  const int ep_rank = groups_.expert_parallel.is_member() ? groups_.expert_parallel.rank() : 0;
   experts = register_module(
       "experts", Experts(build, options_.num_experts, static_cast<int>(options_.ep_size), ep_rank));
 }
@@ -89,7 +89,7 @@ MOELayerImpl::Output MOELayerImpl::forward(const at::Tensor& x) {
   at::Tensor tokens = x.reshape({-1, hidden});
   const int64_t S = tokens.size(0);
   const int64_t E = options_.num_experts;
-  const comm::ProcessGroup& ep = groups_->expert_parallel;
+  const comm::ProcessGroup& ep = groups_.expert_parallel;
   // The gate needs no group: with drop_tokens false its local largest load keeps every token here,
   // and the maximum below makes the buffers agree.
   Routing r = gate->forward(tokens);

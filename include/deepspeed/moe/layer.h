@@ -57,8 +57,9 @@ struct ExpertGroups {
   comm::ProcessGroup expert_data_parallel;  // the ranks holding the same experts as this one
   std::string name;                         // "ep_size_<n>", DeepSpeed's group name
 };
-// Valid until comm::destroy_process_group(); layers are not meant to outlive it.
-const ExpertGroups& expert_groups(int ep_size);
+// The groups of the current world (comm::world_generation): after destroy_process_group and a new
+// init_distributed, the first call builds them again. A layer keeps the handles it was built with.
+ExpertGroups expert_groups(int ep_size);
 
 struct MoEOptions {
   int64_t hidden_size = 0;
@@ -136,7 +137,7 @@ class MOELayerImpl : public torch::nn::Module {
 
  private:
   MoEOptions options_;
-  const ExpertGroups* groups_ = nullptr;  // the registry's, alive for the process
+  ExpertGroups groups_;  // of the world the layer was built in
 };
 TORCH_MODULE(MOELayer);
 
