@@ -454,4 +454,27 @@ TEST(Stage3Gathered, ReleaseSpreadsTheModifiersValuesAndAForgottenReleaseDropsTh
   for (const auto& t : gathered_snapshot(model)) ASSERT_TRUE(at::all(t == 1.0).item<bool>()) << "the change is dropped";
 }
 
+// A graph built by forward can outlive its engine (a loss kept past the training loop). Its backward used to run
+// the stage's hook through a freed pointer; it now fails with a message on every rank (each destroys its own
+// engine, and the check runs before any collective).
+TEST(Stage3Lifetime, BackwardAfterTheEngineIsDestroyedIsAnErrorNotACrash) {
+  Variant v{"lifetime"};
+  auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+  GPT model = build_model(v, cfg);
+  const at::Tensor data = tiny_gpt::dataset(model_config(v));
+  at::Tensor x, y;
+  tiny_gpt::split_batch(data, {0, 1}, &x, &y);
+  at::Tensor loss;
+  {
+    auto engine = deepspeed::initialize(model, cfg);
+    loss = engine.forward(x, y);
+  }
+  try {
+    loss.backward();
+    ADD_FAILURE() << "backward after the engine was destroyed did not throw";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("keep the engine alive until the backward"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -157,16 +157,18 @@ void Stage3::build_unit(Unit& unit) {
 }
 
 Stage3::~Stage3() {
+  self_ref_.reset();
   unregister_stage3(this);
-  // Waits for what is in flight; units go back to pass-through (their parameters stay as they are).
+  // Waits for what is in flight; units go back to pass-through (their parameters stay as they are), even when a
+  // wait failed: their hooks point here.
   try {
     drain_reductions(0);
-    for (auto& unit : units_) {
+    for (auto& unit : units_)
       if (unit->state == Unit::State::kInflight) wait_gathered(*unit);
-      if (unit->module) unit->module->set_hooks(nullptr);
-    }
   } catch (...) {
   }
+  for (auto& unit : units_)
+    if (unit->module) unit->module->set_hooks(nullptr);
   remove_grad_hooks();
   remove_param_swap();
 }

@@ -190,6 +190,9 @@ class Stage3 : public Stage {
   std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
   std::vector<GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
+  // A graph built by forward can run its backward after the engine (and this stage) is gone; its pre-backward
+  // hooks hold this weakly and report that instead of touching freed memory. Reset first in the destructor.
+  std::shared_ptr<Stage3*> self_ref_ = std::make_shared<Stage3*>(this);
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
   std::vector<PendingReduce> pending_;

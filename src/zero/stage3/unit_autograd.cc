@@ -1,8 +1,7 @@
-// Stage 3's glue to autograd and to the unit wrappers: the identity Function whose backward re-gathers a unit before
+// Stage 3's glue to autograd and to the unit wrappers: the hook on a unit's output that re-gathers the unit before
 // its gradients are computed, the AccumulateGrad post-hooks that count a unit's gradients in, and the hooks object
 // a UnitBase calls around its forward. Kept in one file because it alone needs LibTorch's autograd internals.
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -12,22 +11,7 @@
 namespace deepspeed::zero {
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Identity in forward; in backward, tells stage 3 the unit's backward is about to run.
-struct PreBackward : public torch::autograd::Function<PreBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t stage, int64_t id) {
-    ctx->saved_data["stage"] = stage;
-    ctx->saved_data["id"] = id;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* stage = reinterpret_cast<Stage3*>(ctx->saved_data["stage"].toInt());
-    stage->unit_pre_backward(static_cast<int>(ctx->saved_data["id"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
-  }
-};
 
 class GradReadyHook : public torch::autograd::FunctionPostHook {
  public:
@@ -60,7 +44,16 @@ std::shared_ptr<detail::UnitHooks> Stage3::make_unit_hooks(int id) {
 }
 
 at::Tensor Stage3::attach_pre_backward(const at::Tensor& output, int id) {
-  return PreBackward::apply(output, reinterpret_cast<int64_t>(this), static_cast<int64_t>(id));
+  // A hook on the output runs once its gradient is complete, just before the unit's own backward: the moment to
+  // gather the unit again. The graph may outlive the engine, so the hook holds the stage weakly.
+  std::weak_ptr<Stage3*> stage = self_ref_;
+  output.register_hook([stage, id](const at::Tensor&) {
+    std::shared_ptr<Stage3*> live = stage.lock();
+    DS_CHECK(live != nullptr, "zero stage 3: backward reached a unit whose engine has been destroyed; keep the "
+             "engine alive until the backward of its last forward has run");
+    (*live)->unit_pre_backward(id);
+  });
+  return output;
 }
 
 void Stage3::register_grad_hook(int id, const at::Tensor& param) {
