@@ -6,9 +6,9 @@
 // DIR defaults to the current directory (where a relative nvme_path would land). Bad command line or a DIR that
 // is not a directory: one line `ds_report: <message>` on stderr and exit 2.
 #include <deepspeed/comm.h>
-#include <deepspeed/env_report.h>
+#include "accelerator/env_report.h"
 #include <deepspeed/ops.h>
-#include <deepspeed/swap/storage_probe.h>
+#include "swap/storage_probe.h"
 
 #include <CLI/CLI.hpp>
 #include <exception>

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 namespace ds = deepspeed::swap;
 

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "swap/optimizer_swapper.h"
 
 namespace ds = deepspeed::swap;

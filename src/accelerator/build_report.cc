@@ -3,7 +3,7 @@
 // recompiles nothing else.
 #include <string>
 
-#include "deepspeed/env_report.h"
+#include "accelerator/env_report.h"
 
 #ifndef DS_BUILD_COMPILER
 #define DS_BUILD_COMPILER "unknown"

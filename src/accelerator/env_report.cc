@@ -1,4 +1,4 @@
-#include "deepspeed/env_report.h"
+#include "accelerator/env_report.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>

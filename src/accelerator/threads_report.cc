@@ -9,7 +9,7 @@
 #include <string>
 
 #include "deepspeed/accelerator.h"
-#include "deepspeed/env_report.h"
+#include "accelerator/env_report.h"
 
 namespace deepspeed {
 namespace {

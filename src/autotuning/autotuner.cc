@@ -1,6 +1,6 @@
-// run_autotuner(): see deepspeed/autotuner.h. The search logic is in autotuning.h; this file runs
+// run_autotuner(): see autotuning/autotuner.h. The search logic is in autotuning.h; this file runs
 // it against real training runs started through the launcher.
-#include "deepspeed/autotuner.h"
+#include "autotuning/autotuner.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 
 #include "autotuning/command_line.h"
 #include "autotuning/trial_process.h"
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/config.h"
 #include "config/feature_gate.h"
 

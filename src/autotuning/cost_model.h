@@ -8,7 +8,7 @@
 #include <array>
 #include <vector>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 
 namespace deepspeed::autotuning {
 

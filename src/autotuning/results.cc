@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 
 namespace deepspeed::autotuning {
 namespace {

@@ -6,7 +6,7 @@
 #include <set>
 #include <utility>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::autotuning {

@@ -1,7 +1,7 @@
 // The ds_config of one trial, and of the winner: the user's config with the candidate's knobs.
 #include <nlohmann/json.hpp>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::autotuning {

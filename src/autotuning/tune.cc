@@ -2,7 +2,7 @@
 #include <cmath>
 #include <exception>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::autotuning {

@@ -3,7 +3,7 @@
 #include <random>
 
 #include "autotuning/cost_model.h"
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::autotuning {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/text_util.h"
 
 namespace deepspeed::launcher {

@@ -3,7 +3,7 @@
 // The multi-node plan is in multinode_plan.cc.
 #include <sstream>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/core_binding.h"
 #include "launcher/world_info.h"
 

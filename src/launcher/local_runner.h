@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::launcher {
 

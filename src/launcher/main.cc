@@ -2,7 +2,7 @@
 // exit code.
 #include <cstdio>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/launcher_args.h"
 
 namespace deepspeed::launcher {

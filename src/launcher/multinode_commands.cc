@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/text_util.h"
 #include "launcher/world_info.h"
 

@@ -3,7 +3,7 @@
 
 #include <climits>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/local_runner.h"
 #include "launcher/text_util.h"
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/exports.h"
 #include "launcher/local_runner.h"
 #include "launcher/subprocess.h"

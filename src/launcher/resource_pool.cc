@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/text_util.h"
 
 namespace deepspeed::launcher {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::launcher {
 

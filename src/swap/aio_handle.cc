@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "swap/aio_file.h"
 #include "swap/aio_request.h"
 #include "swap/aio_worker.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 namespace deepspeed::swap {
 

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "swap/aio_request.h"
 
 namespace deepspeed::swap {

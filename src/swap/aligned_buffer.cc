@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "deepspeed/accelerator.h"
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 namespace deepspeed::swap {
 

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "swap/swap_file.h"
 
 namespace deepspeed::swap {

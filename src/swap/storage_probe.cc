@@ -1,4 +1,4 @@
-#include "deepspeed/swap/storage_probe.h"
+#include "swap/storage_probe.h"
 
 #include <fcntl.h>
 #include <liburing.h>
@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 namespace deepspeed::swap {
 namespace {

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 namespace deepspeed::swap {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "zero/flat_stage.h"
 #include "zero/stage3/stage3.h"
 

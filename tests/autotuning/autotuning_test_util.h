@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/autotuning.h"
+#include "autotuning/autotuning.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::autotuning::testing {

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::launcher {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::launcher {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::launcher {
 namespace {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <optional>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/exports.h"
 #include "launcher/text_util.h"
 #include "launcher/world_info.h"

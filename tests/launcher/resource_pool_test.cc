@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 #include "launcher/core_binding.h"
 
 namespace deepspeed::launcher {

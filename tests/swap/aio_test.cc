@@ -1,6 +1,6 @@
 // The aio engine against itself and the file system: every byte written comes back, whatever the
 // size, alignment, submission mode or handle; failures throw AioError naming the file.
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "temp_dir.h"
 
 namespace deepspeed::swap {

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
-#include "deepspeed/swap/aio.h"
+#include "swap/aio.h"
 #include "deepspeed/zero.h"
 #include "zero/grad_accumulator_ref.h"
 #include "swap/swap_file.h"

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "deepspeed/env_report.h"
+#include "accelerator/env_report.h"
 
 namespace deepspeed::swap {
 

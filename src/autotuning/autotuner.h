@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "deepspeed/launcher.h"
+#include "launcher/launcher.h"
 
 namespace deepspeed::autotuning {
 

@@ -1,6 +1,6 @@
 // What `ds_report` prints: the versions, accelerator, collective backends, BLAS and CPU features this process sees,
 // and how LibTorch and deepspeed-cpp were built. Users paste it into bug reports, so every line is something that
-// changes behaviour or speed. The NVMe storage probes live in deepspeed/swap/storage_probe.h.
+// changes behaviour or speed. The NVMe storage probes live in swap/storage_probe.h.
 // Every function here only reads the process's state (no side effects), and may be called from any thread.
 #pragma once
 
