@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "counting_allocator.h"
@@ -452,6 +453,43 @@ TEST(Stage3Gathered, ReleaseSpreadsTheModifiersValuesAndAForgottenReleaseDropsTh
     for (auto& p : model->parameters()) p.fill_(7.0);
   }  // no release()
   for (const auto& t : gathered_snapshot(model)) ASSERT_TRUE(at::all(t == 1.0).item<bool>()) << "the change is dropped";
+}
+
+// GatheredParameters over bare tensors finds the engine that partitioned each one from the tensor itself (two live
+// ZeRO-3 engines here: one scope gathers parameters of both); a destroyed engine's parameters gather nothing, and
+// an engine destroyed inside a scope makes release() an error instead of a use of freed memory.
+TEST(Stage3Gathered, TensorsFindTheirOwnEngineAndOutliveIt) {
+  Variant v{"gathered_tensors"};
+  v.zero_extra = ", \"stage3_param_persistence_threshold\": 0";
+  auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+  GPT a = build_model(v, cfg), b = build_model(v, cfg);
+  const at::Tensor pa = a->parameters().front(), pb = b->parameters().back();
+  const int64_t full_a = pa.numel(), full_b = pb.numel();
+  std::optional<deepspeed::Engine> ea, eb;
+  ea.emplace(deepspeed::initialize(a, cfg));
+  eb.emplace(deepspeed::initialize(b, cfg));
+  ASSERT_EQ(pa.numel(), 0) << "partitioned away at rest";
+  {
+    deepspeed::zero::GatheredParameters gathered({pa, pb});
+    EXPECT_EQ(pa.numel(), full_a);
+    EXPECT_EQ(pb.numel(), full_b);
+    gathered.release();
+  }
+  EXPECT_EQ(pa.numel(), 0);
+  EXPECT_EQ(pb.numel(), 0);
+  {
+    deepspeed::zero::GatheredParameters gathered({pb}, /*modifier_rank=*/0);
+    eb.reset();
+    try {
+      gathered.release();
+      ADD_FAILURE() << "release() after its engine was destroyed did not throw";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("destroyed inside the scope"), std::string::npos) << e.what();
+    }
+  }
+  ea.reset();
+  deepspeed::zero::GatheredParameters after({pa});  // the owner is gone: nothing to gather, nothing to crash on
+  EXPECT_EQ(pa.numel(), 0);
 }
 
 // A graph built by forward can outlive its engine (a loss kept past the training loop). Its backward used to run

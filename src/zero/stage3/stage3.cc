@@ -122,7 +122,6 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   // The persistent unit stays gathered for good.
   gather_async(*units_[persistent_], /*prefetch=*/false);
   wait_gathered(*units_[persistent_]);
-  register_stage3(this);
 }
 
 void Stage3::build_unit(Unit& unit) {
@@ -158,7 +157,6 @@ void Stage3::build_unit(Unit& unit) {
 
 Stage3::~Stage3() {
   self_ref_.reset();
-  unregister_stage3(this);
   // Waits for what is in flight; units go back to pass-through (their parameters stay as they are), even when a
   // wait failed: their hooks point here.
   try {

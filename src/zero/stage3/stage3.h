@@ -191,7 +191,7 @@ class Stage3 : public Stage {
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
   std::vector<GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
   // A graph built by forward can run its backward after the engine (and this stage) is gone; its pre-backward
-  // hooks hold this weakly and report that instead of touching freed memory. Reset first in the destructor.
+  // hooks and gradient-ready hooks (which GatheredParameters finds: param_owner.h) hold this weakly. Reset first in the destructor.
   std::shared_ptr<Stage3*> self_ref_ = std::make_shared<Stage3*>(this);
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
@@ -200,9 +200,5 @@ class Stage3 : public Stage {
   Stage3Stats stats_;
   bool in_backward_ = false;
 };
-
-// The live stage-3 runtimes, for GatheredParameters (zero_api.cc).
-void register_stage3(Stage3* stage);
-void unregister_stage3(Stage3* stage);
 
 }  // namespace deepspeed::zero

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "deepspeed/error.h"
+#include "zero/stage3/param_owner.h"
 #include "zero/stage3/stage3.h"
 
 namespace deepspeed::zero {
@@ -13,16 +14,21 @@ namespace {
 
 using torch::autograd::variable_list;
 
+// Counts a parameter's gradient in when its accumulator has run; also the parameter's record of its owner
+// (param_owner). The stage removes these hooks before it is destroyed, so the lock fails only in between.
 class GradReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  GradReadyHook(Stage3* stage, int id) : stage_(stage), id_(id) {}
+  GradReadyHook(std::weak_ptr<Stage3*> stage, int id) : stage_(std::move(stage)), id_(id) {}
   variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
-    stage_->param_grad_ready(id_);
+    std::shared_ptr<Stage3*> live = stage_.lock();
+    DS_CHECK(live != nullptr, "zero stage 3: a gradient arrived for a parameter whose engine is being destroyed");
+    (*live)->param_grad_ready(id_);
     return outputs;
   }
+  std::shared_ptr<Stage3*> owner() const { return stage_.lock(); }
 
  private:
-  Stage3* stage_;
+  std::weak_ptr<Stage3*> stage_;
   int id_;
 };
 
@@ -59,7 +65,7 @@ at::Tensor Stage3::attach_pre_backward(const at::Tensor& output, int id) {
 void Stage3::register_grad_hook(int id, const at::Tensor& param) {
   auto acc = torch::autograd::impl::grad_accumulator(param);
   DS_ASSERT(acc != nullptr, "zero stage 3: parameter without a gradient accumulator");
-  hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(this, id)));
+  hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(self_ref_, id)));
   accumulators_.push_back(std::move(acc));
 }
 
@@ -67,6 +73,16 @@ void Stage3::remove_grad_hooks() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
   accumulators_.clear();
   hook_keys_.clear();
+}
+
+std::shared_ptr<Stage3*> param_owner(const at::Tensor& param) {
+  if (!param.defined() || !param.requires_grad()) return nullptr;
+  auto acc = torch::autograd::impl::try_get_grad_accumulator(param);
+  if (!acc) return nullptr;
+  for (const auto& hook : acc->post_hooks())
+    if (const auto* ready = dynamic_cast<const GradReadyHook*>(hook.get()))
+      if (auto owner = ready->owner()) return owner;
+  return nullptr;
 }
 
 }  // namespace deepspeed::zero

@@ -1,16 +1,16 @@
 // The public side of include/deepspeed/zero.h: unit wrappers' adoption of the wrapped module, unit discovery,
-// zero::Init and GatheredParameters (which find the stage-3 runtime or construction-time partition that owns a
-// parameter through the registry below).
+// zero::Init and GatheredParameters (which find the stage-3 runtime that owns a parameter through the parameter's
+// owner tag, and construction-time partitions through the module tree).
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <mutex>
 
 #include "deepspeed/error.h"
 #include "deepspeed/zero.h"
 #include "zero/stage3/construction_shard.h"
+#include "zero/stage3/param_owner.h"
 #include "zero/stage3/stage3.h"
 
 namespace deepspeed::zero {
@@ -18,24 +18,7 @@ namespace {
 
 thread_local bool g_init_active = false;
 
-std::mutex g_registry_mutex;
-std::vector<Stage3*>& live_stages() {
-  static std::vector<Stage3*> stages;
-  return stages;
-}
-
 }  // namespace
-
-void register_stage3(Stage3* stage) {
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  live_stages().push_back(stage);
-}
-
-void unregister_stage3(Stage3* stage) {
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  auto& v = live_stages();
-  v.erase(std::remove(v.begin(), v.end(), stage), v.end());
-}
 
 void UnitBase::adopt(const std::shared_ptr<torch::nn::Module>& inner) {
   DS_CHECK(inner != nullptr, "zero::shard: module is null");
@@ -78,14 +61,20 @@ class GatheredParameters::Impl {
  public:
   std::vector<at::Tensor> params;
   int modifier_rank = -1;
-  std::vector<std::pair<Stage3*, std::vector<int>>> gathered;
+  // Held weakly: an engine destroyed inside the scope is reported at release instead of used after free.
+  std::vector<std::pair<std::weak_ptr<Stage3*>, std::vector<int>>> gathered;
   std::vector<ConstructionShard*> shards;
   bool released = false;
 
   // Frees the gathered values; `modifier_rank` -1 drops changes without any communication.
   void finish(int modifier) {
     released = true;
-    for (auto& [stage, ids] : gathered) stage->end_access(ids, modifier);
+    for (auto& [stage, ids] : gathered) {
+      std::shared_ptr<Stage3*> live = stage.lock();
+      DS_CHECK(live != nullptr, "GatheredParameters: the engine owning the gathered parameters was destroyed inside "
+               "the scope; release() (or end the scope) before destroying it");
+      (*live)->end_access(ids, modifier);
+    }
     for (ConstructionShard* cs : shards) cs->scatter(modifier);
   }
 };
@@ -97,13 +86,15 @@ GatheredParameters::GatheredParameters(const std::vector<at::Tensor>& params, in
            modifier_rank);
   impl_->params = params;
   impl_->modifier_rank = modifier_rank;
-  std::vector<Stage3*> stages;
-  {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    stages = live_stages();
+  // The owning stages in the order their parameters first appear: the same on every rank, so their gathers (which
+  // are collective) match.
+  std::vector<std::shared_ptr<Stage3*>> stages;
+  for (const at::Tensor& p : params) {
+    std::shared_ptr<Stage3*> owner = param_owner(p);
+    if (owner && std::find(stages.begin(), stages.end(), owner) == stages.end()) stages.push_back(std::move(owner));
   }
-  for (Stage3* s : stages) {
-    std::vector<int> ids = s->gather_for_access(params);
+  for (auto& s : stages) {
+    std::vector<int> ids = (*s)->gather_for_access(params);
     if (!ids.empty()) impl_->gathered.push_back({s, std::move(ids)});
   }
 }
