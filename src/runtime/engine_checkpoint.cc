@@ -371,7 +371,6 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
            "save_checkpoint: tag '", tag, "' must be a plain directory name");
   runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
   const std::string run_id = make_run_id(world_);
-  if (breakdown_) timers_.start("save_checkpoint");
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
@@ -392,7 +391,6 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
       if (world_.rank() == 0) ckpt::write_latest(dir, tag);
     });
   ckpt::end_tag_save(dir, tag);  // complete and named by `latest` (when asked): no longer partial
-  if (breakdown_) timers_.stop("save_checkpoint");
   if (comm::get_rank() == 0) {
     std::printf("saved checkpoint %s/%s\n", dir.c_str(), tag.c_str());
     std::fflush(stdout);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -61,7 +62,12 @@ class EngineImpl : public runtime::StageEngine {
   void pipeline_step(int64_t micro_batches) override;
   void discard_gradients() override;
   void report_step(double loss) override;
-  void set_log_line_source(runtime::LogLineSource source) override { log_line_source_ = std::move(source); }
+  // The pipeline engine takes over the log line and keeps its own wall-clock breakdown: this engine stops timing (its
+  // timers would only grow, never printed).
+  void set_log_line_source(runtime::LogLineSource source) override {
+    log_line_source_ = std::move(source);
+    breakdown_ = false;
+  }
 
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
   int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
@@ -102,6 +108,9 @@ class EngineImpl : public runtime::StageEngine {
   // (step_observer.h); engine_report.cc builds them.
   runtime::StepObservers observers_;
   void add_observers();
+  // Each trainable parameter's full element count by its TensorImpl (ZeRO-3 leaves released parameters empty).
+  using FullNumels = std::unordered_map<const c10::TensorImpl*, int64_t>;
+  FullNumels full_numels() const;
   // The StepReport of the optimizer step just taken, with `loss` as the observers get it.
   runtime::StepReport step_report(double loss) const;
   // The engine's part of the console's log line: the window's loss averaged over ranks, the breakdown table.

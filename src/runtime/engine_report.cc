@@ -28,9 +28,8 @@ void EngineImpl::add_observers() {
   console.progress_bar = rank == 0 && runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1);
   observers_.add(std::make_unique<runtime::ConsoleObserver>(
       console, [this](const runtime::StepReport& last, double window_loss, const runtime::LogWindow::Span& window) {
-        if (!log_line_source_) return log_line_parts(window_loss, window.steps);
-        timers_.reset();  // the pipeline engine keeps its own breakdown
-        return log_line_source_(last, window_loss, window);
+        return log_line_source_ ? log_line_source_(last, window_loss, window)
+                                : log_line_parts(window_loss, window.steps);
       }));
   observers_.add(runtime::MonitorObserver::create(config_, rank, config_.train_batch_size.value(), tokens_per_sample_));
 
@@ -44,11 +43,7 @@ void EngineImpl::add_observers() {
     auto profiler = std::make_unique<profiling::StepProfiler>(module_, config_.flops_profiler, sizes);
     if (stage_->partitions_parameters()) {
       // Released parameters are empty between uses: count their full shapes (DeepSpeed's ds_numel).
-      auto full = std::make_shared<std::unordered_map<const c10::TensorImpl*, int64_t>>();
-      const auto shapes = parameter_shapes();
-      for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
-        for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i)
-          (*full)[groups_[g].params[i].unsafeGetTensorImpl()] = c10::multiply_integers(shapes[g][i]);
+      auto full = std::make_shared<const FullNumels>(full_numels());
       profiler->set_parameter_numel([full](const at::Tensor& p) {
         auto it = full->find(p.unsafeGetTensorImpl());
         return it == full->end() ? p.numel() : it->second;
@@ -63,15 +58,9 @@ void EngineImpl::add_observers() {
   if (probe) {
     // Every parameter of the model, frozen ones too (they take memory), at its full size (ZeRO-3
     // holds partitions); the trainable ones are those in the optimizer's groups.
-    std::unordered_map<const c10::TensorImpl*, int64_t> full;
-    const auto shapes = parameter_shapes();
+    const FullNumels full = full_numels();
     int64_t trainable = 0;
-    for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
-      for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i) {
-        const int64_t n = c10::multiply_integers(shapes[g][i]);
-        full[groups_[g].params[i].unsafeGetTensorImpl()] = n;
-        trainable += n;
-      }
+    for (const auto& [impl, n] : full) trainable += n;
     int64_t total = 0;
     for (const auto& p : module_->parameters()) {
       auto it = full.find(p.unsafeGetTensorImpl());
@@ -80,6 +69,15 @@ void EngineImpl::add_observers() {
     probe->report_model_info(total, trainable);
     observers_.add(std::move(probe));
   }
+}
+
+EngineImpl::FullNumels EngineImpl::full_numels() const {
+  FullNumels full;
+  const auto shapes = parameter_shapes();
+  for (size_t g = 0; g < groups_.size() && g < shapes.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size() && i < shapes[g].size(); ++i)
+      full[groups_[g].params[i].unsafeGetTensorImpl()] = c10::multiply_integers(shapes[g][i]);
+  return full;
 }
 
 runtime::StepReport EngineImpl::step_report(double loss) const {

@@ -23,7 +23,7 @@ void MonitorObserver::on_report(const StepReport& report) {
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - last_step_time_).count();
   last_step_time_ = now;
-  const int64_t samples = report.global_steps * samples_per_step_;
+  const int64_t samples = report.global_samples;
   std::vector<monitor::Event> events;
   auto add = [&](const char* name, double value) {
     events.push_back({std::string("Train/Samples/") + name, value, samples});

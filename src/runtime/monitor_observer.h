@@ -1,5 +1,5 @@
 // The monitors' events after each optimizer step (monitor/monitor.h writes them: tensorboard, csv), with
-// DeepSpeed's names and x-axis (samples): Train/Samples/train_loss, lr, loss_scale (fp16), grad_norm,
+// DeepSpeed's names and x-axis (the report's global_samples): Train/Samples/train_loss, lr, loss_scale (fp16), grad_norm,
 // samples_per_sec, tokens_per_sec, memory_allocated_mb. Global rank 0 writes; other ranks have no writers.
 #pragma once
 

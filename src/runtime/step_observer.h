@@ -48,13 +48,6 @@ class StepObserver {
 class StepObservers {
  public:
   void add(std::unique_ptr<StepObserver> observer);
-  // The first observer of type T, or null (callers that query one, e.g. the autotuning probe in tests).
-  template <typename T>
-  T* find() const {
-    for (const auto& o : list_)
-      if (auto* t = dynamic_cast<T*>(o.get())) return t;
-    return nullptr;
-  }
 
   void begin_forward(int64_t global_steps);
   void end_forward();

@@ -3,23 +3,9 @@
 # (include/deepspeed/) include only public ones. Run: cmake -DROOT=<tree> -P check_layering.cmake; exits non-zero
 # naming each file:line that breaks the rule.
 #
-# The order of the table is the stack, bottom first: arrows point down it. config and launcher know nothing of the
-# engine; zero knows nothing of runtime; only pipe builds on the engine itself.
+# The table of what each subsystem may include is cmake/Layering.cmake's, which the build enforces too.
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
-set(allowed_config "")
-set(allowed_launcher "config")
-set(allowed_autotuning "config;launcher")
-set(allowed_accelerator "")
-set(allowed_comm "accelerator")
-set(allowed_ops "accelerator")
-set(allowed_swap "accelerator")
-set(allowed_monitor "config")
-set(allowed_profiling "accelerator;comm;config")
-set(allowed_zero "accelerator;comm;config;ops;swap")
-set(allowed_moe "accelerator;comm;zero")
-set(allowed_checkpoint "accelerator;comm;config;zero")
-set(allowed_runtime "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;swap;zero")
-set(allowed_pipe "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;runtime;swap;zero")
+include("${CMAKE_CURRENT_LIST_DIR}/../../cmake/Layering.cmake")
 
 # The engine's public headers (LibTorch, the Engine, ZeRO, comm, checkpoints): the LibTorch-free subsystems that
 # tools link alone (config, launcher, autotuning) may not include them either.
