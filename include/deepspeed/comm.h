@@ -97,6 +97,10 @@ class ProcessGroup {
   // all inputs.
   Work reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input,
                              ReduceOp op = ReduceOp::kSum, bool async_op = false);
+  // In place, for a scratch `buffer` (numel divisible by size()): afterwards chunk i of `buffer` on group rank i
+  // holds the reduction of chunk i over all ranks; the other chunks are left unspecified. Needs no temporary the
+  // size of `buffer` (NCCL reduces in place; Gloo, whose flat call clones its input, runs one reduce per chunk).
+  Work reduce_scatter_in_place(const at::Tensor& buffer, ReduceOp op = ReduceOp::kSum, bool async_op = false);
   // Splits input along dim 0 (input_split_sizes[i] rows to group rank i; empty = equal split) and
   // concatenates what each rank sent into output along dim 0 (output_split_sizes[i] rows from rank
   // i; empty = equal split).
@@ -143,6 +147,12 @@ struct BackendCapabilities {
   // the per-owner form would be n serial launches); env DS_COMM_PARTITIONED_FORM=per_owner turns it on, which on
   // Gloo measured faster for all-gathers of tens of MiB and slower below 4 MiB (bench_comm_bandwidth, README).
   bool per_owner_partitioned = false;
+  // In-place partitioned collectives (all_gather_into_tensor whose input is the output's own chunk, and
+  // reduce_scatter_in_place) as one broadcast / reduce per owner even when per_owner_partitioned is off: Gloo's
+  // flat calls stage a copy the size of the whole buffer (its all-gather receives into a new flat tensor, its
+  // reduce-scatter clones the input and all-reduces it), which the per-owner form does not need. On by default for
+  // Gloo; DS_COMM_PARTITIONED_FORM=flat turns it off.
+  bool in_place_by_owner = false;
   // Dtypes reduced natively; the others that are floating point reduce in an fp32 copy.
   std::vector<at::ScalarType> reduce_dtypes;
   bool fallbacks_forced = false;  // env DS_COMM_FORCE_FALLBACKS=1 (tests of the fallbacks)

@@ -170,6 +170,7 @@ struct Stage3Stats {
   int64_t peak_live_elems = 0;
   int64_t pool_allocations = 0;
   int64_t pool_peak_bytes = 0;
+  int64_t pool_reserved_bytes = 0;  // held by the pool now, free buffers included (within stage3_max_live_parameters)
   int64_t peak_pending_reduce_elems = 0;  // gradient elements being reduced at once (bounded by reduce_bucket_size)
   // Wall time (ms, cumulative) the training thread spent blocked: issuing and waiting for gathers of units needed
   // now (not prefetched), waiting for gathers issued ahead of use (what prefetching did not hide), and waiting for

@@ -195,12 +195,14 @@ BackendCapabilities probe_gloo() {
     at::Tensor out = at::empty({4}), in = ones(at::kFloat, 4);
     return pg->_reduce_scatter_base(out, in);
   });
+  caps.in_place_by_owner = true;  // see BackendCapabilities: c10d's Gloo stages whole-buffer copies in flat calls
   return caps;
 }
 
-// DS_COMM_PARTITIONED_FORM=flat|per_owner: the form of ZeRO's partitioned collectives (default flat: the native
-// call). Per owner measured faster for large all-gathers on Gloo and slower for small ones and for reduce-scatter
-// (bench_comm_bandwidth, README), so it is a choice, not the default. Anything else is an error naming the
+// DS_COMM_PARTITIONED_FORM=flat|per_owner: the form of ZeRO's partitioned collectives (default: the native flat
+// call, except in-place ones, which go per owner: BackendCapabilities::in_place_by_owner). Per owner measured faster
+// for large all-gathers on Gloo and slower for small ones and for reduce-scatter (bench_comm_bandwidth, README), so
+// it is a choice, not the default; "flat" makes in-place calls flat too. Anything else is an error naming the
 // variable.
 BackendCapabilities with_partitioned_form(BackendCapabilities caps) {
   const char* form = std::getenv("DS_COMM_PARTITIONED_FORM");
@@ -209,6 +211,7 @@ BackendCapabilities with_partitioned_form(BackendCapabilities caps) {
   DS_CHECK_T(CommError, f == "flat" || f == "per_owner", "DS_COMM_PARTITIONED_FORM must be flat or per_owner, got '",
              f, "'");
   caps.per_owner_partitioned = f == "per_owner";
+  if (f == "flat") caps.in_place_by_owner = false;
   return caps;
 }
 
@@ -220,6 +223,7 @@ BackendCapabilities forced_fallbacks(BackendCapabilities caps) {
   caps.all_gather_into_tensor = false;
   caps.reduce_scatter_tensor = false;
   caps.per_owner_partitioned = false;
+  caps.in_place_by_owner = false;  // so in-place calls exercise the fallbacks too
   std::erase_if(caps.reduce_dtypes, [](at::ScalarType t) { return t == at::kBFloat16 || t == at::kShort; });
   caps.fallbacks_forced = true;
   return caps;

@@ -143,7 +143,9 @@ std::string BackendCapabilities::describe() const {
                  "; all_gather_into_tensor ", yes_no(all_gather_into_tensor, "list all-gather"),
                  "; reduce_scatter_tensor ", yes_no(reduce_scatter_tensor, "all-to-all + local sum"),
                  "; partitioned collectives: ",
-                 per_owner_partitioned ? "one broadcast/reduce per owner" : "flat calls",
+                 per_owner_partitioned ? "one broadcast/reduce per owner"
+                 : in_place_by_owner  ? "flat calls, in-place ones per owner (no whole-buffer staging)"
+                                      : "flat calls",
                  "; reduces natively: ", dtypes.empty() ? "none" : dtypes,
                  fallbacks_forced ? " (fallbacks forced by DS_COMM_FORCE_FALLBACKS)" : "");
 }

@@ -153,7 +153,12 @@ Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::
   bool copy_back = false;
   at::Tensor dst = output_buffer(out, copy_back);
   Pending p;
-  if (b.capabilities().per_owner_partitioned) {
+  // In place: the input is this rank's chunk of the output already.
+  const bool in_place = !copy_back && static_cast<const char*>(src.data_ptr()) ==
+                                          static_cast<const char*>(dst.data_ptr()) +
+                                              rank * (dst.nbytes() / static_cast<size_t>(n));
+  const BackendCapabilities& caps = b.capabilities();
+  if (caps.per_owner_partitioned || (caps.in_place_by_owner && in_place)) {
     at::Tensor bytes = as_bytes(dst);
     const int64_t chunk = bytes.numel() / n;
     at::Tensor own = bytes.narrow(0, rank * chunk, chunk);
@@ -233,6 +238,26 @@ Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::T
     out.copy_(reduce_rows(rows, op, out.scalar_type()).view(out.sizes()));
   };
   return p;
+}
+
+Pending run_reduce_scatter_in_place(Backend& b, const at::Tensor& buf, ReduceOp op, int rank, int n) {
+  const BackendCapabilities& caps = b.capabilities();
+  const int64_t chunk = buf.numel() / n;
+  at::Tensor own = buf.view({-1}).narrow(0, rank * chunk, chunk);
+  if ((caps.per_owner_partitioned || caps.in_place_by_owner) && b.supports_reduce_dtype(buf.scalar_type())) {
+    // One reduce per owner, each on that owner's chunk of the buffer itself: the chunks are scratch, so no copy.
+    const bool divide = op == ReduceOp::kAvg && !b.supports_reduce_op(op);
+    const ReduceOp wire = divide ? ReduceOp::kSum : op;
+    std::vector<BackendWorkPtr> works;
+    for (int i = 0; i < n; ++i) works.push_back(b.reduce(buf.view({-1}).narrow(0, i * chunk, chunk), i, wire));
+    Pending p;
+    p.work = std::make_unique<WorkSet>(std::move(works));
+    if (divide) p.finalize = [own, n] { own.div_(n); };
+    return p;
+  }
+  // The flat call (NCCL reduces in place when the output is the input's own chunk) or its fallback; either may
+  // read the whole input while it writes the own chunk.
+  return run_reduce_scatter_tensor(b, own, buf, op, rank, n);
 }
 
 Pending run_all_to_all_single(Backend& b, const at::Tensor& out, const at::Tensor& in,

@@ -21,7 +21,8 @@
 //   reduce-scatter; costs a receive buffer the size of the input and one pass over it, not
 //   pipelined with the transfer.
 //
-// Per-owner forms (BackendCapabilities::per_owner_partitioned, opt-in): all_gather_into_tensor as one broadcast per
+// Per-owner forms (BackendCapabilities::per_owner_partitioned, opt-in; for in-place calls whenever
+// in_place_by_owner): all_gather_into_tensor as one broadcast per
 // owner straight into its slice of the output (the own input copied in first, unless it is that slice already);
 // reduce_scatter_tensor as one reduce per owner of its slice of a copy of the input (Gloo reduces in place and
 // leaves partial sums in non-root buffers; the caller's input stays as it was), the own slice copied out at wait.
@@ -47,6 +48,8 @@ Pending run_all_gather_into_tensor(Backend& b, const at::Tensor& out, const at::
 Pending run_all_gather(Backend& b, const std::vector<at::Tensor>& outs, const at::Tensor& in);
 Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in,
                                   ReduceOp op, int rank, int group_size);
+// `buf` contiguous; chunk `rank` ends up holding the reduction, the others unspecified.
+Pending run_reduce_scatter_in_place(Backend& b, const at::Tensor& buf, ReduceOp op, int rank, int group_size);
 Pending run_all_to_all_single(Backend& b, const at::Tensor& out, const at::Tensor& in,
                               const std::vector<int64_t>& out_splits,
                               const std::vector<int64_t>& in_splits);

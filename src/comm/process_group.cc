@@ -197,6 +197,22 @@ Work ProcessGroup::reduce_scatter_tensor(const at::Tensor& output, const at::Ten
       async_op);
 }
 
+Work ProcessGroup::reduce_scatter_in_place(const at::Tensor& buffer, ReduceOp op, bool async_op) {
+  Impl& g = member("reduce_scatter_in_place");
+  check_tensor(buffer, "reduce_scatter_in_place", "buffer");
+  int n = size();
+  DS_CHECK(buffer.is_contiguous(), "reduce_scatter_in_place: the buffer must be contiguous");
+  DS_CHECK(buffer.numel() % n == 0, "reduce_scatter_in_place: buffer has ", buffer.numel(),
+           " elements, not divisible by group size ", n);
+  DS_CHECK(op != ReduceOp::kAvg || at::isFloatingType(buffer.scalar_type()),
+           "reduce_scatter_in_place: AVG needs a floating dtype, got ", detail::dtype_name(buffer.scalar_type()));
+  // Logged under reduce_scatter_tensor: the same collective, the same bytes.
+  Call c{"reduce_scatter_tensor",
+         same("reduce_scatter_in_place(" + tensor_desc(buffer) + op_suffix(op) + ")"), nbytes(buffer)};
+  return issue(
+      g, c, [&] { return detail::run_reduce_scatter_in_place(*g.backend, buffer, op, g.group_rank, n); }, async_op);
+}
+
 namespace {
 void check_splits(const std::vector<int64_t>& splits, const at::Tensor& t, int n,
                   const char* what) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
@@ -198,6 +199,19 @@ void MasterWeights::publish_impl(bool from_masters) {
       continue;
     }
     const int64_t chunk = std::max<int64_t>(1, options_.allgather_bucket_elems / world);
+    if (comm::backend_capabilities().in_place_by_owner) {
+      // Each owner broadcasts its updated slice, a chunk at a time, straight into every rank's buffer: the chunks
+      // of the partitions are contiguous there, so nothing is staged (the form Gloo needs to avoid copies).
+      for (int64_t pos = 0; pos < part; pos += chunk) {
+        const int64_t len = std::min(chunk, part - pos);
+        std::vector<comm::Work> works;
+        for (int r = 0; r < world; ++r)
+          works.push_back(copies.broadcast(g.params_flat.narrow(0, g.layout.begin(r) + pos, len), copies.ranks()[r],
+                                           /*async_op=*/true));
+        for (auto& w : works) w.wait();
+      }
+      continue;
+    }
     at::Tensor gathered = at::empty({chunk * world}, g.params_flat.options());
     for (int64_t pos = 0; pos < part; pos += chunk) {
       const int64_t len = std::min(chunk, part - pos);

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <string>
 
+#include "counting_allocator.h"
 #include "deepspeed/comm.h"
 #include "tolerance.h"
 
@@ -102,13 +103,15 @@ TEST_F(CommTest, BackendCapabilitiesAreProbedOnce) {
   if (forced != nullptr && std::string(forced) == "1") {
     EXPECT_TRUE(caps.fallbacks_forced);
     EXPECT_FALSE(caps.avg || caps.all_gather_into_tensor || caps.reduce_scatter_tensor || has(at::kBFloat16) ||
-                 caps.per_owner_partitioned);
+                 caps.per_owner_partitioned || caps.in_place_by_owner);
     return;
   }
   // The partitioned collectives are the native flat calls unless DS_COMM_PARTITIONED_FORM=per_owner asks for one
   // broadcast / reduce per owner.
   const char* form = std::getenv("DS_COMM_PARTITIONED_FORM");
   EXPECT_EQ(caps.per_owner_partitioned, form != nullptr && std::string(form) == "per_owner");
+  // In-place calls go per owner on Gloo unless the flat form is asked for.
+  EXPECT_EQ(caps.in_place_by_owner, form == nullptr || std::string(form) != "flat");
   int major = 0, minor = 0;
   ASSERT_EQ(std::sscanf(caps.library_version.c_str(), "%d.%d", &major, &minor), 2) << caps.library_version;
   if (major > 2 || (major == 2 && minor >= 11)) {
@@ -257,6 +260,25 @@ TEST_F(CommTest, ReduceScatterLeavesInputUnchanged) {
                "reduce_scatter into own slice of the input");
 }
 
+// What in-place means for memory: on a backend whose flat calls stage whole-buffer copies (Gloo), the in-place
+// all-gather and reduce-scatter go per owner and allocate nothing near the buffer's size. The buffer is 8 MiB; the
+// bound is a quarter of it (Gloo's own transport buffers are small; a staged copy is the whole buffer).
+TEST_F(CommTest, InPlaceCollectivesStageNoWholeBufferCopy) {
+  if (!dc::backend_capabilities().in_place_by_owner) GTEST_SKIP() << "flat in-place calls on this backend";
+  const int64_t m = (int64_t{2} << 20) / n;  // fp32 elements per rank: 8 MiB in all
+  at::Tensor buf = at::full({n * m}, static_cast<float>(r + 1));
+  static CountingAllocator counter;
+  CountingAllocator::Scope scope(&counter);
+  counter.reset_peak();
+  const int64_t before = counter.live();
+  world.all_gather_into_tensor(buf, buf.narrow(0, r * m, m));
+  world.reduce_scatter_in_place(buf);
+  const int64_t staged = counter.peak() - before;
+  EXPECT_LT(staged, static_cast<int64_t>(buf.nbytes()) / 4) << "bytes allocated during the in-place collectives";
+  // All-gathered: every chunk s holds s + 1; reduced: the own chunk holds n x (r + 1).
+  EXPECT_TRUE(at::all(buf.narrow(0, r * m, m) == static_cast<float>(n * (r + 1))).item<bool>());
+}
+
 TEST_F(CommTest, AllGatherIntoList) {
   for (at::ScalarType t : kAllTypes) {
     std::vector<at::Tensor> outs;
@@ -267,7 +289,7 @@ TEST_F(CommTest, AllGatherIntoList) {
   }
 }
 
-TEST_F(CommTest, ReduceScatterTensorEveryOp) {
+TEST_F(CommTest, ReduceScatterTensorAndInPlaceEveryOp) {
   const int64_t m = 5;
   std::vector<at::Tensor> ins;
   for (int s = 0; s < n; ++s) ins.push_back(rank_input(s, n * m, s));
@@ -280,6 +302,11 @@ TEST_F(CommTest, ReduceScatterTensorEveryOp) {
         world.reduce_scatter_tensor(out, ins[r].to(t), op, async_op).wait();
         expect_equal(out, want,
                      "reduce_scatter " + dc::reduce_op_name(op) + " " + tag(t, async_op));
+        // In place on a scratch buffer: the own chunk ends up reduced.
+        at::Tensor buf = ins[r].to(t);
+        world.reduce_scatter_in_place(buf, op, async_op).wait();
+        expect_equal(buf.narrow(0, r * m, m), want,
+                     "reduce_scatter_in_place " + dc::reduce_op_name(op) + " " + tag(t, async_op));
       }
     }
   }

@@ -58,6 +58,12 @@ inline double bound_at_this_world(double bound) {
   return deepspeed::comm::get_world_size() == 1 ? tolerance::exact() : bound;
 }
 
+// Parameters of one transformer block of a GPT without Linear biases (config()'s): two norms, attention, MLP.
+inline int64_t block_elements(const deepspeed::models::GPTConfig& c) {
+  const int64_t h = c.hidden;
+  return 2 * (2 * h) + h * 3 * h + h * h + h * 4 * h + 4 * h * h;
+}
+
 inline deepspeed::models::GPT make_model(const deepspeed::models::GPTConfig& c) {
   at::manual_seed(77);
   return deepspeed::models::GPT(c);

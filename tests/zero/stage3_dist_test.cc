@@ -240,11 +240,6 @@ TEST(Stage3, ConstructionTimePartitionStartsFromTheSameValues) {
 
 namespace {
 
-int64_t block_elements(const GPTConfig& c) {
-  const int64_t h = c.hidden;
-  return 2 * (2 * h) + h * 3 * h + h * h + h * 4 * h + 4 * h * h;  // no Linear biases (tiny_gpt::config)
-}
-
 TEST(Stage3Memory, ParameterBytesAtRestAreOneNthPlusPersistent) {
   tiny_gpt::ensure_comm();
   const int n = deepspeed::comm::get_world_size();
@@ -281,10 +276,10 @@ TEST(Stage3Memory, ParameterBytesAtRestAreOneNthPlusPersistent) {
   }
 }
 
-TEST(Stage3Memory, LiveParametersStayUnderTheBoundAndThePoolStopsGrowing) {
+TEST(Stage3Memory, LiveParametersAndThePoolStayUnderTheBound) {
   Variant v{"live bound"};
   const GPTConfig mc = model_config(v);
-  const int64_t block = block_elements(mc);
+  const int64_t block = tiny_gpt::block_elements(mc);
   // Room for two blocks: the unit running and one prefetched.
   v.zero_extra = kNoPersistence + ", \"stage3_max_live_parameters\": " + std::to_string(2 * block + 512) +
                  ", \"stage3_max_reuse_distance\": 0, \"stage3_prefetch_bucket_size\": " + std::to_string(10 * block);
@@ -306,7 +301,10 @@ TEST(Stage3Memory, LiveParametersStayUnderTheBoundAndThePoolStopsGrowing) {
   }
   tiny_gpt::train(engine, data, 3);
   auto s2 = engine.stage3_stats();
-  EXPECT_EQ(s2.pool_allocations, s1.pool_allocations) << "after the first steps a step must allocate nothing new";
+  // Free buffers kept for reuse count against the bound too (they are resident): after backward, whose gradient
+  // buffers briefly added to the gathered ones, the pool keeps at most the bound's bytes.
+  EXPECT_LE(s2.pool_reserved_bytes, (2 * block + 512) * 4) << "the pool kept free buffers beyond the live bound";
+  EXPECT_GT(s2.pool_reserved_bytes, 0) << "gathered buffers should be kept for the next forward";
   EXPECT_LE(s2.peak_live_elems, 2 * block + 512);
   EXPECT_GT(s2.gathers, s1.gathers);
 }
@@ -320,7 +318,7 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
   c.layers = 12;
   c.hidden = 64;
   c.vocab_size = 32;
-  const int64_t block_bytes = block_elements(c) * 4;
+  const int64_t block_bytes = tiny_gpt::block_elements(c) * 4;
   const int64_t embed_bytes = (c.vocab_size + c.seq_len) * c.hidden * 4;
   CountingAllocator counter;
   auto peak_of = [&](bool init) {
@@ -350,7 +348,7 @@ TEST(Stage3Memory, ConstructionUnderInitHoldsOneBlockWhole) {
 // reduce_bucket_size bounds the gradient elements being reduced at once (one unit always travels whole).
 TEST(Stage3Memory, ReduceBucketSizeBoundsReductionsInFlight) {
   const GPTConfig mc = model_config(Variant{"bucket"});
-  const int64_t block = block_elements(mc);
+  const int64_t block = tiny_gpt::block_elements(mc);
   auto peak_for = [&](const std::string& bucket) {
     Variant v{"bucket"};
     v.zero_extra = kNoPersistence + bucket;

@@ -27,7 +27,12 @@ at::Tensor BufferPool::acquire(at::ScalarType dtype, int64_t numel) {
 void BufferPool::release(at::Tensor buffer) {
   if (!buffer.defined()) return;
   DS_ASSERT(buffer.dim() == 1, "BufferPool::release: not a pool buffer");
-  in_use_ -= static_cast<int64_t>(buffer.nbytes());
+  const auto bytes = static_cast<int64_t>(buffer.nbytes());
+  in_use_ -= bytes;
+  if (reserved_ > cache_limit_) {
+    reserved_ -= bytes;  // freed when `buffer` goes out of scope
+    return;
+  }
   free_[{static_cast<int>(buffer.scalar_type()), buffer.numel()}].push_back(std::move(buffer));
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 #include "deepspeed/accelerator.h"
@@ -119,6 +120,12 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     unit->numel = 0;
     for (const auto& f : unit->flats) unit->numel += f.layout.padded_numel();
   }
+  // Free pool buffers stay only within stage3_max_live_parameters' bytes (buffer_pool.h): what forward gathers.
+  // The gradient buffers of backward are freed once reduced rather than kept through the next forward, where they
+  // would sit on top of its activations.
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  if (options_.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
+    pool_.set_cache_limit(options_.max_live_elems * elem);
   // The persistent unit stays gathered for good.
   gather_async(*units_[persistent_], /*prefetch=*/false);
   wait_gathered(*units_[persistent_]);
@@ -279,6 +286,7 @@ Stage3Stats Stage3::stats() const {
   s.trace_invalidations = coordinator_.invalidations();
   s.pool_allocations = pool_.allocations();
   s.pool_peak_bytes = pool_.peak_bytes_in_use();
+  s.pool_reserved_bytes = pool_.bytes_reserved();
   return s;
 }
 

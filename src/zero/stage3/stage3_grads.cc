@@ -16,10 +16,6 @@
 namespace deepspeed::zero {
 namespace {
 
-// Reductions in flight at once: enough to overlap a few units' communication with backward, few enough that the
-// staging buffers stay a handful of units. reduce_bucket_size bounds their elements too.
-constexpr size_t kMaxPendingReductions = 4;
-
 constexpr int64_t kGroupStride = int64_t{1} << 40;
 
 }  // namespace
@@ -79,17 +75,17 @@ void Stage3::reduce_grads(Unit& unit) {
     }
     f.grad_full = at::Tensor();
     if (n > 1) {
-      // One reduce-scatter per flat: this rank receives the reduction of its partition.
+      // One reduce-scatter per flat, in place on the gradient buffer (scratch from here on): this rank's slice of
+      // it receives the reduction of its partition, with no second buffer.
       if (pre != 1.0) r.input.mul_(pre);
-      r.reduced = pool_.acquire(at::kFloat, f.layout.partition_size());
-      r.work = world_.reduce_scatter_tensor(r.reduced, r.input, comm::ReduceOp::kSum, /*async_op=*/true);
+      r.work = world_.reduce_scatter_in_place(r.input, comm::ReduceOp::kSum, /*async_op=*/true);
     }
     pending_elems_ += r.input.numel();
     pending_.push_back(std::move(r));
   }
   unit.armed = false;
   unit.reduced = true;
-  drain_reductions(kMaxPendingReductions);
+  drain_reductions(kMaxPendingReductions * unit.flats.size());
   // What stays in flight while backward goes on.
   stats_.peak_pending_reduce_elems = std::max(stats_.peak_pending_reduce_elems, pending_elems_);
 }
@@ -109,15 +105,13 @@ void Stage3::drain_reductions(size_t keep) {
     const auto wait_start = std::chrono::steady_clock::now();
     r.work.wait();
     stats_.reduce_wait_ms += ms_since(wait_start);
-    const at::Tensor& mine =
-        r.reduced.defined() ? r.reduced : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    const at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);
     } else {
       acc.add_(mine);
     }
     pool_.release(std::move(r.input));
-    if (r.reduced.defined()) pool_.release(std::move(r.reduced));
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }

@@ -26,17 +26,13 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
     st->set_nbytes(f.gathered.nbytes());
-    // One all-gather per flat: every rank's partition lands in its slice of the gathered buffer. The partition is
-    // staged in a buffer of its own (a 1/world share of the unit) rather than in its slice of the output: the
-    // backend may write the output while it still reads the input.
+    // One all-gather per flat, in place: this rank's partition is loaded into its own slice of the gathered
+    // buffer, and every other rank's lands in theirs (no staging copy: NCCL gathers in place, and the comm layer
+    // runs an in-place all-gather on Gloo as one broadcast per owner).
     const int64_t part = f.layout.partition_size();
-    if (world_.size() > 1) {
-      f.gather_input = pool_.acquire(options_.dtype, part);
-      load_shard(f, f.gather_input);
-      f.gather_work = world_.all_gather_into_tensor(f.gathered, f.gather_input, /*async_op=*/true);
-    } else {
-      load_shard(f, f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part));
-    }
+    at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part);
+    load_shard(f, own);
+    if (world_.size() > 1) f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
   }
   unit.state = Unit::State::kInflight;
   unit.prefetched = prefetch;
@@ -52,8 +48,6 @@ void Stage3::wait_gathered(Unit& unit) {
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();
-    if (f.gather_input.defined()) pool_.release(std::move(f.gather_input));
-    f.gather_input = at::Tensor();
   }
   (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += ms_since(start);
   for (auto& f : unit.flats) {

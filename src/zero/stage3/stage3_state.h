@@ -26,7 +26,6 @@ struct Stage3::Flat {
   at::Tensor full;           // model dtype, padded; its storage points at `gathered` or at nothing
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
-  at::Tensor gather_input;   // pool buffer holding this rank's partition while the all-gather runs
   comm::Work gather_work;    // the all-gather into `gathered` (one collective per flat)
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
@@ -50,12 +49,17 @@ struct Stage3::Unit {
   std::shared_ptr<UnitBase> module;  // null for the root and persistent units
 };
 
+// Units whose gradient reductions may be in flight at once (the newest always is): enough to overlap
+// communication with the rest of backward without a queue of gradient buffers. reduce_bucket_size bounds their
+// elements beyond the newest unit, so a small bucket leaves one unit's in flight (what a CPU box wants: each unit's
+// buffer is resident memory).
+constexpr size_t kMaxPendingReductions = 2;
+
 struct Stage3::PendingReduce {
   Unit* unit = nullptr;
   size_t flat = 0;
   comm::Work work;     // the reduce-scatter (one collective per flat)
-  at::Tensor input;    // pool buffer: the unit's whole gradient
-  at::Tensor reduced;  // pool buffer: this rank's partition of the reduction (the input's slice at one rank)
+  at::Tensor input;  // pool buffer: the unit's whole gradient; reduced in place, this rank's slice holds the result
   bool input_is_grad = false;
 };
 

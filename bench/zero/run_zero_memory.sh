@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# ZeRO's memory saving as the kernel measures it: each stage's peak resident memory per rank (VmHWM over the whole
+# run: model construction, engine start, every step; read at exit by train_gpt's peak_rss_mb, the largest rank's),
+# beside the formula's model-state saving, with no allowance. One training run per row, each in fresh processes.
+#
+#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [STEPS=3] bench/zero/run_zero_memory.sh [BIN_DIR]
+#
+# BIN_DIR (default build/bin) holds `deepspeed` and `train_gpt`. Models: 25m = 8 layers, hidden 512 (4 heads), vocab
+# 256, seq 32, micro-batch 4 (25.5M parameters); 13m = the reference GPT (6 layers, hidden 384, vocab 4096, seq 128,
+# untied head, micro-batch 8; 13.8M). Configs: examples/configs/gpt_zero{0,1,2,3}.json with the micro-batch above and,
+# for bf16, "bf16": {"enabled": true}. MALLOC_MMAP_THRESHOLD_=131072 so glibc returns freed large blocks at once
+# (otherwise its heap keeps them and a peak shows what the allocator cached, not what the program held).
+#
+# The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
+# m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
+# fp32) O=12. Stage 1 partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is the partitioned terms
+# times (1 - 1/N). The table gives the measured saving (stage 0's peak minus the stage's) and its ratio to the
+# formula's.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=${1:-build/bin}
+for exe in "$BIN/deepspeed" "$BIN/train_gpt"; do
+  [[ -x $exe ]] || { echo "run_zero_memory.sh: $exe not found (pass the bin folder)" >&2; exit 2; }
+done
+MODELS=${MODELS:-"25m 13m"}
+PRECISIONS=${PRECISIONS:-"fp32 bf16"}
+RANKS=${RANKS:-"2 4"}
+STEPS=${STEPS:-3}
+PORT=${MASTER_PORT:-29781}
+PYTHON=${PYTHON:-python3}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zero_memory.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+model_args() {
+  case $1 in
+    25m) echo "--layers 8 --hidden 512 --vocab 256 --seq_len 32" ;;
+    13m) echo "--layers 6 --hidden 384 --heads 6 --vocab 4096 --seq_len 128 --untied_head" ;;
+    *) echo "run_zero_memory.sh: unknown model '$1' (25m or 13m)" >&2; exit 2 ;;
+  esac
+}
+micro_of() { [[ $1 == 25m ]] && echo 4 || echo 8; }
+
+echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], $STEPS steps; start: $(uptime)"
+printf "%-5s %-5s %-5s %-6s %12s %12s %14s %14s %8s\n" model prec ranks stage "params" "peak MB" "saving MB" \
+  "formula MB" ratio
+for model in $MODELS; do
+  for prec in $PRECISIONS; do
+    for n in $RANKS; do
+      base=""
+      for stage in 0 1 2 3; do
+        cfg="$WORK/z${stage}_${prec}_${model}.json"
+        "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" <<'PY'
+import json, sys
+src, dst, micro, prec = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+c = json.load(open(src))
+c["train_micro_batch_size_per_gpu"] = micro
+c["steps_per_print"] = 1000000
+if prec == "bf16":
+    c["bf16"] = {"enabled": True}
+json.dump(c, open(dst, "w"))
+PY
+        # shellcheck disable=SC2046
+        out=$(MALLOC_MMAP_THRESHOLD_=131072 "$BIN/deepspeed" --num_procs "$n" --master_port "$PORT" "$BIN/train_gpt" \
+                --deepspeed_config "$cfg" $(model_args "$model") --steps "$STEPS" 2>&1) || {
+          echo "$out" | tail -20 >&2; echo "run_zero_memory.sh: stage $stage $prec $model at $n ranks failed" >&2
+          exit 1; }
+        params=$(echo "$out" | sed -n 's/.*train_gpt: \([0-9]*\) parameters.*/\1/p' | head -1)
+        peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
+        [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
+        [[ -z $base ]] && base=$peak
+        awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" '
+          BEGIN {
+            P = (p == "bf16") ? 2 : 4; G = 4; O = (p == "bf16") ? 12 : 8;
+            f = 1 - 1 / n; per = 0;
+            if (s >= 1) per += O * f; if (s >= 2) per += G * f; if (s >= 3) per += P * f;
+            formula = per * psi / 1048576; saving = base - peak;
+            ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
+            printf "%-5s %-5s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
+          }'
+      done
+    done
+  done
+done
+echo "end: $(uptime)"
