@@ -181,9 +181,11 @@ int train(const Args& args) {
   at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
   world.all_reduce(loss_t, deepspeed::comm::ReduceOp::kAvg);
   double sq = 0.0;
-  {
-    deepspeed::zero::GatheredParameters gathered(*model);  // stage 3: the full parameters, for their norm
-    for (const auto& p : engine.parameters()) sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  // One parameter at a time: at stage 3 each gathers only the unit that owns it, so the report never holds the
+  // whole model (which would be this run's peak memory).
+  for (const auto& p : engine.parameters()) {
+    deepspeed::zero::GatheredParameters gathered({p});
+    sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   }
   sq += other_experts_sq(*model);
   const double tokens =

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cstdint>
+#include <utility>
 
 namespace deepspeed::moe {
 namespace {
@@ -18,15 +18,21 @@ at::Tensor exchange(const at::Tensor& x, comm::ProcessGroup& group) {
   return out;
 }
 
+// The group's handle, owned by the autograd node: the backward may run after the layer (and the handle it passed
+// to forward) is gone, and a handle keeps its group alive.
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(comm::ProcessGroup g) : group(std::move(g)) {}
+  comm::ProcessGroup group;
+};
+
 struct AllToAll : public torch::autograd::Function<AllToAll> {
-  // The group travels as an address: autograd's saved data holds IValues only.
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
-    ctx->saved_data["group"] = group;
-    return exchange(x, *reinterpret_cast<comm::ProcessGroup*>(group));
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
+    ctx->saved_data["group"] = at::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
+    return exchange(x, const_cast<comm::ProcessGroup&>(group));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* group = reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
-    return {exchange(grads[0], *group), at::Tensor()};
+    auto holder = c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data["group"].toCapsule());
+    return {exchange(grads[0], holder->group), at::Tensor()};
   }
 };
 
@@ -34,7 +40,7 @@ struct AllToAll : public torch::autograd::Function<AllToAll> {
 
 at::Tensor all_to_all(const at::Tensor& x, const comm::ProcessGroup& group) {
   if (group.size() <= 1) return x;
-  return AllToAll::apply(x, static_cast<int64_t>(reinterpret_cast<intptr_t>(&group)));
+  return AllToAll::apply(x, group);
 }
 
 }  // namespace deepspeed::moe

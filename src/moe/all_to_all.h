@@ -11,8 +11,8 @@
 namespace deepspeed::moe {
 
 // x: [group size * n, ...]; block i of dim 0 goes to group rank i; the result's block i came from
-// group rank i. `group` must outlive the autograd graph (the ExpertGroups registry's groups do).
-// Collective over `group`, in forward and again in backward.
+// group rank i. The autograd graph keeps its own handle of `group` (a backward may run after the
+// caller's handle is gone). Collective over `group`, in forward and again in backward.
 at::Tensor all_to_all(const at::Tensor& x, const comm::ProcessGroup& group);
 
 }  // namespace deepspeed::moe

@@ -11,6 +11,7 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "deepspeed/moe/layer.h"
+#include "moe/all_to_all.h"
 #include "gpt.h"
 #include "tiny_gpt.h"
 #include "tolerance.h"
@@ -395,6 +397,25 @@ TEST(MoEBf16, EpSizeWorldTracksEpSizeOne) {
   // keeps the bound (0.044) under the 0.1 of a misrouted expert gradient.
   EXPECT_LT(worst, 0.15);
   EXPECT_LT(worst_error(split, local), tolerance::measured(2.92e-2, 1.2e-2, 1.5));
+}
+
+// The all-to-all's autograd node owns a handle of its group: its backward runs after the handle the forward was
+// called with is destroyed and its memory overwritten (it used to keep that handle's address, and read freed
+// memory). Gradient check: y's block j goes to rank j, so x's block j gets rank j's gradient, j + 1 here.
+TEST(MoEAllToAll, BackwardOutlivesTheCallersGroupHandle) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size();
+  if (n < 2) GTEST_SKIP() << "needs 2+ ranks";
+  const int rank = deepspeed::comm::get_rank();
+  alignas(deepspeed::comm::ProcessGroup) unsigned char storage[sizeof(deepspeed::comm::ProcessGroup)];
+  auto* group = new (storage) deepspeed::comm::ProcessGroup(deepspeed::comm::get_world_group());
+  at::Tensor x = at::arange(n * 3, at::kFloat).add(100.0 * rank).requires_grad_();
+  at::Tensor y = deepspeed::moe::all_to_all(x, *group);
+  group->~ProcessGroup();
+  std::memset(storage, 0xff, sizeof(storage));
+  y.backward(at::full({n * 3}, static_cast<float>(rank + 1)));
+  for (int j = 0; j < n; ++j)
+    EXPECT_TRUE(at::all(x.grad().narrow(0, 3 * j, 3) == static_cast<float>(j + 1)).item<bool>()) << "block " << j;
 }
 
 TEST(MoEBadInput, NumExpertsNotDivisibleByEpSize) {
