@@ -73,7 +73,17 @@ at::Tensor GPTBlockImpl::forward(const at::Tensor& x) {
 
 GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
   check_config(cfg_);
-  wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden));
+  // With an untied head the token embedding is used once per forward, so it can be a unit of its own (a tied head
+  // reads its weight again at the end, outside any unit's forward).
+  const bool unit_ends = cfg.shard_blocks && !cfg.tied_head;
+  if (unit_ends) {
+    wte_unit_ = register_module("wte", deepspeed::zero::shard([&] {
+      return torch::nn::Embedding(cfg.vocab_size, cfg.hidden);
+    }));
+    wte_ = torch::nn::Embedding(std::dynamic_pointer_cast<torch::nn::EmbeddingImpl>(wte_unit_->wrapped()));
+  } else {
+    wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.hidden));
+  }
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.seq_len, cfg.hidden));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.layers; ++i) {
@@ -86,7 +96,12 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
     }
   }
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
-  if (!cfg.tied_head) {
+  if (unit_ends) {
+    lm_head_unit_ = register_module("lm_head", deepspeed::zero::shard([&] {
+      return torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false));
+    }));
+    lm_head_ = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(lm_head_unit_->wrapped()));
+  } else if (!cfg.tied_head) {
     lm_head_ = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false)));
   }
@@ -100,7 +115,13 @@ void GPTImpl::init_weights() {
   // module draws from its pipeline layer's generator (gpt_pipe.h numbers the layers): embeddings 0, block i 1 + i,
   // an untied head layers + 2.
   const std::optional<at::Generator> embeddings = layer_generator(cfg_, 0);  // one stream: wte, then wpe
-  init_gpt_weights(*wte_, cfg_.layers, embeddings);
+  {
+    // Units partitioned at construction are gathered for their initialization (a no-op otherwise).
+    deepspeed::zero::GatheredParameters gathered(wte_unit_ ? static_cast<const torch::nn::Module&>(*wte_unit_) : *wte_,
+                                                 /*modifier_rank=*/0);
+    init_gpt_weights(*wte_, cfg_.layers, embeddings);
+    gathered.release();
+  }
   init_gpt_weights(*wpe_, cfg_.layers, embeddings);
   for (int64_t i = 0; i < cfg_.layers; ++i) {
     const std::shared_ptr<torch::nn::Module> block = blocks_->ptr(static_cast<size_t>(i));
@@ -112,7 +133,12 @@ void GPTImpl::init_weights() {
     init_gpt_weights(*block, cfg_.layers, layer_generator(cfg_, 1 + i));
     gathered.release();
   }
-  if (lm_head_) init_gpt_weights(*lm_head_, cfg_.layers, layer_generator(cfg_, cfg_.layers + 2));
+  if (lm_head_) {
+    deepspeed::zero::GatheredParameters gathered(
+        lm_head_unit_ ? static_cast<const torch::nn::Module&>(*lm_head_unit_) : *lm_head_, /*modifier_rank=*/0);
+    init_gpt_weights(*lm_head_, cfg_.layers, layer_generator(cfg_, cfg_.layers + 2));
+    gathered.release();
+  }
 }
 
 at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
@@ -123,7 +149,8 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
                                 std::to_string(cfg_.seq_len));
   }
   auto pos = at::arange(t, tokens.options().dtype(at::kLong));
-  auto x = maybe_dropout(wte_->forward(tokens) + wpe_->forward(pos), cfg_.dropout, is_training());
+  at::Tensor tok = wte_unit_ ? wte_unit_->forward(tokens) : wte_->forward(tokens);
+  auto x = maybe_dropout(tok + wpe_->forward(pos), cfg_.dropout, is_training());
   aux_loss_ = at::zeros({}, at::kFloat);
   exp_counts_.clear();
   for (const auto& block : *blocks_) {
@@ -138,7 +165,8 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
     }
   }
   x = ln_f_->forward(x);
-  return cfg_.tied_head ? at::matmul(x, wte_->weight.t()) : lm_head_->forward(x);
+  if (cfg_.tied_head) return at::matmul(x, wte_->weight.t());
+  return lm_head_unit_ ? lm_head_unit_->forward(x) : lm_head_->forward(x);
 }
 
 at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -57,7 +57,8 @@ struct GPTConfig {
   // attention's key bias does: softmax ignores a constant added to every key), which exact comparisons need.
   bool bias = true;
   // Each block is a ZeRO-3 unit (deepspeed::zero::shard): at stage 3 its parameters are gathered only while it runs;
-  // inside a zero::Init scope each block is partitioned as soon as it is built. A pass-through at stages 0-2.
+  // inside a zero::Init scope each block is partitioned as soon as it is built. A pass-through at stages 0-2. With an
+  // untied head the token embedding and the head are units too.
   bool shard_blocks = false;
   // When set, each layer draws its initial values from its own generator, seeded with init_seed + the layer's index
   // in the pipeline layer list (gpt_pipe.h: 0 the embeddings, 1..layers the blocks, layers + 2 an untied head), as
@@ -124,6 +125,11 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear lm_head_{nullptr};  // only when the head is untied
+  // ZeRO-3 units of the token embedding and the head (shard_blocks with an untied head): gathered only while they
+  // run, instead of for the whole step with the other parameters outside the blocks. wte_ and lm_head_ are the
+  // modules inside them.
+  std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::EmbeddingImpl>> wte_unit_;
+  std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::LinearImpl>> lm_head_unit_;
   at::Tensor aux_loss_;
   std::vector<at::Tensor> exp_counts_;
 };
