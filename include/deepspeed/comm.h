@@ -182,8 +182,8 @@ ProcessGroup new_group(std::vector<int> ranks,
 void barrier();
 // Tears down every group and the store; handles still held afterwards throw on use.
 void destroy_process_group();
-// Which world is current: a new number at every init_distributed, 0 before the first. Caches of groups built over
-// the world (moe::expert_groups) compare it, so they never hand out a group of a destroyed world.
+// Which world is current: a new number at every init_distributed, 0 before the first (for code that keeps its own
+// objects built over a world and must tell a new world from the one they were built in).
 int64_t world_generation();
 
 // The comms logger, after DeepSpeed's "comms_logger" config section.

@@ -1,11 +1,13 @@
 // The process-wide comm state: init_distributed from the environment, the world and sub-groups,
 // teardown.
 #include <iostream>
+#include <map>
 #include <mutex>
 
 #include "comm/c10d_backend.h"
 #include "comm/env_init.h"
 #include "comm/process_group_impl.h"
+#include "comm/world_state.h"
 #include "deepspeed/accelerator.h"
 
 namespace deepspeed::comm {
@@ -25,6 +27,7 @@ struct CommState {
   std::vector<std::shared_ptr<ProcessGroup::Impl>> groups;  // every group made, for teardown
   int next_group_id = 1;
   int64_t generation = 0;  // world_generation()
+  std::map<std::string, std::shared_ptr<void>> attached;  // world_state(): ends with this world
 };
 
 std::mutex& state_mutex() {
@@ -114,6 +117,15 @@ void init_distributed(const InitOptions& options) {
   static int64_t worlds_started = 0;  // under state_mutex()
   s->generation = ++worlds_started;
   state_ptr() = s.release();
+}
+
+std::shared_ptr<void> world_state(const std::string& key, const std::function<std::shared_ptr<void>()>& make) {
+  if (!is_initialized()) init_distributed();
+  std::lock_guard<std::mutex> lock(state_mutex());
+  CommState& s = state();
+  auto it = s.attached.find(key);
+  if (it == s.attached.end()) it = s.attached.emplace(key, make()).first;
+  return it->second;
 }
 
 int64_t world_generation() {

@@ -1,32 +1,35 @@
 // The expert-parallel and expert-data-parallel process groups, one pair per ep_size, created the
 // first time a layer asks (include/deepspeed/moe/layer.h). Every rank creates every group of the
 // layout in the same order, as comm::new_group requires, and keeps its own. Like DeepSpeed's
-// groups module, the pairs are cached per process, but only for the world they were made in.
+// groups module, the pairs are made once, but they belong to the world they were made in
+// (comm/world_state.h): destroy_process_group() takes them along, and a new world makes its own.
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
+#include "comm/world_state.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/error.h"
 #include "deepspeed/moe/layer.h"
 
 namespace deepspeed::moe {
+namespace {
+
+struct ExpertGroupCache {
+  std::mutex mutex;  // layers are built from one thread, but a lock costs nothing here
+  std::map<int, ExpertGroups> by_ep_size;
+};
+
+}  // namespace
 
 ExpertGroups expert_groups(int ep_size) {
-  // Layers are built from one thread, but a lock costs nothing here.
-  static std::mutex mutex;
-  static std::map<int, ExpertGroups> cache;
-  static int64_t cache_world = 0;  // the comm::world_generation() the cached groups belong to
-  std::lock_guard<std::mutex> lock(mutex);
   DS_CHECK_T(ConfigError, ep_size >= 1, "moe: ep_size must be >= 1, got ", ep_size);
-  if (!comm::is_initialized()) comm::init_distributed();
-  if (cache_world != comm::world_generation()) {
-    cache.clear();  // handles of a destroyed world: every use would throw
-    cache_world = comm::world_generation();
-  }
-  auto it = cache.find(ep_size);
-  if (it != cache.end()) return it->second;
-
+  auto cache = std::static_pointer_cast<ExpertGroupCache>(
+      comm::world_state("moe.expert_groups", [] { return std::make_shared<ExpertGroupCache>(); }));
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  auto it = cache->by_ep_size.find(ep_size);
+  if (it != cache->by_ep_size.end()) return it->second;
   const int world = comm::get_world_size();
   DS_CHECK_T(ConfigError, world % ep_size == 0, "moe: ep_size ", ep_size,
              " does not divide the world of ", world, " ranks; choose an ep_size that divides it");
@@ -52,7 +55,7 @@ ExpertGroups expert_groups(int ep_size) {
       if (pg.is_member()) g.expert_data_parallel = pg;
     }
   }
-  return cache.emplace(ep_size, std::move(g)).first->second;
+  return cache->by_ep_size.emplace(ep_size, std::move(g)).first->second;
 }
 
 }  // namespace deepspeed::moe

@@ -57,8 +57,8 @@ struct ExpertGroups {
   comm::ProcessGroup expert_data_parallel;  // the ranks holding the same experts as this one
   std::string name;                         // "ep_size_<n>", DeepSpeed's group name
 };
-// The groups of the current world (comm::world_generation): after destroy_process_group and a new
-// init_distributed, the first call builds them again. A layer keeps the handles it was built with.
+// The groups of the current world: they end with it (destroy_process_group), and after a new
+// init_distributed the first call builds them again. A layer keeps the handles it was built with.
 ExpertGroups expert_groups(int ep_size);
 
 struct MoEOptions {
