@@ -201,24 +201,40 @@ Pending run_all_gather(Backend& b, const std::vector<at::Tensor>& outs, const at
   return p;
 }
 
+namespace {
+
+// One reduce per owner's chunk of the contiguous 1-D `flat`, in place (Gloo leaves partial sums in non-root
+// chunks); the own chunk holds the reduction after wait (AVG divided there when the backend lacks it).
+Pending reduce_per_owner(Backend& b, const at::Tensor& flat, ReduceOp op, int rank, int n) {
+  const bool divide = op == ReduceOp::kAvg && !b.supports_reduce_op(op);
+  const ReduceOp wire = divide ? ReduceOp::kSum : op;
+  const int64_t chunk = flat.numel() / n;
+  std::vector<BackendWorkPtr> works;
+  for (int i = 0; i < n; ++i) works.push_back(b.reduce(flat.narrow(0, i * chunk, chunk), i, wire));
+  Pending p;
+  p.work = std::make_unique<WorkSet>(std::move(works));
+  if (divide) {
+    at::Tensor own = flat.narrow(0, rank * chunk, chunk);
+    p.finalize = [own, n] { own.div_(n); };
+  }
+  return p;
+}
+
+}  // namespace
+
 Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::Tensor& in,
                                   ReduceOp op, int rank, int n) {
   DS_CHECK_T(CommError, op != ReduceOp::kAvg || at::isFloatingType(in.scalar_type()),
              "reduce_scatter_tensor: AVG needs a floating dtype, got ",
              c10::toString(in.scalar_type()));
   if (b.capabilities().per_owner_partitioned && b.supports_reduce_dtype(in.scalar_type())) {
+    // Per owner on a copy of the input (the caller's input stays as it was), the own chunk copied out at wait.
     at::Tensor scratch = in.contiguous().view({-1}).clone();
-    const bool divide = op == ReduceOp::kAvg && !b.supports_reduce_op(op);
-    const ReduceOp wire = divide ? ReduceOp::kSum : op;
+    Pending p = reduce_per_owner(b, scratch, op, rank, n);
     const int64_t chunk = scratch.numel() / n;
-    std::vector<BackendWorkPtr> works;
-    for (int i = 0; i < n; ++i) works.push_back(b.reduce(scratch.narrow(0, i * chunk, chunk), i, wire));
-    Pending p;
-    p.work = std::make_unique<WorkSet>(std::move(works));
-    p.finalize = [out, scratch, rank, chunk, divide, n] {
-      at::Tensor own = scratch.narrow(0, rank * chunk, chunk);
-      if (divide) own.div_(n);
-      out.copy_(own.view(out.sizes()));
+    p.finalize = [out, scratch, rank, chunk, divide = std::move(p.finalize)] {
+      if (divide) divide();
+      out.copy_(scratch.narrow(0, rank * chunk, chunk).view(out.sizes()));
     };
     return p;
   }
@@ -242,19 +258,11 @@ Pending run_reduce_scatter_tensor(Backend& b, const at::Tensor& out, const at::T
 
 Pending run_reduce_scatter_in_place(Backend& b, const at::Tensor& buf, ReduceOp op, int rank, int n) {
   const BackendCapabilities& caps = b.capabilities();
+  // The chunks are scratch: the reduces run on the buffer itself, with no copy.
+  if ((caps.per_owner_partitioned || caps.in_place_by_owner) && b.supports_reduce_dtype(buf.scalar_type()))
+    return reduce_per_owner(b, buf.view({-1}), op, rank, n);
   const int64_t chunk = buf.numel() / n;
   at::Tensor own = buf.view({-1}).narrow(0, rank * chunk, chunk);
-  if ((caps.per_owner_partitioned || caps.in_place_by_owner) && b.supports_reduce_dtype(buf.scalar_type())) {
-    // One reduce per owner, each on that owner's chunk of the buffer itself: the chunks are scratch, so no copy.
-    const bool divide = op == ReduceOp::kAvg && !b.supports_reduce_op(op);
-    const ReduceOp wire = divide ? ReduceOp::kSum : op;
-    std::vector<BackendWorkPtr> works;
-    for (int i = 0; i < n; ++i) works.push_back(b.reduce(buf.view({-1}).narrow(0, i * chunk, chunk), i, wire));
-    Pending p;
-    p.work = std::make_unique<WorkSet>(std::move(works));
-    if (divide) p.finalize = [own, n] { own.div_(n); };
-    return p;
-  }
   // The flat call (NCCL reduces in place when the output is the input's own chunk) or its fallback; either may
   // read the whole input while it writes the own chunk.
   return run_reduce_scatter_tensor(b, own, buf, op, rank, n);

@@ -187,21 +187,18 @@ void MasterWeights::publish_impl(bool from_masters) {
     if (world == 1) continue;
     comm::ProcessGroup copies = copies_group(g, world_);
     const int64_t part = g.layout.partition_size();
-    if (!options_.allgather_partitions) {
-      for (int r = 0; r < world; ++r)
-        copies.broadcast(g.params_flat.narrow(0, g.layout.begin(r), part), copies.ranks()[r]);
-      continue;
-    }
-    if (options_.allgather_bucket_elems >= part * world) {
+    if (options_.allgather_partitions && options_.allgather_bucket_elems >= part * world) {
       // One all-gather straight into the padded buffer, which is exactly world x partition; the input is this
       // rank's own slice of it (in place, as NCCL and Gloo allow: comm test AllGatherIntoTensorFromOwnSlice).
       copies.all_gather_into_tensor(g.params_flat, mine);
       continue;
     }
-    const int64_t chunk = std::max<int64_t>(1, options_.allgather_bucket_elems / world);
-    if (comm::backend_capabilities().in_place_by_owner) {
+    const int64_t chunk =
+        options_.allgather_partitions ? std::max<int64_t>(1, options_.allgather_bucket_elems / world) : part;
+    if (!options_.allgather_partitions || comm::backend_capabilities().in_place_by_owner) {
       // Each owner broadcasts its updated slice, a chunk at a time, straight into every rank's buffer: the chunks
-      // of the partitions are contiguous there, so nothing is staged (the form Gloo needs to avoid copies).
+      // of the partitions are contiguous there, so nothing is staged. DeepSpeed's allgather_partitions=false (whole
+      // partitions), and the form Gloo needs to avoid copies (chunks of allgather_bucket_size).
       for (int64_t pos = 0; pos < part; pos += chunk) {
         const int64_t len = std::min(chunk, part - pos);
         std::vector<comm::Work> works;
