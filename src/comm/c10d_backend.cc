@@ -13,8 +13,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -78,6 +80,7 @@ class C10dWork : public BackendWork {
     } catch (const std::exception& e) {
       rethrow_classified(e);
     }
+    await_backend_release();
   }
 
   bool is_completed() override {
@@ -89,6 +92,15 @@ class C10dWork : public BackendWork {
   }
 
  private:
+  // Gloo's worker thread marks a collective complete and only then drops its own reference to the work (and with
+  // it the tensors the collective used). Waiting for that moment, briefly, makes "the caller frees a buffer after
+  // wait()" free its memory then, not a moment later while the caller already allocates the next one: without it
+  // a stage-3 backward could hold one more gradient buffer than its schedule says, depending on thread timing.
+  void await_backend_release() {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (work_.use_count() > 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  }
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::chrono::milliseconds timeout_;
 };

@@ -37,8 +37,10 @@ constexpr int64_t kLiveBlocks = 2;
 constexpr int64_t kSmallBytes = 256 * 1024;
 // stage 2: staging buffers alive at once (grad_reducer.cc kMaxLiveStaging).
 constexpr int64_t kStagingBuffers = 4;
-// stage 3: units whose reductions may be in flight (stage3_state.h kMaxPendingReductions).
-constexpr int64_t kPendingUnits = 2;
+// stage 3: gradient blocks held at once beyond the gathered ones: one unit's gradient buffer or its reduction in
+// flight (kBucket is smaller than a block, so a reduction finishes before the next unit's buffer is taken:
+// stage3_grads.cc arm_grads). A schedule that took the next buffer with the reduction still in flight holds two.
+constexpr int64_t kGradientBlocks = 1;
 
 CountingAllocator& counter() {
   static CountingAllocator c;
@@ -136,11 +138,11 @@ void expect_peak_within_bound(int stage) {
   // Working buffers the bucket sizes bound. Stages 0 and 1 reduce and publish in place (none). Stage 2: the staging
   // buckets alive at once (a bucket closes at the first parameter that fills it, so it may exceed the bucket size
   // by up to one parameter) and the gradient autograd makes before the hook moves it. Stage 3: the gathered blocks
-  // (the live bound), a gradient buffer for each, the blocks whose reductions are in flight, and the root and
-  // persistent parameters with their gradients.
+  // (the live bound), the gradient block above with the gradient autograd hands over when a unit's buffer is
+  // taken (copied into it, then dropped), and the root and persistent parameters with their gradients.
   int64_t working = 0;
   if (stage == 2) working = (kStagingBuffers * (kBucket + largest_param) + largest_param) * 4;
-  if (stage == 3) working = (2 * kLiveBlocks * block + kPendingUnits * block + 2 * outside_blocks) * 4;
+  if (stage == 3) working = ((kLiveBlocks + kGradientBlocks) * block + largest_param + 2 * outside_blocks) * 4;
   const int64_t bound = states + overhead + working + kSmallBytes;
   const int64_t peak = stage_peak(stage, data, base);
   if (deepspeed::comm::get_rank() == 0)

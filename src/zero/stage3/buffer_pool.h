@@ -1,12 +1,14 @@
 // The stage-3 pool of contiguous buffers (DeepSpeed's contiguous memory allocator): gathered parameters and
 // gradient staging live in buffers taken from here and handed back when a unit is released, so once the first step
-// has sized the pool a training step makes few new large allocations. Buffers are reused by exact (dtype, numel);
-// the units of a model are few distinct sizes (transformer blocks share one), so the free lists stay short.
+// has sized the pool a training step makes few new large allocations. A request takes the smallest free buffer of
+// its dtype that holds it (up to twice its size; a larger one would idle most of its bytes), so units of near sizes
+// (a transformer block, the embedding, the head) share buffers.
 //
 // A free buffer is resident memory like a gathered one, so the pool keeps free buffers only while everything it
-// holds (in use + free) fits the cache limit (stage 3 sets stage3_max_live_parameters' bytes); past it a released
-// buffer goes back to the allocator. Without the limit a step that once needed many buffers at the same time would
-// keep all of them for good.
+// holds (in use + free) fits within the most it has ever had in use at once, and within the cache limit (stage 3
+// sets stage3_max_live_parameters' bytes); past that a released buffer goes back to the allocator, and a request
+// that finds no buffer to reuse first frees idle ones. So at the moment of the schedule's own peak no buffer sits
+// idle, and a step that once needed many buffers at once does not keep them all beyond the limit.
 //
 // Not thread-safe: used from the training thread and, during backward, the autograd thread, never both at once
 // (the training thread is blocked inside backward()).
@@ -14,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -24,7 +27,8 @@ namespace deepspeed::zero {
 
 class BufferPool {
  public:
-  // A buffer of exactly `numel` elements of `dtype` (contents unspecified).
+  // A 1-d buffer of exactly `numel` elements of `dtype` (contents unspecified; possibly the front of a larger
+  // allocation, whose bytes count as in use).
   at::Tensor acquire(at::ScalarType dtype, int64_t numel);
   // Gives a buffer from acquire() back for reuse.
   void release(at::Tensor buffer);
@@ -33,15 +37,19 @@ class BufferPool {
 
   int64_t allocations() const { return allocations_; }  // fresh allocations since construction
   int64_t bytes_in_use() const { return in_use_; }
-  int64_t peak_bytes_in_use() const { return peak_in_use_; }
+  int64_t peak_bytes_in_use() const { return peak_in_use_; }  // since reset_peak()
   int64_t bytes_reserved() const { return reserved_; }  // in use + free
   void reset_peak() { peak_in_use_ = in_use_; }
 
  private:
+  int64_t keep_limit() const { return std::min(cache_limit_, high_water_); }
+  void free_idle_until(int64_t bytes_needed);
+
   std::map<std::pair<int, int64_t>, std::vector<at::Tensor>> free_;
   int64_t allocations_ = 0;
   int64_t in_use_ = 0;
   int64_t peak_in_use_ = 0;
+  int64_t high_water_ = 0;  // the most ever in use at once (reset_peak() leaves it)
   int64_t reserved_ = 0;
   int64_t cache_limit_ = std::numeric_limits<int64_t>::max();
 };

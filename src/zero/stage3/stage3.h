@@ -155,9 +155,10 @@ class Stage3 : public Stage {
   void prefetch_after(const Unit& unit);
   bool keep_for_reuse(const Unit& unit) const;
   void make_room(int64_t elems, const Unit& wanted);
+  void expect_grads(Unit& unit);
   void arm_grads(Unit& unit);
   void reduce_grads(Unit& unit);
-  void drain_reductions(size_t keep);
+  void drain_reductions(size_t keep, int64_t incoming = 0);
   void note_live(int64_t delta);
   // unit_autograd.cc: the glue to autograd and to the unit wrappers.
   std::shared_ptr<detail::UnitHooks> make_unit_hooks(int id);

@@ -20,28 +20,42 @@ constexpr int64_t kGroupStride = int64_t{1} << 40;
 
 }  // namespace
 
+void Stage3::expect_grads(Unit& unit) {
+  unit.awaiting_grads = true;
+  unit.reduced = false;
+  unit.pending_grads = unit.num_params;
+}
+
+// Takes the unit's gradient buffer when its first gradient arrives, not when its backward begins: the backward
+// of a unit starts right where the activations' gradients peak (the loss's, at the head), and the buffer is not
+// needed before autograd hands over a parameter's gradient, by which time the activation gradient it came from is
+// gone.
 void Stage3::arm_grads(Unit& unit) {
   if (unit.armed) return;
   at::NoGradGuard no_grad;
+  // The gradient elements held at once (this unit's new buffer and the reductions still in flight) stay within
+  // reduce_bucket_size: reductions that would not fit beside the new buffer finish first (a unit larger than the
+  // bucket is held alone). On a CPU box every buffer is resident memory, and this is what keeps stage 3's backward
+  // at the gathered units plus one unit's gradients; a GPU config's large bucket keeps them in flight.
+  drain_reductions(kMaxPendingReductions * unit.flats.size(), unit.numel);
   for (auto& f : unit.flats) {
     f.grad_full = pool_.acquire(options_.dtype, f.layout.padded_numel());
     f.grad_full.zero_();
     for (size_t i = 0; i < f.params.size(); ++i) {
       at::Tensor view = f.grad_full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]);
       at::Tensor& g = f.params[i].mutable_grad();
-      if (g.defined()) view.copy_(g);  // a gradient autograd produced before we armed (should not happen)
+      if (g.defined()) view.copy_(g);  // the gradient whose arrival armed the unit
       g = view;
     }
   }
   unit.armed = true;
-  unit.reduced = false;
-  unit.pending_grads = unit.num_params;
 }
 
 void Stage3::param_grad_ready(int id) {
   if (!in_backward_) return;
   Unit& unit = *units_.at(id);
-  if (!unit.armed) return;  // collected at finish_backward
+  if (!unit.awaiting_grads) return;
+  arm_grads(unit);
   if (--unit.pending_grads > 0 || !options_.overlap_comm || unit.root || unit.persistent) return;
   reduce_grads(unit);
   unit.running = false;
@@ -49,7 +63,8 @@ void Stage3::param_grad_ready(int id) {
 }
 
 void Stage3::reduce_grads(Unit& unit) {
-  if (!unit.armed || unit.reduced) return;
+  if (!unit.awaiting_grads || unit.reduced) return;
+  arm_grads(unit);  // none of its gradients arrived: it reduces zeros, so that every rank runs the same collectives
   at::NoGradGuard no_grad;
   const int n = world_.size();
   const double pre = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
@@ -84,20 +99,27 @@ void Stage3::reduce_grads(Unit& unit) {
     pending_.push_back(std::move(r));
   }
   unit.armed = false;
+  unit.awaiting_grads = false;
   unit.reduced = true;
   drain_reductions(kMaxPendingReductions * unit.flats.size());
   // What stays in flight while backward goes on.
   stats_.peak_pending_reduce_elems = std::max(stats_.peak_pending_reduce_elems, pending_elems_);
 }
 
-void Stage3::drain_reductions(size_t keep) {
+void Stage3::drain_reductions(size_t keep, int64_t incoming) {
   const int n = world_.size();
   const double post = n == 1 ? 1.0 : options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
   size_t done = 0;
-  // Oldest first, until at most `keep` remain and (beyond the newest, which must travel whatever its size) their
-  // elements fit in reduce_bucket_size.
-  while (pending_.size() - done > keep ||
-         (pending_.size() - done > 1 && pending_elems_ > options_.reduce_bucket_elems)) {
+  // Oldest first, until at most `keep` remain and their elements fit in reduce_bucket_size: beside `incoming` (a
+  // gradient buffer about to be taken) when there is one, else beyond the newest, which must travel whatever its
+  // size.
+  auto over = [&] {
+    const size_t left = pending_.size() - done;
+    if (left > keep) return true;
+    if (incoming > 0) return left > 0 && pending_elems_ + incoming > options_.reduce_bucket_elems;
+    return left > 1 && pending_elems_ > options_.reduce_bucket_elems;
+  };
+  while (over()) {
     PendingReduce& r = pending_[done++];
     pending_elems_ -= r.input.numel();
     Flat& f = r.unit->flats[r.flat];
@@ -118,15 +140,19 @@ void Stage3::drain_reductions(size_t keep) {
 
 void Stage3::begin_backward(bool /*boundary*/) {
   in_backward_ = true;
-  arm_grads(*units_[root_]);
-  arm_grads(*units_[persistent_]);
+  coordinator_.begin_backward();
+  // The root and persistent units collect gradients over the whole backward.
+  for (int id : {root_, persistent_}) {
+    expect_grads(*units_[id]);
+    arm_grads(*units_[id]);
+  }
 }
 
 void Stage3::finish_backward() {
   // Units whose gradients were not all produced (unused parameters), then the root and persistent units, in unit
   // order, which every rank shares.
   for (auto& unit : units_)
-    if (unit->armed) reduce_grads(*unit);
+    if (unit->awaiting_grads) reduce_grads(*unit);
   drain_reductions(0);
   in_backward_ = false;
   for (auto& unit : units_) {

@@ -97,7 +97,9 @@ void Stage3::make_room(int64_t elems, const Unit& wanted) {
 void Stage3::prefetch_after(const Unit& unit) {
   if (options_.prefetch_bucket_elems <= 0 || !coordinator_.following()) return;
   int64_t issued = 0;
-  for (int id : coordinator_.upcoming(units_.size() * 2)) {
+  // Not across the forward's end: the first units of backward are needed only after the loss and its gradient,
+  // where activations peak, and a unit gathered for them early would be held through that peak.
+  for (int id : coordinator_.upcoming(units_.size() * 2, /*within_forward=*/true)) {
     Unit& next = *units_[id];
     if (next.id == unit.id || next.state != Unit::State::kReleased) continue;
     if (issued + next.numel > options_.prefetch_bucket_elems) break;
@@ -150,10 +152,10 @@ at::Tensor Stage3::unit_post_forward(int id, const at::Tensor& output) {
 
 void Stage3::unit_pre_backward(int id) {
   Unit& unit = *units_.at(id);
-  if (unit.armed) return;  // several outputs of one unit each carry the hook
+  if (unit.awaiting_grads) return;  // several outputs of one unit each carry the hook
   unit.running = true;
   fetch(unit);
-  arm_grads(unit);
+  expect_grads(unit);  // its gradient buffer is taken when the first gradient arrives (arm_grads)
 }
 
 std::vector<int> Stage3::gather_for_access(const std::vector<at::Tensor>& params) {

@@ -42,7 +42,8 @@ struct Stage3::Unit {
   State state = State::kReleased;
   bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
   bool running = false;  // inside its forward, or armed for its backward and not yet reduced
-  bool armed = false;
+  bool awaiting_grads = false;  // its backward has begun and its gradients are not reduced yet
+  bool armed = false;           // its gradient buffer is taken (at its first gradient: see arm_grads)
   bool reduced = false;
   int pending_grads = 0;
   int num_params = 0;
