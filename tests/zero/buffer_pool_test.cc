@@ -89,3 +89,16 @@ TEST(BufferPool, IdleBuffersDoNotOutgrowTheMostEverInUse) {
   pool.release(std::move(b));
   EXPECT_EQ(pool.bytes_reserved(), 8000);
 }
+
+// free_idle() drops every free buffer and nothing in use: the next request allocates anew.
+TEST(BufferPool, FreeIdleDropsOnlyFreeBuffers) {
+  dz::BufferPool pool;
+  at::Tensor kept = pool.acquire(at::kFloat, 1000);
+  pool.release(pool.acquire(at::kFloat, 2000));
+  EXPECT_EQ(pool.bytes_reserved(), 12000);
+  pool.free_idle();
+  EXPECT_EQ(pool.bytes_reserved(), 4000);
+  EXPECT_EQ(pool.bytes_in_use(), 4000);
+  pool.release(pool.acquire(at::kFloat, 2000));
+  EXPECT_EQ(pool.allocations(), 3);
+}

@@ -32,6 +32,11 @@ class BufferPool {
   at::Tensor acquire(at::ScalarType dtype, int64_t numel);
   // Gives a buffer from acquire() back for reuse.
   void release(at::Tensor buffer);
+  // Frees every free buffer (before a stretch where none would be reused, so that they do not sit idle).
+  void free_idle() {
+    free_.clear();
+    reserved_ = in_use_;
+  }
   // Bytes (in use + free) beyond which released buffers are freed instead of kept; default: no limit.
   void set_cache_limit(int64_t bytes) { cache_limit_ = bytes; }
 

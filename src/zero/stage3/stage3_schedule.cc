@@ -134,6 +134,9 @@ void Stage3::end_forward() {
       if (!u->persistent) release(*u);
     coordinator_.end_pass();
   }
+  // The loss and its gradient come next, where activations peak; the forward's free buffers would sit idle
+  // through it (backward takes new ones as its units come).
+  pool_.free_idle();
 }
 
 void Stage3::unit_pre_forward(int id) {
