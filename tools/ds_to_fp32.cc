@@ -1,9 +1,10 @@
-// ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>
+// ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors|output.pt>
 //
 // Merges the ZeRO fp32 partitions of every data-parallel rank of a checkpoint (the tag in
-// <dir>/latest when no tag is given) into one full fp32 state dict in safetensors format, as
-// DeepSpeed's zero_to_fp32.py does. It streams one parameter at a time, so memory stays bounded by
-// the largest parameter.
+// <dir>/latest when no tag is given) into one full fp32 state dict, as DeepSpeed's zero_to_fp32.py
+// does: in safetensors format, or torch.save's (*.pt, *.pth, *.bin), by the output's extension.
+// Rank files are mapped; safetensors output streams one parameter at a time, so memory stays bounded
+// by the largest parameter (torch output holds the parameters that straddle partitions at once).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -13,9 +14,10 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n"
+    "usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors|output.pt>\n"
     "  merges the fp32 ZeRO partitions of <checkpoint_dir>/<tag> (default: the tag in "
-    "<checkpoint_dir>/latest) into one safetensors file\n";
+    "<checkpoint_dir>/latest) into one safetensors file, or a torch.save file when the output ends in .pt, .pth "
+    "or .bin\n";
 
 }  // namespace
 

@@ -308,9 +308,12 @@ struct ConsolidateStats {
   int ranks = 0;
 };
 
-// Merges the fp32 partitions of <dir>/<tag> (tag empty: `latest`) into one safetensors file at
-// `out_path` (written crash-safely). Streams one parameter at a time: memory stays bounded by the
-// largest parameter; the rank files are mapped, not read. Throws CheckpointError naming the file
+// Merges the fp32 partitions of <dir>/<tag> (tag empty: `latest`) into one file at `out_path`
+// (written crash-safely): safetensors for *.safetensors, torch.save's format (a dict of name ->
+// tensor, what torch.load reads) for *.pt, *.pth and *.bin; another extension is an error. The
+// rank files are mapped, not read; safetensors output streams one parameter at a time (memory
+// bounded by the largest parameter), torch output holds only the parameters that straddle
+// partitions at once. Throws CheckpointError naming the file
 // and parameter on any inconsistency (missing rank, gap or overlap in a parameter's coverage, shape
 // disagreement, slice outside its partition).
 ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag,

@@ -1,4 +1,4 @@
-// consolidate_fp32: every rank's fp32 partitions of a tag merged into one safetensors file (the
+// consolidate_fp32: every rank's fp32 partitions of a tag merged into one safetensors or torch.save file (the
 // engine's side of the contract is in include/deepspeed/checkpoint.h). Rank files are mapped, so
 // reading the metadata of all ranks costs their pickles only; each parameter is then assembled (or,
 // when one fragment holds it all, written straight from the mapping) and written before the next
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/archive_writer.h"
 #include "checkpoint/partition_index.h"
 #include "checkpoint/safetensors_writer.h"
 #include "deepspeed/checkpoint.h"
@@ -20,11 +21,26 @@ void append_tensor(WritableFile& file, const at::Tensor& t) {
               static_cast<size_t>(t.numel()) * t.element_size());
 }
 
+enum class OutputFormat { kSafetensors, kTorch };
+
+// The output's format follows its extension, as users name files for the tools that read them.
+OutputFormat output_format(const std::string& path) {
+  auto ends_with = [&path](const std::string& ext) {
+    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  };
+  if (ends_with(".safetensors")) return OutputFormat::kSafetensors;
+  if (ends_with(".pt") || ends_with(".pth") || ends_with(".bin")) return OutputFormat::kTorch;
+  throw CheckpointError(::deepspeed::detail::str_cat(
+      "output ", path, ": name it *.safetensors (safetensors) or *.pt, *.pth, *.bin (torch.save's format); the "
+      "format follows the extension"));
+}
+
 }  // namespace
 
 ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag_in,
                                   const std::string& out_path, FileSystem* fs) {
   if (fs == nullptr) fs = default_file_system();
+  const OutputFormat format = output_format(out_path);
   std::string tag =
       resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
   PartitionIndex index = load_partition_index(dir, tag, fs);
@@ -48,44 +64,66 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
     }
   }
 
+  ConsolidateStats stats;
+  stats.ranks = static_cast<int>(index.files.size());
+  auto count = [&stats](int64_t bytes) {
+    stats.tensors++;
+    stats.bytes += bytes;
+    stats.largest_tensor_bytes = std::max(stats.largest_tensor_bytes, bytes);
+  };
+  // One parameter whole: the mapping itself when one fragment holds it, else assembled.
+  auto assemble = [](const SavedParam& p) {
+    for (const SavedFragment& f : p.fragments)
+      verify_tensor(f.source, ::deepspeed::detail::str_cat(kFp32FlatGroupsKey, "/", f.group));
+    if (p.fragments.size() == 1) return p.fragments[0].source.contiguous();
+    at::Tensor full = at::empty({p.numel}, at::kFloat);
+    for (const SavedFragment& f : p.fragments) full.narrow(0, f.begin, f.end - f.begin).copy_(f.source);
+    return full;
+  };
+  size_t slash = out_path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) fs->create_dirs(out_path.substr(0, slash));
+
+  if (format == OutputFormat::kTorch) {
+    // torch.save's format (what zero_to_fp32.py writes without --safe_serialization): a dict of name -> tensor in
+    // parameter order, then the buffers. Parameters one fragment holds are written from the mapping; only those
+    // straddling partitions are assembled, all before the archive is written.
+    c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+    for (const SavedParam& p : params) {
+      state.insert(p.name, assemble(p).view(p.shape));
+      count(p.numel * 4);
+    }
+    for (const auto& b : buffers) {
+      at::Tensor t = b.second.contiguous();
+      state.insert(b.first, t);
+      count(t.numel() * t.element_size());
+    }
+    write_file_atomic(
+        out_path,
+        [&](WritableFile& file) {
+          write_torch_archive(state, [&file](const char* data, size_t size) { file.append(data, size); });
+        },
+        fs);
+    return stats;
+  }
+
   std::vector<SafetensorsEntry> entries;
   for (const SavedParam& p : params) entries.push_back({p.name, at::kFloat, p.shape});
   for (const auto& b : buffers)
     entries.push_back({b.first, b.second.scalar_type(), b.second.sizes().vec()});
   std::string header =
       safetensors_header(entries, {{"format", "pt"}, {"ds_tag", tag}, {"ds_run_id", run_id}});
-
-  ConsolidateStats stats;
-  stats.ranks = static_cast<int>(index.files.size());
-  size_t slash = out_path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0) fs->create_dirs(out_path.substr(0, slash));
   write_file_atomic(
       out_path,
       [&](WritableFile& file) {
         file.append(header.data(), header.size());
         for (const SavedParam& p : params) {
-          int64_t bytes = p.numel * 4;
-          for (const SavedFragment& f : p.fragments)
-            verify_tensor(f.source, ::deepspeed::detail::str_cat(kFp32FlatGroupsKey, "/", f.group));
-          if (p.fragments.size() == 1) {
-            append_tensor(file, p.fragments[0].source.contiguous());
-          } else {
-            at::Tensor full = at::empty({p.numel}, at::kFloat);
-            for (const SavedFragment& f : p.fragments)
-              full.narrow(0, f.begin, f.end - f.begin).copy_(f.source);
-            append_tensor(file, full);
-          }
-          stats.tensors++;
-          stats.bytes += bytes;
-          stats.largest_tensor_bytes = std::max(stats.largest_tensor_bytes, bytes);
+          append_tensor(file, assemble(p));
+          count(p.numel * 4);
         }
         for (const auto& b : buffers) {
           at::Tensor t = b.second.contiguous();
           append_tensor(file, t);
-          int64_t bytes = t.numel() * t.element_size();
-          stats.tensors++;
-          stats.bytes += bytes;
-          stats.largest_tensor_bytes = std::max(stats.largest_tensor_bytes, bytes);
+          count(t.numel() * t.element_size());
         }
       },
       fs);

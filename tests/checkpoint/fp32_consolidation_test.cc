@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -193,4 +194,59 @@ TEST(DsToFp32, FlippedByteInAPartitionIsNamed) {
     EXPECT_NE(std::string(e.what()).find("('fp32_flat_groups/1')"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(ckpt::default_file_system()->file_exists(out));
+}
+
+// A *.pt output is torch.save's format: our loader and Python's torch.load both read the merged tensors, equal to
+// the originals (parameters straddling ranks included), and the buffer keeps its dtype.
+TEST(DsToFp32, TorchOutputReadsBackInLibTorchAndPython) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 3, {{0, 10, 47, 48}, {0, 3, 4, 60}});
+  const std::string out = tmp.path() + "/merged.pt";
+  ASSERT_EQ(run_tool(tmp.path() + " t " + out), 0);
+  ckpt::StateDict merged = ckpt::load_state(out);
+  const std::vector<Original> want = originals();
+  ASSERT_EQ(merged.size(), want.size() + 1);
+  for (const Original& p : want) {
+    ASSERT_TRUE(merged.contains(p.name)) << p.name;
+    EXPECT_TRUE(merged.at(p.name).toTensor().equal(p.value)) << p.name;
+  }
+  EXPECT_TRUE(merged.at("norm.running_mean").toTensor().equal(at::arange(3, at::kDouble)));
+
+  const std::string python = DS_TEST_PYTHON;
+  ASSERT_EQ(std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()), 0)
+      << python << " cannot import torch (run scripts/setup.sh)";
+  // The originals, as text Python can compare with (exact: every float32 printed with 9 significant digits).
+  std::string script = tmp.path() + "/check.py";
+  std::ofstream py(script);
+  py << "import sys, torch\nsd = torch.load(sys.argv[1])\nwant = {\n";
+  for (const Original& p : want) {
+    py << "  '" << p.name << "': (" << "[";
+    for (int64_t d : p.value.sizes()) py << d << ", ";
+    py << "], [";
+    const at::Tensor flat = p.value.reshape({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) py << std::setprecision(9) << flat[i].item<float>() << ", ";
+    py << "]),\n";
+  }
+  py << "}\n"
+        "assert sorted(sd) == sorted(list(want) + ['norm.running_mean']), list(sd)\n"
+        "for name, (shape, values) in want.items():\n"
+        "    t = sd[name]\n"
+        "    assert t.dtype == torch.float32 and list(t.shape) == shape, (name, t.dtype, t.shape)\n"
+        "    assert t.reshape(-1).tolist() == torch.tensor(values, dtype=torch.float32).tolist(), name\n"
+        "assert sd['norm.running_mean'].dtype == torch.float64\n"
+        "print('ok')\n";
+  py.close();
+  EXPECT_EQ(std::system((python + " " + script + " " + out).c_str()), 0);
+}
+
+TEST(DsToFp32, AnUnknownOutputExtensionIsRefusedBeforeAnythingIsRead) {
+  TempDir tmp;  // no checkpoint at all: the output's name is checked first
+  try {
+    ckpt::consolidate_fp32(tmp.path(), "t", tmp.path() + "/model.npz");
+    FAIL();
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("output " + tmp.path() + "/model.npz: name it *.safetensors"),
+              std::string::npos)
+        << e.what();
+  }
 }

@@ -14,7 +14,7 @@ TEST(DsToFp32Cli, HelpPrintsUsageOnStdoutAndExitsZero) {
   for (const char* flag : {"--help", "-h"}) {
     const ds_test::ToolResult r = ds_test::run_tool({DS_TO_FP32_BIN, flag});
     EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
-    EXPECT_EQ(r.out.rfind("usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors>\n", 0), 0u)
+    EXPECT_EQ(r.out.rfind("usage: ds_to_fp32 <checkpoint_dir> [tag] <output.safetensors|output.pt>\n", 0), 0u)
         << flag << ": " << r.out;
     EXPECT_EQ(r.err, "") << flag;
   }
