@@ -3,13 +3,15 @@
 # run: model construction, engine start, every step; read at exit by train_gpt's peak_rss_mb, the largest rank's),
 # beside the formula's model-state saving, with no allowance. One training run per row, each in fresh processes.
 #
-#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [STEPS=3] bench/zero/run_zero_memory.sh [BIN_DIR]
+#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [STEPS=3] [GLIBC_DEFAULTS=1] \
+#     bench/zero/run_zero_memory.sh [BIN_DIR]
 #
 # BIN_DIR (default build/bin) holds `deepspeed` and `train_gpt`. Models: 25m = 8 layers, hidden 512 (4 heads), vocab
 # 256, seq 32, micro-batch 4 (25.5M parameters); 13m = the reference GPT (6 layers, hidden 384, vocab 4096, seq 128,
 # untied head, micro-batch 8; 13.8M). Configs: examples/configs/gpt_zero{0,1,2,3}.json with the micro-batch above and,
 # for bf16, "bf16": {"enabled": true}. MALLOC_MMAP_THRESHOLD_=131072 so glibc returns freed large blocks at once
-# (otherwise its heap keeps them and a peak shows what the allocator cached, not what the program held).
+# (otherwise its heap keeps them and a peak shows what the allocator cached, not what the program held);
+# GLIBC_DEFAULTS=1 leaves glibc's defaults, for the figure a user gets without the setting.
 #
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
@@ -27,6 +29,9 @@ MODELS=${MODELS:-"25m 13m"}
 PRECISIONS=${PRECISIONS:-"fp32 bf16"}
 RANKS=${RANKS:-"2 4"}
 STEPS=${STEPS:-3}
+# GLIBC_DEFAULTS=1: glibc as it comes (freed blocks may stay in its heap and count in VmHWM).
+MALLOC_ENV="MALLOC_MMAP_THRESHOLD_=131072"
+[[ ${GLIBC_DEFAULTS:-0} == 1 ]] && MALLOC_ENV="DS_GLIBC_DEFAULTS=1"
 PORT=${MASTER_PORT:-29781}
 PYTHON=${PYTHON:-python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zero_memory.XXXXXX")
@@ -41,7 +46,7 @@ model_args() {
 }
 micro_of() { [[ $1 == 25m ]] && echo 4 || echo 8; }
 
-echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], $STEPS steps; start: $(uptime)"
+echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], $STEPS steps, $MALLOC_ENV; start: $(uptime)"
 printf "%-5s %-5s %-5s %-6s %12s %12s %14s %14s %8s\n" model prec ranks stage "params" "peak MB" "saving MB" \
   "formula MB" ratio
 for model in $MODELS; do
@@ -61,7 +66,7 @@ if prec == "bf16":
 json.dump(c, open(dst, "w"))
 PY
         # shellcheck disable=SC2046
-        out=$(MALLOC_MMAP_THRESHOLD_=131072 "$BIN/deepspeed" --num_procs "$n" --master_port "$PORT" "$BIN/train_gpt" \
+        out=$(env $MALLOC_ENV "$BIN/deepspeed" --num_procs "$n" --master_port "$PORT" "$BIN/train_gpt" \
                 --deepspeed_config "$cfg" $(model_args "$model") --steps "$STEPS" 2>&1) || {
           echo "$out" | tail -20 >&2; echo "run_zero_memory.sh: stage $stage $prec $model at $n ranks failed" >&2
           exit 1; }
