@@ -1,5 +1,6 @@
 // Stage3 construction (partitioning the model one unit at a time) and its memory accounting. The step-time
 // schedule is in stage3_schedule.cc, gradients in stage3_grads.cc, the autograd glue in unit_autograd.cc.
+#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/stage3.h"
 
 #include <ATen/ATen.h>
@@ -129,6 +130,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   // The persistent unit stays gathered for good.
   gather_async(*units_[persistent_], /*prefetch=*/false);
   wait_gathered(*units_[persistent_]);
+  release_freed_heap();  // what flattening and partitioning freed (heap_trim.h)
 }
 
 void Stage3::build_unit(Unit& unit) {

@@ -9,6 +9,7 @@
 
 #include "deepspeed/error.h"
 #include "deepspeed/zero.h"
+#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/construction_shard.h"
 #include "zero/stage3/param_owner.h"
 #include "zero/stage3/stage3.h"
@@ -55,7 +56,10 @@ Init::Init(bool enabled) : enabled_(enabled), previous_(g_init_active) {
   g_init_active = enabled_;
 }
 
-Init::~Init() { g_init_active = previous_; }
+Init::~Init() {
+  g_init_active = previous_;
+  if (enabled_) release_freed_heap();  // the whole parameters built and cut to shards (heap_trim.h)
+}
 
 class GatheredParameters::Impl {
  public:
