@@ -108,23 +108,14 @@ at::Tensor peer_tokens(uint64_t seed, int64_t step, int rank, int world, int64_t
 // it).
 int export_init(const Args& args) {
   deepspeed::models::GPT model(peer_gpt(args.seed));
-  std::vector<deepspeed::checkpoint::SafetensorsEntry> entries;
-  std::vector<at::Tensor> tensors;
+  std::vector<std::pair<std::string, at::Tensor>> params;
   for (const auto& item : model->named_parameters()) {
-    at::Tensor p = item.value().detach().contiguous();
-    DS_CHECK(p.scalar_type() == at::kFloat, "--export_init: ", item.key(), " is not fp32");
-    entries.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
-    tensors.push_back(p);
+    DS_CHECK(item.value().scalar_type() == at::kFloat, "--export_init: ", item.key(), " is not fp32");
+    params.emplace_back(item.key(), item.value());
   }
-  const std::string header = deepspeed::checkpoint::safetensors_header(
-      entries, {{"format", "pt"}, {"seed", std::to_string(args.seed)}});
-  deepspeed::checkpoint::write_file_atomic(
-      args.export_init, [&](deepspeed::checkpoint::WritableFile& f) {
-        f.append(header.data(), header.size());
-        for (const auto& t : tensors)
-          f.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.nbytes()));
-      });
-  std::printf("bench_peer_ours: wrote %zu tensors (%lld parameters) to %s\n", tensors.size(),
+  deepspeed::checkpoint::save_safetensors(args.export_init, params,
+                                          {{"format", "pt"}, {"seed", std::to_string(args.seed)}});
+  std::printf("bench_peer_ours: wrote %zu tensors (%lld parameters) to %s\n", params.size(),
               static_cast<long long>(model->config().num_parameters()), args.export_init.c_str());
   return 0;
 }

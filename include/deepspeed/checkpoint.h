@@ -59,6 +59,9 @@ class CheckpointCorruptError : public CheckpointError {
 using StateDict = c10::Dict<std::string, c10::IValue>;
 // An empty StateDict (Dict[str, Any]); nested dicts are made the same way.
 StateDict make_state_dict();
+// An empty untyped dict (Dict[str, Any]) and list (List[Any]), the values a StateDict nests.
+c10::impl::GenericDict make_any_dict();
+c10::impl::GenericList make_any_list();
 
 // ---------------------------------------------------------------------------------------------------------------
 // File-system seam.
@@ -156,8 +159,10 @@ std::vector<std::string> list_optim_states_files(const std::string& dir, const s
 
 // Writes <dir>/latest = tag crash-safely. Call it after every file of the tag is written.
 void write_latest(const std::string& dir, const std::string& tag, FileSystem* fs = nullptr);
-// The tag in <dir>/latest (whitespace trimmed). Throws CheckpointError when it is missing or empty.
-std::string read_latest(const std::string& dir, FileSystem* fs = nullptr);
+// The tag in <dir>/<file_name> (whitespace trimmed): `latest`, or `latest_universal` for a universal checkpoint.
+// Throws CheckpointError when it is missing or empty.
+std::string read_latest(const std::string& dir, FileSystem* fs = nullptr,
+                        const std::string& file_name = "latest");
 // `tag` when given, else read_latest(dir).
 std::string resolve_tag(const std::string& dir, const std::optional<std::string>& tag,
                         FileSystem* fs = nullptr);
@@ -308,7 +313,8 @@ struct ConsolidateStats {
   int ranks = 0;
 };
 
-// Merges the fp32 partitions of <dir>/<tag> (tag empty: `latest`) into one file at `out_path`
+// Merges the fp32 partitions of <dir>/<tag> (tag empty: `latest`; ours, or one Python DeepSpeed wrote) into one
+// file at `out_path`
 // (written crash-safely): safetensors for *.safetensors, torch.save's format (a dict of name ->
 // tensor, what torch.load reads) for *.pt, *.pth and *.bin; another extension is an error. The
 // rank files are mapped, not read; safetensors output streams one parameter at a time (memory

@@ -19,6 +19,7 @@
 #include <torch/nn/modules/container/any.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,6 +111,10 @@ struct LoadCheckpointOptions {
   bool load_optimizer_states = true;     // optimizer moments and step count
   bool load_lr_scheduler_states = true;  // the schedule's position (else it restarts from the config)
   bool load_module_only = false;         // weights only: no optimizer, scheduler, loss scale, counters or RNG
+  // A checkpoint written by Python DeepSpeed names parameters and buffers as its Python module did; this maps each
+  // of its names to this model's ("module.h.0.attn.c_attn.weight" -> "blocks.0.attn.qkv.weight"). Empty: names are
+  // taken as they are. Names that still match nothing are listed in the error.
+  std::function<std::string(const std::string&)> checkpoint_name_map;
 };
 
 struct LoadCheckpointResult {

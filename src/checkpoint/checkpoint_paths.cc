@@ -127,9 +127,9 @@ void write_latest(const std::string& dir, const std::string& tag, FileSystem* fs
   write_file_atomic(latest_path(dir), tag.data(), tag.size(), fs);
 }
 
-std::string read_latest(const std::string& dir, FileSystem* fs) {
+std::string read_latest(const std::string& dir, FileSystem* fs, const std::string& file_name) {
   if (fs == nullptr) fs = default_file_system();
-  std::string path = latest_path(dir);
+  std::string path = dir + "/" + file_name;
   DS_CHECK_T(CheckpointError, fs->file_exists(path), "no checkpoint in ", dir, ": ", path,
              " is missing (pass a tag explicitly)");
   std::vector<char> bytes = fs->read_file(path);

@@ -5,10 +5,12 @@
 // one is touched.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/archive_writer.h"
+#include "checkpoint/deepspeed_tag.h"
 #include "checkpoint/partition_index.h"
 #include "checkpoint/safetensors_writer.h"
 #include "deepspeed/checkpoint.h"
@@ -25,11 +27,8 @@ enum class OutputFormat { kSafetensors, kTorch };
 
 // The output's format follows its extension, as users name files for the tools that read them.
 OutputFormat output_format(const std::string& path) {
-  auto ends_with = [&path](const std::string& ext) {
-    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-  };
-  if (ends_with(".safetensors")) return OutputFormat::kSafetensors;
-  if (ends_with(".pt") || ends_with(".pth") || ends_with(".bin")) return OutputFormat::kTorch;
+  if (path.ends_with(".safetensors")) return OutputFormat::kSafetensors;
+  if (path.ends_with(".pt") || path.ends_with(".pth") || path.ends_with(".bin")) return OutputFormat::kTorch;
   throw CheckpointError(::deepspeed::detail::str_cat(
       "output ", path, ": name it *.safetensors (safetensors) or *.pt, *.pth, *.bin (torch.save's format); the "
       "format follows the extension"));
@@ -43,14 +42,19 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
   const OutputFormat format = output_format(out_path);
   std::string tag =
       resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
-  PartitionIndex index = load_partition_index(dir, tag, fs);
+  // Python DeepSpeed's tags are translated into the same partition contract (deepspeed_tag.h).
+  const bool foreign = is_python_deepspeed_tag(dir, tag, 0, fs);
+  std::optional<ForeignTag> translated;
+  if (foreign) translated = read_python_deepspeed_tag(dir, tag, {}, 0, fs);
+  PartitionIndex index = foreign ? index_partitions(tag, translated->files, translated->ranks)
+                                 : load_partition_index(dir, tag, fs);
   const std::vector<SavedParam>& params = index.params;
   const std::string& run_id = index.run_id;
 
   std::vector<std::pair<std::string, at::Tensor>> buffers;
-  std::string model_file = model_states_path(dir, tag);
-  if (fs->file_exists(model_file)) {
-    StateDict model = load_state(model_file, LoadOptions{/*mmap=*/true});
+  std::string model_file = foreign ? translated->model_file : model_states_path(dir, tag);
+  if (foreign || fs->file_exists(model_file)) {
+    StateDict model = foreign ? translated->model : load_state(model_file, LoadOptions{/*mmap=*/true});
     if (model.contains(kBufferNamesKey)) {
       for (const c10::IValue& n : model.at(kBufferNamesKey).toList()) {
         std::string key = std::string(kModuleKey) + "/" + n.toStringRef();

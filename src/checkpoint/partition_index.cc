@@ -110,36 +110,75 @@ std::vector<at::Tensor> flat_tensor_list(const StateDict& state, const char* key
   return out;
 }
 
+c10::impl::GenericDict param_slice_entry(const std::string& name, const std::vector<int64_t>& shape,
+                                         int64_t begin, int64_t end, int64_t offset) {
+  c10::impl::GenericDict d = make_any_dict();
+  d.insert(std::string("name"), name);
+  d.insert(std::string("shape"), c10::List<int64_t>(shape));
+  d.insert(std::string("begin"), begin);
+  d.insert(std::string("end"), end);
+  d.insert(std::string("offset"), offset);
+  return d;
+}
+
+StateDict partition_rank_file(int64_t rank, int64_t count, const std::vector<at::Tensor>& flat_groups,
+                              const c10::impl::GenericList& slices, const c10::IValue& optimizer) {
+  StateDict s = make_state_dict();
+  s.insert(kPartitionCountKey, count);
+  s.insert(kDpRankKey, rank);
+  c10::List<at::Tensor> groups;
+  for (const at::Tensor& t : flat_groups) groups.push_back(t);
+  s.insert(kFp32FlatGroupsKey, groups);
+  s.insert(kParamSlicesKey, slices);
+  s.insert("optimizer_state_dict", optimizer);
+  return s;
+}
+
 const SavedParam* PartitionIndex::find(const std::string& name) const {
   auto it = by_name.find(name);
   return it == by_name.end() ? nullptr : &params[it->second];
 }
 
+PartitionIndex index_partitions(const std::string& tag, std::vector<std::string> files,
+                                std::vector<StateDict> states) {
+  DS_CHECK_T(CheckpointError, files.size() == states.size() && !files.empty(), "checkpoint tag ", tag,
+             ": no rank files to index");
+  PartitionIndex index;
+  index.tag = tag;
+  for (size_t r = 0; r < files.size(); ++r) {
+    const std::string& file = files[r];
+    c10::IValue count = get(states[r], kPartitionCountKey, file);
+    DS_CHECK_T(CheckpointError,
+               count.isInt() && count.toInt() == static_cast<int64_t>(files.size()),
+               "checkpoint file ", file, ": ", kPartitionCountKey, " is ", count, " but tag ", tag,
+               " holds ", files.size(), " optimizer state files");
+    c10::IValue rank = get(states[r], kDpRankKey, file);
+    DS_CHECK_T(CheckpointError, rank.isInt() && rank.toInt() == static_cast<int64_t>(r),
+               "checkpoint file ", file, ": ", kDpRankKey, " is ", rank, ", expected ", r);
+    collect_fragments(states[r], static_cast<int>(r), file, index.params, index.by_name);
+  }
+  for (SavedParam& p : index.params) check_coverage(p);
+  index.files = std::move(files);
+  index.states = std::move(states);
+  return index;
+}
+
 PartitionIndex load_partition_index(const std::string& dir, const std::string& tag,
                                     FileSystem* fs, int mp_rank) {
   if (fs == nullptr) fs = default_file_system();
-  PartitionIndex index;
-  index.tag = tag;
-  index.files = list_optim_states_files(dir, tag, mp_rank, fs);
-  for (size_t r = 0; r < index.files.size(); ++r) {
-    const std::string& file = index.files[r];
+  std::vector<std::string> files = list_optim_states_files(dir, tag, mp_rank, fs);
+  std::vector<StateDict> states;
+  std::string run_id;
+  for (size_t r = 0; r < files.size(); ++r) {
     // Checksums per record as callers copy from them (verify_tensor): each rank reads a few.
     StateDict state =
-        load_state(file, LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
-    check_metadata(state, file, index.run_id);
-    if (r == 0) index.run_id = state.at(kRunIdKey).toStringRef();
-    c10::IValue count = get(state, kPartitionCountKey, file);
-    DS_CHECK_T(CheckpointError,
-               count.isInt() && count.toInt() == static_cast<int64_t>(index.files.size()),
-               "checkpoint file ", file, ": ", kPartitionCountKey, " is ", count, " but ", dir, "/",
-               tag, " holds ", index.files.size(), " optimizer state files");
-    c10::IValue rank = get(state, kDpRankKey, file);
-    DS_CHECK_T(CheckpointError, rank.isInt() && rank.toInt() == static_cast<int64_t>(r),
-               "checkpoint file ", file, ": ", kDpRankKey, " is ", rank, ", expected ", r);
-    collect_fragments(state, static_cast<int>(r), file, index.params, index.by_name);
-    index.states.push_back(std::move(state));
+        load_state(files[r], LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+    check_metadata(state, files[r], run_id);
+    if (r == 0) run_id = state.at(kRunIdKey).toStringRef();
+    states.push_back(std::move(state));
   }
-  for (SavedParam& p : index.params) check_coverage(p);
+  PartitionIndex index = index_partitions(tag, std::move(files), std::move(states));
+  index.run_id = run_id;
   return index;
 }
 

@@ -59,6 +59,22 @@ struct PartitionIndex {
 PartitionIndex load_partition_index(const std::string& dir, const std::string& tag,
                                     FileSystem* fs = nullptr, int mp_rank = 0);
 
+// One entry of a rank file's param_slices (the contract in deepspeed/checkpoint.h): elements [begin, end) of
+// parameter `name` sit at `offset` of the rank's flat group.
+c10::impl::GenericDict param_slice_entry(const std::string& name, const std::vector<int64_t>& shape,
+                                         int64_t begin, int64_t end, int64_t offset);
+
+// A rank file of the contract built in memory (a translated tag): partition_count, dp_rank, fp32_flat_groups,
+// param_slices (one list per group) and optimizer_state_dict (our engine's keys: type, step, state_names, state,
+// param_groups).
+StateDict partition_rank_file(int64_t rank, int64_t count, const std::vector<at::Tensor>& flat_groups,
+                              const c10::impl::GenericList& slices, const c10::IValue& optimizer);
+
+// Indexes rank files already in memory (a tag another writer made, translated: deepspeed_tag.h): the same checks
+// as load_partition_index but for the run-id stamp. `files` name the sources in errors.
+PartitionIndex index_partitions(const std::string& tag, std::vector<std::string> files,
+                                std::vector<StateDict> states);
+
 // The 1-D float32 tensors under `key` of a rank file (fp32_flat_groups, or an optimizer state
 // list).
 std::vector<at::Tensor> flat_tensor_list(const StateDict& state, const char* key,

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -450,6 +451,22 @@ c10::IValue read_python_pickle(const char* data, size_t size, const PickleStorag
                                const std::string& file) {
   Machine m(data, size, load_storage, file);
   return m.run();
+}
+
+std::optional<c10::IValue> dict_get(const c10::IValue& d, const c10::IValue& key) {
+  if (!d.isGenericDict()) return std::nullopt;
+  const c10::impl::GenericDict dict = d.toGenericDict();
+  auto it = dict.find(key);
+  if (it == dict.end()) return std::nullopt;
+  return it->value();
+}
+
+bool is_torch_archive(const std::string& path) {
+  try {
+    return caffe2::serialize::PyTorchStreamReader(path).hasRecord("data.pkl");
+  } catch (const c10::Error&) {
+    return false;
+  }
 }
 
 c10::IValue load_python_torch_file(const std::string& path) {

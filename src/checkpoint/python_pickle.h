@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace deepspeed::checkpoint {
@@ -35,6 +36,12 @@ using PickleStorageLoader = std::function<c10::Storage(const std::string& key, a
 // Unpickles `size` bytes at `data`. `file` names the source in errors (CheckpointError, one line).
 c10::IValue read_python_pickle(const char* data, size_t size, const PickleStorageLoader& load_storage,
                                const std::string& file);
+
+// d[key] when `d` is a dict holding `key` (the dicts read_python_pickle makes are keyed by Any).
+std::optional<c10::IValue> dict_get(const c10::IValue& d, const c10::IValue& key);
+
+// True when `path` opens as a torch.save zip archive with a pickle (whatever the pickle holds).
+bool is_torch_archive(const std::string& path);
 
 // A whole torch.save file written by Python: its data.pkl through read_python_pickle, tensors copied out of their
 // records.

@@ -1,5 +1,7 @@
-// Builds safetensors headers (see safetensors_writer.h).
+// Builds safetensors headers and small safetensors files (see safetensors_writer.h).
 #include "checkpoint/safetensors_writer.h"
+
+#include <ATen/ATen.h>
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +64,21 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
   uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json;
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::vector<SafetensorsEntry> entries;
+  std::vector<at::Tensor> data;
+  for (const auto& [name, t] : tensors) {
+    data.push_back(t.detach().to(at::kCPU).contiguous());
+    entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  }
+  const std::string header = safetensors_header(entries, metadata);
+  write_file_atomic(path, [&](WritableFile& f) {
+    f.append(header.data(), header.size());
+    for (const at::Tensor& t : data) f.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.nbytes()));
+  });
 }
 
 }  // namespace deepspeed::checkpoint

@@ -4,6 +4,7 @@
 // in the order the entries were given, so a writer never needs more than one tensor in memory.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -28,5 +29,10 @@ std::string safetensors_dtype(at::ScalarType dtype);
 // "__metadata__" (string to string, as the format requires).
 std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
                                const std::vector<std::pair<std::string, std::string>>& metadata);
+
+// Writes named CPU tensors (contiguous copies taken where needed) as one safetensors file, crash-safely
+// (write_file_atomic). For a few tensors held in memory anyway: initial weights, small exports.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::vector<std::pair<std::string, std::string>>& metadata);
 
 }  // namespace deepspeed::checkpoint

@@ -249,11 +249,6 @@ void storage_paths(const c10::IValue& value, const std::string& path,
   }
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Dicts as callers expect them whatever the pickle recorded: one whose keys are all strings becomes
 // Dict[str, Any], at every depth. A plain pickle (Python's torch.save, and ours) records no key or
 // value types, so its dicts come out as Dict[Any, Any]; older files of ours recorded them.
@@ -291,7 +286,7 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
   // The pickle first: it is small, and a damaged one would otherwise surface as a baffling
   // unpickling error.
   for (const ZipRecord& r : bytes->records())
-    if (ends_with(r.name, "/data.pkl")) bytes->verify_at(r.offset, "data.pkl");
+    if (r.name.ends_with("/data.pkl")) bytes->verify_at(r.offset, "data.pkl");
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
@@ -354,10 +349,15 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
 
 }  // namespace
 
-StateDict make_state_dict() {
-  return c10::impl::toTypedDict<std::string, c10::IValue>(
-      c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+c10::impl::GenericDict make_any_dict() {
+  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
+
+StateDict make_state_dict() {
+  return c10::impl::toTypedDict<std::string, c10::IValue>(make_any_dict());
+}
+
+c10::impl::GenericList make_any_list() { return c10::impl::GenericList(c10::AnyType::get()); }
 
 std::vector<char> serialize_state(const StateDict& state) {
   return torch_archive_bytes(c10::IValue(state));

@@ -76,7 +76,6 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
              "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
              "(its files can be uploaded with wandb's own tools)");
-  reject_if(cfg.checkpoint.load_universal, "checkpoint.load_universal", "universal checkpoint loading");
   reject_if(cfg.memory_breakdown, "memory_breakdown", "the per-step memory breakdown log");
   reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
             "zero_optimization.allgather_partitions false)");

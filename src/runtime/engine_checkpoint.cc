@@ -20,6 +20,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "checkpoint/partition_index.h"
 #include "deepspeed/accelerator.h"
 #include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
@@ -108,11 +109,6 @@ void remove_stale_checkpoint_files(const std::string& dir, const std::string& ta
         "deepspeed: warning: save_checkpoint: leftovers of interrupted saves stay in %s: %s\n",
         dir.c_str(), e.what());
   }
-}
-
-c10::impl::GenericList any_list() { return c10::impl::GenericList(c10::AnyType::get()); }
-c10::impl::GenericDict any_dict() {
-  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
 }  // namespace
@@ -222,36 +218,31 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
   // One list each: c10 lists are shared handles, so filling the vector with copies of one would give every group
   // the same list.
   std::vector<c10::impl::GenericList> per_group;
-  for (size_t g = 0; g < masters.size(); ++g) per_group.push_back(any_list());
+  for (size_t g = 0; g < masters.size(); ++g) per_group.push_back(ckpt::make_any_list());
   for (const auto& f : master_fragments()) {
     if (!holds(f.group)) continue;
-    c10::impl::GenericDict d = any_dict();
-    d.insert(std::string("name"), names[f.group][f.index]);
-    d.insert(std::string("shape"), c10::List<int64_t>(f.shape));
-    d.insert(std::string("begin"), f.begin);
-    d.insert(std::string("end"), f.end);
-    d.insert(std::string("offset"), f.offset);
-    per_group[f.group].push_back(d);
+    per_group[f.group].push_back(
+        ckpt::param_slice_entry(names[f.group][f.index], f.shape, f.begin, f.end, f.offset));
   }
-  c10::impl::GenericList slices = any_list();
+  c10::impl::GenericList slices = ckpt::make_any_list();
   for (auto& l : per_group) slices.push_back(l);
   state.insert(ckpt::kParamSlicesKey, slices);
 
-  c10::impl::GenericDict opt = any_dict();
+  c10::impl::GenericDict opt = ckpt::make_any_dict();
   if (optimizer_) {
     opt.insert(std::string("type"), optimizer_->name());
     opt.insert(std::string("step"), optimizer_->step_count());
     const auto state_names = optimizer_->state_names();
     opt.insert(std::string("state_names"), c10::List<std::string>(state_names));
-    c10::impl::GenericList states = any_list();
-    c10::impl::GenericList param_groups = any_list();
+    c10::impl::GenericList states = ckpt::make_any_list();
+    c10::impl::GenericList param_groups = ckpt::make_any_list();
     for (size_t g = 0; g < masters.size(); ++g) {
-      c10::impl::GenericDict s = any_dict();
+      c10::impl::GenericDict s = ckpt::make_any_dict();
       const auto& tensors = train_state.states.at(g);
       for (size_t k = 0; k < state_names.size(); ++k)
         s.insert(state_names[k], holds(g) ? tensors.at(k) : empty);
       states.push_back(s);
-      c10::impl::GenericDict pg = any_dict();
+      c10::impl::GenericDict pg = ckpt::make_any_dict();
       pg.insert(std::string("lr"), optimizer_->lr(g));
       if (auto m = optimizer_->momentum(g)) pg.insert(std::string("momentum"), *m);
       param_groups.push_back(pg);
@@ -319,9 +310,9 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
 
   const auto names = parameter_names();
   const auto shapes = parameter_shapes();
-  c10::impl::GenericList param_shapes = any_list();
+  c10::impl::GenericList param_shapes = ckpt::make_any_list();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    c10::impl::GenericDict group = any_dict();
+    c10::impl::GenericDict group = ckpt::make_any_dict();
     for (size_t i = 0; i < names[g].size(); ++i)
       group.insert(names[g][i], c10::List<int64_t>(shapes[g][i]));
     param_shapes.push_back(group);
@@ -340,14 +331,14 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
   state.insert("ds_config", config_.dump());
   if (scheduler_) {
-    c10::impl::GenericDict s = any_dict();
+    c10::impl::GenericDict s = ckpt::make_any_dict();
     s.insert(std::string("type"), std::string(scheduler_->type()));
     s.insert(std::string("last_batch_iteration"), scheduler_->state_dict().last_batch_iteration);
     state.insert("lr_scheduler", s);
   }
   if (scaler_) {
     const runtime::LossScaler::State st = scaler_->state();
-    c10::impl::GenericDict s = any_dict();
+    c10::impl::GenericDict s = ckpt::make_any_dict();
     s.insert(std::string("cur_scale"), st.cur_scale);
     s.insert(std::string("cur_iter"), st.cur_iter);
     s.insert(std::string("last_overflow_iter"), st.last_overflow_iter);

@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <set>
 
+#include "checkpoint/deepspeed_tag.h"
 #include "checkpoint/partition_index.h"
+#include "checkpoint/universal.h"
 #include "deepspeed/accelerator.h"
 #include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
@@ -95,20 +97,35 @@ std::vector<CopyRun> plan_copies(const std::vector<zero::MasterFragment>& mine,
                                  const std::vector<std::string>& other_ranks_names) {
   std::set<std::string> model_names(other_ranks_names.begin(), other_ranks_names.end());
   for (const auto& g : names) model_names.insert(g.begin(), g.end());
+  // Every mismatch in one line (a name map that is off shows as a pattern), every rank alike.
+  std::vector<std::string> missing, extra, mismatched;
   for (const auto& p : index.params)
-    DS_CHECK_T(CheckpointError, model_names.count(p.name), "checkpoint ", where,
-               " holds parameter '", p.name, "', which this model does not have");
-  // Every rank checks every parameter, so every rank refuses alike.
+    if (!model_names.count(p.name)) extra.push_back("'" + p.name + "'");
   for (size_t g = 0; g < names.size(); ++g)
     for (size_t i = 0; i < names[g].size(); ++i) {
       const ckpt::SavedParam* p = index.find(names[g][i]);
-      DS_CHECK_T(CheckpointError, p != nullptr, "checkpoint ", where, " has no parameter '",
-                 names[g][i], "' (it holds ", index.params.size(),
-                 " parameters; was it saved from another model?)");
-      DS_CHECK_T(CheckpointError, p->shape == shapes[g][i], "checkpoint ", where, ": parameter '",
-                 names[g][i], "' has shape ", shape_str(p->shape), ", this model's is ",
-                 shape_str(shapes[g][i]));
+      if (p == nullptr)
+        missing.push_back("'" + names[g][i] + "'");
+      else if (p->shape != shapes[g][i])
+        mismatched.push_back("'" + names[g][i] + "' " + shape_str(p->shape) + " vs this model's " +
+                             shape_str(shapes[g][i]));
     }
+  if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
+    auto list = [](const std::vector<std::string>& items) {
+      std::string s;
+      for (size_t i = 0; i < items.size() && i < 6; ++i) s += (i ? ", " : "") + items[i];
+      if (items.size() > 6) s += ", ... (" + std::to_string(items.size()) + " in all)";
+      return s;
+    };
+    std::string msg = "checkpoint " + where + " does not match this model (it holds " +
+                      std::to_string(index.params.size()) + " parameters; saved from another model, or names "
+                      "that need a checkpoint_name_map?):";
+    if (!missing.empty()) msg += " missing " + list(missing) + ";";
+    if (!extra.empty()) msg += " not in this model " + list(extra) + ";";
+    if (!mismatched.empty()) msg += " shape differs for " + list(mismatched) + ";";
+    msg.pop_back();
+    throw CheckpointError(msg);
+  }
   std::vector<CopyRun> runs;
   for (const auto& f : mine) {
     const ckpt::SavedParam* p = index.find(names[f.group][f.index]);
@@ -186,13 +203,17 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   check_boundary("load_checkpoint");
   ckpt::FileSystem* fs = ckpt::default_file_system();
   std::string tag = options.tag.value_or("");
-  if (tag.empty() && !fs->file_exists(ckpt::latest_path(dir))) {
+  // A universal checkpoint's tag is in latest_universal (ds_to_universal writes it), as DeepSpeed reads it.
+  const bool universal = config_.checkpoint.load_universal;
+  const std::string latest =
+      universal ? dir + "/" + ckpt::kLatestUniversal : ckpt::latest_path(dir);
+  if (tag.empty() && !fs->file_exists(latest)) {
     if (world_.rank() == 0)
       std::fprintf(
           stderr,
           "deepspeed: warning: load_checkpoint: no file %s; nothing loaded (pass a tag to load a "
           "specific checkpoint)\n",
-          ckpt::latest_path(dir).c_str());
+          latest.c_str());
     return std::nullopt;
   }
   const bool full = !options.load_module_only;
@@ -213,19 +234,40 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   const int64_t batch = config_.train_batch_size.value();
   at::Tensor rng;
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
-    if (tag.empty()) tag = ckpt::read_latest(dir, fs);
+    if (tag.empty())
+      tag = ckpt::read_latest(dir, fs, universal ? ckpt::kLatestUniversal : "latest");
     result.path = ckpt::tag_dir(dir, tag);
-    model_file = ckpt::model_states_path(dir, tag, mp_rank());
-    // Checksums of what this load uses only (the module's weights in this file are not read: the
-    // fp32 masters come from the rank files).
-    model = ckpt::load_state(model_file,
-                             ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
-    ckpt::check_metadata(model, model_file);
-    index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
-    const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
-    DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],
-               " is from another run than ", model_file, " (ds_run_id '", index.run_id, "' vs '",
-               model_run, "'): the tag directory mixes two checkpoints");
+    if (universal) {
+      // Every parameter whole in its own folder: loadable at any world size, stage or layout.
+      DS_CHECK_T(CheckpointError, !has_experts_ && mp_rank() == 0, "checkpoint ", result.path,
+                 ": loading a universal checkpoint into an engine with MoE experts or pipeline stages is not "
+                 "supported");
+      ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs);
+      model_file = foreign.model_file;
+      model = foreign.model;
+      index = ckpt::index_partitions(tag, std::move(foreign.files), std::move(foreign.ranks));
+    } else if (ckpt::is_python_deepspeed_tag(dir, tag, mp_rank(), fs)) {
+      // Written by Python DeepSpeed: translated into our layout, then loaded like ours.
+      DS_CHECK_T(CheckpointError, !has_experts_, "checkpoint ", result.path,
+                 " was written by Python DeepSpeed: loading its MoE expert files is not supported");
+      ckpt::ForeignTag foreign =
+          ckpt::read_python_deepspeed_tag(dir, tag, options.checkpoint_name_map, mp_rank(), fs);
+      model_file = foreign.model_file;
+      model = foreign.model;
+      index = ckpt::index_partitions(tag, std::move(foreign.files), std::move(foreign.ranks));
+    } else {
+      model_file = ckpt::model_states_path(dir, tag, mp_rank());
+      // Checksums of what this load uses only (the module's weights in this file are not read: the
+      // fp32 masters come from the rank files).
+      model = ckpt::load_state(model_file,
+                               ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
+      ckpt::check_metadata(model, model_file);
+      index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
+      const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
+      DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],
+                 " is from another run than ", model_file, " (ds_run_id '", index.run_id, "' vs '",
+                 model_run, "'): the tag directory mixes two checkpoints");
+    }
 
     const auto names = parameter_names();
     runs = plan_copies(master_fragments(), names, parameter_shapes(), index, result.path,
@@ -246,12 +288,19 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     }
     if (load_optimizer) {
       saved_opt = read_optimizer(index);
+      // A file that does not name its optimizer (Python DeepSpeed's) must hold the same state tensors.
+      auto joined = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+        return s;
+      };
       DS_CHECK_T(CheckpointError,
-                 saved_opt.type == optimizer_->name() &&
+                 (saved_opt.type.empty() || saved_opt.type == optimizer_->name()) &&
                      saved_opt.state_names == optimizer_->state_names(),
-                 "checkpoint ", result.path, " holds the state of optimizer '", saved_opt.type,
-                 "', this engine runs '", optimizer_->name(),
-                 "'; load it with load_optimizer_states=false");
+                 "checkpoint ", result.path, " holds the state of optimizer '",
+                 saved_opt.type.empty() ? "?" : saved_opt.type, "' (", joined(saved_opt.state_names),
+                 "), this engine runs '", optimizer_->name(), "' (", joined(optimizer_->state_names()),
+                 "); load it with load_optimizer_states=false");
       DS_CHECK_T(CheckpointError, optimizer_->archive().empty() || saved_opt.archive.defined(),
                  "checkpoint ", result.path,
                  " has no client optimizer state; load it with load_optimizer_states=false");
@@ -270,7 +319,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     if (full && options.load_lr_scheduler_states && scheduler_ && model.contains("lr_scheduler")) {
       c10::impl::GenericDict s = model.at("lr_scheduler").toGenericDict();
       const std::string where = "checkpoint file " + model_file + ": lr_scheduler";
-      const std::string type = entry(s, "type", where).toStringRef();
+      // Python DeepSpeed's scheduler state does not name its type.
+      const std::string type = s.contains(std::string("type")) ? entry(s, "type", where).toStringRef()
+                                                               : std::string(scheduler_->type());
       DS_CHECK_T(CheckpointError, type == scheduler_->type(), where, " is a ", type,
                  ", this engine runs a ", scheduler_->type(),
                  "; load it with load_lr_scheduler_states=false");
@@ -282,8 +333,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     samples = full && model.contains("global_samples") ? model.at("global_samples").toInt()
                                                        : steps * batch;
     saved_batch = model.contains("train_batch_size") ? model.at("train_batch_size").toInt() : batch;
-    if (full && index.files.size() == static_cast<size_t>(world_.size()))
-      rng = entry(index.states[world_.rank()], "rng_state", index.files[world_.rank()]).toTensor();
+    if (full && index.files.size() == static_cast<size_t>(world_.size()) &&
+        index.states[world_.rank()].contains("rng_state"))  // Python DeepSpeed's files have none
+      rng = index.states[world_.rank()].at("rng_state").toTensor();
     if (rng.defined()) ckpt::verify_tensor(rng, "rng_state");
     for (const CopyRun& run : runs) {
       ckpt::verify_tensor(run.saved->source, std::string(ckpt::kFp32FlatGroupsKey) + "/" +
@@ -304,6 +356,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   });
   // Every rank's checks passed: apply (collective too, so an I/O error of the NVMe swapper fails
   // every rank alike).
+  bool lrs_restored = false;  // the optimizer's learning rates came from the checkpoint
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     at::NoGradGuard no_grad;
     CheckpointState live = checkpoint_state();
@@ -324,10 +377,21 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     for (auto& [ours, saved] : buffers) ours.copy_(saved);
     if (load_optimizer) {
       optimizer_->set_step_count(saved_opt.step);
-      if (saved_opt.lrs.size() == groups_.size())
+      // Group by group when the groups correspond; otherwise (Python DeepSpeed's one group, a universal
+      // checkpoint's group per parameter) the one value they all share.
+      const bool same_groups = saved_opt.lrs.size() == groups_.size();
+      const bool one_value =
+          !saved_opt.lrs.empty() &&
+          std::all_of(saved_opt.lrs.begin(), saved_opt.lrs.end(),
+                      [&](double lr) { return lr == saved_opt.lrs[0]; }) &&
+          std::all_of(saved_opt.momenta.begin(), saved_opt.momenta.end(),
+                      [&](const std::optional<double>& m) { return m == saved_opt.momenta[0]; });
+      lrs_restored = same_groups || one_value;
+      if (lrs_restored)
         for (size_t g = 0; g < groups_.size(); ++g) {
-          optimizer_->set_lr(g, saved_opt.lrs[g]);
-          if (saved_opt.momenta[g]) optimizer_->set_momentum(g, *saved_opt.momenta[g]);
+          const size_t s = same_groups ? g : 0;
+          optimizer_->set_lr(g, saved_opt.lrs[s]);
+          if (saved_opt.momenta[s]) optimizer_->set_momentum(g, *saved_opt.momenta[s]);
         }
       if (saved_opt.archive.defined()) {
         at::Tensor bytes = saved_opt.archive.contiguous();
@@ -360,7 +424,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       if (scaler_state) scaler_->load_state(*scaler_state);
       if (scheduler_state) {
         scheduler_->load_state_dict(*scheduler_state);
-        if (!load_optimizer) apply_schedule();
+        if (!lrs_restored) apply_schedule();  // the schedule's values at the restored position
       }
       if (rng.defined()) accelerator::get_accelerator().set_rng_state(rng);
     }

@@ -1,7 +1,7 @@
 // ds_to_fp32 end to end: synthetic ZeRO checkpoints (2 and 3 ranks, uneven splits, parameters
 // straddling ranks and groups, padding) written per the contract in deepspeed/checkpoint.h, merged
 // by the real tool, read back by an independent safetensors reader here, and compared with the
-// original tensors.
+// original tensors. The same partitions converted to the universal layout and read back.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/partition_index.h"
+#include "checkpoint/universal.h"
 #include "deepspeed/checkpoint.h"
 #include "safetensors_reader.h"
 #include "temp_dir.h"
@@ -246,6 +248,48 @@ TEST(DsToFp32, AnUnknownOutputExtensionIsRefusedBeforeAnythingIsRead) {
     FAIL();
   } catch (const ckpt::CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("output " + tmp.path() + "/model.npz: name it *.safetensors"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The universal layout from the same synthetic partitions (3 ranks, parameters straddling them): every parameter
+// whole in zero/<name>/fp32.pt, latest_universal beside the output, and read_universal gives each back as one
+// fragment of its own group. Checked against the original tensors, read with the plain torch-file loader.
+TEST(Universal, ThreeRanksBecomeOneFolderPerParameterAndReadBack) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 3, {{0, 20, 40, 48}, {0, 25, 50, 60}});
+  const std::string out = tmp.path() + "/uni/t_universal";
+  const ckpt::UniversalStats stats = ckpt::write_universal(tmp.path(), "t", out);
+  EXPECT_EQ(stats.params, 5);
+  EXPECT_EQ(stats.ranks, 3);
+  EXPECT_EQ(ckpt::read_latest(tmp.path() + "/uni", nullptr, ckpt::kLatestUniversal), "t_universal");
+  for (const Original& p : originals()) {
+    const ckpt::StateDict f = ckpt::load_state(out + "/zero/" + p.name + "/fp32.pt");
+    EXPECT_TRUE(f.at("param").toTensor().equal(p.value)) << p.name;
+  }
+  const ckpt::ForeignTag back = ckpt::read_universal(tmp.path() + "/uni", "t_universal");
+  const ckpt::PartitionIndex index = ckpt::index_partitions("t_universal", back.files, back.ranks);
+  ASSERT_EQ(index.params.size(), 5u);
+  for (const Original& p : originals()) {
+    const ckpt::SavedParam* saved = index.find(p.name);
+    ASSERT_NE(saved, nullptr) << p.name;
+    ASSERT_EQ(saved->fragments.size(), 1u);
+    EXPECT_TRUE(saved->fragments[0].source.view(p.value.sizes()).equal(p.value)) << p.name;
+  }
+  // The model file came along: its buffer is there.
+  EXPECT_TRUE(back.model.at(ckpt::kModuleKey).toGenericDict().contains(std::string("norm.running_mean")));
+}
+
+TEST(Universal, ANonUniversalTagIsRefusedNamingTheConversion) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 24, 48}, {0, 30, 60}});
+  try {
+    ckpt::read_universal(tmp.path(), "t");
+    FAIL();
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a universal checkpoint (no zero/ folder): convert it with "
+                                         "ds_to_universal"),
               std::string::npos)
         << e.what();
   }

@@ -169,7 +169,7 @@ TEST(PythonPickle, ReadsDeepSpeedsOwnCheckpoints) {
                          "import deepspeed, deepspeed.comm.torch\n"
                          "# No JIT-built ops (minutes on a fresh machine): DeepSpeed's shared-memory all-reduce op\n"
                          "# is an inference speed-up, and torch's Adam replaces its fused one.\n"
-                         "deepspeed.comm.torch.build_shm_op = lambda: None\n"
+                         "sys.modules['deepspeed.comm.torch'].build_shm_op = lambda: None  # deepspeed.comm.torch is torch\n"
                          "for stage, bf16 in ((0, False), (2, True), (3, False)):\n"
                          "    torch.manual_seed(0)\n"
                          "    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))\n"

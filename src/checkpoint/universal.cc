@@ -1,0 +1,238 @@
+// DeepSpeed's universal checkpoint layout, written from and read into the fp32 partition contract (universal.h).
+#include "checkpoint/universal.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "checkpoint/archive_writer.h"
+#include "checkpoint/partition_index.h"
+#include "checkpoint/python_pickle.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+using GenericDict = c10::impl::GenericDict;
+using GenericList = c10::impl::GenericList;
+
+std::string parent_dir(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+void write_value(const std::string& path, const c10::IValue& value, FileSystem* fs) {
+  write_file_atomic(
+      path,
+      [&](WritableFile& f) { write_torch_archive(value, [&](const char* d, size_t n) { f.append(d, n); }); }, fs);
+}
+
+// One rank file's optimizer part: its state tensors by group, name by name.
+struct RankOptimizer {
+  std::vector<std::string> names;
+  std::vector<std::vector<at::Tensor>> groups;  // [group][k]
+};
+
+RankOptimizer rank_optimizer(const StateDict& state, const std::string& file) {
+  RankOptimizer out;
+  auto it = state.find("optimizer_state_dict");
+  if (it == state.end() || !it->value().isGenericDict()) return out;  // saved without an optimizer
+  const GenericDict opt = it->value().toGenericDict();
+  auto names = opt.find(std::string("state_names"));
+  auto states = opt.find(std::string("state"));
+  if (names == opt.end() || states == opt.end()) return out;
+  for (const c10::IValue& n : names->value().toList()) out.names.push_back(n.toStringRef());
+  for (const c10::IValue& g : states->value().toList()) {
+    out.groups.emplace_back();
+    for (const std::string& n : out.names) {
+      auto t = g.toGenericDict().find(n);
+      DS_CHECK_T(CheckpointError, t != g.toGenericDict().end() && t->value().isTensor(), "checkpoint file ", file,
+                 ": optimizer state '", n, "' is missing in a group");
+      out.groups.back().push_back(t->value().toTensor());
+    }
+  }
+  return out;
+}
+
+std::optional<GenericList> lookup_list(const c10::IValue& d, const std::string& key) {
+  std::optional<c10::IValue> v = dict_get(d, key);
+  if (!v || !v->isList()) return std::nullopt;
+  return v->toList();
+}
+
+// A file of the universal layout: {"param": tensor} (or, for step.pt, the value itself).
+c10::IValue read_value(const std::string& path) { return load_python_torch_file(path); }
+
+at::Tensor param_tensor(const std::string& path) {
+  const c10::IValue v = read_value(path);
+  DS_CHECK_T(CheckpointError, v.isGenericDict(), "checkpoint file ", path, " holds a ", v.tagKind(),
+             ", not {'param': tensor}");
+  auto it = v.toGenericDict().find(std::string("param"));
+  DS_CHECK_T(CheckpointError, it != v.toGenericDict().end() && it->value().isTensor(), "checkpoint file ", path,
+             " has no 'param' tensor");
+  at::Tensor t = it->value().toTensor();
+  DS_CHECK_T(CheckpointError, t.is_floating_point(), "checkpoint file ", path, ": 'param' is ", t.scalar_type());
+  return t.to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+UniversalStats write_universal(const std::string& dir, const std::string& tag_in, const std::string& out_dir,
+                               FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
+  const bool foreign = is_python_deepspeed_tag(dir, tag, 0, fs);
+  std::optional<ForeignTag> translated;
+  if (foreign) translated = read_python_deepspeed_tag(dir, tag, {}, 0, fs);
+  const PartitionIndex index =
+      foreign ? index_partitions(tag, translated->files, translated->ranks) : load_partition_index(dir, tag, fs);
+  std::vector<RankOptimizer> optimizers;
+  for (size_t r = 0; r < index.states.size(); ++r) optimizers.push_back(rank_optimizer(index.states[r], index.files[r]));
+  int64_t step = 0;
+  GenericList param_groups = make_any_list();
+  if (auto it = index.states[0].find("optimizer_state_dict"); it != index.states[0].end()) {
+    const GenericDict opt = it->value().toGenericDict();
+    if (auto s = opt.find(std::string("step")); s != opt.end()) step = s->value().toInt();
+    if (auto pgs = opt.find(std::string("param_groups")); pgs != opt.end())
+      for (const c10::IValue& pg : pgs->value().toList()) {
+        GenericDict g = make_any_dict();
+        if (auto lr = pg.toGenericDict().find(std::string("lr")); lr != pg.toGenericDict().end())
+          g.insert(std::string("lr"), lr->value());
+        param_groups.push_back(g);
+      }
+  }
+
+  UniversalStats stats;
+  stats.ranks = static_cast<int>(index.files.size());
+  const std::string zero = out_dir + "/zero";
+  for (const SavedParam& p : index.params) {
+    const std::string folder = zero + "/" + p.name;
+    fs->create_dirs(folder);
+    at::Tensor fp32 = at::empty({p.numel}, at::kFloat);
+    const std::vector<std::string>& names = optimizers[0].names;
+    std::vector<at::Tensor> states;
+    for (size_t k = 0; k < names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
+    for (const SavedFragment& f : p.fragments) {
+      const int64_t n = f.end - f.begin;
+      verify_tensor(f.source, p.name);
+      fp32.narrow(0, f.begin, n).copy_(f.source);
+      const RankOptimizer& ro = optimizers[static_cast<size_t>(f.rank)];
+      DS_CHECK_T(CheckpointError, ro.names == names, "checkpoint file ", index.files[static_cast<size_t>(f.rank)],
+                 " holds other optimizer states than rank 0's");
+      for (size_t k = 0; k < names.size(); ++k) {
+        const at::Tensor src = ro.groups.at(f.group).at(k).narrow(0, f.offset, n);
+        verify_tensor(src, p.name + " " + names[k]);
+        states[k].narrow(0, f.begin, n).copy_(src);
+      }
+    }
+    auto write_param = [&](const std::string& file, const at::Tensor& flat) {
+      GenericDict d = make_any_dict();
+      d.insert(std::string("param"), flat.view(p.shape));
+      write_value(folder + "/" + file, d, fs);
+      stats.bytes += flat.numel() * 4;
+    };
+    write_param("fp32.pt", fp32);
+    for (size_t k = 0; k < names.size(); ++k) write_param(names[k] + ".pt", states[k]);
+    if (!names.empty()) write_value(folder + "/step.pt", at::scalar_tensor(static_cast<double>(step), at::kFloat), fs);
+    ++stats.params;
+  }
+  GenericDict optimizer_state = make_any_dict();
+  optimizer_state.insert(std::string("param_groups"), param_groups);
+  optimizer_state.insert(std::string("ds_version"), std::string(kUniversalLayoutVersion));
+  write_value(zero + "/optimizer_state.pt", optimizer_state, fs);
+  // The model files as they are: counters, scheduler, buffers and client state, for either engine to read.
+  for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
+    if (name.ends_with("model_states.pt") && name.rfind("layer_", 0) != 0) {
+      const std::vector<char> bytes = fs->read_file(tag_dir(dir, tag) + "/" + name);
+      write_file_atomic(out_dir + "/" + name, bytes.data(), bytes.size(), fs);
+    }
+  const std::string latest = parent_dir(out_dir) + "/" + kLatestUniversal;
+  const std::string out_tag = base_name(out_dir);
+  write_file_atomic(latest, out_tag.data(), out_tag.size(), fs);
+  return stats;
+}
+
+ForeignTag read_universal(const std::string& dir, const std::string& tag, const CheckpointNameMap& map,
+                          FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  const std::string zero = tag_dir(dir, tag) + "/zero";
+  DS_CHECK_T(CheckpointError, fs->is_dir(zero), "checkpoint ", tag_dir(dir, tag),
+             " is not a universal checkpoint (no zero/ folder): convert it with ds_to_universal, or load it with "
+             "checkpoint.load_universal false");
+  ForeignTag out;
+  out.model = read_model_states(dir, tag, map, 0, fs, &out.model_file);
+  // The learning rate DeepSpeed's param group 0 had (each of our groups is one parameter).
+  std::optional<double> lr;
+  const c10::IValue opt = read_value(zero + "/optimizer_state.pt");
+  if (auto groups = lookup_list(opt, "param_groups"); groups && !groups->empty())
+    if (auto l = dict_get(groups->get(0), std::string("lr")); l && (l->isDouble() || l->isInt()))
+      lr = l->isDouble() ? l->toDouble() : static_cast<double>(l->toInt());
+
+  std::vector<at::Tensor> flats;
+  GenericList slices = make_any_list(), states = make_any_list(), param_groups = make_any_list();
+  std::vector<std::string> state_names;
+  int64_t step = 0;
+  bool first = true;
+  for (const std::string& name : fs->list_dir(zero)) {
+    const std::string folder = zero + "/" + name;
+    if (!fs->is_dir(folder)) continue;
+    std::vector<std::string> names;
+    bool has_step = false;
+    for (const std::string& file : fs->list_dir(folder)) {
+      if (!file.ends_with(".pt")) continue;
+      const std::string key = file.substr(0, file.size() - 3);
+      if (key == "step")
+        has_step = true;
+      else if (key != "fp32")
+        names.push_back(key);
+    }
+    std::sort(names.begin(), names.end());
+    if (first) state_names = names;
+    DS_CHECK_T(CheckpointError, names == state_names, "checkpoint folder ", folder,
+               " holds other optimizer states than the first parameter's");
+    const at::Tensor fp32 = param_tensor(folder + "/fp32.pt");
+    flats.push_back(fp32.reshape({-1}));
+    GenericList group_slices = make_any_list();
+    group_slices.push_back(param_slice_entry(map ? map(name) : name, fp32.sizes().vec(), 0, fp32.numel(), 0));
+    slices.push_back(group_slices);
+    GenericDict s = make_any_dict();
+    for (const std::string& k : names) {
+      const at::Tensor t = param_tensor(folder + "/" + k + ".pt");
+      DS_CHECK_T(CheckpointError, t.numel() == fp32.numel(), "checkpoint file ", folder, "/", k, ".pt holds ",
+                 t.numel(), " elements, fp32.pt ", fp32.numel());
+      s.insert(k, t.reshape({-1}));
+    }
+    states.push_back(s);
+    if (first && has_step) {
+      const c10::IValue v = read_value(folder + "/step.pt");
+      step = v.isTensor() ? static_cast<int64_t>(v.toTensor().item<double>())
+                          : v.isInt() ? v.toInt() : v.isDouble() ? static_cast<int64_t>(v.toDouble()) : 0;
+    }
+    GenericDict pg = make_any_dict();
+    if (lr) pg.insert(std::string("lr"), *lr);
+    param_groups.push_back(pg);
+    first = false;
+  }
+  DS_CHECK_T(CheckpointError, !flats.empty(), "checkpoint ", zero, " holds no parameter folders");
+  GenericDict o = make_any_dict();
+  o.insert(std::string("type"), std::string());
+  o.insert(std::string("step"), step);
+  o.insert(std::string("state_names"), c10::List<std::string>(state_names));
+  o.insert(std::string("state"), states);
+  o.insert(std::string("param_groups"), param_groups);
+  out.files = {zero};
+  out.ranks.push_back(partition_rank_file(0, 1, flats, slices, o));
+  return out;
+}
+
+}  // namespace deepspeed::checkpoint

@@ -1,0 +1,211 @@
+"""Checkpoints cross between Python DeepSpeed and deepspeed-cpp, for one config (a ZeRO stage, fp32 or bf16), at 2
+ranks on loopback with Gloo and DeepSpeed's CPU accelerator:
+
+  DeepSpeed trains N + M steps from the initial weights crossover_program exports, saving after step N (the
+  reference); ds_to_fp32 reads that checkpoint into the same fp32 weights DeepSpeed's zero_to_fp32 does; our engine
+  loads it and trains M steps. Its M losses must equal DeepSpeed's last M: the
+  weights, Adam's moments and step, the LR schedule's position and the counters all came across (a wrong moment or
+  step shows in the second step after the load, a lost schedule position in the first).
+
+  With --bad_input, DeepSpeed trains the GPT inside a wrapper module (its names gain a "gpt." prefix): our engine
+  loads that checkpoint through a name map that strips the prefix, and without the map must refuse it listing the
+  names that match nothing; then it is given broken copies (a rank file missing, a truncated file, a file holding an
+  object of an unknown class, another model's checkpoint) and must fail on every rank with one line naming the file
+  or parameter and what is wrong.
+
+  With --universal (<config.json> is then the configs folder): our engine trains N + M steps at 2 ranks, ZeRO-2,
+  saving after step N; ds_to_universal converts that checkpoint, and it resumes at 1 rank ZeRO-3, at 4 ranks ZeRO-1
+  (the same global batch: 4 samples a step), and in Python DeepSpeed at 2 ranks ZeRO-2 (`load_universal`), each
+  M steps whose losses must equal ours: DeepSpeed resumes from our checkpoint. DeepSpeed's own checkpoint, converted
+  by ds_to_universal, resumes in our engine too.
+
+    usage: crossover_test.py <bin-dir> <config.json> <port> [--bad_input]
+           crossover_test.py <bin-dir> <configs-dir> <port> --universal
+
+Tolerance: fp32 runs the same LibTorch kernels on both sides and differs at most in the Adam update's rounding
+(torch's AdamW vs our fused kernel), a few float32 ulps per step: 1e-5 relative. In bf16 the loss itself is a bf16
+number (8 significant bits), so one rounding that falls the other way anywhere before it moves it by up to one ulp,
+2^-7 relative. The data is learnt fast (the loss falls by a fifth in N steps), so a model that did not load (fresh
+weights at step N) is many tolerances away.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+N, M = 4, 3
+
+
+def run(cmd, log, env, expect_failure=False):
+    with open(log, "w") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=240).returncode
+    text = open(log).read()
+    if (rc != 0) != expect_failure:
+        sys.exit(f"FAIL: {' '.join(cmd[:6])} ... exited with {rc}\n--- {log} ---\n{text[-6000:]}")
+    if expect_failure:
+        return text
+    return {int(s): float(v) for s, v in re.findall(r"crossover_loss step=(\d+) loss=(\S+)", text)}
+
+
+def refused(ours, checkpoint, needles, env, log, extra=()):
+    """Our engine loading `checkpoint` fails on both ranks with one line holding every needle."""
+    text = run(ours + ["--steps", "1", "--load_dir", checkpoint] + list(extra), log, env, expect_failure=True)
+    lines = [l for l in text.splitlines() if "crossover_program:" in l]
+    if len(lines) != 2 or not all(all(n in l for n in needles) for l in lines):
+        sys.exit(f"FAIL: expected one error line per rank naming {needles}, got:\n{text[-4000:]}")
+    print(f"refused as expected: {lines[0]}")
+
+
+def bad_input(ours, tmp, env):
+    """Broken copies of the DeepSpeed checkpoint in tmp/ds (of the wrapped GPT)."""
+    tag = open(tmp + "/ds/latest").read().strip()
+    strip = ["--strip_prefix", "gpt."]
+    loaded = run(ours + ["--steps", "1", "--load_dir", tmp + "/ds"] + strip, tmp + "/mapped.log", env)
+    if sorted(loaded) != [N]:
+        sys.exit(f"FAIL: loading through the name map printed steps {sorted(loaded)}, expected [{N}]")
+    refused(ours, tmp + "/ds", ["does not match this model", "missing 'wte.weight'", "not in this model 'gpt.wte"],
+            env, tmp + "/unmapped.log")
+
+    def broken(name):
+        shutil.copytree(tmp + "/ds", tmp + "/" + name)
+        return tmp + "/" + name, tmp + "/" + name + "/" + tag
+
+    d, t = broken("missing_rank")
+    rank1 = [f for f in os.listdir(t) if "pp_rank_1_" in f and f.endswith("optim_states.pt")][0]
+    os.remove(t + "/" + rank1)
+    refused(ours, d, ["rank 1", rank1.replace("bf16_", "")], env, tmp + "/missing.log", strip)
+
+    d, t = broken("truncated")
+    rank0 = [f for f in os.listdir(t) if "pp_rank_0_" in f and f.endswith("optim_states.pt")][0]
+    with open(t + "/" + rank0, "r+b") as f:
+        f.truncate(os.path.getsize(t + "/" + rank0) // 2)
+    refused(ours, d, [rank0], env, tmp + "/truncated.log", strip)
+
+    d, t = broken("unknown_class")
+    model_file = [f for f in os.listdir(t) if f.endswith("model_states.pt")][0]
+    subprocess.run([sys.executable, "-c", "import argparse, sys, torch\n"
+                    "m = torch.load(sys.argv[1], weights_only=False)\n"
+                    "m['args'] = argparse.Namespace(lr=1)\n"
+                    "torch.save(m, sys.argv[1])\n", t + "/" + model_file], check=True, env=env)
+    refused(ours, d, [model_file, "argparse.Namespace"], env, tmp + "/unknown.log", strip)
+
+    refused(ours, tmp + "/ds", ["does not match this model", "missing 'blocks.2."], env, tmp + "/other.log",
+            extra=["--layers", "3"] + strip)
+
+
+def check_fp32(bin_dir, tmp, config, env):
+    """ds_to_fp32 on DeepSpeed's checkpoint gives the fp32 weights DeepSpeed's own zero_to_fp32 gives (bit for bit;
+    stage 0 has no ZeRO files: the fp32 module, or in bf16 the module's weights the masters round to)."""
+    import json
+    import torch
+    out = tmp + "/ds_fp32.pt"
+    subprocess.run([bin_dir + "/ds_to_fp32", tmp + "/ds", out], check=True, env=env, stdout=subprocess.DEVNULL)
+    ours = torch.load(out)
+    cfg = json.load(open(config))
+    bf16 = cfg.get("bf16", {}).get("enabled", False)
+    if cfg.get("zero_optimization", {}).get("stage", 0) == 0:
+        tag = open(tmp + "/ds/latest").read().strip()
+        module = torch.load(f"{tmp}/ds/{tag}/mp_rank_00_model_states.pt", weights_only=False)["module"]
+        expected = {k: v for k, v in module.items() if k in ours}
+        got = {k: (v.to(torch.bfloat16) if bf16 else v) for k, v in ours.items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        expected, got = get_fp32_state_dict_from_zero_checkpoint(tmp + "/ds"), ours
+    if sorted(got) != sorted(expected):
+        sys.exit(f"FAIL: ds_to_fp32 wrote {sorted(got)}, DeepSpeed's weights are {sorted(expected)}")
+    bad = [k for k in got if not torch.equal(got[k], expected[k])]
+    if bad:
+        sys.exit(f"FAIL: ds_to_fp32 on DeepSpeed's checkpoint differs from DeepSpeed's own weights in {bad}")
+    print(f"ds_to_fp32 on DeepSpeed's checkpoint: {len(got)} tensors equal to DeepSpeed's own")
+
+
+def compare(reference, resumed, tol, what):
+    """`resumed` printed steps N..N+M-1 with the losses of `reference`."""
+    if sorted(resumed) != list(range(N, N + M)):
+        sys.exit(f"FAIL: {what} printed steps {sorted(resumed)}, expected {N}..{N + M - 1} (global_steps not "
+                 "restored?)")
+    worst = max(abs(resumed[s] - reference[s]) / abs(reference[s]) for s in resumed)
+    print(f"{what}: {resumed}; largest relative loss difference {worst:.3g} (tolerance {tol:g})")
+    if worst > tol:
+        sys.exit(f"FAIL: {what}: the resumed losses differ from the uninterrupted run's")
+
+
+def universal(bin_dir, configs, port, here, tmp, env):
+    def ours(procs, config):
+        return [bin_dir + "/deepspeed", "--num_procs", str(procs), "--master_port", port,
+                bin_dir + "/crossover_program", "--deepspeed_config", f"{configs}/{config}.json"]
+    ds = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+          here + "/crossover_ds.py", "--init", tmp + "/init.safetensors"]
+    to_universal = bin_dir + "/ds_to_universal"
+
+    reference = run(ours(2, "u_z2_2r") + ["--steps", str(N + M), "--save_dir", tmp + "/ours", "--save_at", str(N)],
+                    tmp + "/ours.log", env)
+    subprocess.run([to_universal, "--input_folder", f"{tmp}/ours/global_step{N}", "--output_folder",
+                    f"{tmp}/uni/global_step{N}_universal"], check=True, env=env)
+    print(f"ours, 2 ranks ZeRO-2, {N}+{M} steps: {reference}")
+    if reference[N] > reference[0] * (1 - 1e-4):
+        sys.exit("FAIL: the loss did not fall in N steps: this test cannot tell a loaded model from a fresh one")
+    compare(reference, run(ours(1, "u_z3_1r") + ["--steps", str(M), "--load_dir", tmp + "/uni"], tmp + "/z3.log", env),
+            1e-5, "ours resumed at 1 rank ZeRO-3")
+    compare(reference, run(ours(4, "u_z1_4r") + ["--steps", str(M), "--load_dir", tmp + "/uni"], tmp + "/z1.log", env),
+            1e-5, "ours resumed at 4 ranks ZeRO-1")
+    compare(reference, run(ds + ["--config", f"{configs}/u_z2_2r_load.json", "--steps", str(M), "--load_dir",
+                                 tmp + "/uni"], tmp + "/ds_resumed.log", env),
+            1e-5, "DeepSpeed resumed from our checkpoint (universal)")
+
+    ds_reference = run(ds + ["--config", f"{configs}/u_z2_2r.json", "--steps", str(N + M), "--save_dir",
+                             tmp + "/ds", "--save_at", str(N)], tmp + "/ds.log", env)
+    subprocess.run([to_universal, "--input_folder", tmp + "/ds", "--output_folder",
+                    f"{tmp}/ds_uni/global_step{N}_universal"], check=True, env=env)
+    compare(ds_reference, run(ours(1, "u_z3_1r") + ["--steps", str(M), "--load_dir", tmp + "/ds_uni"],
+                              tmp + "/ds_z3.log", env),
+            1e-5, "ours at 1 rank ZeRO-3 resumed from DeepSpeed's checkpoint (universal)")
+
+
+def main():
+    bin_dir, config, port = sys.argv[1], sys.argv[2], sys.argv[3]
+    here = os.path.dirname(os.path.abspath(__file__))
+    bf16 = os.path.isfile(config) and '"enabled": true' in open(config).read()
+    tol = 2.0 ** -7 if bf16 else 1e-5
+    tmp = tempfile.mkdtemp(prefix="crossover.")
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=tmp + "/ext",
+               PYTHONUNBUFFERED="1")
+    init = tmp + "/init.safetensors"
+    subprocess.run([bin_dir + "/crossover_program", "--export_init", init], check=True, env=env)
+
+    ds = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+          here + "/crossover_ds.py", "--config", config, "--init", init]
+    ours = [bin_dir + "/deepspeed", "--num_procs", "2", "--master_port", port, bin_dir + "/crossover_program",
+            "--deepspeed_config", config]
+
+    if "--universal" in sys.argv[4:]:
+        universal(bin_dir, config, port, here, tmp, env)
+        shutil.rmtree(tmp, ignore_errors=True)
+        print("PASS")
+        return
+    if "--bad_input" in sys.argv[4:]:
+        run(ds + ["--steps", str(N), "--save_dir", tmp + "/ds", "--wrap"], tmp + "/ds.log", env)
+        bad_input(ours, tmp, env)
+        shutil.rmtree(tmp, ignore_errors=True)
+        print("PASS")
+        return
+
+    reference = run(ds + ["--steps", str(N + M), "--save_dir", tmp + "/ds", "--save_at", str(N)], tmp + "/ds.log", env)
+    resumed = run(ours + ["--steps", str(M), "--load_dir", tmp + "/ds"], tmp + "/ours.log", env)
+    if "crossover_client_state crossover_epoch=7" not in open(tmp + "/ours.log").read():
+        sys.exit("FAIL: the client state DeepSpeed saved (crossover_epoch=7) did not come back from load_checkpoint")
+    check_fp32(bin_dir, tmp, config, env)
+    print(f"DeepSpeed {N}+{M} steps: {reference}")
+    if sorted(reference) != list(range(N + M)):
+        sys.exit(f"FAIL: DeepSpeed's run printed steps {sorted(reference)}")
+    compare(reference, resumed, tol, f"ours resumed from DeepSpeed's step {N}")
+    if reference[N] > reference[0] * (1 - 10 * tol):
+        sys.exit("FAIL: the loss did not fall in N steps: this test cannot tell a loaded model from a fresh one")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
