@@ -283,7 +283,14 @@ class Machine {
     return it->second;
   }
   c10::IValue value_of(const Item& i) const {
-    if (i.kind == Item::Kind::kGlobal) fail("Python class or function " + i.global + " used as a value");
+    if (i.kind == Item::Kind::kGlobal) {
+      // A torch dtype stored as a value (DeepSpeed's loss scaler keeps the one it scales): its name.
+      static const std::set<std::string> dtypes = {"torch.float16", "torch.bfloat16", "torch.float32",
+                                                   "torch.float64", "torch.int64",   "torch.int32",
+                                                   "torch.uint8",   "torch.int8",    "torch.bool"};
+      if (dtypes.count(i.global)) return i.global;
+      fail("Python class or function " + i.global + " used as a value");
+    }
     return i.value;
   }
   std::string string_of(const Item& i) const {

@@ -13,6 +13,7 @@
 //                                      shared between tensors stay shared. Python attributes set on a tensor
 //                                      subclass (the state of _rebuild_from_type_v2) are dropped.
 //   an enum member of a known enum     its integer value (deepspeed...ZeroStageEnum.gradients -> 2)
+//   a torch dtype as a value           its name, a string ("torch.float16")
 //   an object of a known plain-data class (DeepSpeed's LossScaler, DynamicLossScaler, fragment_address)
 //                                      a dict of its attributes plus "__class__": "module.Name"
 // Any other class is refused with an error naming it; unknown opcodes likewise. Protocols 2 to 5.

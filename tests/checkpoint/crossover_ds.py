@@ -124,6 +124,8 @@ def main():
             print(f"crossover_loss step={s} loss={mean.item() / world:.9g}", flush=True)
         if args.save_dir and (s + 1 == args.save_at or (args.save_at < 0 and s + 1 == first + args.steps)):
             engine.save_checkpoint(args.save_dir, client_state={"crossover_epoch": 7})
+            if rank == 0:
+                print(f"crossover_loss_scale={float(engine.optimizer.loss_scale):.9g}", flush=True)
     dist.barrier()
 
 

@@ -103,6 +103,7 @@ int train(const Args& args) {
     const auto loaded = engine.load_checkpoint(args.load_dir, options);
     DS_CHECK(loaded.has_value(), "nothing loaded from ", args.load_dir);
     first = engine.global_steps();
+    if (rank == 0) std::printf("crossover_loss_scale=%.9g\n", engine.loss_scale());
     // Client state: DeepSpeed keeps it beside its own keys in the model file.
     if (rank == 0 && loaded->client_state.contains("crossover_epoch"))
       std::printf("crossover_client_state crossover_epoch=%lld\n",

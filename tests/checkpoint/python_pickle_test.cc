@@ -131,6 +131,20 @@ TEST(PythonPickle, MapsDeepSpeedsLossScalerEnumAndFragmentAddress) {
   EXPECT_EQ(at_key(addr, "start").toInt(), 16);
 }
 
+// DeepSpeed's fp16 loss scaler keeps the dtype it scales (torch.float16): a torch dtype as a value reads as its name;
+// a function used as a value is still refused.
+TEST(PythonPickle, ATorchDtypeValueIsItsName) {
+  TempDir tmp;
+  const std::string file = tmp.path() + "/dtype.pt";
+  ASSERT_TRUE(run_python(tmp, "torch.save({'dtype': torch.float16, 'other': torch.bfloat16}, sys.argv[1])\n", file));
+  const c10::IValue v = ckpt::load_python_torch_file(file);
+  EXPECT_EQ(at_key(v, "dtype").toStringRef(), "torch.float16");
+  EXPECT_EQ(at_key(v, "other").toStringRef(), "torch.bfloat16");
+  const std::string fn = tmp.path() + "/fn.pt";
+  ASSERT_TRUE(run_python(tmp, "import os\ntorch.save({'f': os.getcwd}, sys.argv[1])\n", fn));
+  EXPECT_THROW(ckpt::load_python_torch_file(fn), ckpt::CheckpointError);
+}
+
 TEST(PythonPickle, AnUnknownClassIsRefusedByName) {
   TempDir tmp;
   const std::string file = tmp.path() + "/ns.pt";
