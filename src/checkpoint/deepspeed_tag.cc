@@ -174,6 +174,11 @@ bool has_any_optim_file(const std::string& dir, const std::string& tag, int mp_r
          fs->file_exists(tag_dir(dir, tag) + "/bf16_" + plain.substr(plain.find_last_of('/') + 1));
 }
 
+// Rank files are mapped and their records' CRC-32s checked as the loader copies from them (verify_tensor), as our
+// own rank files are: every rank maps every rank file, and reads only what its own partition needs. The model file
+// is read and checked whole (at stage 0 it holds the masters, which the translation copies).
+const LoadOptions kMapped{/*mmap=*/true, nullptr, /*verify_checksums=*/false};
+
 // Keys of DeepSpeed's model file that are not client state.
 const std::set<std::string>& engine_keys() {
   static const std::set<std::string> keys = {
@@ -524,12 +529,13 @@ ForeignTag read_python_deepspeed_tag(const std::string& dir, const std::string& 
   // Rank 0's file says how many ranks wrote; each of them must be there.
   out.files.push_back(rank_optim_file(dir, tag, 0, mp_rank, fs));
   std::vector<c10::IValue> osds;
-  osds.push_back(need(load_python_torch_file(out.files[0]), "optimizer_state_dict", "checkpoint file " + out.files[0]));
+  osds.push_back(need(load_python_torch_file(out.files[0], kMapped), "optimizer_state_dict",
+                      "checkpoint file " + out.files[0]));
   const int64_t count = partition_count(osds[0], "checkpoint file " + out.files[0] + ": optimizer_state_dict");
   for (int r = 1; r < count; ++r) {
     out.files.push_back(rank_optim_file(dir, tag, r, mp_rank, fs));
     const std::string file = out.files.back();
-    osds.push_back(need(load_python_torch_file(file), "optimizer_state_dict", "checkpoint file " + file));
+    osds.push_back(need(load_python_torch_file(file, kMapped), "optimizer_state_dict", "checkpoint file " + file));
     const int64_t c = partition_count(osds.back(), "checkpoint file " + file + ": optimizer_state_dict");
     DS_CHECK_T(CheckpointError, c == count, "checkpoint file ", file, ": partition_count is ", c, ", rank 0's ", count);
   }

@@ -21,8 +21,9 @@
 // Pipeline (layer_XX-model_states.pt) and MoE expert files, frozen parameters and elastic (per-parameter)
 // optimizer state are refused, naming what was found.
 //
-// The files are read whole (Python pickles: checkpoint/python_pickle.h), every rank's on every process; the
-// memory this takes is the checkpoint's size, held for the load.
+// The rank files are mapped (Python pickles: checkpoint/python_pickle.h), every rank's on every process, and each
+// process reads only the elements it copies, as with our own files; stage 0's masters, in the model file, are
+// copied whole.
 #pragma once
 
 #include <functional>

@@ -476,28 +476,4 @@ bool is_torch_archive(const std::string& path) {
   }
 }
 
-c10::IValue load_python_torch_file(const std::string& path) {
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-  } catch (const c10::Error& e) {
-    throw CheckpointError("checkpoint file " + path + " is not a readable torch.save archive: " +
-                          first_line(e.what_without_backtrace()));
-  }
-  DS_CHECK_T(CheckpointError, reader->hasRecord("data.pkl"), "checkpoint file ", path,
-             " is a zip archive but not a torch.save file (no data.pkl)");
-  auto [pickle, pickle_size] = reader->getRecord("data.pkl");
-  auto load = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
-    const std::string record = "data/" + key;
-    DS_CHECK_T(CheckpointError, reader->hasRecord(record), "checkpoint file ", path, " has no record ", record);
-    auto [bytes, nbytes] = reader->getRecord(record);
-    const size_t want = static_cast<size_t>(numel) * c10::elementSize(dtype);
-    DS_CHECK_T(CheckpointError, nbytes >= want, "checkpoint file ", path, ": record ", record, " holds ", nbytes,
-               " bytes, its storage needs ", want);
-    return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(bytes), /*allocator=*/nullptr,
-                        /*resizable=*/false);
-  };
-  return read_python_pickle(static_cast<const char*>(pickle.get()), pickle_size, load, path);
-}
-
 }  // namespace deepspeed::checkpoint

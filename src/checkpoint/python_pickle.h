@@ -29,6 +29,8 @@
 #include <optional>
 #include <string>
 
+#include "deepspeed/checkpoint.h"
+
 namespace deepspeed::checkpoint {
 
 // The storage behind record data/<key> of the archive: `numel` elements of `dtype`.
@@ -44,8 +46,10 @@ std::optional<c10::IValue> dict_get(const c10::IValue& d, const c10::IValue& key
 // True when `path` opens as a torch.save zip archive with a pickle (whatever the pickle holds).
 bool is_torch_archive(const std::string& path);
 
-// A whole torch.save file written by Python: its data.pkl through read_python_pickle, tensors copied out of their
-// records.
-c10::IValue load_python_torch_file(const std::string& path);
+// A whole torch.save file written by Python: its data.pkl through read_python_pickle, with tensors pointing into
+// the file's bytes (read, or mapped with options.mmap: then only what is touched is read), as load_state does, and
+// the records' CRC-32s checked (all, or per tensor with verify_tensor when options.verify_checksums is false).
+// Implemented in state_io.cc, beside load_state.
+c10::IValue load_python_torch_file(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace deepspeed::checkpoint

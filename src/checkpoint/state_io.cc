@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "checkpoint/archive_writer.h"
+#include "checkpoint/python_pickle.h"
 #include "checkpoint/zip_records.h"
 #include "deepspeed/checkpoint.h"
 
@@ -276,7 +277,10 @@ c10::IValue retagged(const c10::IValue& value) {
   return value;
 }
 
-StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool verify_all) {
+// A torch zip archive over `bytes`: its record table read (for CRC checks), its pickle's checksum verified, and
+// torch's reader over it. Throws CheckpointError naming the file when it is not such an archive.
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_archive(const std::shared_ptr<FileBytes>& bytes,
+                                                                     const std::string& name) {
   static const char kZipMagic[4] = {'P', 'K', '\x03', '\x04'};
   DS_CHECK_T(CheckpointError, bytes->size() >= 4 && std::memcmp(bytes->data(), kZipMagic, 4) == 0,
              "checkpoint file ", name, " is not a checkpoint (",
@@ -298,6 +302,37 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
   }
   DS_CHECK_T(CheckpointError, reader->hasRecord("data.pkl"), "checkpoint file ", name,
              " is a zip archive but not a torch.save/pickle_save file (no data.pkl)");
+  return reader;
+}
+
+// Checks every record's CRC-32, naming the entry each holds.
+void verify_records(const c10::IValue& value, FileBytes& bytes) {
+  std::map<const void*, std::string> paths;
+  storage_paths(value, "", paths);
+  for (const ZipRecord& r : bytes.records()) {
+    auto it = paths.find(bytes.data() + r.offset);
+    bytes.verify_at(r.offset, it == paths.end() ? "" : it->second);
+  }
+}
+
+// A storage that points into the file's bytes (and keeps them alive) instead of a copy.
+at::DataPtr record_data(const std::shared_ptr<FileBytes>& bytes, caffe2::serialize::PyTorchStreamReader& reader,
+                        const std::string& key, const std::string& name) {
+  size_t offset = reader.getRecordOffset("data/" + key);
+  DS_CHECK_T(CheckpointError, offset <= bytes->size(), "checkpoint file ", name,
+             " is corrupt: record data/", key, " starts past the end");
+  char* p = const_cast<char*>(bytes->data()) + offset;
+  return at::DataPtr(p, new std::shared_ptr<FileBytes>(bytes), &release_bytes, at::Device(at::kCPU));
+}
+
+std::shared_ptr<FileBytes> file_bytes(const std::string& path, const LoadOptions& options) {
+  if (options.mmap) return std::make_shared<MappedBytes>(path);
+  if (options.fs == nullptr || options.fs == default_file_system()) return std::make_shared<ReadBytes>(path);
+  return std::make_shared<VectorBytes>(options.fs->read_file(path));
+}
+
+StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool verify_all) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader = open_archive(bytes, name);
   c10::IValue value;
   try {
     at::DataPtr pickle;
@@ -312,12 +347,7 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
       return n;
     };
     auto read_record = [&](const std::string& key) -> at::DataPtr {
-      size_t offset = reader->getRecordOffset("data/" + key);
-      DS_CHECK_T(CheckpointError, offset <= bytes->size(), "checkpoint file ", name,
-                 " is corrupt: record data/", key, " starts past the end");
-      char* p = const_cast<char*>(bytes->data()) + offset;
-      return at::DataPtr(p, new std::shared_ptr<FileBytes>(bytes), &release_bytes,
-                         at::Device(at::kCPU));
+      return record_data(bytes, *reader, key, name);
     };
     torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
     unpickler.set_version(reader->version());
@@ -329,14 +359,7 @@ StateDict parse(std::shared_ptr<FileBytes> bytes, const std::string& name, bool 
                           " cannot be unpickled: " + first_line(e.what_without_backtrace()));
   }
   check_storages(value, *bytes, name);
-  if (verify_all) {
-    std::map<const void*, std::string> paths;
-    storage_paths(value, "", paths);
-    for (const ZipRecord& r : bytes->records()) {
-      auto it = paths.find(bytes->data() + r.offset);
-      bytes->verify_at(r.offset, it == paths.end() ? "" : it->second);
-    }
-  }
+  if (verify_all) verify_records(value, *bytes);
   DS_CHECK_T(CheckpointError, value.isGenericDict(), "checkpoint file ", name, " holds a ",
              value.tagKind(), ", not a dict");
   value = retagged(value);
@@ -381,11 +404,32 @@ StateDict deserialize_state(std::vector<char> bytes, const std::string& name) {
 }
 
 StateDict load_state(const std::string& path, const LoadOptions& options) {
-  const bool all = options.verify_checksums;
-  if (options.mmap) return parse(std::make_shared<MappedBytes>(path), path, all);
-  if (options.fs == nullptr || options.fs == default_file_system())
-    return parse(std::make_shared<ReadBytes>(path), path, all);
-  return parse(std::make_shared<VectorBytes>(options.fs->read_file(path)), path, all);
+  return parse(file_bytes(path, options), path, options.verify_checksums);
+}
+
+c10::IValue load_python_torch_file(const std::string& path, const LoadOptions& options) {
+  std::shared_ptr<FileBytes> bytes = file_bytes(path, options);
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader = open_archive(bytes, path);
+  c10::IValue value;
+  try {
+    auto [pickle, pickle_size] = reader->getRecord("data.pkl");
+    auto load = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
+      DS_CHECK_T(CheckpointError, reader->hasRecord("data/" + key), "checkpoint file ", path, " has no record data/",
+                 key);
+      const size_t want = static_cast<size_t>(numel) * c10::elementSize(dtype);
+      const size_t have = reader->getRecordSize("data/" + key);
+      DS_CHECK_T(CheckpointError, have >= want, "checkpoint file ", path, ": record data/", key, " holds ", have,
+                 " bytes, its storage needs ", want);
+      return c10::Storage(c10::Storage::use_byte_size_t(), have, record_data(bytes, *reader, key, path),
+                          /*allocator=*/nullptr, /*resizable=*/false);
+    };
+    value = read_python_pickle(static_cast<const char*>(pickle.get()), pickle_size, load, path);
+  } catch (const c10::Error& e) {
+    throw CheckpointError("checkpoint file " + path + " is corrupt: " + first_line(e.what_without_backtrace()));
+  }
+  check_storages(value, *bytes, path);
+  if (options.verify_checksums) verify_records(value, *bytes);
+  return value;
 }
 
 void verify_tensor(const at::Tensor& t, const std::string& what) {

@@ -125,7 +125,9 @@ def main():
         if args.save_dir and (s + 1 == args.save_at or (args.save_at < 0 and s + 1 == first + args.steps)):
             engine.save_checkpoint(args.save_dir, client_state={"crossover_epoch": 7})
             if rank == 0:
-                print(f"crossover_loss_scale={float(engine.optimizer.loss_scale):.9g}", flush=True)
+                # fp32 at stage 0 runs the client optimizer as it is: no loss scale (ours reports 1).
+                scale = float(getattr(engine.optimizer, "loss_scale", 1.0))
+                print(f"crossover_loss_scale={scale:.9g}", flush=True)
     dist.barrier()
 
 
