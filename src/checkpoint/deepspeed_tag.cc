@@ -549,4 +549,12 @@ ForeignTag read_python_deepspeed_tag(const std::string& dir, const std::string& 
   return out;
 }
 
+PartitionIndex load_any_partition_index(const std::string& dir, const std::string& tag, FileSystem* fs,
+                                        std::optional<ForeignTag>* translated) {
+  translated->reset();
+  if (!is_python_deepspeed_tag(dir, tag, 0, fs)) return load_partition_index(dir, tag, fs);
+  *translated = read_python_deepspeed_tag(dir, tag, {}, 0, fs);
+  return index_partitions(tag, (*translated)->files, (*translated)->ranks);
+}
+
 }  // namespace deepspeed::checkpoint

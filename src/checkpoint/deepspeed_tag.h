@@ -27,9 +27,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/partition_index.h"
 #include "deepspeed/checkpoint.h"
 
 namespace deepspeed::checkpoint {
@@ -62,5 +64,11 @@ StateDict read_model_states(const std::string& dir, const std::string& tag, cons
 ForeignTag read_python_deepspeed_tag(const std::string& dir, const std::string& tag,
                                      const CheckpointNameMap& name_map = {}, int mp_rank = 0,
                                      FileSystem* fs = nullptr);
+
+// The fp32 partitions of <dir>/<tag> whoever wrote it: ours mapped (load_partition_index), Python DeepSpeed's
+// translated (read_python_deepspeed_tag, names as they are). `translated` receives the translation when there was
+// one (its model file's entries are what a caller of ours would load from mp_rank_00_model_states.pt).
+PartitionIndex load_any_partition_index(const std::string& dir, const std::string& tag, FileSystem* fs,
+                                        std::optional<ForeignTag>* translated);
 
 }  // namespace deepspeed::checkpoint

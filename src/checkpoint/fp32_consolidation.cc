@@ -43,11 +43,9 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
   std::string tag =
       resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
   // Python DeepSpeed's tags are translated into the same partition contract (deepspeed_tag.h).
-  const bool foreign = is_python_deepspeed_tag(dir, tag, 0, fs);
   std::optional<ForeignTag> translated;
-  if (foreign) translated = read_python_deepspeed_tag(dir, tag, {}, 0, fs);
-  PartitionIndex index = foreign ? index_partitions(tag, translated->files, translated->ranks)
-                                 : load_partition_index(dir, tag, fs);
+  PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
+  const bool foreign = translated.has_value();
   const std::vector<SavedParam>& params = index.params;
   const std::string& run_id = index.run_id;
 

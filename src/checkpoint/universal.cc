@@ -91,11 +91,8 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
                                FileSystem* fs) {
   if (fs == nullptr) fs = default_file_system();
   const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
-  const bool foreign = is_python_deepspeed_tag(dir, tag, 0, fs);
   std::optional<ForeignTag> translated;
-  if (foreign) translated = read_python_deepspeed_tag(dir, tag, {}, 0, fs);
-  const PartitionIndex index =
-      foreign ? index_partitions(tag, translated->files, translated->ranks) : load_partition_index(dir, tag, fs);
+  const PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
   std::vector<RankOptimizer> optimizers;
   for (size_t r = 0; r < index.states.size(); ++r) optimizers.push_back(rank_optimizer(index.states[r], index.files[r]));
   int64_t step = 0;
