@@ -88,6 +88,9 @@ std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const st
 
 std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const std::string& dir,
                                                                         const LoadCheckpointOptions& options) {
+  DS_CHECK(!impl_->config().checkpoint.load_universal,
+           "checkpoint.load_universal: a pipeline engine does not load universal checkpoints yet (its stages load "
+           "their own layer files); load the pipeline's checkpoint with load_universal false");
   if (!options.tag && !ckpt::default_file_system()->file_exists(ckpt::latest_path(dir))) {
     if (world_.rank() == 0)
       std::fprintf(stderr, "deepspeed: warning: load_checkpoint: no file %s; nothing loaded\n",
