@@ -9,14 +9,12 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/python_pickle_writer.h"
 #include "deepspeed/checkpoint.h"
 
 namespace deepspeed::checkpoint {
-namespace {
 
-// A tensor whose storage is exactly the bytes it covers, so the pickler (which writes whole
-// storages) writes nothing else.
-at::Tensor storage_exact(const at::Tensor& in) {
+at::Tensor exact_storage(const at::Tensor& in) {
   at::Tensor t = in.detach();
   if (!t.device().is_cpu()) t = t.to(at::kCPU);
   const size_t own_bytes = static_cast<size_t>(t.numel()) * t.element_size();
@@ -32,8 +30,10 @@ at::Tensor storage_exact(const at::Tensor& in) {
       t.options());
 }
 
+namespace {
+
 c10::IValue storage_exact(const c10::IValue& value) {
-  if (value.isTensor()) return storage_exact(value.toTensor());
+  if (value.isTensor()) return exact_storage(value.toTensor());
   // Every list goes out as a plain list of Any, as Python's torch.save writes lists: the pickler
   // writes typed ones (int, float, bool, tensor lists) as torch.jit._pickle.build_* calls, which
   // Python's torch.load refuses by default since 2.6 (weights_only=True).
@@ -95,21 +95,11 @@ std::string first_line(const char* what) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink) {
-  c10::IValue exact = storage_exact(value);
-  // No tensor table: the pickler then refers to tensors the way torch.save does (persistent ids
-  // naming storages "0", "1", ...) and collects the storages for us in tensorData(). No type tags
-  // on dicts and lists (torch.jit._pickle.restore_type_tag calls), as Python's torch.save writes
-  // none: Python's torch.load refuses them by default since 2.6 (weights_only=True).
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); }, nullptr, nullptr,
-      nullptr, /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(exact);
-  pickler.stop();
-  const std::vector<at::Tensor>& storages = pickler.tensorData();
+namespace {
 
+// data.pkl, then each storage as data/<i>.
+int64_t write_records(const std::vector<char>& pickle, const std::vector<at::Tensor>& storages,
+                      const ArchiveSink& sink) {
   ParkedSink parked(sink);
   auto write = [&](const void* p, size_t n) { return parked(p, n); };
   caffe2::serialize::PyTorchStreamWriter writer(write);
@@ -128,6 +118,30 @@ int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink) {
     throw CheckpointError("cannot write torch archive: " + first_line(e.what_without_backtrace()));
   }
   return parked.bytes();
+}
+
+}  // namespace
+
+int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink) {
+  c10::IValue exact = storage_exact(value);
+  // No tensor table: the pickler then refers to tensors the way torch.save does (persistent ids
+  // naming storages "0", "1", ...) and collects the storages for us in tensorData(). No type tags
+  // on dicts and lists (torch.jit._pickle.restore_type_tag calls), as Python's torch.save writes
+  // none: Python's torch.load refuses them by default since 2.6 (weights_only=True).
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); }, nullptr, nullptr,
+      nullptr, /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(exact);
+  pickler.stop();
+  return write_records(pickle, pickler.tensorData(), sink);
+}
+
+int64_t write_python_archive(const c10::IValue& value, const ArchiveSink& sink) {
+  std::vector<at::Tensor> storages;
+  const std::vector<char> pickle = write_python_pickle(value, &storages);
+  return write_records(pickle, storages, sink);
 }
 
 std::vector<char> torch_archive_bytes(const c10::IValue& value) {

@@ -30,6 +30,14 @@ using ArchiveSink = std::function<void(const char* data, size_t size)>;
 // lists and tuples) as a torch zip archive. Returns the number of bytes handed to the sink.
 int64_t write_torch_archive(const c10::IValue& value, const ArchiveSink& sink);
 
+// The same archive with the pickle Python writes (checkpoint/python_pickle_writer.h: Python objects such as
+// DeepSpeed's loss scaler or torch.Size, given as its marker dicts), for files Python DeepSpeed loads.
+int64_t write_python_archive(const c10::IValue& value, const ArchiveSink& sink);
+
+// `t` on the CPU with a storage holding exactly its elements (an alias when they are dense in a larger storage,
+// a contiguous copy when they overlap or have gaps), so a writer of whole storages writes nothing else.
+at::Tensor exact_storage(const at::Tensor& t);
+
 // The archive as bytes (for callers that want it in memory); one copy of the tensor bytes.
 std::vector<char> torch_archive_bytes(const c10::IValue& value);
 

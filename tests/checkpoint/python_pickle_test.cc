@@ -1,4 +1,4 @@
-// The reader of Python-written torch.save files (checkpoint/python_pickle.h): Python's torch.save writes a file
+// The reader of Python-written torch.save files (checkpoint/python_pickle.h), and its way back (the writer): Python's torch.save writes a file
 // holding each kind of value DeepSpeed's checkpoints carry (OrderedDict, torch.Size, tensors of several dtypes
 // sharing a storage at offsets and strides, a Parameter, DeepSpeed's loss scaler and ZeroStageEnum, large and
 // negative ints), and our reader must give back the same values; a class it cannot map is refused by name.
@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include "checkpoint/archive_writer.h"
+#include "checkpoint/python_pickle_writer.h"
 #include "deepspeed/checkpoint.h"
 #include "temp_dir.h"
 
@@ -238,4 +240,73 @@ TEST(PythonPickle, ReadsDeepSpeedsOwnCheckpoints) {
   EXPECT_EQ(at_key(o3, "partition_count").toInt(), 1);
   EXPECT_EQ(at_key(o3, "fp32_flat_groups").toList().get(0).toTensor().numel(), kParams);
   EXPECT_NO_THROW(ckpt::load_python_torch_file(tmp.path() + "/s3/t/zero_pp_rank_0_mp_rank_00_model_states.pt"));
+}
+
+// The writer (checkpoint/python_pickle_writer.h): Python's torch.load must read each kind of value DeepSpeed's
+// loaders want as the Python object it is (a LossScaler instance, ZeroStageEnum member, torch.Size, OrderedDict,
+// a dict keyed by int, tensors of several dtypes including a strided view), and our reader must read it back.
+TEST(PythonPickle, PythonReadsWhatTheWriterWrites) {
+  TempDir tmp;
+  const std::string file = tmp.path() + "/written.pt";
+  c10::impl::GenericDict scaler_attrs = ckpt::make_any_dict();
+  scaler_attrs.insert(std::string("cur_scale"), 1.0);
+  scaler_attrs.insert(std::string("dynamic"), false);
+  c10::impl::GenericDict items = ckpt::make_any_dict();
+  items.insert(std::string("z_first"), int64_t{1});
+  items.insert(std::string("a_second"), ckpt::py_size({3, 4}));
+  c10::impl::GenericDict by_int = ckpt::make_any_dict();
+  by_int.insert(int64_t{0}, std::string("zero"));
+  by_int.insert(int64_t{300}, -1.5);
+  c10::impl::GenericDict addr = ckpt::make_any_dict();
+  addr.insert(std::string("numel"), int64_t{128});
+  addr.insert(std::string("start"), int64_t{16});
+  const at::Tensor base = at::arange(24, at::kFloat);
+  c10::impl::GenericDict v = ckpt::make_any_dict();
+  v.insert(std::string("scaler"), ckpt::py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", scaler_attrs));
+  v.insert(std::string("stage"), ckpt::py_call("deepspeed.runtime.zero.config.ZeroStageEnum", {int64_t{2}}));
+  v.insert(std::string("ordered"), ckpt::py_ordered_dict(items));
+  v.insert(std::string("by_int"), by_int);
+  v.insert(std::string("addr"), ckpt::py_object("deepspeed.utils.tensor_fragment.fragment_address", addr));
+  v.insert(std::string("ints"), c10::ivalue::Tuple::create({int64_t{-(int64_t{1} << 40)}, int64_t{70000},
+                                                            int64_t{-3}, int64_t{255}, true, c10::IValue()}));
+  v.insert(std::string("view"), base.view({4, 6}).narrow(1, 1, 3));
+  v.insert(std::string("bf16"), at::tensor({1.5, -2.0}).to(at::kBFloat16));
+  v.insert(std::string("empty"), at::empty({0}, at::kFloat));
+  {
+    std::ofstream out(file, std::ios::binary);
+    ckpt::write_python_archive(v, [&](const char* d, size_t n) { out.write(d, static_cast<std::streamsize>(n)); });
+  }
+  ASSERT_TRUE(run_python(
+      tmp,
+      "from deepspeed.runtime.fp16.loss_scaler import LossScaler\n"
+      "from deepspeed.runtime.zero.config import ZeroStageEnum\n"
+      "from deepspeed.utils.tensor_fragment import fragment_address\n"
+      "v = torch.load(sys.argv[1], weights_only=False)\n"
+      "assert isinstance(v['scaler'], LossScaler) and v['scaler'].loss_scale == 1.0, v['scaler']\n"
+      "assert v['stage'] is ZeroStageEnum.gradients, v['stage']\n"
+      "assert type(v['ordered']) is collections.OrderedDict and list(v['ordered']) == ['z_first', 'a_second']\n"
+      "assert type(v['ordered']['a_second']) is torch.Size and v['ordered']['a_second'] == (3, 4)\n"
+      "assert v['by_int'] == {0: 'zero', 300: -1.5}, v['by_int']\n"
+      "assert isinstance(v['addr'], fragment_address) and (v['addr'].numel, v['addr'].start) == (128, 16)\n"
+      "assert v['ints'] == (-(2 ** 40), 70000, -3, 255, True, None), v['ints']\n"
+      "assert torch.equal(v['view'], torch.arange(24.).view(4, 6)[:, 1:4]), v['view']\n"
+      "assert v['bf16'].dtype == torch.bfloat16 and v['bf16'].tolist() == [1.5, -2.0]\n"
+      "assert v['empty'].shape == (0,)\n",
+      file))
+      << "Python could not read the file back: " << tmp.path() << "/py.log";
+  const c10::IValue back = ckpt::load_python_torch_file(file);
+  EXPECT_EQ(at_key(back, "stage").toInt(), 2);
+  EXPECT_EQ(at_key(at_key(back, "scaler"), "cur_scale").toDouble(), 1.0);
+  EXPECT_EQ(at_key(at_key(back, "addr"), "start").toInt(), 16);
+  EXPECT_TRUE(at::equal(at_key(back, "view").toTensor(), base.view({4, 6}).narrow(1, 1, 3)));
+  const auto shape = at_key(at_key(back, "ordered"), "a_second").toTupleRef().elements();
+  ASSERT_EQ(shape.size(), 2u);
+  EXPECT_EQ(shape[1].toInt(), 4);
+}
+
+TEST(PythonPickle, TheWriterRefusesWhatPythonCannotHold) {
+  std::vector<at::Tensor> storages;
+  EXPECT_THROW(ckpt::write_python_pickle(c10::IValue(at::tensor({1.0}, at::kComplexFloat)), &storages),
+               ckpt::CheckpointError);
+  EXPECT_THROW(ckpt::write_python_pickle(ckpt::py_call("NoModule", {}), &storages), ckpt::CheckpointError);
 }
