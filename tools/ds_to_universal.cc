@@ -22,13 +22,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   namespace ckpt = deepspeed::checkpoint;
   try {
-    while (input.size() > 1 && input.back() == '/') input.pop_back();
-    std::string dir = input, tag;
-    if (!ckpt::default_file_system()->file_exists(ckpt::latest_path(input))) {
-      const size_t slash = input.find_last_of('/');
-      dir = slash == std::string::npos ? "." : input.substr(0, slash);
-      tag = slash == std::string::npos ? input : input.substr(slash + 1);
-    }
+    const auto [dir, tag] = ckpt::split_checkpoint_path(input);
     const ckpt::UniversalStats stats = ckpt::write_universal(dir, tag, output);
     std::printf("ds_to_universal: wrote %lld parameters (%.1f MB) from %d rank files to %s\n",
                 static_cast<long long>(stats.params), stats.bytes / 1e6, stats.ranks, output.c_str());

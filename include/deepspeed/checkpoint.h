@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/error.h"
@@ -166,6 +167,9 @@ std::string read_latest(const std::string& dir, FileSystem* fs = nullptr,
 // `tag` when given, else read_latest(dir).
 std::string resolve_tag(const std::string& dir, const std::optional<std::string>& tag,
                         FileSystem* fs = nullptr);
+// A path the tools take as a checkpoint: a tag folder <dir>/<tag> gives {dir, tag}; a checkpoint directory holding
+// `latest` gives {path, ""} (the tag `latest` names). Trailing slashes are ignored.
+std::pair<std::string, std::string> split_checkpoint_path(std::string path, FileSystem* fs = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Leftovers of saves that died.

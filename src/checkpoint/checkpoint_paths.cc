@@ -144,4 +144,13 @@ std::string resolve_tag(const std::string& dir, const std::optional<std::string>
   return read_latest(dir, fs);
 }
 
+std::pair<std::string, std::string> split_checkpoint_path(std::string path, FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (fs->file_exists(latest_path(path))) return {path, ""};
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
 }  // namespace deepspeed::checkpoint

@@ -104,43 +104,49 @@ int64_t step_of(const std::optional<c10::IValue>& state, const c10::IValue& para
   return -1;
 }
 
-// A torch optimizer's state_dict over flat fp32 buffers (each param group holds one: ZeRO, FP16_Optimizer) as our
-// optimizer_state_dict: every per-element state tensor cut to its group's flat length (DeepSpeed pads them).
+// A torch optimizer's state_dict over flat fp32 buffers (ZeRO, FP16_Optimizer: one per param group; stage 3: one per
+// sub-group, a param group listing its sub-groups) as our optimizer_state_dict: every per-element state tensor cut
+// to its buffer's flat length (DeepSpeed pads them), each buffer with its param group's learning rate.
 c10::IValue optimizer_entry(const c10::IValue& base, const std::vector<at::Tensor>& flats, const std::string& where) {
+  DS_CHECK_T(CheckpointError, base.isGenericDict(), where, " is a ", base.tagKind(),
+             ", not a torch optimizer state_dict (an elastic checkpoint? not supported: save it with "
+             "zero_optimization.elastic_checkpoint false)");
   GenericList groups = need_list(base, "param_groups", where);
   c10::IValue states = need(base, "state", where);
-  DS_CHECK_T(CheckpointError, groups.size() == flats.size(), where, " has ", groups.size(),
-             " param groups, the fp32 partition ", flats.size());
   std::vector<std::string> names;
   GenericList state_list = make_any_list(), param_groups = make_any_list();
   int64_t step = -1;
-  for (size_t g = 0; g < flats.size(); ++g) {
+  size_t f = 0;  // the flat buffer the next parameter of the param groups is
+  for (size_t g = 0; g < groups.size(); ++g) {
     const std::string gw = where + " param_groups[" + std::to_string(g) + "]";
-    GenericList params = need_list(groups.get(g), "params", gw);
-    DS_CHECK_T(CheckpointError, params.size() == 1, gw, " holds ", params.size(),
-               " parameters where ZeRO keeps one flat buffer (an elastic checkpoint? not supported: save it with "
-               "zero_optimization.elastic_checkpoint false)");
-    std::optional<c10::IValue> s = dict_get(states, params.get(0));
-    GenericDict ours = make_any_dict();
-    std::vector<std::string> group_names;
-    if (s && s->isGenericDict())
-      for (const auto& e : s->toGenericDict()) {
-        if (!e.key().isString() || !e.value().isTensor() || e.value().toTensor().dim() == 0) continue;
-        const std::string name = e.key().toStringRef();
-        at::Tensor t = flat_fp32(e.value(), gw + " state '" + name + "'");
-        DS_CHECK_T(CheckpointError, t.numel() >= flats[g].numel(), gw, " state '", name, "' holds ", t.numel(),
-                   " elements, its fp32 partition ", flats[g].numel());
-        ours.insert(name, t.narrow(0, 0, flats[g].numel()));
-        group_names.push_back(name);
-      }
-    if (g == 0) names = group_names;
-    DS_CHECK_T(CheckpointError, group_names == names, gw, " holds other state tensors than param group 0");
-    step = std::max(step, step_of(s, groups.get(g)));
-    state_list.push_back(ours);
-    GenericDict pg = make_any_dict();
-    pg.insert(std::string("lr"), as_double(need(groups.get(g), "lr", gw)));
-    param_groups.push_back(pg);
+    for (const c10::IValue& id : need_list(groups.get(g), "params", gw)) {
+      DS_CHECK_T(CheckpointError, f < flats.size(), where, ": its param groups list more parameters than the ",
+                 flats.size(), " flat fp32 buffers");
+      std::optional<c10::IValue> s = dict_get(states, id);
+      GenericDict ours = make_any_dict();
+      std::vector<std::string> group_names;
+      if (s && s->isGenericDict())
+        for (const auto& e : s->toGenericDict()) {
+          if (!e.key().isString() || !e.value().isTensor() || e.value().toTensor().dim() == 0) continue;
+          const std::string name = e.key().toStringRef();
+          at::Tensor t = flat_fp32(e.value(), gw + " state '" + name + "'");
+          DS_CHECK_T(CheckpointError, t.numel() >= flats[f].numel(), gw, " state '", name, "' holds ", t.numel(),
+                     " elements, its fp32 partition ", flats[f].numel());
+          ours.insert(name, t.narrow(0, 0, flats[f].numel()));
+          group_names.push_back(name);
+        }
+      if (f == 0) names = group_names;
+      DS_CHECK_T(CheckpointError, group_names == names, gw, " holds other state tensors than the first buffer's");
+      step = std::max(step, step_of(s, groups.get(g)));
+      state_list.push_back(ours);
+      GenericDict pg = make_any_dict();
+      pg.insert(std::string("lr"), as_double(need(groups.get(g), "lr", gw)));
+      param_groups.push_back(pg);
+      ++f;
+    }
   }
+  DS_CHECK_T(CheckpointError, f == flats.size(), where, "'s param groups hold ", f, " parameters, the fp32 partition ",
+             flats.size(), " flat buffers");
   GenericDict opt = make_any_dict();
   opt.insert(std::string("type"), std::string());  // DeepSpeed's files do not say; the state names must match
   opt.insert(std::string("step"), std::max<int64_t>(step, 0));
@@ -314,7 +320,9 @@ StateDict stage0_per_param(const StateDict& model, const c10::IValue& opt, const
       step = std::max(step, step_of(s, groups.get(g)));
       if (s && s->isGenericDict())
         for (const auto& e : s->toGenericDict())
-          if (e.key().isString() && e.value().isTensor() && e.value().toTensor().dim() > 0) {
+          // Per-element states (not the step; a 0-d parameter's states are 0-d too).
+          if (e.key().isString() && e.key().toStringRef() != "step" && e.value().isTensor() &&
+              (e.value().toTensor().dim() > 0 || weight.dim() == 0)) {
             at::Tensor t = flat_fp32(e.value(), gw + " state of '" + name + "'");
             DS_CHECK_T(CheckpointError, t.numel() == weight.numel(), gw, " state of '", name, "' holds ", t.numel(),
                        " elements, the parameter ", weight.numel());
@@ -444,22 +452,44 @@ std::vector<StateDict> zero3_ranks(StateDict& model, const std::vector<GroupShap
   for (size_t r = 0; r < files.size(); ++r) {
     const std::string where = "checkpoint file " + files[r] + ": optimizer_state_dict";
     const c10::IValue& osd = osds[r];
-    const std::vector<at::Tensor> flats = flat_groups(osd, "fp32_flat_groups", shapes.size(), where);
-    GenericList slices = make_any_list();
-    for (size_t g = 0; g < flats.size(); ++g) {
-      GenericList group_slices = make_any_list();
-      int64_t cursor = 0;
+    std::vector<at::Tensor> flats;
+    for (const c10::IValue& f : need_list(osd, "fp32_flat_groups", where))
+      flats.push_back(flat_fp32(f, where + " fp32_flat_groups[" + std::to_string(flats.size()) + "]"));
+    // Each group's parameters fill its sub-groups in turn (a sub-group never spans two groups).
+    std::vector<GenericList> per_flat;
+    for (size_t i = 0; i < flats.size(); ++i) per_flat.push_back(make_any_list());
+    size_t f = 0;
+    int64_t cursor = 0;
+    auto check_full = [&] {
+      DS_CHECK_T(CheckpointError, f < flats.size() && cursor == flats[f].numel(), where, ": fp32_flat_groups[", f,
+                 "] holds ", f < flats.size() ? flats[f].numel() : 0, " elements, param_shapes' partitions over ", n,
+                 " ranks ", cursor);
+    };
+    for (size_t g = 0; g < shapes.size(); ++g) {
+      if (g > 0) {
+        check_full();
+        ++f;
+        cursor = 0;
+      }
       for (const auto& [name, shape] : shapes[g]) {
         const int64_t numel = numel_of(shape), part = (numel + n - 1) / n;
+        if (f < flats.size() && cursor == flats[f].numel() && cursor > 0) {
+          ++f;
+          cursor = 0;
+        }
+        DS_CHECK_T(CheckpointError, f < flats.size(), where, ": fp32_flat_groups has ", flats.size(),
+                   " buffers, too few for param_shapes' partitions over ", n, " ranks");
         const int64_t begin = std::min<int64_t>(numel, static_cast<int64_t>(r) * part);
         const int64_t end = std::min(numel, begin + part);
-        if (end > begin) group_slices.push_back(param_slice_entry(mapped(map, name), shape, begin, end, cursor));
+        if (end > begin) per_flat[f].push_back(param_slice_entry(mapped(map, name), shape, begin, end, cursor));
         cursor += part;
       }
-      DS_CHECK_T(CheckpointError, cursor == flats[g].numel(), where, ": fp32_flat_groups[", g, "] holds ",
-                 flats[g].numel(), " elements, param_shapes' partitions over ", n, " ranks ", cursor);
-      slices.push_back(group_slices);
     }
+    check_full();
+    DS_CHECK_T(CheckpointError, f + 1 == flats.size(), where, ": fp32_flat_groups has ", flats.size(),
+               " buffers, param_shapes' partitions fill ", f + 1);
+    GenericList slices = make_any_list();
+    for (const GenericList& l : per_flat) slices.push_back(l);
     if (r == 0 && dict_get(osd, std::string("loss_scaler"))) add_loss_scaler(model, need(osd, "loss_scaler", where));
     out.push_back(partition_rank_file(static_cast<int64_t>(r), n, flats, slices,
                             optimizer_entry(need(osd, "optimizer_state_dict", where), flats,

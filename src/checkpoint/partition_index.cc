@@ -182,4 +182,54 @@ PartitionIndex load_partition_index(const std::string& dir, const std::string& t
   return index;
 }
 
+std::vector<RankOptimizerStates> rank_optimizer_states(const PartitionIndex& index) {
+  std::vector<RankOptimizerStates> out;
+  for (size_t r = 0; r < index.states.size(); ++r) {
+    const std::string& file = index.files[r];
+    RankOptimizerStates o;
+    auto it = index.states[r].find("optimizer_state_dict");
+    if (it != index.states[r].end() && it->value().isGenericDict()) {  // else saved without an optimizer
+      const c10::impl::GenericDict opt = it->value().toGenericDict();
+      auto names = opt.find(std::string("state_names"));
+      auto states = opt.find(std::string("state"));
+      if (names != opt.end() && states != opt.end()) {
+        for (const c10::IValue& n : names->value().toList()) o.names.push_back(n.toStringRef());
+        for (const c10::IValue& g : states->value().toList()) {
+          o.groups.emplace_back();
+          for (const std::string& n : o.names) {
+            auto t = g.toGenericDict().find(n);
+            DS_CHECK_T(CheckpointError, t != g.toGenericDict().end() && t->value().isTensor(), "checkpoint file ",
+                       file, ": optimizer state '", n, "' is missing in a group");
+            o.groups.back().push_back(t->value().toTensor());
+          }
+        }
+      }
+    }
+    DS_CHECK_T(CheckpointError, r == 0 || o.names == out[0].names, "checkpoint file ", file,
+               " holds other optimizer states than rank 0's");
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+void copy_param_elements(const PartitionIndex& index, const std::vector<RankOptimizerStates>& optimizers,
+                         const SavedParam& p, int64_t begin, int64_t end, const at::Tensor& fp32,
+                         const std::vector<at::Tensor>& states) {
+  for (const SavedFragment& f : p.fragments) {
+    const int64_t lo = std::max(begin, f.begin), hi = std::min(end, f.end);
+    if (lo >= hi) continue;
+    verify_tensor(f.source, p.name);
+    fp32.narrow(0, lo - begin, hi - lo).copy_(f.source.narrow(0, lo - f.begin, hi - lo));
+    const RankOptimizerStates& o = optimizers.at(static_cast<size_t>(f.rank));
+    DS_CHECK_T(CheckpointError, states.size() <= o.names.size(), "checkpoint file ",
+               index.files[static_cast<size_t>(f.rank)], " holds ", o.names.size(), " optimizer states, ",
+               states.size(), " wanted");
+    for (size_t k = 0; k < states.size(); ++k) {
+      const at::Tensor src = o.groups.at(f.group).at(k).narrow(0, f.offset + (lo - f.begin), hi - lo);
+      verify_tensor(src, p.name + " " + o.names[k]);
+      states[k].narrow(0, lo - begin, hi - lo).copy_(src);
+    }
+  }
+}
+
 }  // namespace deepspeed::checkpoint

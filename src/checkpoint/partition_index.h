@@ -75,6 +75,21 @@ StateDict partition_rank_file(int64_t rank, int64_t count, const std::vector<at:
 PartitionIndex index_partitions(const std::string& tag, std::vector<std::string> files,
                                 std::vector<StateDict> states);
 
+// Each rank file's optimizer states (the contract's optimizer_state_dict: state_names, and per group one flat
+// tensor per name at the fp32 group's offsets), checked to name the same states on every rank.
+struct RankOptimizerStates {
+  std::vector<std::string> names;
+  std::vector<std::vector<at::Tensor>> groups;  // [group][k]
+};
+std::vector<RankOptimizerStates> rank_optimizer_states(const PartitionIndex& index);
+
+// Copies elements [begin, end) of the flattened parameter `p` into `fp32` and each optimizer state into
+// `states[k]` (1-D, end - begin long; fewer states than the files hold is fine), checking the CRC-32 of every
+// record it reads from.
+void copy_param_elements(const PartitionIndex& index, const std::vector<RankOptimizerStates>& optimizers,
+                         const SavedParam& p, int64_t begin, int64_t end, const at::Tensor& fp32,
+                         const std::vector<at::Tensor>& states);
+
 // The 1-D float32 tensors under `key` of a rank file (fp32_flat_groups, or an optimizer state
 // list).
 std::vector<at::Tensor> flat_tensor_list(const StateDict& state, const char* key,

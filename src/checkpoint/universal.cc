@@ -37,33 +37,6 @@ void write_value(const std::string& path, const c10::IValue& value, FileSystem* 
       [&](WritableFile& f) { write_torch_archive(value, [&](const char* d, size_t n) { f.append(d, n); }); }, fs);
 }
 
-// One rank file's optimizer part: its state tensors by group, name by name.
-struct RankOptimizer {
-  std::vector<std::string> names;
-  std::vector<std::vector<at::Tensor>> groups;  // [group][k]
-};
-
-RankOptimizer rank_optimizer(const StateDict& state, const std::string& file) {
-  RankOptimizer out;
-  auto it = state.find("optimizer_state_dict");
-  if (it == state.end() || !it->value().isGenericDict()) return out;  // saved without an optimizer
-  const GenericDict opt = it->value().toGenericDict();
-  auto names = opt.find(std::string("state_names"));
-  auto states = opt.find(std::string("state"));
-  if (names == opt.end() || states == opt.end()) return out;
-  for (const c10::IValue& n : names->value().toList()) out.names.push_back(n.toStringRef());
-  for (const c10::IValue& g : states->value().toList()) {
-    out.groups.emplace_back();
-    for (const std::string& n : out.names) {
-      auto t = g.toGenericDict().find(n);
-      DS_CHECK_T(CheckpointError, t != g.toGenericDict().end() && t->value().isTensor(), "checkpoint file ", file,
-                 ": optimizer state '", n, "' is missing in a group");
-      out.groups.back().push_back(t->value().toTensor());
-    }
-  }
-  return out;
-}
-
 std::optional<GenericList> lookup_list(const c10::IValue& d, const std::string& key) {
   std::optional<c10::IValue> v = dict_get(d, key);
   if (!v || !v->isList()) return std::nullopt;
@@ -93,8 +66,7 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
   const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
   std::optional<ForeignTag> translated;
   const PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
-  std::vector<RankOptimizer> optimizers;
-  for (size_t r = 0; r < index.states.size(); ++r) optimizers.push_back(rank_optimizer(index.states[r], index.files[r]));
+  const std::vector<RankOptimizerStates> optimizers = rank_optimizer_states(index);
   int64_t step = 0;
   GenericList param_groups = make_any_list();
   if (auto it = index.states[0].find("optimizer_state_dict"); it != index.states[0].end()) {
@@ -119,19 +91,7 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
     const std::vector<std::string>& names = optimizers[0].names;
     std::vector<at::Tensor> states;
     for (size_t k = 0; k < names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
-    for (const SavedFragment& f : p.fragments) {
-      const int64_t n = f.end - f.begin;
-      verify_tensor(f.source, p.name);
-      fp32.narrow(0, f.begin, n).copy_(f.source);
-      const RankOptimizer& ro = optimizers[static_cast<size_t>(f.rank)];
-      DS_CHECK_T(CheckpointError, ro.names == names, "checkpoint file ", index.files[static_cast<size_t>(f.rank)],
-                 " holds other optimizer states than rank 0's");
-      for (size_t k = 0; k < names.size(); ++k) {
-        const at::Tensor src = ro.groups.at(f.group).at(k).narrow(0, f.offset, n);
-        verify_tensor(src, p.name + " " + names[k]);
-        states[k].narrow(0, f.begin, n).copy_(src);
-      }
-    }
+    copy_param_elements(index, optimizers, p, 0, p.numel, fp32, states);
     auto write_param = [&](const std::string& file, const at::Tensor& flat) {
       GenericDict d = make_any_dict();
       d.insert(std::string("param"), flat.view(p.shape));

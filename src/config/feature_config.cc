@@ -106,6 +106,9 @@ CheckpointConfig parse_checkpoint_config(const Json& node) {
                                       : TagValidation::kWarn;
   r.read_bool("load_universal", &c.load_universal);
   r.read_bool("use_node_local_storage", &c.use_node_local_storage);
+  std::string layout = c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp";
+  r.read_choice("save_layout", &layout, {"deepspeed_cpp", "python_deepspeed"});
+  c.save_python_layout = layout == "python_deepspeed";
   const Json* parallel_write = r.find("parallel_write");
   if (parallel_write && !parallel_write->is_null()) {
     ObjectReader pw(*parallel_write, r.path_of("parallel_write"), nullptr);
@@ -121,6 +124,7 @@ OrderedJson dump_checkpoint_config(const CheckpointConfig& c) {
   j["tag_validation"] = to_string(c.tag_validation);
   j["load_universal"] = c.load_universal;
   j["use_node_local_storage"] = c.use_node_local_storage;
+  j["save_layout"] = c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp";
   j["parallel_write"] = OrderedJson{{"pipeline_stage", c.parallel_write_pipeline_stage}};
   return j;
 }

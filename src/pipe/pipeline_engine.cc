@@ -41,6 +41,9 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
              " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
   DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
            "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
+  DS_CHECK_T(ConfigError, !config.checkpoint.save_python_layout,
+             "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine (its stages write "
+             "their own layer files); use \"deepspeed_cpp\"");
   DS_CHECK_T(ConfigError, !config.autotuning.enabled || !config.autotuning.metric_path.has_value(),
              "autotuning: the autotuner tunes deepspeed::initialize runs; the pipeline engine does not report "
              "autotuning metrics (drop autotuning.metric_path)");

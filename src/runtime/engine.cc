@@ -179,6 +179,16 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     apply_schedule();
   }
 
+  if (config_.checkpoint.save_python_layout) {
+    // What Python DeepSpeed's layout can hold (checkpoint/deepspeed_export.h), refused now rather than at a save.
+    const char* key = "checkpoint.save_layout: python_deepspeed";
+    DS_CHECK_T(ConfigError, dtype_ != at::kHalf, key, " writes fp32 and bf16 checkpoints; fp16 is not supported");
+    DS_CHECK_T(ConfigError, !has_experts_ && !model_parallel_.is_member() && !options.data_parallel_group.is_member(),
+               key, " does not write MoE or pipeline checkpoints");
+    DS_CHECK_T(ConfigError,
+               optimizer_ && optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"}), key,
+               " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
+  }
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   add_observers();
   logged_waits_ = stage_->stats();  // the breakdown starts here, not with construction's gathers

@@ -20,6 +20,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "checkpoint/deepspeed_export.h"
 #include "checkpoint/partition_index.h"
 #include "deepspeed/accelerator.h"
 #include "moe/expert_params.h"
@@ -70,6 +71,9 @@ const char* dtype_name(at::ScalarType t) {
 }  // namespace runtime
 
 namespace {
+
+// checkpoint.save_layout python_deepspeed: where our own files of a save go first.
+constexpr const char* kStagingSuffix = ".deepspeed_cpp_staging";
 
 // A run id shared by every file of one save: rank 0 draws it and broadcasts it, so a loader can
 // tell a file left over from another save.
@@ -245,6 +249,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
       c10::impl::GenericDict pg = ckpt::make_any_dict();
       pg.insert(std::string("lr"), optimizer_->lr(g));
       if (auto m = optimizer_->momentum(g)) pg.insert(std::string("momentum"), *m);
+      if (auto d = optimizer_->weight_decay(g)) pg.insert(std::string("weight_decay"), *d);
       param_groups.push_back(pg);
     }
     opt.insert(std::string("state"), states);
@@ -364,17 +369,23 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   const std::string run_id = make_run_id(world_);
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
+  // checkpoint.save_layout python_deepspeed: our files go to a staging tag, from which every rank writes its part
+  // of Python DeepSpeed's layout (checkpoint/deepspeed_export.h); a save killed meanwhile leaves a staging tag that
+  // the next save's stale-file pass removes like any partial tag.
+  const bool python_layout = config_.checkpoint.save_python_layout;
+  const std::string our_tag = python_layout ? tag + kStagingSuffix : tag;
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
     // One process per host clears what killed saves left, before this save writes its own.
     if (comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
-    ckpt::begin_tag_save(dir, tag);
-    ckpt::save_state(ckpt::optim_states_path(dir, tag, world_.rank(), mp_rank()),
+    ckpt::begin_tag_save(dir, our_tag);
+    ckpt::save_state(ckpt::optim_states_path(dir, our_tag, world_.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));
     if (world_.rank() == 0)
-      ckpt::save_state(ckpt::model_states_path(dir, tag, mp_rank()),
+      ckpt::save_state(ckpt::model_states_path(dir, our_tag, mp_rank()),
                        model_state_dict(run_id, client_state, params));
-    if (has_experts_) save_expert_files(dir, tag);
+    if (has_experts_) save_expert_files(dir, our_tag);
   });
+  if (python_layout) save_python_layout(dir, our_tag, tag);
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
   // name the tag.
   if (save_latest)
@@ -387,6 +398,27 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
     std::fflush(stdout);
   }
   return tag;
+}
+
+void EngineImpl::save_python_layout(const std::string& dir, const std::string& staging, const std::string& tag) {
+  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    ckpt::begin_tag_save(dir, tag);
+    ckpt::DeepSpeedExportOptions options;
+    options.world_size = world_.size();
+    options.zero_stage = config_.zero.stage;
+    options.only_rank = world_.rank();
+    options.write_latest = false;
+    ckpt::write_deepspeed_tag(dir, staging, ckpt::tag_dir(dir, tag), options);
+  });
+  ckpt::end_tag_save(dir, staging);
+  // Every rank has read what it needed from the staging tag (the collective above is the barrier).
+  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+    if (world_.rank() != 0) return;
+    ckpt::FileSystem* fs = ckpt::default_file_system();
+    const std::string staged = ckpt::tag_dir(dir, staging);
+    for (const std::string& name : fs->list_dir(staged)) fs->remove_file(staged + "/" + name);
+    fs->remove_dir(staged);
+  });
 }
 
 void EngineImpl::save_expert_files(const std::string& dir, const std::string& tag) const {

@@ -158,6 +158,9 @@ class EngineImpl : public runtime::StageEngine {
   void check_no_expert_parallelism(const char* what) const;
   // engine_checkpoint.cc: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt for the experts this rank writes.
   void save_expert_files(const std::string& dir, const std::string& tag) const;
+  // checkpoint.save_layout python_deepspeed: <dir>/<tag> written in Python DeepSpeed's layout from the staging tag
+  // holding this save's own files, which is then removed. Collective.
+  void save_python_layout(const std::string& dir, const std::string& staging, const std::string& tag);
   void apply_schedule();
   // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
   std::string timer_table(int64_t steps);

@@ -148,6 +148,7 @@ class FusedOptimizer final : public EngineOptimizer {
     if (kind_ == Kind::kAdagrad) return std::nullopt;
     return momenta_.at(group);
   }
+  std::optional<double> weight_decay(size_t group) const override { return decays_.at(group); }
   std::vector<at::Tensor> state_tensors() const override {
     std::vector<at::Tensor> out;
     for (const auto& s : state_)

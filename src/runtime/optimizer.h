@@ -46,6 +46,8 @@ class EngineOptimizer {
   virtual void set_step_count(int64_t steps) {}
   // beta1 / momentum of a group, when the optimizer has one.
   virtual std::optional<double> momentum(size_t group) const { return std::nullopt; }
+  // A group's weight decay, when the optimizer knows it (saved beside lr for exporters: deepspeed_export.h).
+  virtual std::optional<double> weight_decay(size_t group) const { return std::nullopt; }
   // A client torch optimizer's whole state as bytes of torch's own archive format (empty for the fused ones), and
   // the way back.
   virtual std::string archive() const { return {}; }

@@ -108,9 +108,11 @@ def main():
                                            config=config)
     first = 0
     if args.load_dir:
-        path, _ = engine.load_checkpoint(args.load_dir)
+        path, client = engine.load_checkpoint(args.load_dir)
         if path is None:
             raise RuntimeError(f"DeepSpeed loaded nothing from {args.load_dir}")
+        if rank == 0 and "crossover_epoch" in (client or {}):
+            print(f"crossover_client_state crossover_epoch={client['crossover_epoch']}", flush=True)
         first = engine.global_steps
     micro = config["train_micro_batch_size_per_gpu"]
     for s in range(first, first + args.steps):
@@ -129,6 +131,9 @@ def main():
                 scale = float(getattr(engine.optimizer, "loss_scale", 1.0))
                 print(f"crossover_loss_scale={scale:.9g}", flush=True)
     dist.barrier()
+    # An orderly teardown: left to interpreter exit, a process group's threads can abort the process
+    # ("terminate called without an active exception") after the run itself succeeded.
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -119,8 +119,11 @@ int train(const Args& args) {
     dc::get_world_group().all_reduce(mean, dc::ReduceOp::kSum);
     if (rank == 0) std::printf("crossover_loss step=%lld loss=%.9g\n", static_cast<long long>(s),
                                mean.item<double>() / world);
-    if (!args.save_dir.empty() && (s + 1 == args.save_at || (args.save_at < 0 && s + 1 == first + args.steps)))
-      engine.save_checkpoint(args.save_dir);
+    if (!args.save_dir.empty() && (s + 1 == args.save_at || (args.save_at < 0 && s + 1 == first + args.steps))) {
+      deepspeed::checkpoint::StateDict client = deepspeed::checkpoint::make_state_dict();
+      client.insert("crossover_epoch", int64_t{7});  // as crossover_ds.py saves
+      engine.save_checkpoint(args.save_dir, std::nullopt, client);
+    }
   }
   std::fflush(stdout);
   dc::barrier();

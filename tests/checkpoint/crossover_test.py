@@ -22,7 +22,7 @@ ranks on loopback with Gloo and DeepSpeed's CPU accelerator:
     usage: crossover_test.py <bin-dir> <config.json> <port> [--bad_input]
            crossover_test.py <bin-dir> <configs-dir> <port> --universal
 
-fp16: our fp16 training drifts from DeepSpeed's on its own (no checkpoint involved), so only the first resumed step
+fp16 (skipped, exit code 77, on CPUs where DeepSpeed's CPU accelerator refuses fp16): our fp16 training drifts from DeepSpeed's on its own (no checkpoint involved), so only the first resumed step
 (the loaded weights' forward) is compared, to one fp16 ulp (2^-10). Tolerance: fp32 runs the same LibTorch kernels on both sides and differs at most in the Adam update's rounding
 (torch's AdamW vs our fused kernel), a few float32 ulps per step: 1e-5 relative. In bf16 the loss itself is a bf16
 number (8 significant bits), so one rounding that falls the other way anywhere before it moves it by up to one ulp,
@@ -121,6 +121,100 @@ def check_fp32(bin_dir, tmp, config, env):
     print(f"ds_to_fp32 on DeepSpeed's checkpoint: {len(got)} tensors equal to DeepSpeed's own")
 
 
+def signature(v):
+    """The shape of a loaded checkpoint value: types, keys, tensor dtypes and shapes (values left out)."""
+    import torch
+    if torch.is_tensor(v):
+        return ("tensor", str(v.dtype), tuple(v.shape))
+    if isinstance(v, dict):
+        return {k: signature(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+        return (type(v).__name__, [signature(x) for x in v])
+    if hasattr(v, "__dict__") and not isinstance(v, (int, float)):
+        return (type(v).__name__, signature(dict(vars(v))))
+    return type(v).__name__
+
+
+def same_layout(ours, theirs, where):
+    """Every key DeepSpeed's own file has is in ours with the same signature (ours may carry more, e.g. the group's
+    bias_correction for DeepSpeed's own Adam); the configs are left out (ours holds our engine's whole config)."""
+    if isinstance(theirs, dict):
+        if not isinstance(ours, dict):
+            return [f"{where}: {ours} where DeepSpeed has a dict"]
+        bad = []
+        for k, v in theirs.items():
+            if k == "ds_config":
+                continue
+            if k not in ours:
+                bad.append(f"{where}[{k!r}] missing")
+            else:
+                bad += same_layout(ours[k], v, f"{where}[{k!r}]")
+        return bad
+    if isinstance(theirs, tuple) and len(theirs) == 2 and isinstance(theirs[1], list):
+        if not (isinstance(ours, tuple) and ours[0] == theirs[0] and len(ours[1]) == len(theirs[1])):
+            return [f"{where}: {str(ours)[:80]} where DeepSpeed has {str(theirs)[:80]}"]
+        return [b for i, (o, t) in enumerate(zip(ours[1], theirs[1])) for b in same_layout(o, t, f"{where}[{i}]")]
+    return [] if ours == theirs else [f"{where}: {str(ours)[:80]} where DeepSpeed has {str(theirs)[:80]}"]
+
+
+def check_layout(ours_dir, theirs_dir, what):
+    """The files in ours_dir are the ones DeepSpeed's own save wrote to theirs_dir, with the same keys, types and
+    tensor shapes."""
+    import torch
+    if sorted(os.listdir(ours_dir)) != sorted(os.listdir(theirs_dir)):
+        sys.exit(f"FAIL: {what} wrote {sorted(os.listdir(ours_dir))}, DeepSpeed writes {sorted(os.listdir(theirs_dir))}")
+    for name in sorted(os.listdir(theirs_dir)):
+        load = lambda d: signature(torch.load(f"{d}/{name}", weights_only=False, map_location="cpu"))
+        bad = same_layout(load(ours_dir), load(theirs_dir), name)
+        if bad:
+            sys.exit(f"FAIL: {what} differs from DeepSpeed's own layout:\n  " + "\n  ".join(bad[:8]))
+    print(f"{what}: {len(os.listdir(ours_dir))} files with DeepSpeed's own keys, types and shapes")
+
+
+def reverse(bin_dir, tmp, config, ours, ds, tol, env):
+    """Ours trains N + M steps saving after N; ds_to_deepspeed writes that checkpoint in DeepSpeed's layout, whose
+    files must have the keys, types and tensor shapes of DeepSpeed's own save (tmp/ds, the same step and config);
+    DeepSpeed resumes from it and its M losses must equal ours; DeepSpeed's zero_to_fp32 on it must give ds_to_fp32's
+    weights of our checkpoint bit for bit. The same for our engine saving DeepSpeed's layout itself."""
+    import json
+    import torch
+    reference = run(ours + ["--steps", str(N + M), "--save_dir", tmp + "/ours", "--save_at", str(N)],
+                    tmp + "/ours_ref.log", env)
+    tag = f"global_step{N}"
+    subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
+                    f"{tmp}/exported/{tag}"], check=True, env=env, stdout=subprocess.DEVNULL)
+    check_layout(f"{tmp}/exported/{tag}", f"{tmp}/ds/{tag}", "ds_to_deepspeed")
+    resumed = run(ds + ["--steps", str(M), "--load_dir", tmp + "/exported"], tmp + "/ds_resumed.log", env)
+    if "crossover_client_state crossover_epoch=7" not in open(tmp + "/ds_resumed.log").read():
+        sys.exit("FAIL: the client state we saved (crossover_epoch=7) did not come back from DeepSpeed's load")
+    compare(reference, resumed, tol, f"DeepSpeed resumed from our step {N} (ds_to_deepspeed)")
+
+    # The engine writes DeepSpeed's layout itself with checkpoint.save_layout python_deepspeed; DeepSpeed resumes
+    # from it, and so does our engine.
+    cfg = json.load(open(config))
+    cfg["checkpoint"] = {"save_layout": "python_deepspeed"}
+    python_layout = tmp + "/python_layout.json"
+    json.dump(cfg, open(python_layout, "w"))
+    ours_py = ours[:-1] + [python_layout]
+    run(ours_py + ["--steps", str(N), "--save_dir", tmp + "/saved_py"], tmp + "/ours_py.log", env)
+    check_layout(f"{tmp}/saved_py/{tag}", f"{tmp}/ds/{tag}", "save_layout python_deepspeed")
+    if any(".deepspeed_cpp_staging" in f for f in os.listdir(tmp + "/saved_py")):
+        sys.exit(f"FAIL: the save left its staging tag behind: {os.listdir(tmp + '/saved_py')}")
+    compare(reference, run(ds + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ds_resumed_py.log",
+                           env), tol, f"DeepSpeed resumed from our engine's python_deepspeed save")
+    compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ours_resumed_py.log",
+                           env), tol, f"ours resumed from its own python_deepspeed save")
+    if json.load(open(config)).get("zero_optimization", {}).get("stage", 0) > 0:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        subprocess.run([bin_dir + "/ds_to_fp32", tmp + "/ours", tmp + "/ours_fp32.pt"], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+        expected = torch.load(tmp + "/ours_fp32.pt")
+        got = get_fp32_state_dict_from_zero_checkpoint(tmp + "/exported")
+        if sorted(got) != sorted(expected) or any(not torch.equal(got[k], expected[k]) for k in got):
+            sys.exit("FAIL: DeepSpeed's zero_to_fp32 on the exported checkpoint differs from ds_to_fp32 on ours")
+        print(f"zero_to_fp32 on the exported checkpoint: {len(got)} tensors equal to ds_to_fp32's")
+
+
 def compare(reference, resumed, tol, what, steps=None):
     """`resumed` printed `steps` (N..N+M-1) with the losses of `reference`."""
     steps = list(range(N, N + M)) if steps is None else steps
@@ -170,6 +264,13 @@ def main():
     text = open(config).read() if os.path.isfile(config) else ""
     bf16, fp16 = '"bf16": {"enabled": true' in text, '"fp16": {"enabled": true' in text
     tol = 2.0 ** -7 if bf16 else 2.0 ** -10 if fp16 else 1e-5
+    if fp16:
+        import torch
+        if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
+            # DeepSpeed's CPU accelerator asks oneDNN, which runs fp16 only on CPUs with AVX512-FP16 or AMX-FP16.
+            print("SKIP: DeepSpeed refuses fp16 on this CPU (oneDNN has no fp16 here), so it cannot write the "
+                  "reference checkpoint")
+            sys.exit(77)
     tmp = tempfile.mkdtemp(prefix="crossover.")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=tmp + "/ext",
                PYTHONUNBUFFERED="1")
@@ -215,6 +316,8 @@ def main():
     compare(reference, resumed, tol, f"ours resumed from DeepSpeed's step {N}", compare_steps)
     if reference[N] > reference[0] * (1 - 10 * tol):
         sys.exit("FAIL: the loss did not fall in N steps: this test cannot tell a loaded model from a fresh one")
+    if not fp16:
+        reverse(bin_dir, tmp, config, ours, ds, tol, env)
     shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
 

@@ -10,11 +10,14 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "checkpoint/deepspeed_export.h"
 #include "checkpoint/partition_index.h"
+#include "checkpoint/python_pickle.h"
 #include "checkpoint/universal.h"
 #include "deepspeed/checkpoint.h"
 #include "safetensors_reader.h"
@@ -44,9 +47,12 @@ std::vector<Original> originals() {
 // Writes one rank file per partition: group g's flat fp32 buffer (params back to back, then `pad`
 // zeros) is cut at cuts[g] (world_size + 1 increasing offsets). `drop` names a parameter whose
 // last-rank fragment is left out.
+// `adam`: the rank files also carry Adam's states (exp_avg = 2 x the weight, exp_avg_sq = 3 x its magnitude, at
+// the same offsets) and the model file what an export to DeepSpeed's layout reads (param_shapes, config, counters);
+// `dtype` is the model file's.
 void write_partitioned(const std::string& dir, const std::string& tag, int world_size,
                        const std::vector<std::vector<int64_t>>& cuts,
-                       const std::string& drop = "") {
+                       const std::string& drop = "", bool adam = false, const std::string& dtype = "fp32") {
   std::vector<Original> params = originals();
   for (int r = 0; r < world_size; ++r) {
     c10::List<at::Tensor> groups;
@@ -87,6 +93,26 @@ void write_partitioned(const std::string& dir, const std::string& tag, int world
     s.insert(ckpt::kDpRankKey, static_cast<int64_t>(r));
     s.insert(ckpt::kFp32FlatGroupsKey, groups);
     s.insert(ckpt::kParamSlicesKey, slices);
+    if (adam) {
+      c10::impl::GenericList states = ckpt::make_any_list(), param_groups = ckpt::make_any_list();
+      for (const at::Tensor& g : groups) {
+        c10::impl::GenericDict st = ckpt::make_any_dict();
+        st.insert(std::string("exp_avg"), g * 2);
+        st.insert(std::string("exp_avg_sq"), g.abs() * 3);
+        states.push_back(st);
+        c10::impl::GenericDict pg = ckpt::make_any_dict();
+        pg.insert(std::string("lr"), 0.004);
+        pg.insert(std::string("weight_decay"), param_groups.empty() ? 0.05 : 0.0);
+        param_groups.push_back(pg);
+      }
+      c10::impl::GenericDict opt = ckpt::make_any_dict();
+      opt.insert(std::string("type"), std::string("fused cpu adamw"));
+      opt.insert(std::string("step"), int64_t{5});
+      opt.insert(std::string("state_names"), c10::List<std::string>({"exp_avg", "exp_avg_sq"}));
+      opt.insert(std::string("state"), states);
+      opt.insert(std::string("param_groups"), param_groups);
+      s.insert("optimizer_state_dict", opt);
+    }
     ckpt::save_state(ckpt::optim_states_path(dir, tag, r), s);
   }
   ckpt::StateDict model = ckpt::make_state_dict();
@@ -94,6 +120,29 @@ void write_partitioned(const std::string& dir, const std::string& tag, int world
   module.insert("norm.running_mean", at::arange(3, at::kDouble));
   model.insert(ckpt::kModuleKey, module);
   model.insert(ckpt::kBufferNamesKey, c10::List<std::string>({"norm.running_mean"}));
+  if (adam) {
+    c10::impl::GenericList shapes = ckpt::make_any_list();
+    for (int g = 0; g < 2; ++g) {
+      c10::impl::GenericDict group = ckpt::make_any_dict();
+      for (const Original& p : params)
+        if (p.group == g) group.insert(p.name, c10::List<int64_t>(p.value.sizes()));
+      shapes.push_back(group);
+    }
+    model.insert("param_shapes", shapes);
+    model.insert("dtype", dtype);
+    model.insert("zero_stage", int64_t{2});
+    model.insert("dp_world_size", static_cast<int64_t>(world_size));
+    model.insert("global_steps", int64_t{5});
+    model.insert("global_samples", int64_t{40});
+    model.insert("ds_config", std::string(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01,
+        "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.05}}, "zero_optimization": {"sub_group_size": 15}})"));
+    c10::impl::GenericDict scheduler = ckpt::make_any_dict();
+    scheduler.insert(std::string("last_batch_iteration"), int64_t{4});
+    model.insert("lr_scheduler", scheduler);
+    ckpt::StateDict client = ckpt::make_state_dict();
+    client.insert("epoch", int64_t{3});
+    model.insert("client_state", client);
+  }
   ckpt::stamp_metadata(model, "synthetic");
   ckpt::save_state(ckpt::model_states_path(dir, tag), model);
   ckpt::write_latest(dir, tag);
@@ -292,5 +341,85 @@ TEST(Universal, ANonUniversalTagIsRefusedNamingTheConversion) {
                                          "ds_to_universal"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The export to DeepSpeed's layout (checkpoint/deepspeed_export.h), read back by our reader of DeepSpeed's tags
+// (checkpoint/deepspeed_tag.h, itself checked against DeepSpeed's own files): at 3 ranks no group or parameter
+// divides evenly (groups of 48 and 58 elements; parameters of 13, 9 and 1), so DeepSpeed's padding at stages 1-2
+// (to 2 x world) and its per-parameter ceil(numel / 3) slices at stage 3 are all
+// exercised, in sub-groups of at most 15 elements; stage 0 keeps one state per parameter. Every weight and Adam state must come back where it was.
+TEST(DeepSpeedExport, EveryStageAtThreeRanksReadsBackIntoTheSameWeightsAndStates) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 24, 48}, {0, 30, 60}}, "", /*adam=*/true);
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string out_parent = tmp.path() + "/ds" + std::to_string(stage);
+    ckpt::DeepSpeedExportOptions options;
+    options.world_size = stage == 0 ? 1 : 3;
+    options.zero_stage = stage;
+    const ckpt::DeepSpeedExportStats stats = ckpt::write_deepspeed_tag(tmp.path(), "t", out_parent + "/t", options);
+    EXPECT_EQ(stats.params, 5);
+    EXPECT_EQ(stats.ranks, stage == 0 ? 0 : 3);
+    EXPECT_EQ(ckpt::read_latest(out_parent), "t");
+    ASSERT_TRUE(ckpt::is_python_deepspeed_tag(out_parent, "t"));
+    std::optional<ckpt::ForeignTag> translated;
+    const ckpt::PartitionIndex index = ckpt::load_any_partition_index(out_parent, "t", nullptr, &translated);
+    ASSERT_TRUE(translated.has_value());
+    const std::vector<ckpt::RankOptimizerStates> optimizers = ckpt::rank_optimizer_states(index);
+    ASSERT_EQ(optimizers.at(0).names, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+    for (const Original& p : originals()) {
+      const ckpt::SavedParam* saved = index.find(p.name);
+      ASSERT_NE(saved, nullptr) << p.name;
+      at::Tensor fp32 = at::empty({saved->numel}), m = at::empty({saved->numel}), v = at::empty({saved->numel});
+      ckpt::copy_param_elements(index, optimizers, *saved, 0, saved->numel, fp32, {m, v});
+      EXPECT_TRUE(fp32.view(p.value.sizes()).equal(p.value)) << p.name;
+      EXPECT_TRUE(m.view(p.value.sizes()).equal(p.value * 2)) << p.name;
+      EXPECT_TRUE(v.view(p.value.sizes()).equal(p.value.abs() * 3)) << p.name;
+    }
+    const ckpt::StateDict& model = translated->model;
+    EXPECT_EQ(model.at("global_steps").toInt(), 5);
+    EXPECT_EQ(model.at("global_samples").toInt(), 40);
+    EXPECT_EQ(model.at("lr_scheduler").toGenericDict().at(std::string("last_batch_iteration")).toInt(), 4);
+    EXPECT_EQ(model.at("client_state").toGenericDict().at(std::string("epoch")).toInt(), 3);
+    EXPECT_TRUE(model.at(ckpt::kModuleKey).toGenericDict().contains(std::string("norm.running_mean")));
+    // DeepSpeed's Adam reads its numbers from the saved group: the config's betas and eps, each group's own decay
+    // and learning rate, the step.
+    const c10::IValue rank0 = ckpt::load_python_torch_file(
+        stage == 0 ? out_parent + "/t/mp_rank_00_model_states.pt"
+                   : out_parent + "/t/zero_pp_rank_0_mp_rank_00_optim_states.pt");
+    const c10::IValue opt = stage == 0 ? *ckpt::dict_get(rank0, std::string("optimizer"))
+                            : *ckpt::dict_get(*ckpt::dict_get(rank0, std::string("optimizer_state_dict")),
+                                              std::string(stage == 3 ? "optimizer_state_dict" : "base_optimizer_state"));
+    const c10::impl::GenericList groups = ckpt::dict_get(opt, std::string("param_groups"))->toList();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(ckpt::dict_get(groups.get(0), std::string("weight_decay"))->toDouble(), 0.05);
+    EXPECT_EQ(ckpt::dict_get(groups.get(1), std::string("weight_decay"))->toDouble(), 0.0);
+    EXPECT_EQ(ckpt::dict_get(groups.get(1), std::string("lr"))->toDouble(), 0.004);
+    EXPECT_EQ(ckpt::dict_get(groups.get(0), std::string("eps"))->toDouble(), 1e-7);
+    EXPECT_EQ(ckpt::dict_get(groups.get(0), std::string("betas"))->toTupleRef().elements()[0].toDouble(), 0.8);
+    // Stage 3 cuts each group into sub-groups as DeepSpeed does (a sub-group closes once it reaches 15 elements):
+    // group 0's slices 12 + 5 make one, group 1's 16 | 1 + 3 two; stages 1-2 have one partition per group.
+    const size_t second = ckpt::dict_get(groups.get(1), std::string("params"))->toList().size();
+    EXPECT_EQ(second, stage == 3 ? 2u : stage == 0 ? 3u : 1u);
+  }
+}
+
+TEST(DeepSpeedExport, WhatDeepSpeedCannotResumeIsRefusedByName) {
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 24, 48}, {0, 30, 60}}, "", /*adam=*/true, "fp16");
+  try {
+    ckpt::write_deepspeed_tag(tmp.path(), "t", tmp.path() + "/out/t");
+    FAIL() << "an fp16 checkpoint was exported";
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("is fp16: only fp32 and bf16 checkpoints can be exported"),
+              std::string::npos) << e.what();
+  }
+  write_partitioned(tmp.path(), "no_adam", 2, {{0, 24, 48}, {0, 30, 60}});
+  try {
+    ckpt::write_deepspeed_tag(tmp.path(), "no_adam", tmp.path() + "/out/no_adam");
+    FAIL() << "a checkpoint without Adam's states was exported";
+  } catch (const ckpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("only Adam/AdamW optimizer states"), std::string::npos) << e.what();
   }
 }

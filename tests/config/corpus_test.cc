@@ -203,6 +203,7 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_TRUE(c.checkpoint.load_universal);
           EXPECT_FALSE(c.checkpoint.parallel_write_pipeline_stage);
           EXPECT_FALSE(c.checkpoint.use_node_local_storage);
+          EXPECT_TRUE(c.checkpoint.save_python_layout);
           EXPECT_EQ(*c.communication_data_type, DataType::kFp32);
           EXPECT_EQ(*c.data_types.grad_accum_dtype, DataType::kFp32);
           EXPECT_TRUE(c.bf16.immediate_grad_update);

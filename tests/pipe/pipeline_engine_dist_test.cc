@@ -435,6 +435,20 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
     dsp::initialize(m, with_pipeline("{\"stages\": " + std::to_string(world) + ", \"activation_checkpoint_interval\": 2}"));
     EXPECT_EQ(m->options().activation_checkpoint_interval, 2) << "the config's interval applies to the module";
   }
+  // Checkpoints in layouts the pipeline's layer files do not have: refused by name.
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, make_config("fp32", "Adam", 0, 0.0, R"(, "checkpoint": {"save_layout": "python_deepspeed"})"));
+      },
+      "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine");
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        auto engine = dsp::initialize(m, make_config("fp32", "Adam", 0, 0.0, R"(, "checkpoint": {"load_universal": true})"));
+        engine.load_checkpoint("/nonexistent_universal_checkpoint");
+      },
+      "a pipeline engine does not load universal checkpoints");
   // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
   for (int stage : {2, 3}) {
     expect_error(

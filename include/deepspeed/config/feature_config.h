@@ -47,6 +47,10 @@ struct CheckpointConfig {
   bool load_universal = false;
   bool use_node_local_storage = false;
   bool parallel_write_pipeline_stage = false;  // JSON: parallel_write.pipeline_stage
+  // JSON save_layout: "deepspeed_cpp" (default: ours, loadable at any world size and stage) or "python_deepspeed"
+  // (Python DeepSpeed's own layout for this world size and stage, which its load_checkpoint and zero_to_fp32.py
+  // read; fp32/bf16 Adam, no MoE or pipeline). Not a DeepSpeed key: Python DeepSpeed ignores it.
+  bool save_python_layout = false;
 };
 
 struct CommsLoggerConfig {
