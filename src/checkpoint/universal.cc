@@ -106,12 +106,25 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
   GenericDict optimizer_state = make_any_dict();
   optimizer_state.insert(std::string("param_groups"), param_groups);
   optimizer_state.insert(std::string("ds_version"), std::string(kUniversalLayoutVersion));
+  // DeepSpeed's stage 3 reads the step and the groups from a nested torch optimizer state_dict (its stages 1-2 from
+  // the top-level param_groups and each parameter's step.pt).
+  GenericDict step_state = make_any_dict(), first = make_any_dict(), nested = make_any_dict();
+  first.insert(std::string("step"), at::scalar_tensor(static_cast<double>(step), at::kFloat));
+  step_state.insert(int64_t{0}, first);
+  nested.insert(std::string("state"), step_state);
+  nested.insert(std::string("param_groups"), param_groups);
+  optimizer_state.insert(std::string("optimizer_state_dict"), nested);
   write_value(zero + "/optimizer_state.pt", optimizer_state, fs);
-  // The model files as they are: counters, scheduler, buffers and client state, for either engine to read.
-  for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
+  // The model files as they are: counters, scheduler, buffers and client state, for either engine to read. DeepSpeed
+  // at stage 3 reads rank 0's zero_pp_rank_0_mp_rank_<mp>_model_states.pt instead: a copy of ours under that name.
+  const std::vector<std::string> names = fs->list_dir(tag_dir(dir, tag));
+  for (const std::string& name : names)
     if (name.ends_with("model_states.pt") && name.rfind("layer_", 0) != 0) {
       const std::vector<char> bytes = fs->read_file(tag_dir(dir, tag) + "/" + name);
       write_file_atomic(out_dir + "/" + name, bytes.data(), bytes.size(), fs);
+      const std::string stage3_name = "zero_pp_rank_0_" + name;
+      if (name.rfind("mp_rank_", 0) == 0 && std::find(names.begin(), names.end(), stage3_name) == names.end())
+        write_file_atomic(out_dir + "/" + stage3_name, bytes.data(), bytes.size(), fs);
     }
   const std::string latest = parent_dir(out_dir) + "/" + kLatestUniversal;
   const std::string out_tag = base_name(out_dir);

@@ -15,7 +15,7 @@ ranks on loopback with Gloo and DeepSpeed's CPU accelerator:
 
   With --universal (<config.json> is then the configs folder): our engine trains N + M steps at 2 ranks, ZeRO-2,
   saving after step N; ds_to_universal converts that checkpoint, and it resumes at 1 rank ZeRO-3, at 4 ranks ZeRO-1
-  (the same global batch: 4 samples a step), and in Python DeepSpeed at 2 ranks ZeRO-2 (`load_universal`), each
+  (the same global batch: 4 samples a step), and in Python DeepSpeed at 2 ranks ZeRO-2 and ZeRO-3 (`load_universal`), each
   M steps whose losses must equal ours: DeepSpeed resumes from our checkpoint. DeepSpeed's own checkpoint, converted
   by ds_to_universal, resumes in our engine too.
 
@@ -248,6 +248,9 @@ def universal(bin_dir, configs, port, here, tmp, env):
     compare(reference, run(ds + ["--config", f"{configs}/u_z2_2r_load.json", "--steps", str(M), "--load_dir",
                                  tmp + "/uni"], tmp + "/ds_resumed.log", env),
             1e-5, "DeepSpeed resumed from our checkpoint (universal)")
+    compare(reference, run(ds + ["--config", f"{configs}/u_z3_2r_load.json", "--steps", str(M), "--load_dir",
+                                 tmp + "/uni"], tmp + "/ds_resumed_z3.log", env),
+            1e-5, "DeepSpeed at ZeRO-3 resumed from our checkpoint (universal)")
 
     ds_reference = run(ds + ["--config", f"{configs}/u_z2_2r.json", "--steps", str(N + M), "--save_dir",
                              tmp + "/ds", "--save_at", str(N)], tmp + "/ds.log", env)
