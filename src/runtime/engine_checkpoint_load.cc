@@ -238,10 +238,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       tag = ckpt::read_latest(dir, fs, universal ? ckpt::kLatestUniversal : "latest");
     result.path = ckpt::tag_dir(dir, tag);
     if (universal) {
-      // Every parameter whole in its own folder: loadable at any world size, stage or layout.
-      DS_CHECK_T(CheckpointError, !has_experts_ && mp_rank() == 0, "checkpoint ", result.path,
-                 ": loading a universal checkpoint into an engine with MoE experts or pipeline stages is not "
-                 "supported");
+      // Every parameter whole in its own folder: loadable at any world size, stage or expert layout (experts are
+      // saved under their global names, so each rank takes the ones it holds).
+      DS_CHECK_T(CheckpointError, mp_rank() == 0, "checkpoint ", result.path,
+                 ": loading a universal checkpoint into pipeline stages is not supported");
       ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs);
       model_file = foreign.model_file;
       model = foreign.model;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/universal.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
@@ -239,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(TopK, MoEEngineEp, ::testing::Values(1, 2));
 // Save mid-run with experts split over the ranks; a fresh engine (other initial values) that loads
 // it and trains on ends bit-identical; the expert files hold each expert's weights under its global
 // name; and the checkpoint loads into every expert on every rank (ep_size 1), matching expert for
-// expert.
+// expert. The same through the universal layout (ds_to_universal's).
 class MoECheckpoint : public ::testing::TestWithParam<int> {};
 
 TEST_P(MoECheckpoint, ResumeIsBitExactAndLoadsAtAnotherEpSize) {
@@ -298,36 +299,62 @@ TEST_P(MoECheckpoint, ResumeIsBitExactAndLoadsAtAnotherEpSize) {
   }
   EXPECT_EQ(own_files, 4 / world);
 
-  // Every expert on every rank (ep_size 1) loads the same checkpoint: each expert as saved.
-  GPT whole = tiny_gpt::make_model(moe_config(1, 2));
-  auto c = deepspeed::initialize(whole, engine_config(stage));
-  ASSERT_TRUE(c.load_checkpoint(dir).has_value());
-  // This rank's experts and the dense parameters against this rank's copy at the save; other ranks'
-  // experts against their files (written from the same fp32 values).
-  int64_t expert_tensors = 0, from_files = 0;
-  for (const auto& [name, t] : by_global_name(whole)) {
-    auto it = saved.find(name);
-    if (it != saved.end()) {
-      EXPECT_TRUE(at::equal(t, it->second)) << name;
-    } else {
-      const size_t at_id =
-          name.find("deepspeed_experts.") + std::string("deepspeed_experts.").size();
-      const int64_t e = std::stoll(name.substr(at_id));
-      const auto state = deepspeed::checkpoint::load_state(
-          deepspeed::checkpoint::expert_model_states_path(dir, tag, 0, e));
-      EXPECT_TRUE(at::equal(t, state.at(name).toTensor())) << name;
-      ++from_files;
-    }
-    if (name.find("deepspeed_experts") != std::string::npos) ++expert_tensors;
-  }
-  // The whole model has every expert: at W ranks, (W - 1) / W of the experts came from other ranks'
-  // files.
-  EXPECT_EQ(from_files, expert_tensors * (world - 1) / world);
-  if (world > 1) {
-    EXPECT_GT(from_files, 0);
+  // The universal layout of the same checkpoint (every expert in its own folder under its global name) resumes
+  // the same expert layout bit-exactly, optimizer state included.
+  const std::string uni = dir + "_universal";
+  if (deepspeed::comm::get_rank() == 0) {
+    std::filesystem::remove_all(uni);
+    deepspeed::checkpoint::write_universal(dir, tag, uni + "/" + tag + "_universal");
   }
   deepspeed::comm::barrier();
-  if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+  deepspeed::Config universal_config = engine_config(stage);
+  universal_config.checkpoint.load_universal = true;
+  GPT third(other_cfg);
+  auto u = deepspeed::initialize(third, universal_config);
+  ASSERT_TRUE(u.load_checkpoint(uni).has_value());
+  EXPECT_EQ(u.global_steps(), 2);
+  tiny_gpt::train(u, data, 2, /*first_step=*/2);
+  const auto from_universal = by_global_name(third);
+  for (const auto& [name, t] : want) EXPECT_TRUE(at::equal(from_universal.at(name), t)) << name << " (universal)";
+
+  // Every expert on every rank (ep_size 1) loads the same checkpoint, native and universal: each expert as saved.
+  for (const bool load_universal : {false, true}) {
+    SCOPED_TRACE(load_universal ? "universal" : "native");
+    GPT whole = tiny_gpt::make_model(moe_config(1, 2));
+    deepspeed::Config whole_config = engine_config(stage);
+    whole_config.checkpoint.load_universal = load_universal;
+    auto c = deepspeed::initialize(whole, whole_config);
+    ASSERT_TRUE(c.load_checkpoint(load_universal ? uni : dir).has_value());
+    // This rank's experts and the dense parameters against this rank's copy at the save; other ranks'
+    // experts against their files (written from the same fp32 values).
+    int64_t expert_tensors = 0, from_files = 0;
+    for (const auto& [name, t] : by_global_name(whole)) {
+      auto it = saved.find(name);
+      if (it != saved.end()) {
+        EXPECT_TRUE(at::equal(t, it->second)) << name;
+      } else {
+        const size_t at_id =
+            name.find("deepspeed_experts.") + std::string("deepspeed_experts.").size();
+        const int64_t e = std::stoll(name.substr(at_id));
+        const auto state = deepspeed::checkpoint::load_state(
+            deepspeed::checkpoint::expert_model_states_path(dir, tag, 0, e));
+        EXPECT_TRUE(at::equal(t, state.at(name).toTensor())) << name;
+        ++from_files;
+      }
+      if (name.find("deepspeed_experts") != std::string::npos) ++expert_tensors;
+    }
+    // The whole model has every expert: at W ranks, (W - 1) / W of the experts came from other ranks'
+    // files.
+    EXPECT_EQ(from_files, expert_tensors * (world - 1) / world);
+    if (world > 1) {
+      EXPECT_GT(from_files, 0);
+    }
+  }
+  deepspeed::comm::barrier();
+  if (deepspeed::comm::get_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(uni);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, MoECheckpoint, ::testing::Values(0, 2));
