@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "checkpoint/archive_writer.h"
@@ -65,8 +66,14 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
   if (fs == nullptr) fs = default_file_system();
   const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
   std::optional<ForeignTag> translated;
-  const PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
-  const std::vector<RankOptimizerStates> optimizers = rank_optimizer_states(index);
+  // A pipeline's tag holds each stage's rank files under its model-parallel rank: every stage's parameters go into
+  // the one universal folder (a tied weight, kept by several stages alike, once).
+  std::vector<PartitionIndex> stages;
+  stages.push_back(load_any_partition_index(dir, tag, fs, &translated));
+  if (!translated)
+    for (int mp = 1; fs->file_exists(model_states_path(dir, tag, mp)); ++mp)
+      stages.push_back(load_partition_index(dir, tag, fs, mp));
+  const PartitionIndex& index = stages[0];
   int64_t step = 0;
   GenericList param_groups = make_any_list();
   if (auto it = index.states[0].find("optimizer_state_dict"); it != index.states[0].end()) {
@@ -82,26 +89,32 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
   }
 
   UniversalStats stats;
-  stats.ranks = static_cast<int>(index.files.size());
+  std::set<std::string> written;
   const std::string zero = out_dir + "/zero";
-  for (const SavedParam& p : index.params) {
-    const std::string folder = zero + "/" + p.name;
-    fs->create_dirs(folder);
-    at::Tensor fp32 = at::empty({p.numel}, at::kFloat);
-    const std::vector<std::string>& names = optimizers[0].names;
-    std::vector<at::Tensor> states;
-    for (size_t k = 0; k < names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
-    copy_param_elements(index, optimizers, p, 0, p.numel, fp32, states);
-    auto write_param = [&](const std::string& file, const at::Tensor& flat) {
-      GenericDict d = make_any_dict();
-      d.insert(std::string("param"), flat.view(p.shape));
-      write_value(folder + "/" + file, d, fs);
-      stats.bytes += flat.numel() * 4;
-    };
-    write_param("fp32.pt", fp32);
-    for (size_t k = 0; k < names.size(); ++k) write_param(names[k] + ".pt", states[k]);
-    if (!names.empty()) write_value(folder + "/step.pt", at::scalar_tensor(static_cast<double>(step), at::kFloat), fs);
-    ++stats.params;
+  for (const PartitionIndex& stage : stages) {
+    stats.ranks += static_cast<int>(stage.files.size());
+    const std::vector<RankOptimizerStates> optimizers = rank_optimizer_states(stage);
+    for (const SavedParam& p : stage.params) {
+      if (!written.insert(p.name).second) continue;
+      const std::string folder = zero + "/" + p.name;
+      fs->create_dirs(folder);
+      at::Tensor fp32 = at::empty({p.numel}, at::kFloat);
+      const std::vector<std::string>& names = optimizers[0].names;
+      std::vector<at::Tensor> states;
+      for (size_t k = 0; k < names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
+      copy_param_elements(stage, optimizers, p, 0, p.numel, fp32, states);
+      auto write_param = [&](const std::string& file, const at::Tensor& flat) {
+        GenericDict d = make_any_dict();
+        d.insert(std::string("param"), flat.view(p.shape));
+        write_value(folder + "/" + file, d, fs);
+        stats.bytes += flat.numel() * 4;
+      };
+      write_param("fp32.pt", fp32);
+      for (size_t k = 0; k < names.size(); ++k) write_param(names[k] + ".pt", states[k]);
+      if (!names.empty())
+        write_value(folder + "/step.pt", at::scalar_tensor(static_cast<double>(step), at::kFloat), fs);
+      ++stats.params;
+    }
   }
   GenericDict optimizer_state = make_any_dict();
   optimizer_state.insert(std::string("param_groups"), param_groups);
@@ -141,6 +154,17 @@ ForeignTag read_universal(const std::string& dir, const std::string& tag, const 
              "checkpoint.load_universal false");
   ForeignTag out;
   out.model = read_model_states(dir, tag, map, 0, fs, &out.model_file);
+  // From a pipeline: each stage's model file holds its own buffers; one module for any layout to take them from.
+  for (int mp = 1; fs->file_exists(model_states_path(dir, tag, mp)); ++mp) {
+    std::string file;
+    const StateDict stage = read_model_states(dir, tag, map, mp, fs, &file);
+    auto module = stage.find(kModuleKey);
+    auto merged = out.model.find(kModuleKey);
+    if (module == stage.end() || merged == out.model.end()) continue;
+    GenericDict into = merged->value().toGenericDict();
+    for (const auto& e : module->value().toGenericDict())
+      if (!into.contains(e.key())) into.insert(e.key(), e.value());
+  }
   // The learning rate DeepSpeed's param group 0 had (each of our groups is one parameter).
   std::optional<double> lr;
   const c10::IValue opt = read_value(zero + "/optimizer_state.pt");

@@ -29,14 +29,16 @@ struct UniversalStats {
   int ranks = 0;      // rank files read
 };
 
-// Converts <dir>/<tag> (tag empty: `latest`; ours or one Python DeepSpeed wrote) into the universal layout under
+// Converts <dir>/<tag> (tag empty: `latest`; ours, every stage of a pipeline's, or one Python DeepSpeed wrote) into
+// the universal layout under
 // `out_dir`, and writes <out_dir>/../latest_universal. Memory: one parameter's state at a time, whole. Throws
 // CheckpointError naming the file on anything inconsistent.
 UniversalStats write_universal(const std::string& dir, const std::string& tag, const std::string& out_dir,
                                FileSystem* fs = nullptr);
 
 // <dir>/<tag> as a universal checkpoint, in the fp32 partition contract: one rank file holding every parameter whole
-// (one group each) with its optimizer state, and the model file's entries. Parameter names pass through `name_map`.
+// (one group each) with its optimizer state, and the model file's entries (from a pipeline: its stages' modules
+// merged, so any stage finds its buffers). Parameter names pass through `name_map`.
 ForeignTag read_universal(const std::string& dir, const std::string& tag, const CheckpointNameMap& name_map = {},
                           FileSystem* fs = nullptr);
 

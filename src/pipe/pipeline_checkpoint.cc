@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <set>
 
+#include "checkpoint/universal.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/error.h"
 #include "pipe/pipeline_engine_impl.h"
@@ -88,14 +89,19 @@ std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const st
 
 std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const std::string& dir,
                                                                         const LoadCheckpointOptions& options) {
-  DS_CHECK(!impl_->config().checkpoint.load_universal,
-           "checkpoint.load_universal: a pipeline engine does not load universal checkpoints yet (its stages load "
-           "their own layer files); load the pipeline's checkpoint with load_universal false");
-  if (!options.tag && !ckpt::default_file_system()->file_exists(ckpt::latest_path(dir))) {
+  // A universal checkpoint holds every parameter whole, so any stage count loads it: each stage's engine takes its
+  // layers' parameters (its tag is in latest_universal).
+  const bool universal = impl_->config().checkpoint.load_universal;
+  const std::string latest = universal ? dir + "/" + ckpt::kLatestUniversal : ckpt::latest_path(dir);
+  if (!options.tag && !ckpt::default_file_system()->file_exists(latest)) {
     if (world_.rank() == 0)
-      std::fprintf(stderr, "deepspeed: warning: load_checkpoint: no file %s; nothing loaded\n",
-                   ckpt::latest_path(dir).c_str());
+      std::fprintf(stderr, "deepspeed: warning: load_checkpoint: no file %s; nothing loaded\n", latest.c_str());
     return std::nullopt;
+  }
+  if (universal) {
+    auto result = impl_->load_checkpoint(dir, options);
+    if (result) (void)result->client_state.erase(kPartsKey);
+    return result;
   }
   // Before anything is overwritten, on every rank: the checkpoint must split the layers as this pipeline does.
   std::string tag;

@@ -94,13 +94,13 @@ std::vector<CopyRun> plan_copies(const std::vector<zero::MasterFragment>& mine,
                                  const std::vector<std::vector<std::string>>& names,
                                  const std::vector<std::vector<std::vector<int64_t>>>& shapes,
                                  const ckpt::PartitionIndex& index, const std::string& where,
-                                 const std::vector<std::string>& other_ranks_names) {
+                                 const std::vector<std::string>& other_ranks_names, bool may_hold_more) {
   std::set<std::string> model_names(other_ranks_names.begin(), other_ranks_names.end());
   for (const auto& g : names) model_names.insert(g.begin(), g.end());
   // Every mismatch in one line (a name map that is off shows as a pattern), every rank alike.
   std::vector<std::string> missing, extra, mismatched;
   for (const auto& p : index.params)
-    if (!model_names.count(p.name)) extra.push_back("'" + p.name + "'");
+    if (!may_hold_more && !model_names.count(p.name)) extra.push_back("'" + p.name + "'");
   for (size_t g = 0; g < names.size(); ++g)
     for (size_t i = 0; i < names[g].size(); ++i) {
       const ckpt::SavedParam* p = index.find(names[g][i]);
@@ -238,10 +238,9 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       tag = ckpt::read_latest(dir, fs, universal ? ckpt::kLatestUniversal : "latest");
     result.path = ckpt::tag_dir(dir, tag);
     if (universal) {
-      // Every parameter whole in its own folder: loadable at any world size, stage or expert layout (experts are
-      // saved under their global names, so each rank takes the ones it holds).
-      DS_CHECK_T(CheckpointError, mp_rank() == 0, "checkpoint ", result.path,
-                 ": loading a universal checkpoint into pipeline stages is not supported");
+      // Every parameter whole in its own folder: loadable at any world size, stage, expert layout (experts are
+      // saved under their global names, so each rank takes the ones it holds) or pipeline layout (each stage
+      // takes its layers' parameters).
       ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs);
       model_file = foreign.model_file;
       model = foreign.model;
@@ -271,7 +270,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
 
     const auto names = parameter_names();
     runs = plan_copies(master_fragments(), names, parameter_shapes(), index, result.path,
-                       has_experts_ ? moe::expert_names(*module_).all : std::vector<std::string>{});
+                       has_experts_ ? moe::expert_names(*module_).all : std::vector<std::string>{},
+                       /*may_hold_more=*/universal && model_parallel_.is_member());
     c10::impl::GenericDict module = dict_entry(model, ckpt::kModuleKey, model_file);
     for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
       if (!item.value().defined()) continue;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/universal.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/error.h"
@@ -435,20 +436,13 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
     dsp::initialize(m, with_pipeline("{\"stages\": " + std::to_string(world) + ", \"activation_checkpoint_interval\": 2}"));
     EXPECT_EQ(m->options().activation_checkpoint_interval, 2) << "the config's interval applies to the module";
   }
-  // Checkpoints in layouts the pipeline's layer files do not have: refused by name.
+  // Python DeepSpeed's checkpoint layout, which the pipeline's layer files do not have: refused by name.
   expect_error(
       [&] {
         dsp::PipelineModule m(toy_options(world));
         dsp::initialize(m, make_config("fp32", "Adam", 0, 0.0, R"(, "checkpoint": {"save_layout": "python_deepspeed"})"));
       },
       "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine");
-  expect_error(
-      [&] {
-        dsp::PipelineModule m(toy_options(world));
-        auto engine = dsp::initialize(m, make_config("fp32", "Adam", 0, 0.0, R"(, "checkpoint": {"load_universal": true})"));
-        engine.load_checkpoint("/nonexistent_universal_checkpoint");
-      },
-      "a pipeline engine does not load universal checkpoints");
   // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
   for (int stage : {2, 3}) {
     expect_error(
@@ -583,6 +577,40 @@ TEST_F(PipelineEngineTest, CheckpointResumeIsBitExact) {
     run_steps(b, 2, kSteps);
     const Params p1 = snapshot(*first), p2 = snapshot(*second);
     for (const auto& [name, value] : p1) EXPECT_TRUE(at::equal(value, p2.at(name))) << name;
+
+    // The universal layout of the same checkpoint (every stage's parameters in one folder): the same pipeline
+    // resumes bit-exactly, optimizer state included; another stage count loads each of its layers as saved.
+    const std::string uni = dir + "_universal_" + precision;
+    const std::string uni_tag = tag + "_universal";
+    if (ds::comm::get_rank() == 0) ds::checkpoint::write_universal(dir, tag, uni + "/" + uni_tag);
+    ds::comm::barrier();
+    const ds::Config universal = make_config(precision, "Adam", 1, 0.5, R"(, "checkpoint": {"load_universal": true})");
+    dsp::PipelineModule fourth(other);
+    auto d = dsp::initialize(fourth, universal);
+    auto from_universal = d.load_checkpoint(uni);
+    ASSERT_TRUE(from_universal.has_value());
+    EXPECT_EQ(from_universal->client_state.at("data_step").toInt(), 2);
+    EXPECT_EQ(d.global_steps(), 2);
+    run_steps(d, 2, kSteps);
+    const Params p4 = snapshot(*fourth);
+    for (const auto& [name, value] : p1) EXPECT_TRUE(at::equal(value, p4.at(name))) << name << " (universal)";
+
+    const int other_stages = world == 4 ? 2 : 1;
+    dsp::PipelineModuleOptions regrouped = toy_options(other_stages);
+    regrouped.base_seed = 11;
+    dsp::PipelineModule fifth(regrouped);
+    auto e = dsp::initialize(fifth, universal);
+    ASSERT_TRUE(e.load_checkpoint(uni).has_value());
+    int64_t compared = 0;
+    for (const auto& item : fifth->named_parameters()) {
+      const auto saved = ds::checkpoint::load_state(uni + "/" + uni_tag + "/zero/" + item.key() + "/fp32.pt");
+      const at::Tensor master = saved.at("param").toTensor();
+      EXPECT_TRUE(at::equal(item.value().detach(), master.to(item.value().scalar_type()))) << item.key();
+      ++compared;
+    }
+    EXPECT_GT(compared, 0);
+    ds::comm::barrier();
+    if (ds::comm::get_rank() == 0) std::filesystem::remove_all(uni);
 
     // Layer files (written by data-parallel rank 0 of each stage): this stage's layers as they were at the save.
     if (first->topology().get_coord(ds::comm::get_rank()).get("data") == 0) {
