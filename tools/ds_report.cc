@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
 
   std::cout << deepspeed::format_environment_report();
   std::cout << deepspeed::format_report_section(deepspeed::libtorch_report());
+  std::cout << deepspeed::format_report_section(deepspeed::gpu_report());
   std::cout << deepspeed::format_report_section(deepspeed::comm_backends_report());
   // What the backend does natively and what runs through a fallback (probed on a private one-rank group).
   // A bad DS_COMM_* variable is reported in its section; the rest of the report still prints.

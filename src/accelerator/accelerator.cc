@@ -22,7 +22,11 @@ std::unique_ptr<Accelerator> make_accelerator() {
   std::string want = forced ? forced : "";
   if (want == "cpu") return std::make_unique<CpuAccelerator>();
 #ifdef DS_WITH_CUDA
-  if (want == "cuda") return std::make_unique<CudaAccelerator>();
+  if (want == "cuda") {
+    DS_CHECK(CudaAccelerator::is_available(), "DS_ACCELERATOR=cuda, but no CUDA device is visible (check the driver "
+             "and CUDA_VISIBLE_DEVICES, or set DS_ACCELERATOR=cpu)");
+    return std::make_unique<CudaAccelerator>();
+  }
   if (want.empty() && CudaAccelerator::is_available()) return std::make_unique<CudaAccelerator>();
 #endif
   DS_CHECK(want.empty(), "DS_ACCELERATOR=", want, " is not available in this build (available: ",
@@ -37,6 +41,31 @@ Accelerator& get_accelerator() {
   static std::unique_ptr<Accelerator> instance;
   std::call_once(once, [] { instance = make_accelerator(); });
   return *instance;
+}
+
+void Stream::wait_stream(const Stream& other) const {
+  auto fence = get_accelerator().new_event();
+  fence->record(&other);
+  wait_event(*fence);
+}
+
+int device_for_local_rank(int local_rank, int device_count, bool share_devices) {
+  DS_CHECK(local_rank >= 0, "LOCAL_RANK must be >= 0, got ", local_rank);
+  DS_CHECK(device_count >= 1, "no device visible to bind LOCAL_RANK ", local_rank, " to");
+  if (local_rank < device_count) return local_rank;
+  DS_CHECK(share_devices, "LOCAL_RANK ", local_rank, " has no device of its own: ", device_count,
+           " visible (CUDA_VISIBLE_DEVICES); start at most ", device_count,
+           " ranks per host, or set DS_SHARE_DEVICES=1 to share devices round-robin");
+  return local_rank % device_count;
+}
+
+void bind_local_device(int local_rank) {
+  Accelerator& acc = get_accelerator();
+  const char* share = std::getenv("DS_SHARE_DEVICES");
+  const std::string s = share ? share : "";
+  DS_CHECK(s.empty() || s == "0" || s == "1", "DS_SHARE_DEVICES must be 0 or 1, got '", s, "'");
+  if (acc.device().is_cpu()) return;  // every local rank shares the host
+  acc.set_device(device_for_local_rank(local_rank, acc.device_count(), s == "1"));
 }
 
 int host_threads_per_rank(int local_world_size) {

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -30,7 +31,50 @@ int64_t read_proc_kib(const char* path, const std::string& key) {
 
 int64_t kib_to_bytes(int64_t kib) { return kib < 0 ? 0 : kib * 1024; }
 
+// Work on CPU runs when issued: the one queue is always finished, and nothing needs to wait.
+class CpuStream final : public Stream {
+ public:
+  void synchronize() const override {}
+  bool query() const override { return true; }
+  void wait_event(const Event& event) const override {}
+  c10::Stream native() const override { return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU)); }
+};
+
+// A recorded event is complete at once; its time is the host's clock when it was recorded.
+class CpuEvent final : public Event {
+ public:
+  explicit CpuEvent(bool timing) : timing_(timing) {}
+
+  void record(const Stream* stream) override {
+    recorded_ = true;
+    at_ = std::chrono::steady_clock::now();
+  }
+  bool query() const override { return recorded_; }
+  void synchronize() const override {}
+  double elapsed_ms(const Event& end) const override {
+    const auto* other = dynamic_cast<const CpuEvent*>(&end);
+    DS_CHECK(other != nullptr, "elapsed_ms: the end event belongs to another accelerator");
+    DS_CHECK(timing_ && other->timing_, "elapsed_ms: both events must be made with enable_timing");
+    DS_CHECK(recorded_ && other->recorded_, "elapsed_ms: both events must be recorded first");
+    return std::chrono::duration<double, std::milli>(other->at_ - at_).count();
+  }
+
+ private:
+  bool timing_;
+  bool recorded_ = false;
+  std::chrono::steady_clock::time_point at_;
+};
+
 }  // namespace
+
+std::unique_ptr<Stream> CpuAccelerator::new_stream(int index) const {
+  (void)device(index);  // range check, as on every other accelerator
+  return std::make_unique<CpuStream>();
+}
+
+std::unique_ptr<Event> CpuAccelerator::new_event(bool enable_timing) const {
+  return std::make_unique<CpuEvent>(enable_timing);
+}
 
 c10::Device CpuAccelerator::device(int index) const {
   DS_CHECK(index == -1 || index == 0, "cpu accelerator has one device (index 0), got index ", index);

@@ -21,6 +21,12 @@ class CpuAccelerator final : public Accelerator {
   at::Tensor pin_memory(const at::Tensor& t) const override { return t; }
   bool is_pinned(const at::Tensor& t) const override { return false; }
 
+  std::unique_ptr<Stream> new_stream(int index = -1) const override;
+  std::unique_ptr<Stream> current_stream(int index = -1) const override { return new_stream(index); }
+  std::unique_ptr<Stream> default_stream(int index = -1) const override { return new_stream(index); }
+  std::unique_ptr<Event> new_event(bool enable_timing = false) const override;
+  void record_stream(const at::Tensor& t, const Stream& stream) const override {}
+
   std::string communication_backend_name() const override { return "gloo"; }
   bool is_bf16_supported() const override { return true; }
   bool is_fp16_supported() const override { return true; }

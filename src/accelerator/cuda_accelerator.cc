@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
@@ -12,6 +13,58 @@
 #include "deepspeed/error.h"
 
 namespace deepspeed::accelerator {
+namespace {
+
+class CudaStreamHandle final : public Stream {
+ public:
+  explicit CudaStreamHandle(c10::cuda::CUDAStream stream) : stream_(stream) {}
+  void synchronize() const override { stream_.synchronize(); }
+  bool query() const override { return stream_.query(); }
+  void wait_event(const Event& event) const override;
+  c10::Stream native() const override { return stream_.unwrap(); }
+  const c10::cuda::CUDAStream& cuda() const { return stream_; }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+};
+
+class CudaEventHandle final : public Event {
+ public:
+  explicit CudaEventHandle(bool timing)
+      : timing_(timing), event_(timing ? cudaEventDefault : cudaEventDisableTiming) {}
+
+  void record(const Stream* stream) override {
+    if (stream == nullptr) {
+      event_.record(c10::cuda::getCurrentCUDAStream());
+    } else {
+      event_.record(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream->native()));
+    }
+  }
+  bool query() const override { return event_.isCreated() && event_.query(); }
+  void synchronize() const override { event_.synchronize(); }
+  double elapsed_ms(const Event& end) const override {
+    const auto* other = dynamic_cast<const CudaEventHandle*>(&end);
+    DS_CHECK(other != nullptr, "elapsed_ms: the end event belongs to another accelerator");
+    DS_CHECK(timing_ && other->timing_, "elapsed_ms: both events must be made with enable_timing");
+    DS_CHECK(event_.isCreated() && other->event_.isCreated(), "elapsed_ms: both events must be recorded first");
+    other->event_.synchronize();
+    return static_cast<double>(event_.elapsed_time(other->event_));
+  }
+  // The stream waits for this event (a no-op before the first record, as torch's Event.wait).
+  void block(const c10::cuda::CUDAStream& stream) const { event_.block(stream); }
+
+ private:
+  bool timing_;
+  mutable c10::cuda::CUDAEvent event_;  // block() is non-const in c10, but waiting on it changes nothing
+};
+
+void CudaStreamHandle::wait_event(const Event& event) const {
+  const auto* e = dynamic_cast<const CudaEventHandle*>(&event);
+  DS_CHECK(e != nullptr, "wait_event: the event belongs to another accelerator");
+  e->block(stream_);
+}
+
+}  // namespace
 
 bool CudaAccelerator::is_available() { return c10::cuda::device_count() > 0; }
 
@@ -61,6 +114,29 @@ at::Tensor CudaAccelerator::pin_memory(const at::Tensor& t) const {
 }
 
 bool CudaAccelerator::is_pinned(const at::Tensor& t) const { return t.is_pinned(); }
+
+std::unique_ptr<Stream> CudaAccelerator::new_stream(int index) const {
+  return std::make_unique<CudaStreamHandle>(
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(resolve(index))));
+}
+
+std::unique_ptr<Stream> CudaAccelerator::current_stream(int index) const {
+  return std::make_unique<CudaStreamHandle>(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(resolve(index))));
+}
+
+std::unique_ptr<Stream> CudaAccelerator::default_stream(int index) const {
+  return std::make_unique<CudaStreamHandle>(c10::cuda::getDefaultCUDAStream(static_cast<c10::DeviceIndex>(resolve(index))));
+}
+
+std::unique_ptr<Event> CudaAccelerator::new_event(bool enable_timing) const {
+  return std::make_unique<CudaEventHandle>(enable_timing);
+}
+
+void CudaAccelerator::record_stream(const at::Tensor& t, const Stream& stream) const {
+  if (!t.defined() || !t.is_cuda()) return;
+  c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream.native()));
+}
 
 bool CudaAccelerator::is_bf16_supported() const {
   return at::cuda::getCurrentDeviceProperties()->major >= 8;

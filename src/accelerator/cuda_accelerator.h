@@ -25,6 +25,12 @@ class CudaAccelerator final : public Accelerator {
   at::Tensor pin_memory(const at::Tensor& t) const override;
   bool is_pinned(const at::Tensor& t) const override;
 
+  std::unique_ptr<Stream> new_stream(int index = -1) const override;
+  std::unique_ptr<Stream> current_stream(int index = -1) const override;
+  std::unique_ptr<Stream> default_stream(int index = -1) const override;
+  std::unique_ptr<Event> new_event(bool enable_timing = false) const override;
+  void record_stream(const at::Tensor& t, const Stream& stream) const override;
+
   std::string communication_backend_name() const override { return "nccl"; }
   bool is_bf16_supported() const override;
   bool is_fp16_supported() const override { return true; }

@@ -42,6 +42,10 @@ ReportSection libtorch_report();
 // exports), and the backend deepspeed-cpp uses on this accelerator.
 ReportSection comm_backends_report();
 
+// "GPU": whether LibTorch has CUDA and which runtime, the driver's CUDA version, NCCL's version, the visible
+// devices (CUDA_VISIBLE_DEVICES) with name, compute capability and memory.
+ReportSection gpu_report();
+
 // "OpenMP": LibTorch's intra-/inter-op threads, OpenMP's max threads, what the engine will set, and the environment
 // variables that change them.
 ReportSection threads_report();

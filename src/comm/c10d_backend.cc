@@ -22,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/nccl_group.h"
 #include "comm/port_probe.h"
 
 namespace deepspeed::comm::detail {
@@ -70,17 +71,18 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 
 class C10dWork : public BackendWork {
  public:
-  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout)
-      : work_(std::move(work)), timeout_(timeout) {}
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, bool await_release)
+      : work_(std::move(work)), timeout_(timeout), await_release_(await_release) {}
 
   void wait() override {
     try {
-      // Gloo enforces the group timeout itself; passing it here too guards any path that would not.
+      // Gloo enforces the group timeout itself; passing it here too guards any path that would not. On NCCL the
+      // wait orders the current stream after the collective (the host goes on at once).
       work_->wait(timeout_);
     } catch (const std::exception& e) {
       rethrow_classified(e);
     }
-    await_backend_release();
+    if (await_release_) await_backend_release();
   }
 
   bool is_completed() override {
@@ -103,6 +105,7 @@ class C10dWork : public BackendWork {
 
   c10::intrusive_ptr<c10d::Work> work_;
   std::chrono::milliseconds timeout_;
+  bool await_release_;  // Gloo only: NCCL's watchdog keeps its reference until the device is done
 };
 
 class C10dStore : public KeyValueStore {
@@ -250,31 +253,37 @@ const BackendCapabilities& gloo_capabilities() {
   return caps;
 }
 
-class GlooBackend : public Backend {
- public:
-  GlooBackend(const BackendOptions& o, const c10::intrusive_ptr<c10d::Store>& store)
-      : timeout_(o.timeout) {
-    auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
-    // Like torch: GLOO_SOCKET_IFNAME picks the interface; a local master means every rank is on
-    // this host. Otherwise the interface that reaches the master: torch's default (the address
-    // the host name resolves to) is loopback on many machines (Debian's 127.0.1.1 entry), which
-    // peers on other hosts cannot connect to.
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (is_loopback(o.master_addr)) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    } else if (const std::string local = address_towards(o.master_addr);
-               !local.empty() && !is_loopback(local)) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
-    } else {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.size, opts);
+// Gloo's process group, on the network interface that reaches the master.
+c10::intrusive_ptr<c10d::Backend> make_gloo_group(const BackendOptions& o, const c10::intrusive_ptr<c10d::Store>& store) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+  // Like torch: GLOO_SOCKET_IFNAME picks the interface; a local master means every rank is on
+  // this host. Otherwise the interface that reaches the master: torch's default (the address
+  // the host name resolves to) is loopback on many machines (Debian's 127.0.1.1 entry), which
+  // peers on other hosts cannot connect to.
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else if (is_loopback(o.master_addr)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else if (const std::string local = address_towards(o.master_addr); !local.empty() && !is_loopback(local)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.size, opts);
+}
 
-  std::string name() const override { return "gloo"; }
+// Any c10d backend (Gloo, NCCL) behind our Backend interface: the calls are c10d's virtuals.
+class C10dBackend : public Backend {
+ public:
+  // `caps` is called on first use, not here: a bad DS_COMM_* variable then fails the first collective, where the
+  // caller can catch it, not the group's construction.
+  C10dBackend(std::string name, const BackendCapabilities& (*caps)(), c10::intrusive_ptr<c10d::Backend> pg,
+              std::chrono::milliseconds timeout)
+      : name_(std::move(name)), caps_(caps), timeout_(timeout), pg_(std::move(pg)) {}
 
-  const BackendCapabilities& capabilities() const override { return gloo_capabilities(); }
+  std::string name() const override { return name_; }
+
+  const BackendCapabilities& capabilities() const override { return caps_(); }
 
   BackendWorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override {
     std::vector<at::Tensor> v{tensor};
@@ -336,14 +345,16 @@ class GlooBackend : public Backend {
   template <typename F>
   BackendWorkPtr wrap(F&& issue) {
     try {
-      return std::make_unique<C10dWork>(issue(), timeout_);
+      return std::make_unique<C10dWork>(issue(), timeout_, /*await_release=*/name_ == "gloo");
     } catch (const std::exception& e) {
       rethrow_classified(e);
     }
   }
 
+  std::string name_;
+  const BackendCapabilities& (*caps_)();
   std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
 };
 
 }  // namespace
@@ -379,23 +390,24 @@ std::shared_ptr<KeyValueStore> create_local_store() {
 }
 
 const BackendCapabilities& capabilities_of(const std::string& backend) {
-  DS_CHECK_T(CommError, backend == "gloo", "comm backend '", backend,
-             "' is not available in this build (CPU); use \"gloo\"");
-  return gloo_capabilities();
+  if (backend == "gloo") return gloo_capabilities();
+  check_nccl_usable(backend);
+  return nccl_capabilities();
 }
 
 std::unique_ptr<Backend> create_backend(const BackendOptions& options,
                                         const std::shared_ptr<KeyValueStore>& store) {
   auto* c10d_store = dynamic_cast<C10dStore*>(store.get());
   DS_ASSERT(c10d_store != nullptr, "store was not made by this adapter");
-  DS_CHECK_T(CommError, options.name == "gloo", "comm backend '", options.name,
-             "' is not available in this build (CPU); use \"gloo\"");
+  const bool gloo = options.name == "gloo";
+  if (!gloo) check_nccl_usable(options.name);
   try {
-    return std::make_unique<GlooBackend>(options, c10d_store->raw());
+    auto pg = gloo ? make_gloo_group(options, c10d_store->raw()) : make_nccl_group(options, c10d_store->raw());
+    return std::make_unique<C10dBackend>(options.name, gloo ? &gloo_capabilities : &nccl_capabilities, pg,
+                                         options.timeout);
   } catch (const std::exception& e) {
-    throw CommError(::deepspeed::detail::str_cat("could not connect gloo group of ", options.size,
-                                                 " ranks (this is rank ", options.rank,
-                                                 "): ", short_message(e)));
+    throw CommError(::deepspeed::detail::str_cat("could not connect ", options.name, " group of ", options.size,
+                                                 " ranks (this is rank ", options.rank, "): ", short_message(e)));
   }
 }
 

@@ -97,6 +97,8 @@ void init_distributed(const InitOptions& options) {
                                        : detail::read_check_env(env).value_or(false);
   s->backend = options.backend.empty() ? accelerator::get_accelerator().communication_backend_name()
                                        : options.backend;
+  // Each rank takes its LOCAL_RANK's device before any group exists: NCCL communicators belong to a device.
+  accelerator::bind_local_device(s->env.local_rank);
   if (s->env.single_process) {
     s->store = detail::create_local_store();
   } else {

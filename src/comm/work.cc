@@ -2,6 +2,7 @@
 #include "comm/collective_check.h"
 #include "comm/comms_logger.h"
 #include "comm/work_impl.h"
+#include "deepspeed/accelerator.h"
 
 namespace deepspeed::comm {
 
@@ -41,6 +42,9 @@ void Work::Impl::fail_locked(std::exception_ptr e) {
 void Work::Impl::complete_locked() {
   if (pending_.finalize) pending_.finalize();
   if (info_.log) {
+    // On a device, wait() returning means the collective is queued ahead of later work, not done: the logger's
+    // latency is the host's wait for the device (DeepSpeed's comms logger synchronizes the same way). CPU: no-op.
+    accelerator::get_accelerator().synchronize();
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - info_.start)
             .count();

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
@@ -15,6 +17,7 @@ namespace {
 
 TEST(Accelerator, DetectsCpuWithoutCuda) {
   unsetenv("DS_ACCELERATOR");
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);  // no device visible, even on a GPU machine (read when CUDA starts)
   Accelerator& acc = get_accelerator();
   EXPECT_EQ(acc.name(), "cpu");
   EXPECT_EQ(acc.device_name(), "cpu");
@@ -36,6 +39,91 @@ TEST(Accelerator, UnknownNameInEnvIsAnErrorNamingIt) {
   // A corrected environment works in the same process: a failed selection is not cached.
   setenv("DS_ACCELERATOR", "cpu", 1);
   EXPECT_EQ(get_accelerator().name(), "cpu");
+}
+
+TEST(Accelerator, CudaAskedForWithoutADeviceIsAnError) {
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  setenv("DS_ACCELERATOR", "cuda", 1);
+  try {
+    get_accelerator();
+    FAIL() << "expected an error for DS_ACCELERATOR=cuda with no device visible";
+  } catch (const deepspeed::Error& e) {
+    const std::string msg = e.what();
+    const bool cuda_build = available_accelerators().find("cuda") != std::string::npos;
+    EXPECT_NE(msg.find(cuda_build ? "no CUDA device is visible" : "not available in this build"), std::string::npos)
+        << msg;
+  }
+}
+
+TEST(Accelerator, LocalRanksBindTheirOwnDeviceOrShareWhenAsked) {
+  EXPECT_EQ(device_for_local_rank(0, 8, false), 0);
+  EXPECT_EQ(device_for_local_rank(7, 8, false), 7);
+  EXPECT_EQ(device_for_local_rank(3, 2, true), 1);  // round-robin only when sharing is asked for
+  try {
+    device_for_local_rank(1, 1, false);
+    FAIL() << "a second rank on one device must be refused unless shared";
+  } catch (const deepspeed::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCAL_RANK 1 has no device of its own: 1 visible"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("DS_SHARE_DEVICES=1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(device_for_local_rank(-1, 2, true), deepspeed::Error);
+  EXPECT_THROW(device_for_local_rank(0, 0, true), deepspeed::Error);
+}
+
+TEST(Accelerator, CpuRanksShareTheHostAndABadShareSettingIsNamed) {
+  unsetenv("DS_SHARE_DEVICES");
+  EXPECT_NO_THROW(bind_local_device(5));  // ranks on one host all use the CPU
+  setenv("DS_SHARE_DEVICES", "yes", 1);
+  try {
+    bind_local_device(0);
+    FAIL() << "DS_SHARE_DEVICES=yes must be refused";
+  } catch (const deepspeed::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DS_SHARE_DEVICES must be 0 or 1, got 'yes'"), std::string::npos) << e.what();
+  }
+  unsetenv("DS_SHARE_DEVICES");
+}
+
+TEST(Accelerator, CpuStreamsAreFinishedAndEventsTimeTheHostClock) {
+  Accelerator& acc = get_accelerator();
+  auto side = acc.new_stream();
+  auto current = acc.current_stream();
+  EXPECT_EQ(side->native().device(), acc.device());
+  EXPECT_TRUE(side->query());
+  {
+    StreamGuard on_side(*side);
+    at::Tensor t = at::ones({4}) * 2;  // work "issued" to the side stream runs at once on CPU
+    EXPECT_EQ(t.sum().item<float>(), 8.0f);
+  }
+  current->wait_stream(*side);
+  side->synchronize();
+
+  auto start = acc.new_event(/*enable_timing=*/true);
+  auto end = acc.new_event(/*enable_timing=*/true);
+  EXPECT_FALSE(start->query()) << "not recorded yet";
+  EXPECT_THROW(start->elapsed_ms(*end), deepspeed::Error);  // neither recorded
+  start->record();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  end->record(side.get());
+  EXPECT_TRUE(end->query());
+  const double ms = start->elapsed_ms(*end);
+  EXPECT_GE(ms, 29.0);
+  EXPECT_LT(ms, 30000.0);
+
+  auto fence = acc.new_event();  // no timing: a fence only
+  fence->record();
+  fence->synchronize();
+  current->wait_event(*fence);
+  try {
+    fence->elapsed_ms(*end);
+    FAIL() << "elapsed_ms on an event without timing must be refused";
+  } catch (const deepspeed::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("enable_timing"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(acc.memory_allocated(), 0);  // this process's resident memory on CPU
+  EXPECT_GE(acc.max_memory_allocated(), acc.memory_allocated());
+  at::Tensor x = at::zeros({8});
+  EXPECT_NO_THROW(acc.record_stream(x, *side));
 }
 
 TEST(Accelerator, CpuDeviceIndexOutOfRangeThrows) {

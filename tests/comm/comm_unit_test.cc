@@ -204,4 +204,30 @@ TEST(SingleProcess, WorldOfOneWithoutEnvironment) {
   EXPECT_THROW(g.barrier(), deepspeed::CommError);
 }
 
+TEST(SingleProcess, BackendsThisProcessCannotUseAreNamedAndNothingIsLeftHalfMade) {
+  for (const char* var : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(var);
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);  // the cpu accelerator, even on a GPU machine
+  const auto error_of = [](const char* backend) -> std::string {
+    dc::InitOptions o;
+    o.backend = backend;
+    try {
+      dc::init_distributed(o);
+    } catch (const deepspeed::CommError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string nccl = error_of("nccl");
+  EXPECT_NE(nccl.find("comm backend 'nccl'"), std::string::npos) << nccl;
+  EXPECT_NE(nccl.find("use \"gloo\""), std::string::npos) << nccl;
+  EXPECT_FALSE(dc::is_initialized()) << "a refused backend leaves no half-made world";
+  const std::string mpi = error_of("mpi");
+  EXPECT_NE(mpi.find("comm backend 'mpi' is not supported"), std::string::npos) << mpi;
+  EXPECT_EQ(dc::backend_capabilities().backend, "gloo") << "before init: the cpu accelerator's default";
+  dc::init_distributed();  // the default (the accelerator's gloo) still works in the same process
+  EXPECT_EQ(dc::backend_capabilities().backend, "gloo");
+  dc::destroy_process_group();
+}
+
 }  // namespace
