@@ -122,7 +122,7 @@ class ProcessGroup {
 };
 
 struct InitOptions {
-  // "" asks the accelerator (accelerator::get_accelerator().communication_backend_name()).
+  // "" asks the environment (DS_COMM_BACKEND), then the accelerator (its communication_backend_name()).
   std::string backend;
   // Unset: env DS_COMM_TIMEOUT (seconds) or 30 minutes, torch's default.
   std::optional<std::chrono::milliseconds> timeout;
@@ -138,6 +138,8 @@ struct InitOptions {
 // created; every group of the process uses the same answer.
 struct BackendCapabilities {
   std::string backend;                  // "gloo"
+  // The device kind its collectives take (kCPU for Gloo, kCUDA for NCCL); tensors elsewhere travel through a copy.
+  c10::DeviceType device_type = c10::kCPU;
   std::string library_version;          // the LibTorch it comes from, e.g. "2.15.0"
   bool avg = false;                     // ReduceOp::kAvg (else SUM, then a division)
   bool all_gather_into_tensor = false;  // one flat call (else the list all-gather into chunk views)

@@ -202,6 +202,8 @@ class Engine {
   bool save_16bit_model(const std::string& save_dir, const std::string& save_filename = "pytorch_model.bin");
 
   int local_rank() const;
+  // Where the model trains: this rank's accelerator device (cpu, or cuda:LOCAL_RANK). Move inputs here.
+  c10::Device device() const;
   int global_rank() const;
   int world_size() const;
   int dp_world_size() const;

@@ -1,5 +1,6 @@
 // The process-wide comm state: init_distributed from the environment, the world and sub-groups,
 // teardown.
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -95,8 +96,12 @@ void init_distributed(const InitOptions& options) {
            s->timeout.count(), "ms");
   s->check = options.check_collectives ? *options.check_collectives
                                        : detail::read_check_env(env).value_or(false);
-  s->backend = options.backend.empty() ? accelerator::get_accelerator().communication_backend_name()
-                                       : options.backend;
+  // The caller's choice, else DS_COMM_BACKEND (e.g. gloo for several ranks sharing one GPU, which NCCL refuses),
+  // else the accelerator's.
+  const char* env_backend = std::getenv("DS_COMM_BACKEND");
+  s->backend = !options.backend.empty()             ? options.backend
+               : env_backend != nullptr && *env_backend ? std::string(env_backend)
+                                                        : accelerator::get_accelerator().communication_backend_name();
   // Each rank takes its LOCAL_RANK's device before any group exists: NCCL communicators belong to a device.
   accelerator::bind_local_device(s->env.local_rank);
   if (s->env.single_process) {

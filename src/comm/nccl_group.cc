@@ -27,6 +27,7 @@ const BackendCapabilities& nccl_capabilities() {
   static const BackendCapabilities caps = [] {
     BackendCapabilities c;
     c.backend = "nccl";
+    c.device_type = c10::kCUDA;
 #ifdef USE_C10D_NCCL
     c.library_version = std::string(TORCH_VERSION) + ", NCCL " + c10d::getNcclVersion();
 #else

@@ -4,6 +4,7 @@
 
 #include "comm/collective_check.h"
 #include "comm/comms_logger.h"
+#include "comm/device_staging.h"
 #include "comm/fallbacks.h"
 #include "comm/process_group_impl.h"
 #include "comm/work_impl.h"
@@ -118,7 +119,10 @@ Work ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op, bool async_
          nbytes(tensor)};
   int n = size();
   return issue(
-      g, c, [&] { return detail::run_all_reduce(*g.backend, tensor, op, n); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_all_reduce(*g.backend, s.in_out(tensor), op, n));
+      }, async_op);
 }
 
 Work ProcessGroup::broadcast(const at::Tensor& tensor, int src, bool async_op) {
@@ -128,7 +132,10 @@ Work ProcessGroup::broadcast(const at::Tensor& tensor, int src, bool async_op) {
   Call c{"broadcast", same(str_cat("broadcast(", tensor_desc(tensor), ", src=", src, ")")),
          nbytes(tensor)};
   return issue(
-      g, c, [&] { return detail::run_broadcast(*g.backend, tensor, root); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_broadcast(*g.backend, s.in_out(tensor), root));
+      }, async_op);
 }
 
 Work ProcessGroup::reduce(const at::Tensor& tensor, int dst, ReduceOp op, bool async_op) {
@@ -140,7 +147,10 @@ Work ProcessGroup::reduce(const at::Tensor& tensor, int dst, ReduceOp op, bool a
   int n = size();
   bool is_root = root == g.group_rank;
   return issue(
-      g, c, [&] { return detail::run_reduce(*g.backend, tensor, root, is_root, op, n); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_reduce(*g.backend, s.in_out(tensor), root, is_root, op, n));
+      }, async_op);
 }
 
 Work ProcessGroup::all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input,
@@ -157,7 +167,10 @@ Work ProcessGroup::all_gather_into_tensor(const at::Tensor& output, const at::Te
   Call c{"all_gather_into_tensor", same("all_gather_into_tensor(" + tensor_desc(input) + ")"),
          nbytes(output)};
   return issue(
-      g, c, [&] { return detail::run_all_gather_into_tensor(*g.backend, output, input, g.group_rank, n); },
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_all_gather_into_tensor(*g.backend, s.out(output), s.in(input), g.group_rank, n));
+      },
       async_op);
 }
 
@@ -176,7 +189,10 @@ Work ProcessGroup::all_gather(const std::vector<at::Tensor>& outputs, const at::
   }
   Call c{"all_gather", same("all_gather(" + tensor_desc(input) + ")"), n * nbytes(input)};
   return issue(
-      g, c, [&] { return detail::run_all_gather(*g.backend, outputs, input); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_all_gather(*g.backend, s.out(outputs), s.in(input)));
+      }, async_op);
 }
 
 Work ProcessGroup::reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input,
@@ -193,7 +209,11 @@ Work ProcessGroup::reduce_scatter_tensor(const at::Tensor& output, const at::Ten
   Call c{"reduce_scatter_tensor",
          same("reduce_scatter_tensor(" + tensor_desc(input) + op_suffix(op) + ")"), nbytes(input)};
   return issue(
-      g, c, [&] { return detail::run_reduce_scatter_tensor(*g.backend, output, input, op, g.group_rank, n); },
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(
+            detail::run_reduce_scatter_tensor(*g.backend, s.out(output), s.in(input), op, g.group_rank, n));
+      },
       async_op);
 }
 
@@ -210,7 +230,10 @@ Work ProcessGroup::reduce_scatter_in_place(const at::Tensor& buffer, ReduceOp op
   Call c{"reduce_scatter_tensor",
          same("reduce_scatter_in_place(" + tensor_desc(buffer) + op_suffix(op) + ")"), nbytes(buffer)};
   return issue(
-      g, c, [&] { return detail::run_reduce_scatter_in_place(*g.backend, buffer, op, g.group_rank, n); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_reduce_scatter_in_place(*g.backend, s.in_out(buffer), op, g.group_rank, n));
+      }, async_op);
 }
 
 namespace {
@@ -259,8 +282,9 @@ Work ProcessGroup::all_to_all_single(const at::Tensor& output, const at::Tensor&
   return issue(
       g, c,
       [&] {
-        return detail::run_all_to_all_single(*g.backend, output, input, output_split_sizes,
-                                             input_split_sizes);
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_all_to_all_single(*g.backend, s.out(output), s.in(input), output_split_sizes,
+                                                      input_split_sizes));
       },
       async_op);
 }
@@ -273,7 +297,10 @@ Work ProcessGroup::send(const at::Tensor& tensor, int dst, int tag, bool async_o
   Call c{"send", same(str_cat("send(", tensor_desc(tensor), ", dst=", dst, ")")), nbytes(tensor),
          true};
   return issue(
-      g, c, [&] { return detail::run_send(*g.backend, tensor, peer, tag); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_send(*g.backend, s.in(tensor), peer, tag));
+      }, async_op);
 }
 
 Work ProcessGroup::recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
@@ -284,7 +311,10 @@ Work ProcessGroup::recv(const at::Tensor& tensor, int src, int tag, bool async_o
   Call c{"recv", same(str_cat("recv(", tensor_desc(tensor), ", src=", src, ")")), nbytes(tensor),
          true};
   return issue(
-      g, c, [&] { return detail::run_recv(*g.backend, tensor, peer, tag); }, async_op);
+      g, c, [&] {
+        detail::DeviceStaging s(*g.backend);
+        return s.finish(detail::run_recv(*g.backend, s.out(tensor), peer, tag));
+      }, async_op);
 }
 
 Work ProcessGroup::barrier(bool async_op) {

@@ -106,8 +106,9 @@ MOELayerImpl::Output MOELayerImpl::forward(const at::Tensor& x) {
   // a zero row.
   at::Tensor kept = r.slots.ge(0);
   at::Tensor flat = r.experts * C + r.slots.clamp_min(0);  // [S, k]
-  at::Tensor token_of = at::arange(S, at::kLong).unsqueeze(1).expand_as(flat);
-  at::Tensor slot_token = at::full({E * C}, S, at::kLong);
+  const auto index_options = tokens.options().dtype(at::kLong);  // indices on the tokens' device
+  at::Tensor token_of = at::arange(S, index_options).unsqueeze(1).expand_as(flat);
+  at::Tensor slot_token = at::full({E * C}, S, index_options);
   slot_token.index_put_({flat.masked_select(kept)}, token_of.masked_select(kept));
   at::Tensor padded = at::cat({tokens, at::zeros({1, hidden}, tokens.options())});
   at::Tensor dispatched = padded.index_select(0, slot_token).view({E, C, hidden});

@@ -14,6 +14,7 @@
 #include "deepspeed/error.h"
 #include "ops/convert_kernels.h"
 #include "ops/optimizer_kernels.h"
+#include "ops/tensor_op_steps.h"
 
 namespace deepspeed::ops {
 namespace {
@@ -30,9 +31,9 @@ void check_tensors(const char* op, std::initializer_list<NamedTensor> tensors) {
   for (const NamedTensor& t : tensors) {
     DS_CHECK(t.tensor->defined(), op, ": ", t.name, " is an undefined tensor");
     const at::Tensor& x = *t.tensor;
-    DS_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && x.is_contiguous(), op, ": ",
-             t.name, " must be a contiguous float32 CPU tensor, got dtype=", x.scalar_type(),
-             " device=", x.device(), " contiguous=", x.is_contiguous() ? "true" : "false");
+    DS_CHECK(x.scalar_type() == at::kFloat && x.device() == param.device() && x.is_contiguous(), op, ": ",
+             t.name, " must be a contiguous float32 tensor on param's device (", param.device(), "), got dtype=",
+             x.scalar_type(), " device=", x.device(), " contiguous=", x.is_contiguous() ? "true" : "false");
     DS_CHECK(x.numel() == param.numel(), op, ": ", t.name, " has ", x.numel(),
              " elements but param has ", param.numel());
   }
@@ -151,6 +152,60 @@ void run_tile(const CopyBack& copy, const float* p, int64_t begin, int64_t len,
 
 }  // namespace
 
+namespace detail {
+
+AdamScalars adam_scalars(const AdamParams& params, int64_t step) {
+  const double bc1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
+  const double bc2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
+  AdamScalars s;
+  s.beta1 = static_cast<float>(params.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
+  s.beta2 = static_cast<float>(params.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
+  s.eps = static_cast<float>(params.eps);
+  s.step_size = static_cast<float>(params.lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.l2 = params.adamw_mode ? 0.0f : static_cast<float>(params.weight_decay);
+  s.decay = params.adamw_mode ? static_cast<float>(1.0 - params.lr * params.weight_decay) : 1.0f;
+  s.first = step == 1;
+  return s;
+}
+
+SgdScalars sgd_scalars(const SgdParams& params, int64_t step) {
+  SgdScalars s;
+  s.lr = static_cast<float>(params.lr);
+  s.weight_decay = static_cast<float>(params.weight_decay);
+  s.momentum = static_cast<float>(params.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - params.dampening);
+  s.nesterov = params.nesterov;
+  s.first = step == 1;
+  return s;
+}
+
+AdagradScalars adagrad_scalars(const AdagradParams& params, int64_t step) {
+  AdagradScalars s;
+  s.clr = static_cast<float>(params.lr / (1.0 + static_cast<double>(step - 1) * params.lr_decay));
+  s.weight_decay = static_cast<float>(params.weight_decay);
+  s.eps = static_cast<float>(params.eps);
+  s.initial_accumulator_value = static_cast<float>(params.initial_accumulator_value);
+  s.first = step == 1;
+  return s;
+}
+
+LionScalars lion_scalars(const LionParams& params, int64_t step) {
+  LionScalars s;
+  s.lr = static_cast<float>(params.lr);
+  s.decay = static_cast<float>(1.0 - params.lr * params.weight_decay);
+  s.beta1 = static_cast<float>(params.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
+  s.beta2 = static_cast<float>(params.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
+  s.first = step == 1;
+  return s;
+}
+
+}  // namespace detail
+
 void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
                const AdamParams& params, int64_t step, SimdLevel simd,
                const at::Tensor& param_copy) {
@@ -166,23 +221,11 @@ void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at:
   check_tensors(
       kOp,
       {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  const detail::AdamScalars s = detail::adam_scalars(params, step);
+  if (!param.device().is_cpu()) return detail::adam_tensor_ops(param, grad, exp_avg, exp_avg_sq, s, param_copy);
   const SimdLevel level = resolve_simd_level(simd);
   const auto kernel = detail::kernel_table(level).adam;
   const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
-
-  const double bc1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
-  const double bc2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
-  detail::AdamScalars s;
-  s.beta1 = static_cast<float>(params.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
-  s.beta2 = static_cast<float>(params.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
-  s.eps = static_cast<float>(params.eps);
-  s.step_size = static_cast<float>(params.lr / bc1);
-  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  s.l2 = params.adamw_mode ? 0.0f : static_cast<float>(params.weight_decay);
-  s.decay = params.adamw_mode ? static_cast<float>(1.0 - params.lr * params.weight_decay) : 1.0f;
-  s.first = step == 1;
 
   float* p = ptr(param);
   const float* g = ptr(grad);
@@ -211,18 +254,12 @@ void sgd_step(at::Tensor param, const at::Tensor& grad, at::Tensor momentum_buff
   } else {
     check_tensors(kOp, {{"param", &param}, {"grad", &grad}});
   }
+  const detail::SgdScalars s = detail::sgd_scalars(params, step);
+  if (!param.device().is_cpu()) return detail::sgd_tensor_ops(param, grad, momentum_buffer, s, param_copy);
   const SimdLevel level = resolve_simd_level(simd);
   const detail::KernelTable& table = detail::kernel_table(level);
   const auto kernel = use_momentum ? table.sgd_momentum : table.sgd;
   const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
-
-  detail::SgdScalars s;
-  s.lr = static_cast<float>(params.lr);
-  s.weight_decay = static_cast<float>(params.weight_decay);
-  s.momentum = static_cast<float>(params.momentum);
-  s.one_minus_dampening = static_cast<float>(1.0 - params.dampening);
-  s.nesterov = params.nesterov;
-  s.first = step == 1;
 
   float* p = ptr(param);
   const float* g = ptr(grad);
@@ -245,16 +282,11 @@ void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_s
   check_positive(kOp, "eps", params.eps);
   check_step(kOp, step);
   check_tensors(kOp, {{"param", &param}, {"grad", &grad}, {"exp_avg_sq", &exp_avg_sq}});
+  const detail::AdagradScalars s = detail::adagrad_scalars(params, step);
+  if (!param.device().is_cpu()) return detail::adagrad_tensor_ops(param, grad, exp_avg_sq, s, param_copy);
   const SimdLevel level = resolve_simd_level(simd);
   const auto kernel = detail::kernel_table(level).adagrad;
   const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
-
-  detail::AdagradScalars s;
-  s.clr = static_cast<float>(params.lr / (1.0 + static_cast<double>(step - 1) * params.lr_decay));
-  s.weight_decay = static_cast<float>(params.weight_decay);
-  s.eps = static_cast<float>(params.eps);
-  s.initial_accumulator_value = static_cast<float>(params.initial_accumulator_value);
-  s.first = step == 1;
 
   float* p = ptr(param);
   const float* g = ptr(grad);
@@ -275,18 +307,11 @@ void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
   check_nonnegative(kOp, "weight_decay", params.weight_decay);
   check_step(kOp, step);
   check_tensors(kOp, {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}});
+  const detail::LionScalars s = detail::lion_scalars(params, step);
+  if (!param.device().is_cpu()) return detail::lion_tensor_ops(param, grad, exp_avg, s, param_copy);
   const SimdLevel level = resolve_simd_level(simd);
   const auto kernel = detail::kernel_table(level).lion;
   const CopyBack copy = copy_back_for(kOp, param, param_copy, level);
-
-  detail::LionScalars s;
-  s.lr = static_cast<float>(params.lr);
-  s.decay = static_cast<float>(1.0 - params.lr * params.weight_decay);
-  s.beta1 = static_cast<float>(params.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
-  s.beta2 = static_cast<float>(params.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
-  s.first = step == 1;
 
   float* p = ptr(param);
   const float* g = ptr(grad);

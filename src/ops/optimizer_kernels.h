@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "deepspeed/ops/cpu_optimizer.h"
 #include "deepspeed/ops/simd.h"
 
 namespace deepspeed::ops::detail {
@@ -71,5 +72,12 @@ struct KernelTable {
 // The kernels compiled for `level` (a concrete level, not kAuto); a table of nulls when this build
 // has none.
 const KernelTable& kernel_table(SimdLevel level);
+
+// One step's scalars from the hyper-parameters (computed in double, rounded to float once): what every tile kernel
+// and the tensor-op steps (tensor_op_steps.h) of that step use. Hyper-parameters are validated by the caller.
+AdamScalars adam_scalars(const AdamParams& params, int64_t step);
+SgdScalars sgd_scalars(const SgdParams& params, int64_t step);
+AdagradScalars adagrad_scalars(const AdagradParams& params, int64_t step);
+LionScalars lion_scalars(const LionParams& params, int64_t step);
 
 }  // namespace deepspeed::ops::detail

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::pipe {
@@ -58,7 +59,8 @@ at::Tensor P2PLink::recv(at::Tensor& buffer) {
 
 at::Tensor P2PLink::empty_like_announced() const {
   DS_ASSERT(negotiated_, "no announcement yet");
-  return at::empty(shape_, at::TensorOptions().dtype(dtype_));
+  // Activations and their gradients live on the model's device.
+  return at::empty(shape_, at::TensorOptions().dtype(dtype_).device(accelerator::get_accelerator().device()));
 }
 
 }  // namespace deepspeed::pipe

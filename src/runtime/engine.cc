@@ -122,6 +122,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
 
   // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
   if (stage < 3) zero::materialize_construction_shards(module_);
+  place_on_device();
   groups_ = runtime::make_param_groups(*module_, std::move(options.param_groups));
   runtime::split_expert_groups(*module_, groups_);
   has_experts_ = std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); });
@@ -139,6 +140,22 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
   stage_ = zero::make_stage(config_, dtype_, module_, groups_, world_);
   finish_construction(options);
+}
+
+void EngineImpl::place_on_device() {
+  // As DeepSpeed's engine: the model trains on this rank's device (bound by init_distributed from LOCAL_RANK);
+  // parameters already there (zero::Init partitions) stay. Inputs are the caller's to move (Engine::device()).
+  device_ = accelerator::get_accelerator().device();
+  if (device_.is_cpu()) return;  // the model is already in host memory: nothing to move or refuse
+  const config::ZeroConfig& z = config_.zero;
+  DS_CHECK_T(ConfigError, z.offload_optimizer.device != config::OffloadDevice::kNvme,
+             "zero_optimization.offload_optimizer.device: nvme is not supported on ", device_.str(),
+             " yet (its swap buffers are host memory the device cannot read); use \"cpu\"");
+  DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme,
+             "zero_optimization.offload_param.device: nvme is not supported on ", device_.str(),
+             " yet (partitions are read straight into the gather buffers, which live on the device); remove "
+             "offload_param");
+  module_->to(device_);
 }
 
 void EngineImpl::check_no_expert_parallelism(const char* what) const {

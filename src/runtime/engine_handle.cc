@@ -33,6 +33,7 @@ int64_t Engine::offloaded_state_bytes() const { return impl_->offloader_.offload
 zero::Stage3Stats Engine::stage3_stats() const { return impl_->stage_->stats(); }
 void Engine::reset_stage3_peaks() { impl_->stage_->reset_peaks(); }
 int Engine::local_rank() const { return comm::get_local_rank(); }
+c10::Device Engine::device() const { return impl_->device_; }
 int Engine::global_rank() const { return comm::get_rank(); }
 int Engine::world_size() const { return comm::get_world_size(); }
 int Engine::dp_world_size() const { return impl_->config_.dp_world_size; }

@@ -82,6 +82,7 @@ class EngineImpl : public runtime::StageEngine {
   Config config_;
   comm::ProcessGroup world_;
   at::ScalarType dtype_ = at::kFloat;  // the model's compute dtype
+  c10::Device device_ = c10::Device(c10::kCPU);  // where the model trains (the accelerator's device)
   std::vector<zero::FlatGroup> groups_;
   // The ZeRO stage (zero/stage.h): gradients, masters, partitioning and optimizer offload live behind it.
   std::unique_ptr<zero::Stage> stage_;
@@ -171,6 +172,8 @@ class EngineImpl : public runtime::StageEngine {
   // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
   zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
+  // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
+  void place_on_device();
 
   double step_loss_sum_ = 0.0;  // unscaled micro-batch losses of the step in progress
   int64_t step_loss_count_ = 0;

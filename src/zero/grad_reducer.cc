@@ -41,6 +41,7 @@ struct GradReducer::State {
   std::vector<FlatGroup>* groups = nullptr;
   comm::ProcessGroup group;
   GradReducerOptions options;
+  at::TensorOptions fp32;  // fp32 on the parameters' device: staging buffers and partitions
   std::vector<Bucket> buckets;
   std::vector<ParamSlot> slots;      // flat parameter index -> where it lives
   std::vector<char> fired;           // flat parameter index -> counted this pass
@@ -96,7 +97,7 @@ struct GradReducer::State {
     live_staging -= static_cast<int>(pool.size());
     pool.clear();
     ++live_staging;
-    return at::zeros({n}, at::kFloat);
+    return at::zeros({n}, fp32);
   }
 
   void release(at::Tensor buffer) {
@@ -240,10 +241,12 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup grou
   s.groups = &groups;
   s.group = std::move(group);
   s.options = options;
+  s.fp32 = at::TensorOptions().dtype(at::kFloat).device(groups.empty() ? c10::Device(c10::kCPU)
+                                                                        : groups.front().params_flat.device());
   for (auto& g : groups) {
     DS_ASSERT(options.storage == GradStorage::kPartitioned || g.grads_flat.defined(), "no gradient buffer");
     if (options.storage == GradStorage::kPartitioned)
-      s.partition.push_back(at::zeros({g.layout.partition_size()}, at::kFloat));
+      s.partition.push_back(at::zeros({g.layout.partition_size()}, s.fp32));
   }
 
   // Flat parameter index: groups in order, parameters in order. Buckets: from the last group's end backwards.

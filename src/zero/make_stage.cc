@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "deepspeed/accelerator.h"
 #include "swap/aio.h"
 #include "zero/flat_stage.h"
 #include "zero/stage3/stage3.h"
@@ -37,6 +38,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   const bool rank0 = comm::get_rank() == 0;
   Stage3Options so;
   so.dtype = dtype;
+  so.device = accelerator::get_accelerator().device();  // where the engine put the model
   so.prefetch_bucket_elems = z.prefetch_bucket_size;
   so.max_live_elems = z.max_live_parameters;
   so.max_reuse_distance = z.max_reuse_distance;

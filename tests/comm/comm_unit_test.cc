@@ -224,6 +224,10 @@ TEST(SingleProcess, BackendsThisProcessCannotUseAreNamedAndNothingIsLeftHalfMade
   EXPECT_FALSE(dc::is_initialized()) << "a refused backend leaves no half-made world";
   const std::string mpi = error_of("mpi");
   EXPECT_NE(mpi.find("comm backend 'mpi' is not supported"), std::string::npos) << mpi;
+  setenv("DS_COMM_BACKEND", "nccl", 1);  // the environment's choice when the caller names none
+  const std::string from_env = error_of("");
+  EXPECT_NE(from_env.find("comm backend 'nccl'"), std::string::npos) << from_env;
+  unsetenv("DS_COMM_BACKEND");
   EXPECT_EQ(dc::backend_capabilities().backend, "gloo") << "before init: the cpu accelerator's default";
   dc::init_distributed();  // the default (the accelerator's gloo) still works in the same process
   EXPECT_EQ(dc::backend_capabilities().backend, "gloo");

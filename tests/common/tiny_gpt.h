@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
@@ -89,7 +90,7 @@ inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& da
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       at::Tensor x, y;
       split_batch(data, sampler.micro_batch(step, m), &x, &y);
-      at::Tensor loss = engine.forward(x, y);
+      at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       losses.push_back(loss.item<double>());
       engine.backward(loss);
       engine.step();
@@ -101,7 +102,7 @@ inline std::vector<double> train(deepspeed::Engine& engine, const at::Tensor& da
 
 inline std::vector<at::Tensor> snapshot(const deepspeed::models::GPT& model) {
   std::vector<at::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().to(at::kFloat).clone());
+  for (const auto& p : model->parameters()) out.push_back(p.detach().to(at::kCPU, at::kFloat, false, /*copy=*/true));
   return out;
 }
 
@@ -130,6 +131,8 @@ using MakeReferenceStep = std::function<ReferenceStep(std::vector<at::Tensor>& p
 inline Reference train_reference(const deepspeed::models::GPTConfig& c, int world, int64_t micro, int64_t gas,
                                  int steps, double clip, const MakeReferenceStep& make_step) {
   deepspeed::models::GPT model = make_model(c);
+  const c10::Device device = deepspeed::accelerator::get_accelerator().device();  // where the engine trains too
+  model->to(device);
   const at::Tensor data = dataset(c);
   std::vector<at::Tensor> params = model->parameters();
   ReferenceStep step_fn = make_step(params);
@@ -139,14 +142,14 @@ inline Reference train_reference(const deepspeed::models::GPTConfig& c, int worl
     for (auto& p : params) p.mutable_grad() = at::Tensor();
     at::Tensor x, y;
     split_batch(data, sampler.global_batch(step), &x, &y);
-    model->forward(x, y).backward();
+    model->forward(x.to(device), y.to(device)).backward();
     double sq = 0;
     for (const auto& p : params) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
     out.grad_norms.push_back(std::sqrt(sq));
     if (clip > 0) torch::nn::utils::clip_grad_norm_(params, clip);
     step_fn();
   }
-  for (const auto& p : params) out.params.push_back(p.detach().to(at::kFloat).clone());
+  for (const auto& p : params) out.params.push_back(p.detach().to(at::kCPU, at::kFloat, false, /*copy=*/true));
   return out;
 }
 

@@ -20,7 +20,7 @@ at::Tensor BufferPool::acquire(at::ScalarType dtype, int64_t numel) {
   } else {
     const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
     free_idle_until(bytes);
-    base = at::empty({numel}, at::TensorOptions().dtype(dtype));
+    base = at::empty({numel}, at::TensorOptions().dtype(dtype).device(device_));
     ++allocations_;
     reserved_ += bytes;
   }

@@ -12,6 +12,11 @@
 //
 // Not thread-safe: used from the training thread and, during backward, the autograd thread, never both at once
 // (the training thread is blocked inside backward()).
+//
+// On a GPU, a buffer is handed back while work queued on the compute stream may still read it. Reuse is safe
+// without an event fence because every user is ordered after that work: compute runs on the one current stream,
+// and an NCCL collective that writes a reused buffer waits for the current stream before it starts (c10d orders
+// its stream after the caller's), while Work::wait orders the current stream after the collective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +32,10 @@ namespace deepspeed::zero {
 
 class BufferPool {
  public:
+  explicit BufferPool(c10::Device device = c10::Device(c10::kCPU)) : device_(device) {}
+  // Where new buffers are allocated (the model's device); only before the first acquire.
+  void set_device(c10::Device device) { device_ = device; }
+
   // A 1-d buffer of exactly `numel` elements of `dtype` (contents unspecified; possibly the front of a larger
   // allocation, whose bytes count as in use).
   at::Tensor acquire(at::ScalarType dtype, int64_t numel);
@@ -50,6 +59,7 @@ class BufferPool {
   int64_t keep_limit() const { return std::min(cache_limit_, high_water_); }
   void free_idle_until(int64_t bytes_needed);
 
+  c10::Device device_;
   std::map<std::pair<int, int64_t>, std::vector<at::Tensor>> free_;
   int64_t allocations_ = 0;
   int64_t in_use_ = 0;

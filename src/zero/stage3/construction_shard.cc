@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/stage3/detach_storage.h"
 
@@ -31,10 +32,13 @@ void ConstructionShard::partition(UnitBase& unit) {
   // Parameter by parameter, so nothing but the freshly built unit and this rank's partition is ever alive: take
   // rank 0's values, copy the part of the flat this rank owns, free the parameter.
   at::NoGradGuard no_grad;
-  cs->shard_ = at::zeros({cs->layout_.partition_size()}, at::TensorOptions().dtype(dtype));
+  // Partitions go straight to this rank's device, as DeepSpeed's zero.Init does; a unit built in host memory is
+  // moved one parameter at a time.
+  const c10::Device device = accelerator::get_accelerator().device();
+  cs->shard_ = at::zeros({cs->layout_.partition_size()}, at::TensorOptions().dtype(dtype).device(device));
   const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
   for (size_t i = 0; i < cs->params_.size(); ++i) {
-    at::Tensor p = cs->params_[i].detach().contiguous();
+    at::Tensor p = cs->params_[i].detach().to(device).contiguous();
     const size_t before = p.storage().use_count();
     const bool alias = p.is_alias_of(cs->params_[i]);
     if (cs->world_.size() > 1) cs->world_.broadcast(p, /*src=*/cs->world_.ranks()[0]);

@@ -32,6 +32,7 @@ at::Tensor Stage3::Flat::shard(const Stage3& s) const {
 Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vector<std::vector<at::Tensor>>& groups,
                comm::ProcessGroup world, Stage3Options options)
     : world_(std::move(world)), options_(options) {
+  pool_.set_device(options_.device);
   DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
            "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
            "stage3_prefetch_bucket_size must be >= 0");
@@ -100,10 +101,14 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   if (!options_.param_swap_dir.empty()) setup_param_swap(group_size);
   auto& acc = accelerator::get_accelerator();
   auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
+  const auto on_device = at::TensorOptions().device(options_.device);
+  // fp32 masters live with the optimizer: in host memory when it is offloaded, else on the device.
+  const auto master_place = options_.offload_to_host ? at::TensorOptions().device(at::kCPU) : on_device;
   for (size_t g = 0; g < groups.size(); ++g) {
-    masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, at::kFloat)));
-    grads_.push_back(at::zeros({group_size[g]}, at::kFloat));
-    lowp_.push_back(separate_shards() ? at::zeros({group_size[g] - lowp_base_[g]}, options_.dtype) : at::Tensor());
+    masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(at::kFloat))));
+    grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(at::kFloat)));
+    lowp_.push_back(separate_shards() ? at::zeros({group_size[g] - lowp_base_[g]}, on_device.dtype(options_.dtype))
+                                      : at::Tensor());
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
   }
   // Index of every parameter in its group, for names in overflow messages.
@@ -138,7 +143,7 @@ void Stage3::build_unit(Unit& unit) {
     if (auto* cs = dynamic_cast<ConstructionShard*>(unit.module->hooks().get())) cs->materialize();
   at::NoGradGuard no_grad;
   for (auto& f : unit.flats) {
-    f.full = at::zeros({f.layout.padded_numel()}, at::TensorOptions().dtype(options_.dtype));
+    f.full = at::zeros({f.layout.padded_numel()}, at::TensorOptions().dtype(options_.dtype).device(options_.device));
     for (size_t i = 0; i < f.params.size(); ++i) {
       const at::Tensor& p = f.params[i];
       DS_CHECK(p.is_floating_point(), "zero stage 3: parameter ", f.index_in_group[i], " of group ", f.group,

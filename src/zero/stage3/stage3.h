@@ -48,6 +48,9 @@ namespace deepspeed::zero {
 
 struct Stage3Options {
   at::ScalarType dtype = at::kFloat;        // the model's compute dtype
+  // Where the model computes (the accelerator's device): gathered units, gradient partitions, model-dtype shards,
+  // and the fp32 masters unless offloaded to host memory.
+  c10::Device device = c10::Device(c10::kCPU);
   int64_t prefetch_bucket_elems = 50000000;  // 0 disables prefetch
   int64_t max_live_elems = 1000000000;
   int64_t max_reuse_distance = 1000000000;

@@ -1,0 +1,48 @@
+// The engine trains on the accelerator's device: initialize moves the model there (Engine::device() says where),
+// the optimizer's state and the stage's buffers follow, and a step runs on inputs moved there. On CPU this is the
+// host; the GPU check runs the same test on a GPU (tests/gpu), where a buffer left in host memory fails the step.
+// Also: an offload to NVMe, which does not run on a GPU yet, is refused by name there.
+#include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
+
+#include <string>
+
+#include "deepspeed/accelerator.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+
+namespace {
+
+std::shared_ptr<torch::nn::LinearImpl> model() {
+  if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+  at::manual_seed(3);
+  return std::make_shared<torch::nn::LinearImpl>(16, 4);
+}
+
+TEST(EngineDevice, ModelAndStepsLiveOnTheAcceleratorsDevice) {
+  const c10::Device device = deepspeed::accelerator::get_accelerator().device();
+  for (int stage : {0, 1, 2, 3}) {
+    for (const char* precision : {"", ", \"bf16\": {\"enabled\": true}"}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + precision);
+      auto net = model();
+      const at::Tensor before = net->weight.detach().to(at::kCPU, at::kFloat, false, true);
+      auto engine = deepspeed::initialize(
+          net, deepspeed::Config::from_string(
+                   std::string(R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW",
+                       "params": {"lr": 0.01}}, "zero_optimization": {"stage": )") +
+                   std::to_string(stage) + "}" + precision + "}"));
+      EXPECT_EQ(engine.device(), device);
+      for (const auto& p : engine.parameters()) EXPECT_EQ(p.device(), device);
+      at::Tensor x = at::randn({4, 16}).to(engine.device(), net->weight.scalar_type());  // the model's dtype
+      at::Tensor loss = engine.forward(x).pow(2).mean();
+      EXPECT_EQ(loss.device(), device);
+      engine.backward(loss);
+      engine.step();
+      deepspeed::zero::GatheredParameters full(*net);
+      const at::Tensor after = net->weight.detach().to(at::kCPU, at::kFloat, false, true);
+      EXPECT_GT((after - before).abs().max().item<double>(), 1e-4) << "the step moved the weights";
+    }
+  }
+}
+
+}  // namespace
