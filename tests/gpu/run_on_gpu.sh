@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs a GPU check's command when a GPU is visible; otherwise exits 77, which CTest reports as skipped.
+set -u
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2> /dev/null | grep -q '^GPU'; then
+  echo "no GPU visible (nvidia-smi -L): skipped"
+  exit 77
+fi
+exec "$@"
