@@ -52,6 +52,7 @@ struct GradReducer::State {
   size_t next_launch = 0;
   size_t launched_in_hooks = 0;
   double blocked_ms = 0;  // see GradReducer::blocked_ms
+  WaitClock clock;        // the spans behind blocked_ms
   bool armed = false;
   std::mutex mutex;  // autograd may run hooks from its worker thread
   // Kept alive here: a parameter holds only a weak pointer to its AccumulateGrad node (FACTS.md).
@@ -205,12 +206,12 @@ struct GradReducer::State {
     // never holds more than a few buckets; without overlap it waits for each reduction before going on.
     const bool partitioned = options.storage == GradStorage::kPartitioned;
     if (!options.overlap_comm && !partitioned) return;
-    const auto start = std::chrono::steady_clock::now();
+    WaitClock::Span span = clock.begin();
     const size_t first_new = next_launch;
     launch_ready_in_order();
     if (!options.overlap_comm)
       for (size_t i = first_new; i < next_launch; ++i) complete(buckets[i]);
-    blocked_ms += ms_since(start);
+    clock.end(std::move(span), &blocked_ms);
   }
 };
 
@@ -315,14 +316,14 @@ void GradReducer::finish_backward() {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.armed) return;
   s.armed = false;
-  const auto start = std::chrono::steady_clock::now();
+  WaitClock::Span span = s.clock.begin();
   for (; s.next_launch < s.buckets.size(); ++s.next_launch) s.launch(s.buckets[s.next_launch]);
   for (auto& b : s.buckets) {
     if (s.options.storage == GradStorage::kPartitioned && !b.staging.defined()) continue;  // completed early
     s.complete(b);
   }
   s.in_flight.clear();
-  s.blocked_ms += ms_since(start);
+  s.clock.end(std::move(span), &s.blocked_ms);
 }
 
 at::Tensor GradReducer::partition_grads(size_t g) const {
@@ -338,7 +339,10 @@ void GradReducer::zero_partition_grads() {
 
 size_t GradReducer::num_buckets() const { return state_->buckets.size(); }
 
-double GradReducer::blocked_ms() const { return state_->blocked_ms; }
+double GradReducer::blocked_ms() const {
+  state_->clock.resolve();
+  return state_->blocked_ms;
+}
 
 size_t GradReducer::buckets_launched_during_backward() const { return state_->launched_in_hooks; }
 

@@ -289,6 +289,7 @@ StageStates Stage3::states() const {
 }
 
 Stage3Stats Stage3::stats() const {
+  waits_.resolve();
   Stage3Stats s = stats_;
   s.trace_invalidations = coordinator_.invalidations();
   s.pool_allocations = pool_.allocations();

@@ -43,6 +43,7 @@
 #include "zero/stage3/buffer_pool.h"
 #include "zero/stage3/prefetch_coordinator.h"
 #include "zero/stage.h"
+#include "zero/wall_clock.h"
 
 namespace deepspeed::zero {
 
@@ -202,6 +203,7 @@ class Stage3 : public Stage {
   std::vector<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
   Stage3Stats stats_;
+  mutable WaitClock waits_;  // the gather and reduce waits behind stats_ (resolved when stats() reads them)
   bool in_backward_ = false;
 };
 

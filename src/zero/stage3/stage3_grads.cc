@@ -124,9 +124,9 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
     pending_elems_ -= r.input.numel();
     Flat& f = r.unit->flats[r.flat];
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
-    const auto wait_start = std::chrono::steady_clock::now();
+    WaitClock::Span span = waits_.begin();
     r.work.wait();
-    stats_.reduce_wait_ms += ms_since(wait_start);
+    waits_.end(std::move(span), &stats_.reduce_wait_ms);
     const at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);

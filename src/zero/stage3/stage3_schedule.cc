@@ -20,7 +20,7 @@ void Stage3::note_live(int64_t delta) {
 
 void Stage3::gather_async(Unit& unit, bool prefetch) {
   if (unit.state != Unit::State::kReleased) return;
-  const auto start = std::chrono::steady_clock::now();
+  WaitClock::Span span = waits_.begin();
   for (auto& f : unit.flats) {
     f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
@@ -38,18 +38,18 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
   unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
-  if (!prefetch) stats_.gather_ms += ms_since(start);
+  if (!prefetch) waits_.end(std::move(span), &stats_.gather_ms);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
 }
 
 void Stage3::wait_gathered(Unit& unit) {
   if (unit.state != Unit::State::kInflight) return;
-  const auto start = std::chrono::steady_clock::now();
+  WaitClock::Span span = waits_.begin();
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();
   }
-  (unit.prefetched ? stats_.prefetch_wait_ms : stats_.gather_ms) += ms_since(start);
+  waits_.end(std::move(span), unit.prefetched ? &stats_.prefetch_wait_ms : &stats_.gather_ms);
   for (auto& f : unit.flats) {
     for (size_t i = 0; i < f.params.size(); ++i)
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
