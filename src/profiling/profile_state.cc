@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "profiling/op_flops.h"
 
@@ -46,7 +47,7 @@ bool is_autograd_range(const at::RecordFunction& fn) {
 
 ProfileState::ProfileState(const torch::nn::Module& root,
                            const std::function<int64_t(const at::Tensor&)>& numel)
-    : tree_(root, numel) {}
+    : tree_(root, numel), synchronize_(!accelerator::get_accelerator().device().is_cpu()) {}
 
 ProfileState::~ProfileState() {
   if (!active()) return;
@@ -141,7 +142,11 @@ void ProfileState::on_op_start(const at::RecordFunction& fn) {
     node.flops += cost.flops;
     node.macs += cost.macs;
   }
-  if (top) frame.start = std::chrono::steady_clock::now();
+  if (top) {
+    // On a GPU an operator returns once queued: wait for what came before, so the span is this operator's.
+    if (synchronize_) accelerator::get_accelerator().synchronize();
+    frame.start = std::chrono::steady_clock::now();
+  }
 }
 
 void ProfileState::on_op_end() {
@@ -149,6 +154,7 @@ void ProfileState::on_op_end() {
   const OpFrame frame = ops_.back();
   ops_.pop_back();
   if (!frame.top || frame.ignored || frame.node < 0) return;
+  if (synchronize_) accelerator::get_accelerator().synchronize();  // ... and for it to finish
   const auto elapsed = std::chrono::steady_clock::now() - frame.start;
   tree_.nodes()[static_cast<size_t>(frame.node)].seconds +=
       std::chrono::duration<double>(elapsed).count();

@@ -60,6 +60,9 @@ class ProfileState {
   int charge_target(c10::ArrayRef<const c10::IValue> inputs) const;
 
   ModuleTree tree_;
+  // The device runs operators asynchronously (not the CPU): time each top-level one between synchronizations,
+  // which serializes the device while the profiler counts (the profile step only).
+  bool synchronize_ = false;
   std::vector<int> scopes_;
   std::vector<OpFrame> ops_;
   uint64_t handle_ = 0;  // at::CallbackHandle of the registered callback; 0: inactive
