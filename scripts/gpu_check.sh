@@ -13,6 +13,9 @@
 #   - ds_report (the GPU section);
 #   - bench_gpt_throughput: the ~350M GPT in bf16, stages 0 and 3 against a plain loop, model TFLOP/s.
 # Everything it prints also lands in $OUT (default ./gpu_check_out). Exit status: 0 when the tests passed.
+# Sized for one device-tool call (10 minutes at most): a build of ~3 minutes on 16 cores, the tests within 240 s
+# (DS_GPU_TEST_TIMEOUT), the bench within 150 s (DS_GPU_BENCH_TIMEOUT). Checked here on CPU (build, every gpu test
+# reported skipped, ds_report, the bench at small sizes): 400 s on 2 cores.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu_check_out}
@@ -36,11 +39,11 @@ ninja -C "$build" -j"$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 || { log 
 log "built in $(( $(date +%s) - start )) s"
 
 status=0
-(cd "$build" && timeout 420 ctest -L gpu --output-on-failure > "$out/ctest.log" 2>&1) || status=1
+(cd "$build" && timeout ${DS_GPU_TEST_TIMEOUT:-240} ctest -L gpu --output-on-failure > "$out/ctest.log" 2>&1) || status=1
 tail -15 "$out/ctest.log" | tee -a "$out/summary.txt"
 "$build/bin/ds_report" > "$out/ds_report.txt" 2>&1
 sed -n '/^GPU:/,/^---/p' "$out/ds_report.txt" | tee -a "$out/summary.txt"
-timeout ${DS_GPU_BENCH_TIMEOUT:-240} "$build/bin/bench_gpt_throughput" ${DS_GPU_BENCH_ARGS:-} > "$out/throughput.txt" 2>&1 \
+timeout ${DS_GPU_BENCH_TIMEOUT:-150} "$build/bin/bench_gpt_throughput" ${DS_GPU_BENCH_ARGS:-} > "$out/throughput.txt" 2>&1 \
   || log "bench_gpt_throughput failed or timed out (exit $?)"
 tee -a "$out/summary.txt" < "$out/throughput.txt"
 log "done in $(( $(date +%s) - start )) s, tests $( [ $status = 0 ] && echo passed || echo FAILED )"
