@@ -165,7 +165,7 @@ int train(const Args& args) {
       auto idx = sampler.micro_batch(step + data_offset, m);
       at::Tensor batch = windows.index_select(0, at::tensor(idx, at::kLong));
       at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
-      at::Tensor loss = engine.forward(x, y);
+      at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();
       step_loss += loss.item<double>();

@@ -167,7 +167,7 @@ int train(const Args& args) {
   for (int64_t s = 0; s < total; ++s) {
     dc::barrier();
     const auto t0 = Clock::now();
-    at::Tensor l = engine.forward(xs[static_cast<size_t>(s)], ys[static_cast<size_t>(s)]);
+    at::Tensor l = engine.forward(xs[static_cast<size_t>(s)].to(engine.device()), ys[static_cast<size_t>(s)].to(engine.device()));
     engine.backward(l);
     engine.step();
     if (s >= args.warmup) times.push_back(deepspeed::bench::seconds_since(t0));

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "deepspeed/pipe/schedule.h"
 #include "pipe/pipeline_engine_impl.h"
@@ -149,11 +150,11 @@ void PipelineEngineImpl::execute(const PipeInstruction& ins, const DataIterator&
       MicroBatch mb = data();
       if (grid_.is_first_stage()) {
         DS_CHECK(mb.inputs.defined(), "pipeline: the data iterator gave the first stage no inputs");
-        b->input = mb.inputs;
+        b->input = mb.inputs.to(accelerator::get_accelerator().device());  // as DeepSpeed's pipeline engine: batches go to the device
       }
       if (grid_.is_last_stage()) {
         DS_CHECK(mb.labels.defined(), "pipeline: the data iterator gave the last stage no labels");
-        b->label = mb.labels;
+        b->label = mb.labels.to(accelerator::get_accelerator().device());
       }
       break;
     }
