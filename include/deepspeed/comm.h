@@ -161,7 +161,8 @@ struct BackendCapabilities {
   // One line, for ds_report and logs.
   std::string describe() const;
 };
-// Of the world group's backend; before init_distributed, of the accelerator's default backend.
+// Of the world group's backend; before init_distributed, of the backend it would choose (DS_COMM_BACKEND, else the
+// accelerator's).
 BackendCapabilities backend_capabilities();
 
 // Starts the world group from the environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,

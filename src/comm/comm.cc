@@ -81,6 +81,15 @@ std::shared_ptr<ProcessGroup::Impl> make_group(CommState& s, const std::string& 
   return g;
 }
 
+// The caller's choice, else DS_COMM_BACKEND (e.g. gloo for several ranks sharing one GPU, which NCCL refuses), else
+// the accelerator's.
+std::string chosen_backend(const std::string& asked) {
+  if (!asked.empty()) return asked;
+  const char* env_backend = std::getenv("DS_COMM_BACKEND");
+  if (env_backend != nullptr && *env_backend) return env_backend;
+  return accelerator::get_accelerator().communication_backend_name();
+}
+
 }  // namespace
 
 void init_distributed(const InitOptions& options) {
@@ -96,12 +105,7 @@ void init_distributed(const InitOptions& options) {
            s->timeout.count(), "ms");
   s->check = options.check_collectives ? *options.check_collectives
                                        : detail::read_check_env(env).value_or(false);
-  // The caller's choice, else DS_COMM_BACKEND (e.g. gloo for several ranks sharing one GPU, which NCCL refuses),
-  // else the accelerator's.
-  const char* env_backend = std::getenv("DS_COMM_BACKEND");
-  s->backend = !options.backend.empty()             ? options.backend
-               : env_backend != nullptr && *env_backend ? std::string(env_backend)
-                                                        : accelerator::get_accelerator().communication_backend_name();
+  s->backend = chosen_backend(options.backend);
   // Each rank takes its LOCAL_RANK's device before any group exists: NCCL communicators belong to a device.
   accelerator::bind_local_device(s->env.local_rank);
   if (s->env.single_process) {
@@ -147,8 +151,7 @@ bool is_initialized() {
 
 BackendCapabilities backend_capabilities() {
   std::lock_guard<std::mutex> lock(state_mutex());
-  if (state_ptr() == nullptr)
-    return detail::capabilities_of(accelerator::get_accelerator().communication_backend_name());
+  if (state_ptr() == nullptr) return detail::capabilities_of(chosen_backend(""));
   return state().world->backend->capabilities();
 }
 

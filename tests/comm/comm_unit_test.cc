@@ -225,6 +225,7 @@ TEST(SingleProcess, BackendsThisProcessCannotUseAreNamedAndNothingIsLeftHalfMade
   const std::string mpi = error_of("mpi");
   EXPECT_NE(mpi.find("comm backend 'mpi' is not supported"), std::string::npos) << mpi;
   setenv("DS_COMM_BACKEND", "nccl", 1);  // the environment's choice when the caller names none
+  EXPECT_THROW(dc::backend_capabilities(), deepspeed::CommError) << "the capabilities of the backend init would use";
   const std::string from_env = error_of("");
   EXPECT_NE(from_env.find("comm backend 'nccl'"), std::string::npos) << from_env;
   unsetenv("DS_COMM_BACKEND");
