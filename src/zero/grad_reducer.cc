@@ -206,6 +206,9 @@ struct GradReducer::State {
     // never holds more than a few buckets; without overlap it waits for each reduction before going on.
     const bool partitioned = options.storage == GradStorage::kPartitioned;
     if (!options.overlap_comm && !partitioned) return;
+    // Most hooks find the next bucket still incomplete: nothing to launch, nothing to time (two events per hook
+    // would be a cost on every parameter of every backward).
+    if (next_launch >= buckets.size() || buckets[next_launch].pending != 0) return;
     WaitClock::Span span = clock.begin();
     const size_t first_new = next_launch;
     launch_ready_in_order();

@@ -20,7 +20,8 @@ void Stage3::note_live(int64_t delta) {
 
 void Stage3::gather_async(Unit& unit, bool prefetch) {
   if (unit.state != Unit::State::kReleased) return;
-  WaitClock::Span span = waits_.begin();
+  std::optional<WaitClock::Span> span;  // a prefetch is issued ahead of need: only a gather on demand is a wait
+  if (!prefetch) span = waits_.begin();
   for (auto& f : unit.flats) {
     f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
@@ -38,7 +39,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
   unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
-  if (!prefetch) waits_.end(std::move(span), &stats_.gather_ms);
+  if (span) waits_.end(std::move(*span), &stats_.gather_ms);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
 }
 
