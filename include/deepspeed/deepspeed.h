@@ -85,8 +85,9 @@ struct ModelStateBytes {
   int64_t master_weights = 0;    // fp32 master copies (0 when the fp32 parameters are their own masters)
   int64_t optimizer_states = 0;  // e.g. Adam's exp_avg and exp_avg_sq
   int64_t working_buffers = 0;   // stage 2's gradient staging buckets / stage 3's gathered-parameter pool in use
-  // With offload_optimizer "cpu": the masters, optimizer states and host gradient copy, all in host memory
-  // (already counted in the fields above; on a GPU build they are not device memory).
+  // With offload_optimizer "cpu": the masters, optimizer states and host gradient copy, all in host memory; with
+  // offload_param "cpu", the parameter partitions (already counted in the fields above; on a GPU they are not
+  // device memory).
   int64_t offloaded_to_host = 0;
   int64_t total() const { return params + gradients + master_weights + optimizer_states + working_buffers; }
 };

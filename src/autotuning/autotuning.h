@@ -20,11 +20,11 @@
 //   * Offload: the user's own when the config offloads (SearchInputs::user_offload; then only at
 //     the stages that allow it, and the user's offload sections are kept as written). Otherwise
 //     with autotuning.fast (the default) none, and without it stages 1-3 also try optimizer
-//     offload to CPU. Parameter offload is never tried: the engine offloads parameters to NVMe
-//     only, which needs a path from the user.
+//     offload to CPU, and stage 3 optimizer and parameter offload to CPU. NVMe is never tried
+//     unasked: it needs a path from the user.
 //   * Micro-batch sizes: see tuning_micro_batch_sizes(). Gradient accumulation is 1, or
 //     train_batch_size / (micro_batch * world_size) when the user fixes train_batch_size.
-//   * Order (what gridsearch walks): stages ascending, then offload (none, optimizer), then micro
+//   * Order (what gridsearch walks): stages ascending, then offload (none, optimizer, both), then micro
 //     batch ascending. Cheaper communication first, and within a stage and
 //     offload choice the small micro batches run first, so one that runs out of memory lets tune()
 //     skip the larger ones (see tune()).

@@ -32,8 +32,10 @@ std::vector<std::pair<OffloadTarget, OffloadTarget>> offload_choices(const Searc
   std::vector<std::pair<OffloadTarget, OffloadTarget>> choices = {
       {OffloadTarget::kNone, OffloadTarget::kNone}};
   if (in.autotuning.fast || stage == 0) return choices;
-  // Parameter offload is NVMe only in this engine and needs the user's nvme_path: not tried.
   choices.push_back({OffloadTarget::kCpu, OffloadTarget::kNone});
+  // ZeRO-3 offload as Hugging Face's example configures it: parameters and optimizer in host memory. (NVMe needs a
+  // path from the user: never tried unasked.)
+  if (stage == 3) choices.push_back({OffloadTarget::kCpu, OffloadTarget::kCpu});
   return choices;
 }
 

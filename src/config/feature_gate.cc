@@ -35,8 +35,9 @@ void check_supported_features(const config::Config& cfg) {
              "zero_optimization.offload_optimizer: pipeline_read, pipeline_write and fast_init apply to device "
              "\"nvme\" only; remove them for device \"cpu\"");
   const auto& op = z.offload_param;
-  reject_if(op.enabled() && (z.stage != 3 || op.device != config::OffloadDevice::kNvme),
-            "zero_optimization.offload_param", "parameter offload other than device \"nvme\" at stage 3");
+  DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
+             "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "
+             "keep whole parameters on every rank), got stage ", z.stage);
   // Stage 1/2 keys: honoured unless listed here.
   reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
             "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "

@@ -146,15 +146,7 @@ void EngineImpl::place_on_device() {
   // As DeepSpeed's engine: the model trains on this rank's device (bound by init_distributed from LOCAL_RANK);
   // parameters already there (zero::Init partitions) stay. Inputs are the caller's to move (Engine::device()).
   device_ = accelerator::get_accelerator().device();
-  if (device_.is_cpu()) return;  // the model is already in host memory: nothing to move or refuse
-  const config::ZeroConfig& z = config_.zero;
-  DS_CHECK_T(ConfigError, z.offload_optimizer.device != config::OffloadDevice::kNvme,
-             "zero_optimization.offload_optimizer.device: nvme is not supported on ", device_.str(),
-             " yet (its swap buffers are host memory the device cannot read); use \"cpu\"");
-  DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme,
-             "zero_optimization.offload_param.device: nvme is not supported on ", device_.str(),
-             " yet (partitions are read straight into the gather buffers, which live on the device); remove "
-             "offload_param");
+  if (device_.is_cpu()) return;  // the model is already in host memory
   module_->to(device_);
 }
 
@@ -350,7 +342,10 @@ bool EngineImpl::take_model_step() {
       at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
       // bf16/fp16 parameters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
       const at::Tensor copy = stage_->copy_back_slice(g, offset, master.numel());
-      optimizer_->step_slice(g, master, grads[g].narrow(0, offset, master.numel()), first, second, copy);
+      at::Tensor grad = grads[g].narrow(0, offset, master.numel());
+      // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
+      if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
+      optimizer_->step_slice(g, master, grad, first, second, copy);
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
   } else {
@@ -402,6 +397,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
   if (swapper_) b.optimizer_states = swapper_->resident_bytes();  // masters and states stream through this pool
   b.working_buffers = sb.working;
   if (sb.offloaded) b.offloaded_to_host = b.master_weights + b.optimizer_states + sb.host_grads;
+  b.offloaded_to_host += sb.host_params;
   return b;
 }
 

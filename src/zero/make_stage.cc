@@ -55,6 +55,16 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.pin_memory = z.offload_optimizer.pin_memory;
   so.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
   const config::OffloadParamConfig& op = z.offload_param;
+  if (op.device == config::OffloadDevice::kCpu) {
+    so.params_on_host = true;
+    so.param_pin_memory = op.pin_memory;
+    const config::OffloadParamConfig defaults;
+    if (rank0 && (op.buffer_count != defaults.buffer_count || op.buffer_size != defaults.buffer_size ||
+                  op.max_in_cpu != defaults.max_in_cpu))
+      std::fprintf(stderr,
+                   "deepspeed: note: zero_optimization.offload_param.buffer_count, buffer_size and max_in_cpu apply "
+                   "to device \"nvme\" (as in DeepSpeed); with device \"cpu\" every partition is in host memory\n");
+  }
   if (op.device == config::OffloadDevice::kNvme) {
     so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
     so.aio = swap::aio_options_from_config(config.aio);

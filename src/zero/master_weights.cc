@@ -124,7 +124,9 @@ at::Tensor MasterWeights::copy_back_slice(size_t group, int64_t offset, int64_t 
 
 at::Tensor MasterWeights::initial_master(size_t group) const {
   const FlatGroup& g = groups_.at(group);
-  return (options_.partitioned ? my_slice(g) : g.params_flat).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  // In host memory: the optimizer swapper writes it to its files.
+  return (options_.partitioned ? my_slice(g) : g.params_flat)
+      .to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 bool MasterWeights::fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept) {

@@ -34,6 +34,7 @@ struct StageBytes {
   int64_t working = 0;        // staging buckets (stage 2) or gathered parameters (stage 3) in use now
   int64_t host_grads = 0;     // offload: the gradient copies in host memory
   bool offloaded = false;     // offload_optimizer.device "cpu"
+  int64_t host_params = 0;    // offload_param.device "cpu": the partitions kept in host memory (counted in params)
 };
 
 // The tensors Engine::offload_states may move, by DeepSpeed's OffloadStateTypeEnum.

@@ -144,7 +144,7 @@ TEST(SearchSpace, FastOrdersStagesThenMicroBatchAscendingWithoutOffload) {
   EXPECT_TRUE(space.pruned.empty());
 }
 
-TEST(SearchSpace, NotFastAddsOptimizerOffload) {
+TEST(SearchSpace, NotFastAddsOptimizerOffloadAndZeroThreeParameterOffload) {
   SearchInputs in = small_inputs();
   in.autotuning.fast = false;
   in.autotuning.max_train_micro_batch_size_per_gpu = 1;
@@ -152,7 +152,7 @@ TEST(SearchSpace, NotFastAddsOptimizerOffload) {
   EXPECT_EQ(names(space.candidates),
             (std::vector<std::string>{"z0_mbs1_gas1", "z1_mbs1_gas1", "z1_mbs1_gas1_offopt-cpu",
                                       "z2_mbs1_gas1", "z2_mbs1_gas1_offopt-cpu", "z3_mbs1_gas1",
-                                      "z3_mbs1_gas1_offopt-cpu"}));
+                                      "z3_mbs1_gas1_offopt-cpu", "z3_mbs1_gas1_offopt-cpu_offparam-cpu"}));
 }
 
 TEST(SearchSpace, TheUsersOwnOffloadIsKeptAtTheStagesThatAllowIt) {

@@ -67,8 +67,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
        "zero_optimization.zero_quantized_gradients"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
-       "zero_optimization.offload_param"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
@@ -77,6 +75,19 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
     std::string msg = rejection(c.json);
     EXPECT_EQ(msg.rfind(c.key, 0), 0u) << "for " << c.json << " got: " << msg;
     EXPECT_NE(msg.find("not implemented"), std::string::npos) << msg;
+  }
+}
+
+// Parameter offload belongs to stage 3 (as in DeepSpeed): below it every rank keeps whole parameters.
+TEST(FeatureGate, ParameterOffloadNeedsStageThree) {
+  for (const char* device : {"cpu", "nvme"}) {
+    const std::string offload = std::string(R"("offload_param": {"device": ")") + device + R"(", "nvme_path": "/tmp"})";
+    const std::string msg =
+        rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, )" + offload + "}}");
+    EXPECT_EQ(msg.rfind("zero_optimization.offload_param", 0), 0u) << msg;
+    EXPECT_NE(msg.find("stage 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("got stage 2"), std::string::npos) << msg;
+    EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, )" + offload + "}}"), "");
   }
 }
 

@@ -102,13 +102,19 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   auto& acc = accelerator::get_accelerator();
   auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
   const auto on_device = at::TensorOptions().device(options_.device);
+  const auto on_host = at::TensorOptions().device(at::kCPU);
   // fp32 masters live with the optimizer: in host memory when it is offloaded, else on the device.
-  const auto master_place = options_.offload_to_host ? at::TensorOptions().device(at::kCPU) : on_device;
+  const auto master_place = options_.offload_to_host ? on_host : on_device;
+  // Model-dtype shards on the device, or in host memory with offload_param "cpu".
+  auto shard_buffer = [&](int64_t n) {
+    if (!shards_on_host()) return at::zeros({n}, on_device.dtype(options_.dtype));
+    at::Tensor t = at::zeros({n}, on_host.dtype(options_.dtype));
+    return options_.param_pin_memory ? acc.pin_memory(t) : t;
+  };
   for (size_t g = 0; g < groups.size(); ++g) {
     masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(at::kFloat))));
     grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(at::kFloat)));
-    lowp_.push_back(separate_shards() ? at::zeros({group_size[g] - lowp_base_[g]}, on_device.dtype(options_.dtype))
-                                      : at::Tensor());
+    lowp_.push_back(separate_shards() ? shard_buffer(group_size[g] - lowp_base_[g]) : at::Tensor());
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
   }
   // Index of every parameter in its group, for names in overflow messages.
@@ -201,7 +207,8 @@ int64_t Stage3::master_copy_bytes() const {
 }
 
 at::Tensor Stage3::initial_master(size_t group) const {
-  if (!param_io_) return lowp_.at(group).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  // In host memory: the optimizer swapper writes it to its files.
+  if (!param_io_) return lowp_.at(group).to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   // offload_param nvme: the swapped partitions come from this rank's swap file, one flat at a time.
   at::Tensor master = at::empty({lowp_base_.at(group) + lowp_.at(group).numel()}, at::kFloat);
   for (const auto& unit : units_)
@@ -277,6 +284,8 @@ StageBytes Stage3::bytes() const {
   b.working = working_bytes();
   b.host_grads = host_grad_bytes();
   b.offloaded = options_.offload_to_host;
+  if (options_.params_on_host)
+    for (const auto& s : shard_buffers()) b.host_params += static_cast<int64_t>(s.nbytes());
   return b;
 }
 

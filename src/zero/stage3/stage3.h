@@ -76,6 +76,13 @@ struct Stage3Options {
   swap::AioOptions aio;
   // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
   int64_t param_buffer_elems = 100000000;
+  // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
+  // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
+  // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
+  // is the device's: the partitions stay where they are and nothing more is allocated or copied; only the accounting
+  // (StageBytes::host_params) says they are offloaded.
+  bool params_on_host = false;
+  bool param_pin_memory = false;
 };
 
 class Stage3 : public Stage {
@@ -181,8 +188,10 @@ class Stage3 : public Stage {
   // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.
   bool separate_shards() const {
     return options_.dtype != at::kFloat || options_.offload_to_host || options_.external_masters ||
-           param_io_ != nullptr;
+           param_io_ != nullptr || shards_on_host();
   }
+  // offload_param "cpu" with the model on another device: the shards are host buffers of their own.
+  bool shards_on_host() const { return options_.params_on_host && !options_.device.is_cpu(); }
   // stage3_param_swap.cc: offload_param nvme.
   void setup_param_swap(const std::vector<int64_t>& group_size);
   // This rank's partition of `f` in the model dtype: read from the swap file, or copied from memory.

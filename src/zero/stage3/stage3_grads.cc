@@ -182,12 +182,11 @@ void Stage3::publish() {
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];
   for (auto& f : persistent.flats) {
-    at::Tensor mine = f.shard(*this);
-    if (world_.size() > 1) {
-      world_.all_gather_into_tensor(f.gathered, mine);
-    } else {
-      f.gathered.copy_(mine);
-    }
+    // As a gather does: this rank's partition into its own slice (a copy up from host memory with offload_param
+    // "cpu"), then every other rank's into theirs.
+    at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    load_shard(f, own);
+    if (world_.size() > 1) world_.all_gather_into_tensor(f.gathered, own);
   }
 }
 

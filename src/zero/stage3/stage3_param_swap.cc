@@ -57,7 +57,14 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
   }
   // Synchronous: the all-gather that follows sends these bytes. Issued when the gather is, so a
   // prefetched unit's partition is read ahead of its use.
-  param_io_->sync_pread(dst, param_file_, f.swap_offset);
+  if (dst.device().is_cpu()) {
+    param_io_->sync_pread(dst, param_file_, f.swap_offset);
+    return;
+  }
+  // A device's gather buffer: the file is read into host memory, then copied up.
+  at::Tensor staging = at::empty(dst.sizes(), dst.options().device(at::kCPU));
+  param_io_->sync_pread(staging, param_file_, f.swap_offset);
+  dst.copy_(staging);
 }
 
 void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
@@ -66,7 +73,7 @@ void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
     f.shard(*this).copy_(values);
     return;
   }
-  param_io_->sync_pwrite(values.to(options_.dtype).contiguous(), param_file_, f.swap_offset);
+  param_io_->sync_pwrite(values.to(at::kCPU, options_.dtype).contiguous(), param_file_, f.swap_offset);
 }
 
 void Stage3::remove_param_swap() noexcept {
