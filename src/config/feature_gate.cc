@@ -34,6 +34,15 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kCpu || !(oo.pipeline() || oo.fast_init),
              "zero_optimization.offload_optimizer: pipeline_read, pipeline_write and fast_init apply to device "
              "\"nvme\" only; remove them for device \"cpu\"");
+  DS_CHECK_T(ConfigError, !oo.overlap_step || oo.device == config::OffloadDevice::kCpu,
+             "zero_optimization.offload_optimizer.overlap_step: overlaps the CPU optimizer's step with the next "
+             "step's forward and backward, so it needs offload_optimizer.device \"cpu\", got \"",
+             config::to_string(oo.device), "\"");
+  reject_if(oo.super_offload, "zero_optimization.offload_optimizer.super_offload",
+            "SuperOffload's speculative CPU step (offload_optimizer.overlap_step overlaps the step, one step stale)");
+  reject_if(z.zenflow, "zero_optimization.zenflow",
+            "ZenFlow's top-k selective update (offload_optimizer.overlap_step gives its overlapped CPU step without "
+            "the selection)");
   const auto& op = z.offload_param;
   DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
              "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "

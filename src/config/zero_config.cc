@@ -43,6 +43,9 @@ OffloadOptimizerConfig parse_offload_optimizer(const Json& node) {
   r.read_bool("pipeline_write", &c.pipeline_write);
   r.read_bool("fast_init", &c.fast_init);
   r.read_number("ratio", &c.ratio, 0.0, 1.0);
+  r.read_bool("overlap_step", &c.overlap_step);
+  r.read_bool("super_offload", &c.super_offload);
+  r.read_number("cpuadam_cores_perc", &c.cpuadam_cores_perc, 0.0, 1.0);
   r.finish();
   check_nvme_path(c.device, c.nvme_path, path);
   return c;
@@ -173,6 +176,8 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   r.read_bool("override_module_apply", &z.override_module_apply);
   r.read_bool("log_trace_cache_warnings", &z.log_trace_cache_warnings);
   r.read_bool("enable_sanity_checks", &z.enable_sanity_checks);
+  const Json* zenflow = r.find("zenflow");
+  z.zenflow = zenflow && !zenflow->is_null();
   r.finish();
 
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
@@ -192,6 +197,9 @@ OrderedJson dump_zero_config(const ZeroConfig& z) {
   oo["pipeline_write"] = z.offload_optimizer.pipeline_write;
   oo["fast_init"] = z.offload_optimizer.fast_init;
   oo["ratio"] = z.offload_optimizer.ratio;
+  oo["overlap_step"] = z.offload_optimizer.overlap_step;
+  oo["super_offload"] = z.offload_optimizer.super_offload;
+  oo["cpuadam_cores_perc"] = z.offload_optimizer.cpuadam_cores_perc;
 
   OrderedJson op;
   op["device"] = to_string(z.offload_param.device);
@@ -238,6 +246,7 @@ OrderedJson dump_zero_config(const ZeroConfig& z) {
   j["override_module_apply"] = z.override_module_apply;
   j["log_trace_cache_warnings"] = z.log_trace_cache_warnings;
   j["enable_sanity_checks"] = z.enable_sanity_checks;
+  j["zenflow"] = z.zenflow ? OrderedJson::object() : OrderedJson();
   return j;
 }
 

@@ -72,6 +72,10 @@ runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
 }  // namespace
 
 EngineImpl::~EngineImpl() {
+  try {
+    overlapped_.wait();  // it updates masters this engine is about to free
+  } catch (...) {
+  }
   if (!print_comms_summary_) return;
   try {
     std::printf("Communication summary of rank 0 (comms_logger):\n");
@@ -159,6 +163,12 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
 
 void EngineImpl::finish_construction(InitializeOptions& options) {
   const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
+  overlap_step_ = config_.zero.offload_optimizer.overlap_step;
+  const char* overlap_key = "zero_optimization.offload_optimizer.overlap_step";
+  DS_CHECK_T(ConfigError, !overlap_step_ || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
+             ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
+  DS_CHECK_T(ConfigError, !overlap_step_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
+             overlap_key, ": not supported inside a pipeline or another data-parallel layout yet");
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
   } else if (nvme) {
@@ -168,7 +178,9 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   } else if (config_.optimizer.has_value()) {
     optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters());
     // Offload with a bf16/fp16 model: the CPU kernels write the updated partition straight into the parameters.
-    stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
+    // Not when the step overlaps the next forward and backward, which read those parameters meanwhile.
+    if (!overlap_step_)
+      stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
@@ -210,6 +222,7 @@ void EngineImpl::check_states_resident(const char* what) const {
 }
 
 void EngineImpl::offload_states(const OffloadStatesOptions& options) {
+  land_overlapped_step();
   auto wanted = [&](OffloadStateType t) {
     return options.include.empty() ||
            std::find(options.include.begin(), options.include.end(), t) != options.include.end();
@@ -303,7 +316,18 @@ void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
   swapper_ = std::make_unique<swap::OptimizerSwapper>(so, initial);
 }
 
+void EngineImpl::land_overlapped_step() {
+  if (!overlapped_.pending()) return;
+  overlapped_.wait();
+  stage_->publish();
+  if (schedule_pending_) {
+    schedule_pending_ = false;
+    apply_schedule();
+  }
+}
+
 bool EngineImpl::take_model_step() {
+  land_overlapped_step();  // the previous step's update, before its gradient copies are overwritten
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
   double unscale = 1.0;
   if (scaler_) {
@@ -348,6 +372,14 @@ bool EngineImpl::take_model_step() {
       optimizer_->step_slice(g, master, grad, first, second, copy);
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
+  } else if (overlap_step_) {
+    // This step's update runs while the next step's forward and backward run on the parameters as they are (one
+    // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
+    overlapped_.launch([this, grads] {
+      at::NoGradGuard no_grad;
+      optimizer_->step(stage_->masters(), grads);
+    });
+    return true;
   } else {
     optimizer_->step(stage_->masters(), grads);
   }
@@ -367,6 +399,10 @@ std::string EngineImpl::parameter_name(size_t group, size_t index) const {
 }
 
 void EngineImpl::apply_schedule() {
+  if (overlapped_.pending()) {  // the running step reads the optimizer's hyperparameters
+    schedule_pending_ = true;
+    return;
+  }
   const auto& lrs = scheduler_->get_lr();
   for (size_t g = 0; g < lrs.size() && g < groups_.size(); ++g) optimizer_->set_lr(g, lrs[g]);
   if (const auto& mom = scheduler_->get_momentum()) {
@@ -375,6 +411,7 @@ void EngineImpl::apply_schedule() {
 }
 
 std::vector<double> EngineImpl::get_lr() const {
+  if (schedule_pending_) return scheduler_->get_lr();  // what the next step will use
   std::vector<double> lrs;
   if (optimizer_)
     for (size_t g = 0; g < groups_.size(); ++g) lrs.push_back(optimizer_->lr(g));

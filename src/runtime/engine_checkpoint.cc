@@ -361,6 +361,9 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
   check_boundary("save_checkpoint");
+  // overlap_step: the step in flight lands first, so the checkpoint holds it and a resume continues as this run
+  // does from here (its next forward sees the landed parameters).
+  land_overlapped_step();
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
   DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",
@@ -439,6 +442,7 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
   DS_CHECK(!dir.empty() && !file_name.empty() && file_name.find('/') == std::string::npos,
            "save_16bit_model: save_dir must be set and save_filename a plain file name, got '", dir,
            "' and '", file_name, "'");
+  land_overlapped_step();  // the model file holds the latest update
   if (stage_->partitions_parameters() && !config_.zero.gather_16bit_weights_on_model_save) {
     if (world_.rank() == 0)
       std::fprintf(stderr,

@@ -201,6 +201,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     const std::string& dir, const LoadCheckpointOptions& options) {
   check_states_resident("load_checkpoint");
   check_boundary("load_checkpoint");
+  land_overlapped_step();  // its thread would write masters the load is about to replace
   ckpt::FileSystem* fs = ckpt::default_file_system();
   std::string tag = options.tag.value_or("");
   // A universal checkpoint's tag is in latest_universal (ds_to_universal writes it), as DeepSpeed reads it.

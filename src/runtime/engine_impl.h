@@ -18,6 +18,7 @@
 #include "runtime/loss_scaler.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
+#include "runtime/overlapped_step.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
@@ -90,6 +91,14 @@ class EngineImpl : public runtime::StageEngine {
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
+  // offload_optimizer.overlap_step: the step launched at the last boundary, landed by land_overlapped_step().
+  // Declared after what it reads, so it is destroyed (waited for) first.
+  runtime::OverlappedStep overlapped_;
+  bool overlap_step_ = false;
+  bool schedule_pending_ = false;  // the scheduler moved while a step ran: its values go in when the step lands
+  // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
+  // Collective (publish gathers partitions): every rank calls it at the same points.
+  void land_overlapped_step();
   runtime::Timers timers_;
   runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;

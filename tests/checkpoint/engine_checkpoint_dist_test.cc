@@ -203,6 +203,39 @@ TEST(EngineCheckpoint, ResumeIsBitExactAtEveryStage) {
                    ec);
 }
 
+// offload_optimizer.overlap_step: a save lands the step in flight, so the checkpoint holds it and the run that saved
+// continues from the landed parameters; a fresh engine that loads it continues identically (losses, parameters,
+// learning rate), at stages 1-3, fp32 and bf16 (bf16 parameters are written from the masters when the step lands).
+TEST(EngineCheckpoint, OverlappedStepResumesAsTheRunThatSaved) {
+  const auto c = model_config();
+  const auto data = tiny_gpt::dataset(c);
+  const std::string overlap = ", \"offload_optimizer\": {\"device\": \"cpu\", \"overlap_step\": true}";
+  for (const auto& [stage, top] : std::vector<std::pair<int, std::string>>{
+           {1, ""}, {2, "\"bf16\": {\"enabled\": true},"}, {3, ""}, {3, "\"bf16\": {\"enabled\": true},"}}) {
+    SCOPED_TRACE("stage " + std::to_string(stage) + " " + top);
+    SharedTempDir dir;
+    const auto cfg = deepspeed::Config::from_string(config_json(stage, overlap, top));
+    std::vector<double> want_losses, want_lr;
+    std::vector<at::Tensor> want;
+    {
+      auto model = tiny_gpt::make_model(c);
+      auto engine = deepspeed::initialize(model, cfg);
+      tiny_gpt::train(engine, data, 2);
+      engine.save_checkpoint(dir.path());
+      want_losses = tiny_gpt::train(engine, data, 2, /*first_step=*/2);
+      want = full_params(model);
+      want_lr = engine.get_lr();
+    }
+    auto model = tiny_gpt::make_model(c);
+    auto engine = deepspeed::initialize(model, cfg);
+    ASSERT_TRUE(engine.load_checkpoint(dir.path()).has_value());
+    const auto losses = tiny_gpt::train(engine, data, 2, /*first_step=*/2);
+    EXPECT_EQ(losses, want_losses);
+    expect_equal(full_params(model), want, "parameters after the resumed steps");
+    EXPECT_EQ(engine.get_lr(), want_lr);
+  }
+}
+
 // fp16: the loss scale, its hysteresis and window position and the skipped-step count come back, so
 // a resumed run skips and grows the scale on the same steps. SGD with momentum: its momentum buffer
 // is the optimizer state.

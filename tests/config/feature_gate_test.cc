@@ -68,6 +68,11 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
        "zero_optimization.zero_quantized_gradients"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zenflow": {"topk_ratio": 0.1}}})",
+       "zero_optimization.zenflow"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+          "offload_optimizer": {"device": "cpu", "super_offload": true}}})",
+       "zero_optimization.offload_optimizer.super_offload"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
   };
@@ -89,6 +94,20 @@ TEST(FeatureGate, ParameterOffloadNeedsStageThree) {
     EXPECT_NE(msg.find("got stage 2"), std::string::npos) << msg;
     EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, )" + offload + "}}"), "");
   }
+}
+
+// The overlapped step hides the CPU optimizer's step: without optimizer offload to CPU there is none to hide.
+TEST(FeatureGate, OverlapStepNeedsCpuOptimizerOffload) {
+  for (const char* offload : {"", R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "overlap_step": true})"}) {
+    std::string zero = std::string(R"({"stage": 2)") + offload + "}";
+    if (*offload == 0) zero = R"({"stage": 2, "offload_optimizer": {"overlap_step": true}})";
+    const std::string msg = rejection(R"({"train_batch_size": 8, "zero_optimization": )" + zero + "}");
+    EXPECT_EQ(msg.rfind("zero_optimization.offload_optimizer.overlap_step", 0), 0u) << msg;
+    EXPECT_NE(msg.find("needs offload_optimizer.device \"cpu\""), std::string::npos) << msg;
+  }
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                          "offload_optimizer": {"device": "cpu", "overlap_step": true}}})"),
+            "");
 }
 
 // Weights & Biases is refused with the reason (no C++ client), not as "not implemented yet".

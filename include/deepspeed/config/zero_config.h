@@ -29,6 +29,14 @@ struct OffloadOptimizerConfig {
   bool pipeline_write = false;
   bool fast_init = false;
   double ratio = 1.0;  // fraction of optimizer states offloaded; < 1 only with stage 3
+  // deepspeed-cpp's key (ZenFlow's overlap_step without its top-k selection): with device "cpu", the CPU optimizer
+  // step of step t runs on a background thread during step t+1's forward and backward, which therefore see the
+  // parameters of step t-1 (one step stale). Off by default.
+  bool overlap_step = false;
+  // DeepSpeed's SuperOffload (speculative CPU step, rolled back when clipping or an overflow says so): parsed so a
+  // config naming it is refused by name (feature_gate.cc), not taken for a typo.
+  bool super_offload = false;
+  double cpuadam_cores_perc = 0.8;
 
   // DeepSpeed derives `pipeline` from the two flags.
   bool pipeline() const { return pipeline_read || pipeline_write; }
@@ -91,6 +99,9 @@ struct ZeroConfig {
   bool override_module_apply = false;
   bool log_trace_cache_warnings = false;
   bool enable_sanity_checks = false;
+  // DeepSpeed's `zenflow` section is present: refused by name (feature_gate.cc); its overlapped step without the
+  // top-k selection is offload_optimizer.overlap_step.
+  bool zenflow = false;
 
   bool enabled() const { return stage > 0; }
 };
