@@ -72,10 +72,6 @@ runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
 }  // namespace
 
 EngineImpl::~EngineImpl() {
-  try {
-    overlapped_.wait();  // it updates masters this engine is about to free
-  } catch (...) {
-  }
   if (!print_comms_summary_) return;
   try {
     std::printf("Communication summary of rank 0 (comms_logger):\n");

@@ -55,28 +55,25 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.pin_memory = z.offload_optimizer.pin_memory;
   so.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
   const config::OffloadParamConfig& op = z.offload_param;
+  const config::OffloadParamConfig defaults;
+  const bool nvme_keys_set = op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu;
+  const char* unused_keys = nullptr;  // offload_param keys this device does not use, said once as a note
   if (op.device == config::OffloadDevice::kCpu) {
     so.params_on_host = true;
     so.param_pin_memory = op.pin_memory;
-    const config::OffloadParamConfig defaults;
-    if (rank0 && (op.buffer_count != defaults.buffer_count || op.buffer_size != defaults.buffer_size ||
-                  op.max_in_cpu != defaults.max_in_cpu))
-      std::fprintf(stderr,
-                   "deepspeed: note: zero_optimization.offload_param.buffer_count, buffer_size and max_in_cpu apply "
-                   "to device \"nvme\" (as in DeepSpeed); with device \"cpu\" every partition is in host memory\n");
+    if (nvme_keys_set || op.buffer_size != defaults.buffer_size)
+      unused_keys = "buffer_count, buffer_size and max_in_cpu apply to device \"nvme\" (as in DeepSpeed); with device "
+                    "\"cpu\" every partition is in host memory";
   }
   if (op.device == config::OffloadDevice::kNvme) {
     so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
     so.aio = swap::aio_options_from_config(config.aio);
     so.param_buffer_elems = op.buffer_size;
-    const config::OffloadParamConfig defaults;
-    if (rank0 && (op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu ||
-                  op.pin_memory != defaults.pin_memory))
-      std::fprintf(stderr,
-                   "deepspeed: note: zero_optimization.offload_param.buffer_count, max_in_cpu and pin_memory are not "
-                   "used: partitions are read straight into the gather buffers (stage3_max_live_parameters bounds "
-                   "them)\n");
+    if (nvme_keys_set || op.pin_memory != defaults.pin_memory)
+      unused_keys = "buffer_count, max_in_cpu and pin_memory are not used: partitions are read straight into the "
+                    "gather buffers (stage3_max_live_parameters bounds them)";
   }
+  if (rank0 && unused_keys) std::fprintf(stderr, "deepspeed: note: zero_optimization.offload_param.%s\n", unused_keys);
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : groups) params.push_back(g.params);
   return std::make_unique<Stage3>(module, params, world, so);
