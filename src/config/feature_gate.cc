@@ -40,9 +40,20 @@ void check_supported_features(const config::Config& cfg) {
              config::to_string(oo.device), "\"");
   reject_if(oo.super_offload, "zero_optimization.offload_optimizer.super_offload",
             "SuperOffload's speculative CPU step (offload_optimizer.overlap_step overlaps the step, one step stale)");
-  reject_if(z.zenflow, "zero_optimization.zenflow",
-            "ZenFlow's top-k selective update (offload_optimizer.overlap_step gives its overlapped CPU step without "
-            "the selection)");
+  if (z.zenflow) {
+    const config::ZenFlowConfig& zf = *z.zenflow;
+    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu,
+               "zero_optimization.zenflow: needs offload_optimizer.device \"cpu\" (the unselected columns take the CPU "
+               "optimizer's step), got \"", config::to_string(oo.device), "\"");
+    reject_if(z.stage == 3, "zero_optimization.zenflow", "ZenFlow at stage 3 (it runs at stages 1 and 2)");
+    reject_if(!zf.update_interval, "zero_optimization.zenflow.update_interval",
+              "\"auto\" (the adaptive update window); give the number of iterations per CPU optimizer step");
+    reject_if(zf.auto_ratio != 0.99, "zero_optimization.zenflow.auto_ratio",
+              "the adaptive update window it tunes (update_interval \"auto\")");
+    reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
+    reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
+              "pinning training and optimizer threads to separate cores");
+  }
   const auto& op = z.offload_param;
   DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
              "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "

@@ -68,6 +68,40 @@ OffloadParamConfig parse_offload_param(const Json& node) {
   return c;
 }
 
+// "auto" (nullopt) or a whole number >= lo: ZenFlow's select_interval and update_interval.
+void read_auto_or_int(ObjectReader& r, const std::string& key, std::optional<int64_t>* out, int64_t lo) {
+  int64_t v = 0;
+  if (r.read_int(key, &v, lo, kMaxInt64, AutoPolicy::kAllowAuto)) *out = v;
+}
+
+ZenFlowConfig parse_zenflow(const Json& node) {
+  const std::string path = join_path(kPath, "zenflow");
+  ObjectReader r(node, path, nullptr);
+  ZenFlowConfig c;
+  r.read_number("topk_ratio", &c.topk_ratio, 0.0, 1.0);
+  if (c.topk_ratio <= 0.0 || c.topk_ratio >= 1.0)
+    fail_at(r.path_of("topk_ratio"), "must lie strictly between 0 and 1, got " + std::to_string(c.topk_ratio));
+  r.read_choice("select_strategy", &c.select_strategy, {"auto", "step", "epoch"});
+  read_auto_or_int(r, "select_interval", &c.select_interval, 0);
+  read_auto_or_int(r, "update_interval", &c.update_interval, 1);
+  r.read_bool("overlap_step", &c.overlap_step);
+  r.read_bool("offload", &c.offload);
+  r.read_number("auto_ratio", &c.auto_ratio, 0.0, 1.0);
+  r.read_int("full_warm_up_rounds", &c.full_warm_up_rounds, 0);
+  double cores = 0.0;
+  if (r.read_number("pt_reserved_cores_perc", &cores, 0.0, 1.0)) c.pt_reserved_cores_perc = cores;
+  // DeepSpeed fills it from its training dataloader; the engine here has none, so the config gives it.
+  r.read_optional_int("steps_per_epoch", &c.steps_per_epoch, 1);
+  r.finish();
+  // DeepSpeed's own checks (ZenFlowConfig / configure_zenflow), same meaning.
+  if (c.select_strategy == "auto" && c.select_interval)
+    fail_at(r.path_of("select_interval"), "select_strategy \"auto\" selects once per epoch; remove select_interval "
+                                          "or set select_strategy to \"step\" or \"epoch\"");
+  if (c.select_strategy != "auto" && !c.select_interval)
+    fail_at(r.path_of("select_interval"), "select_strategy \"" + c.select_strategy + "\" needs a number");
+  return c;
+}
+
 // A stage-3 knob that DeepSpeed accepts as `stage3_<name>` (documented) or `<name>` (its field
 // name). "auto" is recorded under the documented key, the one dump() writes.
 void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out,
@@ -177,7 +211,7 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   r.read_bool("log_trace_cache_warnings", &z.log_trace_cache_warnings);
   r.read_bool("enable_sanity_checks", &z.enable_sanity_checks);
   const Json* zenflow = r.find("zenflow");
-  z.zenflow = zenflow && !zenflow->is_null();
+  if (zenflow && !zenflow->is_null()) z.zenflow = parse_zenflow(*zenflow);
   r.finish();
 
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
@@ -246,7 +280,21 @@ OrderedJson dump_zero_config(const ZeroConfig& z) {
   j["override_module_apply"] = z.override_module_apply;
   j["log_trace_cache_warnings"] = z.log_trace_cache_warnings;
   j["enable_sanity_checks"] = z.enable_sanity_checks;
-  j["zenflow"] = z.zenflow ? OrderedJson::object() : OrderedJson();
+  OrderedJson zf;
+  if (z.zenflow) {
+    const ZenFlowConfig& c = *z.zenflow;
+    zf["topk_ratio"] = c.topk_ratio;
+    zf["select_strategy"] = c.select_strategy;
+    zf["select_interval"] = c.select_interval ? OrderedJson(*c.select_interval) : OrderedJson("auto");
+    zf["update_interval"] = c.update_interval ? OrderedJson(*c.update_interval) : OrderedJson("auto");
+    zf["overlap_step"] = c.overlap_step;
+    zf["offload"] = c.offload;
+    zf["auto_ratio"] = c.auto_ratio;
+    zf["full_warm_up_rounds"] = c.full_warm_up_rounds;
+    if (c.pt_reserved_cores_perc) zf["pt_reserved_cores_perc"] = *c.pt_reserved_cores_perc;
+    if (c.steps_per_epoch) zf["steps_per_epoch"] = *c.steps_per_epoch;
+  }
+  j["zenflow"] = zf;
   return j;
 }
 

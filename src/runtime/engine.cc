@@ -159,8 +159,11 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
 
 void EngineImpl::finish_construction(InitializeOptions& options) {
   const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
-  overlap_step_ = config_.zero.offload_optimizer.overlap_step;
-  const char* overlap_key = "zero_optimization.offload_optimizer.overlap_step";
+  const auto& zenflow = config_.zero.zenflow;
+  overlap_step_ = config_.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
+  const char* overlap_key = config_.zero.offload_optimizer.overlap_step
+                                ? "zero_optimization.offload_optimizer.overlap_step"
+                                : "zero_optimization.zenflow.overlap_step";
   DS_CHECK_T(ConfigError, !overlap_step_ || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
              ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
   DS_CHECK_T(ConfigError, !overlap_step_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
@@ -178,6 +181,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     if (!overlap_step_)
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
+  if (zenflow) build_zenflow(options);
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -253,9 +257,9 @@ void EngineImpl::backward(const at::Tensor& loss) {
   check_states_resident("backward");
   observers_.begin_backward();
   if (breakdown_) timers_.start("bwd");
-  const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) /
-                        static_cast<double>(config_.gradient_accumulation_steps.value());
+  const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) / static_cast<double>(accumulation_window());
   at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
+  if (zenflow_) zenflow_->begin_backward(micro_steps_);
   stage_->begin_backward(is_boundary());
   scaled.backward();
   stage_->finish_backward();
@@ -269,9 +273,16 @@ void EngineImpl::step() {
   check_states_resident("step");
   const bool boundary = is_boundary();
   observers_.begin_step();
+  const int64_t iteration = micro_steps_;
   ++micro_steps_;
-  if (boundary) {
+  if (zenflow_ && zenflow_->schedule().selective(iteration)) {
+    zenflow_step(iteration, boundary);
+  } else if (boundary) {
     boundary_step();
+    // ZenFlow's warm-up steps every parameter synchronously, overlapped or not (as DeepSpeed's does).
+    if (zenflow_) land_overlapped_step();
+  }
+  if (boundary) {
     // The loss observers get: this rank's mean over the step's micro-batches, as DeepSpeed logs it.
     const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / static_cast<double>(step_loss_count_) : 0.0;
     step_loss_sum_ = 0.0;
@@ -279,6 +290,67 @@ void EngineImpl::step() {
     observers_.on_report(step_report(step_loss));
   }
   observers_.end_step(boundary, global_steps_);
+}
+
+bool EngineImpl::is_boundary() const {
+  if (zenflow_) return zenflow_->schedule().ends_window(micro_steps_);
+  return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0;
+}
+
+int64_t EngineImpl::accumulation_window() const {
+  return zenflow_ ? zenflow_->schedule().update_interval : config_.gradient_accumulation_steps.value();
+}
+
+void EngineImpl::build_zenflow(const InitializeOptions& options) {
+  const char* key = "zero_optimization.zenflow";
+  DS_CHECK_T(ConfigError, !options.optimizer && config_.optimizer.has_value() &&
+                              (config_.optimizer->type == "adam" || config_.optimizer->type == "adamw"),
+             key, ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the "
+             "CPU Adam step)");
+  DS_CHECK_T(ConfigError, config_.gradient_accumulation_steps.value() == 1, key,
+             ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); set "
+             "gradient_accumulation_steps to 1, got ", config_.gradient_accumulation_steps.value());
+  DS_CHECK_T(ConfigError, dtype_ != at::kHalf, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
+             ": not supported inside a pipeline or another data-parallel layout yet");
+  const auto& p = config_.optimizer->params;
+  const std::vector<double> betas = p.get_number_list("betas", {0.9, 0.999});
+  runtime::ZenFlowAdam adam;
+  adam.beta1 = betas.at(0);
+  adam.beta2 = betas.at(1);
+  adam.eps = p.get_number("eps", 1e-8);
+  adam.adamw = config_.optimizer->type == "adamw" ? true : p.get_bool("adam_w_mode", true);
+  std::vector<std::vector<at::Tensor>> params;
+  std::vector<std::vector<std::string>> names;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    adam.weight_decay.push_back(optimizer_->weight_decay(g).value_or(0.0));
+    params.push_back(groups_[g].params);
+    names.emplace_back();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) names.back().push_back(parameter_name(g, i));
+  }
+  zenflow_ = std::make_unique<runtime::ZenFlow>(*config_.zero.zenflow, std::move(params), names, std::move(adam),
+                                                 world_);
+}
+
+void EngineImpl::zenflow_step(int64_t iteration, bool boundary) {
+  zenflow_->reduce_gradients();
+  if (zenflow_->schedule().selects(iteration)) {
+    if (zenflow_->has_selection()) {
+      // The CPU optimizer goes on from where the selective one leaves the columns about to leave the selection:
+      // its masters take those values once no step is reading them.
+      land_overlapped_step();
+      zenflow_->write_selected_into_masters(stage_->masters(), stage_->master_fragments());
+    }
+    zenflow_->select();
+  }
+  const std::vector<double> lrs = get_lr();  // this iteration's, before the scheduler moves
+  if (boundary) {
+    boundary_step();
+  } else if (scheduler_) {
+    scheduler_->step();  // DeepSpeed's ZenFlow steps the schedule at every iteration
+    apply_schedule();
+  }
+  zenflow_->step(lrs);
 }
 
 void EngineImpl::boundary_step() {
@@ -316,6 +388,7 @@ void EngineImpl::land_overlapped_step() {
   if (!overlapped_.pending()) return;
   overlapped_.wait();
   stage_->publish();
+  if (zenflow_) zenflow_->write_selected_into_parameters();  // the publish wrote the masters' values over them
   if (schedule_pending_) {
     schedule_pending_ = false;
     apply_schedule();

@@ -329,6 +329,7 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   // Not in DeepSpeed's file: lets a resume at another global batch say so (load_checkpoint).
   state.insert("train_batch_size", config_.train_batch_size.value());
   state.insert("micro_steps", micro_steps_);
+  if (zenflow_) state.insert("zenflow", zenflow_->state_dict());
   state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
   state.insert("mp_world_size", int64_t{1});
@@ -361,9 +362,18 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
   check_boundary("save_checkpoint");
+  // ZenFlow: the gradients of an unfinished update window are not saved.
+  DS_CHECK(!zenflow_ || micro_steps_ == 0 || zenflow_->schedule().ends_window(micro_steps_ - 1),
+           "save_checkpoint: with zero_optimization.zenflow, call it after a step that ends an update window "
+           "(every update_interval = ", zenflow_ ? zenflow_->schedule().update_interval : 0,
+           " iterations after the warm-up); iteration ", micro_steps_ - 1, " did not");
   // overlap_step: the step in flight lands first, so the checkpoint holds it and a resume continues as this run
   // does from here (its next forward sees the landed parameters).
   land_overlapped_step();
+  // ZenFlow: the masters take the selected values, so the fp32 weights in the files are the model's whichever way
+  // they are read (a resume without ZenFlow, ds_to_fp32, a universal conversion). The running step ignores what
+  // the masters hold for the selected columns, so this changes nothing for this run.
+  if (zenflow_) zenflow_->write_selected_into_masters(stage_->masters(), stage_->master_fragments());
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
   DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",

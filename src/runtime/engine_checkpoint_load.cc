@@ -234,6 +234,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   int64_t steps = 0, samples = 0, saved_batch = 0;
   const int64_t batch = config_.train_batch_size.value();
   at::Tensor rng;
+  std::optional<c10::impl::GenericDict> zenflow_state;  // ZenFlow's selective state, when the file has it
+  int64_t saved_micro_steps = 0;
   runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
     if (tag.empty())
       tag = ckpt::read_latest(dir, fs, universal ? ckpt::kLatestUniversal : "latest");
@@ -351,6 +353,12 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     if (saved_opt.archive.defined())
       ckpt::verify_tensor(saved_opt.archive, "client_optimizer_archive");
     if (model.contains("client_state")) verify_tensors(model.at("client_state"), "client_state");
+    if (zenflow_ && full && model.contains("zenflow")) {
+      verify_tensors(model.at("zenflow"), "zenflow");
+      zenflow_state = model.at("zenflow").toGenericDict();
+      saved_micro_steps = entry(model, "micro_steps", model_file).toInt();
+      zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names(), /*apply=*/false);
+    }
     if (model.contains("client_state"))
       result.client_state = c10::impl::toTypedDict<std::string, c10::IValue>(
           model.at("client_state").toGenericDict());
@@ -418,6 +426,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
         std::fflush(stdout);
       }
       micro_steps_ = steps * config_.gradient_accumulation_steps.value();
+      // ZenFlow counts iterations, not steps; a checkpoint without its state starts it afresh (warm-up first).
+      if (zenflow_) {
+        micro_steps_ = zenflow_state ? saved_micro_steps : 0;
+        if (zenflow_state) zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names());
+      }
       // Losses and clocks of steps before the load belong to no step after it.
       step_loss_sum_ = 0.0;
       step_loss_count_ = 0;
@@ -432,6 +445,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   });
   // Collective: every rank's restored masters into the parameters, as after an optimizer step.
   stage_->restore_from_masters();
+  if (zenflow_) zenflow_->write_selected_into_parameters();
   if (world_.rank() == 0) {
     std::printf("loaded checkpoint %s\n", result.path.c_str());
     std::fflush(stdout);

@@ -19,6 +19,7 @@
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/overlapped_step.h"
+#include "runtime/zenflow.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
@@ -73,7 +74,8 @@ class EngineImpl : public runtime::StageEngine {
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
   int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
 
-  bool is_boundary() const { return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0; }
+  // The micro-step ends a gradient-accumulation window (with ZenFlow: an update window of its schedule).
+  bool is_boundary() const;
   std::vector<double> get_lr() const;
   std::vector<at::Tensor> parameters() const;
   ModelStateBytes model_state_bytes() const;
@@ -99,6 +101,13 @@ class EngineImpl : public runtime::StageEngine {
   // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
   // Collective (publish gathers partitions): every rank calls it at the same points.
   void land_overlapped_step();
+  // zero_optimization.zenflow (runtime/zenflow.h): the selective update around each iteration's step.
+  std::unique_ptr<runtime::ZenFlow> zenflow_;
+  void build_zenflow(const InitializeOptions& options);
+  void zenflow_step(int64_t iteration, bool boundary);
+  // Micro-batches whose gradients one optimizer step averages: gradient_accumulation_steps, or ZenFlow's
+  // update_interval (DeepSpeed sets the first to the second).
+  int64_t accumulation_window() const;
   runtime::Timers timers_;
   runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;

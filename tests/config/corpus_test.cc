@@ -39,6 +39,17 @@ struct ValidCase {
 
 const std::map<std::string, ValidCase>& valid_cases() {
   static const std::map<std::string, ValidCase> kCases = {
+      {"zenflow_zero2",
+       {8,
+        [](const Config& c) {
+          ASSERT_TRUE(c.zero.zenflow.has_value());
+          EXPECT_DOUBLE_EQ(c.zero.zenflow->topk_ratio, 0.05);
+          EXPECT_EQ(c.zero.zenflow->select_strategy, "auto");
+          EXPECT_FALSE(c.zero.zenflow->select_interval.has_value());  // "auto"
+          EXPECT_EQ(c.zero.zenflow->update_interval, 4);
+          EXPECT_TRUE(c.zero.zenflow->overlap_step);
+          EXPECT_FALSE(c.zero.zenflow->steps_per_epoch.has_value());
+        }}},
       {"zero3_nvme_offload",
        {8,
         [](const Config& c) {

@@ -68,8 +68,21 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
        "zero_optimization.zero_quantized_gradients"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zenflow": {"topk_ratio": 0.1}}})",
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+          "zenflow": {"topk_ratio": 0.1, "update_interval": 2}}})",
        "zero_optimization.zenflow"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+          "zenflow": {"topk_ratio": 0.1}}})",
+       "zero_optimization.zenflow.update_interval"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+          "zenflow": {"update_interval": 2, "offload": true}}})",
+       "zero_optimization.zenflow.offload"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+          "zenflow": {"update_interval": 2, "pt_reserved_cores_perc": 0.5}}})",
+       "zero_optimization.zenflow.pt_reserved_cores_perc"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+          "zenflow": {"update_interval": 2, "auto_ratio": 0.9}}})",
+       "zero_optimization.zenflow.auto_ratio"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
           "offload_optimizer": {"device": "cpu", "super_offload": true}}})",
        "zero_optimization.offload_optimizer.super_offload"},
@@ -108,6 +121,35 @@ TEST(FeatureGate, OverlapStepNeedsCpuOptimizerOffload) {
   EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
                           "offload_optimizer": {"device": "cpu", "overlap_step": true}}})"),
             "");
+}
+
+// ZenFlow's section: DeepSpeed's own validation (ranges, strategy and interval pairing) at parse time, its need for
+// CPU optimizer offload, and a config that passes.
+TEST(FeatureGate, ZenFlowKeysAreCheckedAtParseTimeAndNeedCpuOffload) {
+  auto error = [](const std::string& zenflow, const std::string& offload = R"("offload_optimizer": {"device": "cpu"}, )") {
+    const std::string json = R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, )" + offload +
+                             R"("zenflow": )" + zenflow + "}}";
+    try {
+      check_supported_features(Config::from_string(json));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"update_interval": 2, "select_strategy": "step", "select_interval": 4, "topk_ratio": 0.05})"), "");
+  EXPECT_NE(error(R"({"update_interval": 2, "topk_ratio": 1.0})").find("zero_optimization.zenflow.topk_ratio"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"update_interval": 0})").find("zero_optimization.zenflow.update_interval"), std::string::npos);
+  EXPECT_NE(error(R"({"update_interval": 2, "select_strategy": "often"})").find("zenflow.select_strategy"),
+            std::string::npos);
+  const std::string pairing = error(R"({"update_interval": 2, "select_interval": 4})");
+  EXPECT_NE(pairing.find("zero_optimization.zenflow.select_interval"), std::string::npos) << pairing;
+  EXPECT_NE(pairing.find("\"auto\""), std::string::npos) << pairing;
+  EXPECT_NE(error(R"({"update_interval": 2, "select_strategy": "step"})").find("needs a number"), std::string::npos);
+  EXPECT_NE(error(R"({"update_interval": 2, "unknown": 1})").find("zero_optimization.zenflow.unknown"),
+            std::string::npos);
+  const std::string no_offload = error(R"({"update_interval": 2})", "");
+  EXPECT_EQ(no_offload.rfind("zero_optimization.zenflow: needs offload_optimizer.device \"cpu\"", 0), 0u) << no_offload;
 }
 
 // Weights & Biases is refused with the reason (no C++ client), not as "not implemented yet".

@@ -54,6 +54,25 @@ struct OffloadParamConfig {
   bool enabled() const { return device != OffloadDevice::kNone; }
 };
 
+// DeepSpeed's `zero_optimization.zenflow` section (ZenFlow, runtime/zenflow/zenflow_config.py): with optimizer offload
+// to CPU, the top-k most important input columns of each 2-D weight (and every 1-D parameter) are updated at every
+// iteration by a selective AdamW on the training device, while the rest take the CPU optimizer's step every
+// `update_interval` iterations on their accumulated gradients (overlapped with training when `overlap_step`).
+struct ZenFlowConfig {
+  double topk_ratio = 0.1;             // share of each weight's columns selected, in (0, 1)
+  std::string select_strategy = "auto";  // "auto" (= "epoch", interval 1), "step" or "epoch"
+  std::optional<int64_t> select_interval;  // nullopt: "auto"
+  std::optional<int64_t> update_interval;  // nullopt: "auto" (adaptive; refused: feature_gate.cc)
+  bool overlap_step = false;
+  bool offload = false;                // selective optimizer states in host memory (refused)
+  double auto_ratio = 0.99;            // used by update_interval "auto" only
+  int64_t full_warm_up_rounds = 0;     // iterations that update every parameter on the CPU, before selection starts
+  std::optional<double> pt_reserved_cores_perc;  // core pinning between training and optimizer (refused when set)
+  // Iterations per epoch, for select_strategy "epoch"/"auto" (DeepSpeed takes it from its dataloader; without one it
+  // selects once, after the warm-up, as here without this key).
+  std::optional<int64_t> steps_per_epoch;
+};
+
 struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -99,9 +118,8 @@ struct ZeroConfig {
   bool override_module_apply = false;
   bool log_trace_cache_warnings = false;
   bool enable_sanity_checks = false;
-  // DeepSpeed's `zenflow` section is present: refused by name (feature_gate.cc); its overlapped step without the
-  // top-k selection is offload_optimizer.overlap_step.
-  bool zenflow = false;
+  // DeepSpeed's `zenflow` section, when present (runtime/zenflow.h).
+  std::optional<ZenFlowConfig> zenflow;
 
   bool enabled() const { return stage > 0; }
 };

@@ -1,0 +1,110 @@
+// ZenFlow (DeepSpeed's `zero_optimization.zenflow`), stages 1 and 2 with optimizer offload to CPU: after
+// `full_warm_up_rounds` iterations in which every parameter takes the CPU optimizer's step, each 2-D weight's top-k
+// most important input columns (by the sum of |gradient| over the column, on the rank-averaged gradient of a
+// selection iteration) and every 1-D parameter are trained at every iteration by a selective AdamW here, on the
+// training device, while the other columns take the CPU optimizer's step every `update_interval` iterations on the
+// gradient accumulated over them (in the background when overlapped: one window stale).
+//
+// What differs from DeepSpeed's Python (stated in docs/architecture.md): the selected values are kept in fp32 here
+// (DeepSpeed updates them in the model's dtype), and at a new selection the masters of the previously selected
+// columns take those fp32 values instead of being re-read from the 16-bit parameters.
+//
+// Not thread-safe: the engine calls it from its training thread only (the overlapped CPU step never touches it).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/config/zero_config.h"
+#include "zero/partition.h"
+
+namespace deepspeed::runtime {
+
+// Which iterations (0-based, one per engine.step()) select columns and which end an update window.
+struct ZenFlowSchedule {
+  int64_t warmup = 0;           // full_warm_up_rounds
+  int64_t update_interval = 1;  // iterations per CPU step after the warm-up
+  int64_t select_interval = 0;  // iterations between selections; 0: once, when the warm-up ends
+
+  static ZenFlowSchedule from_config(const config::ZenFlowConfig& c);
+  // Iterations past the warm-up run the selective update.
+  bool selective(int64_t iteration) const { return iteration >= warmup; }
+  bool selects(int64_t iteration) const;
+  // The CPU optimizer steps at the end of this iteration (every warm-up iteration is a window of its own).
+  bool ends_window(int64_t iteration) const;
+};
+
+// The selective optimizer's hyperparameters: the config's Adam/AdamW ones, per parameter group for the decay.
+struct ZenFlowAdam {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool adamw = true;  // decoupled weight decay (else L2 added to the gradient, as the config's Adam in that mode)
+  std::vector<double> weight_decay;  // per group
+};
+
+class ZenFlow {
+ public:
+  // `groups[g]` are the trainable parameters of group g; `names` name them for errors (same shape as groups).
+  ZenFlow(const config::ZenFlowConfig& config, std::vector<std::vector<at::Tensor>> groups,
+          const std::vector<std::vector<std::string>>& names, ZenFlowAdam adam, comm::ProcessGroup group);
+  ~ZenFlow();
+  ZenFlow(const ZenFlow&) = delete;
+  ZenFlow& operator=(const ZenFlow&) = delete;
+
+  const ZenFlowSchedule& schedule() const { return schedule_; }
+  bool has_selection() const { return selected_; }
+
+  // Before iteration `iteration`'s backward: arms the gradient hooks (whole gradients when it selects, else the
+  // selected columns only).
+  void begin_backward(int64_t iteration);
+  // After the backward of a selective iteration: the captured gradients averaged over the data-parallel group.
+  // Collective.
+  void reduce_gradients();
+  // A selection iteration, after reduce_gradients(): the top-k columns of each weight by the averaged gradient, the
+  // fp32 selected values from the parameters, the selective moments cleared (their step counts go on).
+  void select();
+  // The fp32 selected values into the parameters (after anything wrote the masters over them).
+  void write_selected_into_parameters() const;
+  // The fp32 selected values into the stage's masters where this rank holds them (before a new selection, so the
+  // CPU optimizer goes on from where the selective one left those columns).
+  void write_selected_into_masters(const std::vector<at::Tensor>& masters,
+                                   const std::vector<zero::MasterFragment>& fragments) const;
+  // One selective AdamW step of the selected values at each group's `lrs[g]`, written into the parameters.
+  void step(const std::vector<double>& lrs);
+
+  // Checkpoints (the same on every rank): the selection, the fp32 selected values, their moments and step counts,
+  // one entry per parameter in group order.
+  c10::impl::GenericDict state_dict() const;
+  // Restores state_dict()'s contents (only checks them when !apply); a state that does not fit this model is a
+  // CheckpointError naming `where` and the parameter. Nothing is changed unless all of it fits.
+  void load_state_dict(const c10::impl::GenericDict& state, const std::string& where,
+                       const std::vector<std::vector<std::string>>& names, bool apply = true);
+
+ private:
+  struct Slot {
+    size_t group = 0;
+    at::Tensor param;
+    bool matrix = false;  // 2-D: columns are selected; otherwise every element is
+    int64_t hook = -1;
+    at::Tensor captured;  // this iteration's local gradient (fp32): whole, or the selected columns
+    at::Tensor grad;      // the averaged gradient of the selected values
+    at::Tensor index;     // selected columns (int64, sorted), matrices only
+    at::Tensor value, exp_avg, exp_avg_sq;  // fp32, shaped as the selection
+    int64_t steps = 0;
+  };
+  void capture(size_t slot, const at::Tensor& grad);
+
+  ZenFlowSchedule schedule_;
+  double topk_ratio_;
+  ZenFlowAdam adam_;
+  comm::ProcessGroup group_;
+  std::vector<Slot> slots_;
+  bool whole_ = false;     // this iteration's hooks keep whole gradients (a selection iteration)
+  bool armed_ = false;
+  bool selected_ = false;  // select() has run
+};
+
+}  // namespace deepspeed::runtime

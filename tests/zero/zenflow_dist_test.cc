@@ -1,0 +1,383 @@
+// zero_optimization.zenflow against a plain LibTorch loop written here from ZenFlow's rule (no code of ours runs in
+// it but the model and the sampler):
+//   - the first `full_warm_up_rounds` iterations: every parameter takes AdamW's step on fp32 masters;
+//   - at a selection iteration (the end of the warm-up, then every `select_interval`): each 2-D weight's top-k columns
+//     by sum |gradient| over the column of this iteration's averaged gradient; the values the selective update left
+//     in the previous selection go to the masters first; the selective moments restart;
+//   - every later iteration: the selected columns and the 1-D parameters take AdamW's step at once on this
+//     iteration's gradient; all gradients also add up on the masters' side, which take AdamW's step at the end of
+//     each `update_interval` window and go to the model's other columns then (overlapped: at the next window's end,
+//     one window stale);
+//   - every gradient is the loss's divided by update_interval (DeepSpeed's gradient_accumulation_steps).
+// A run that ignored the selection, selected other columns, skipped the 1-D parameters, stepped the masters every
+// iteration or landed the overlapped step early parts from this reference by far more than the bound (checked).
+#include <gtest/gtest.h>
+
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
+#include "runtime/zenflow.h"
+#include "tiny_gpt.h"
+#include "tolerance.h"
+
+namespace {
+
+constexpr int kIterations = 10;
+constexpr int64_t kMicro = 2;
+constexpr double kLr = 0.003, kDecay = 0.1, kRatio = 0.25;
+
+struct Rule {
+  int64_t warmup = 1, update_interval = 2, select_interval = 4;
+  bool overlap = false;
+  bool selective = true;  // false: the same windows with no selective update (the comparison's foil)
+  bool ends_window(int64_t i) const {
+    return i < warmup || (i + 1 - warmup) % update_interval == 0 || (i + 1) % select_interval == 0;
+  }
+  bool selects(int64_t i) const { return i == warmup || (i > warmup && i % select_interval == 0); }
+};
+
+struct AdamState {
+  at::Tensor exp_avg, exp_avg_sq;
+  int64_t steps = 0;
+};
+
+// torch.optim.AdamW's update, as its documentation writes it, on `value` with `grad`.
+void adamw_update(at::Tensor& value, const at::Tensor& grad, AdamState& s, double lr) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  ++s.steps;
+  value.mul_(1 - lr * kDecay);
+  s.exp_avg.mul_(b1).add_(grad, 1 - b1);
+  s.exp_avg_sq.mul_(b2).add_(grad * grad, 1 - b2);
+  const double c1 = 1 - std::pow(b1, s.steps), c2 = 1 - std::pow(b2, s.steps);
+  value.sub_(lr / c1 * s.exp_avg / (s.exp_avg_sq.sqrt() / std::sqrt(c2) + eps));
+}
+
+tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs) {
+  return [rule, lrs](std::vector<at::Tensor>& params) -> tiny_gpt::ReferenceStep {
+    struct State {
+      std::vector<at::Tensor> masters, accumulated, index, value;
+      std::vector<AdamState> selective;
+      std::shared_ptr<torch::optim::AdamW> cpu;
+      int64_t iteration = 0;
+      bool pending = false, has_selection = false;
+    };
+    auto st = std::make_shared<State>();
+    for (const auto& p : params) {
+      st->masters.push_back(p.detach().clone());
+      st->accumulated.push_back(at::zeros_like(p));
+    }
+    st->cpu = std::make_shared<torch::optim::AdamW>(st->masters, torch::optim::AdamWOptions(kLr).weight_decay(kDecay));
+    st->index.resize(params.size());
+    st->value.resize(params.size());
+    st->selective.resize(params.size());
+    return [params, rule, lrs, st] {
+      at::NoGradGuard no_grad;
+      const int64_t i = st->iteration++;
+      const double lr = lrs.at(i);
+      std::vector<at::Tensor> grads;
+      for (size_t k = 0; k < params.size(); ++k) {
+        grads.push_back(params[k].grad() / static_cast<double>(rule.update_interval));
+        st->accumulated[k].add_(grads[k]);
+      }
+      auto land = [&] {
+        for (size_t k = 0; k < params.size(); ++k) params[k].copy_(st->masters[k]);
+        st->pending = false;
+      };
+      auto put_selected = [&](std::vector<at::Tensor>& into) {
+        for (size_t k = 0; k < params.size(); ++k) {
+          if (params[k].dim() == 2)
+            into[k].index_copy_(1, st->index[k], st->value[k]);
+          else
+            into[k].copy_(st->value[k]);
+        }
+      };
+      auto cpu_step = [&] {
+        for (size_t k = 0; k < params.size(); ++k) {
+          st->masters[k].mutable_grad() = st->accumulated[k].clone();
+          st->accumulated[k].zero_();
+        }
+        st->cpu->param_groups()[0].options().set_lr(lr);
+        st->cpu->step();
+      };
+      if (i < rule.warmup || !rule.selective) {
+        if (rule.ends_window(i)) {
+          cpu_step();
+          land();
+        }
+        return;
+      }
+      if (rule.selects(i)) {
+        if (st->has_selection) {
+          if (st->pending) {
+            land();
+            std::vector<at::Tensor> p(params.begin(), params.end());
+            put_selected(p);
+          }
+          put_selected(st->masters);
+        }
+        for (size_t k = 0; k < params.size(); ++k) {
+          if (params[k].dim() == 2) {
+            const int64_t cols = params[k].size(1);
+            const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(cols * kRatio));
+            st->index[k] = std::get<0>(std::get<1>(grads[k].abs().sum(0).topk(n)).sort());
+            st->value[k] = params[k].index_select(1, st->index[k]);
+          } else {
+            st->value[k] = params[k].clone();
+          }
+          st->selective[k].exp_avg = at::zeros_like(st->value[k]);
+          st->selective[k].exp_avg_sq = at::zeros_like(st->value[k]);
+        }
+        st->has_selection = true;
+      }
+      if (rule.ends_window(i)) {
+        if (rule.overlap && st->pending) land();
+        cpu_step();
+        if (rule.overlap)
+          st->pending = true;
+        else
+          land();
+      }
+      for (size_t k = 0; k < params.size(); ++k) {
+        const at::Tensor g = params[k].dim() == 2 ? grads[k].index_select(1, st->index[k]) : grads[k];
+        adamw_update(st->value[k], g, st->selective[k], lr);
+      }
+      std::vector<at::Tensor> p(params.begin(), params.end());
+      put_selected(p);
+    };
+  };
+}
+
+std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_top = "") {
+  return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
+         ", \"steps_per_print\": 1000, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " +
+         std::to_string(kLr) + ", \"weight_decay\": " + std::to_string(kDecay) +
+         "}}, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
+         ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"zenflow\": {\"topk_ratio\": " + std::to_string(kRatio) +
+         ", \"select_strategy\": \"step\", \"select_interval\": " + std::to_string(rule.select_interval) +
+         ", \"update_interval\": " + std::to_string(rule.update_interval) +
+         ", \"full_warm_up_rounds\": " + std::to_string(rule.warmup) +
+         ", \"overlap_step\": " + (rule.overlap ? "true" : "false") + "}}" + extra_top + "}";
+}
+
+struct ZenFlowRun {
+  std::vector<at::Tensor> params;
+  std::vector<double> lrs;
+};
+
+ZenFlowRun train_zenflow(const Rule& rule, int stage, at::ScalarType dtype = at::kFloat, const std::string& extra = "") {
+  tiny_gpt::ensure_comm();
+  deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+  deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
+  const std::string precision = dtype == at::kBFloat16 ? ", \"bf16\": {\"enabled\": true}" : "";
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(zenflow_json(rule, stage, precision + extra)));
+  const auto data = tiny_gpt::dataset(cfg);
+  ZenFlowRun out;
+  for (int i = 0; i < kIterations; ++i) {
+    out.lrs.push_back(engine.get_lr().at(0));
+    tiny_gpt::train(engine, data, 1, i);
+  }
+  deepspeed::zero::GatheredParameters full(*model);
+  out.params = tiny_gpt::snapshot(model);
+  return out;
+}
+
+tiny_gpt::Reference reference(const Rule& rule, const std::vector<double>& lrs) {
+  return tiny_gpt::train_reference(tiny_gpt::config(), deepspeed::comm::get_world_size(), kMicro, 1, kIterations, 0.0,
+                                   zenflow_reference(rule, lrs));
+}
+
+// Adam turns rounding differences in near-zero gradients into full-size updates, so no closed form holds: measured
+// at both SIMD levels (tests/common/tolerance.h) at 1-4 ranks, worst case.
+double adam_bound() { return tolerance::measured(6.5e-6, 7.0e-6); }
+
+TEST(ZenFlow, SelectiveAndWindowedUpdatesMatchThePlainLoop) {
+  for (bool overlap : {false, true}) {
+    for (int stage : {1, 2}) {
+      Rule rule;
+      rule.overlap = overlap;
+      const ZenFlowRun run = train_zenflow(rule, stage);
+      const auto ref = reference(rule, run.lrs);
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, ref.params), adam_bound())
+          << "stage " << stage << (overlap ? " overlapped" : "");
+    }
+  }
+}
+
+TEST(ZenFlow, TheReferenceRuleIsNotTheWindowedStepAlone) {
+  tiny_gpt::ensure_comm();
+  Rule rule;
+  const std::vector<double> lrs(kIterations, kLr);
+  const auto zenflow = reference(rule, lrs);
+  Rule windows_only = rule;
+  windows_only.selective = false;
+  EXPECT_GT(tiny_gpt::max_relative_error(zenflow.params, reference(windows_only, lrs).params), 20 * adam_bound());
+  Rule overlapped = rule;
+  overlapped.overlap = true;
+  EXPECT_GT(tiny_gpt::max_relative_error(zenflow.params, reference(overlapped, lrs).params), 20 * adam_bound());
+}
+
+TEST(ZenFlow, TheScheduleMovesEveryIterationAndEachUpdateTakesItsOwn) {
+  Rule rule;
+  rule.overlap = true;
+  const std::string schedule = ", \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0005, "
+                               "\"warmup_max_lr\": 0.003, \"warmup_num_steps\": 6, \"warmup_type\": \"linear\"}}";
+  const ZenFlowRun run = train_zenflow(rule, 2, at::kFloat, schedule);
+  // WarmupLR's first two values are both its minimum; from there it rises at every iteration, window end or not
+  // (iterations 1 and 5 end none).
+  for (int i = 2; i < 6; ++i) EXPECT_GT(run.lrs[i], run.lrs[i - 1]) << "iteration " << i;
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, reference(rule, run.lrs).params), adam_bound());
+}
+
+// bf16 parameters: the selected values live in fp32 and only their rounding goes into the parameters, so updates
+// far below bf16's resolution add up instead of being lost (a bf16 selective state would leave the weight unchanged).
+// The columns picked are those with the largest summed |gradient|. No comm: a single-rank ZenFlow with a null group.
+TEST(ZenFlow, Bf16ParametersTakeTheRoundingOfFp32SelectedValues) {
+  deepspeed::config::ZenFlowConfig c;
+  c.update_interval = 1;
+  c.topk_ratio = 0.5;
+  const at::Tensor start = at::full({2, 4}, 1.0, at::kFloat);
+  at::Tensor w = start.to(at::kBFloat16).requires_grad_(true);
+  deepspeed::runtime::ZenFlowAdam adam;
+  adam.weight_decay = {0.0};
+  deepspeed::runtime::ZenFlow zf(c, {{w}}, {{"w"}}, adam, deepspeed::comm::ProcessGroup());
+  // Column importance 1, 4, 2, 3 (scaled): columns 1 and 3 are selected.
+  const at::Tensor weights = at::tensor({1.0f, 4.0f, 2.0f, 3.0f}).repeat({2, 1});
+  const double lr = 1e-4;  // bf16's spacing at 1.0 is 2^-7: a single step does not show in the parameter
+  double expected = 1.0;
+  for (int64_t it = 0; it < 40; ++it) {
+    zf.begin_backward(it);
+    (w.to(at::kFloat) * weights).sum().backward();
+    zf.reduce_gradients();
+    if (zf.schedule().selects(it)) zf.select();
+    zf.step({lr});
+    expected -= lr;  // Adam's first steps on a constant gradient move by lr each
+    w.mutable_grad() = at::Tensor();
+  }
+  const at::Tensor got = w.detach().to(at::kFloat);
+  for (int64_t col : {1, 3}) {
+    // Half of bf16's spacing below 1.0 (the rounding), plus 1% of the movement for Adam's eps.
+    EXPECT_NEAR(got[0][col].item<double>(), expected, std::ldexp(1.0, -9) + 1e-2 * 40 * lr) << "column " << col;
+    EXPECT_LT(got[0][col].item<double>(), 1.0) << "the updates must add up, column " << col;
+  }
+  for (int64_t col : {0, 2}) EXPECT_EQ(got[0][col].item<double>(), 1.0) << "unselected column " << col;
+}
+
+// What ZenFlow cannot run is an error naming the key at initialize.
+TEST(ZenFlow, WhatItCannotRunIsRefusedByName) {
+  tiny_gpt::ensure_comm();
+  Rule rule;
+  auto error = [](const std::string& json) {
+    deepspeed::models::GPT model = tiny_gpt::make_model(tiny_gpt::config());
+    try {
+      deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    } catch (const deepspeed::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto with = [&](const std::string& from, const std::string& to, std::string json = "") {
+    if (json.empty()) json = zenflow_json(rule, 2);
+    const auto at = json.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return json.replace(at, from.size(), to);
+  };
+  const std::string gas = error(with("\"steps_per_print\"", "\"gradient_accumulation_steps\": 2, \"steps_per_print\""));
+  EXPECT_NE(gas.find("zero_optimization.zenflow: update_interval takes the place of gradient_accumulation_steps"),
+            std::string::npos) << gas;
+  const std::string sgd = error(with("\"type\": \"AdamW\"", "\"type\": \"SGD\""));
+  EXPECT_NE(sgd.find("needs the config's Adam or AdamW optimizer"), std::string::npos) << sgd;
+  const std::string fp16 = error(with("\"steps_per_print\"", "\"fp16\": {\"enabled\": true}, \"steps_per_print\""));
+  EXPECT_NE(fp16.find("zero_optimization.zenflow: fp16"), std::string::npos) << fp16;
+
+}
+
+// A checkpoint saved at the end of an update window holds the selective state (columns, fp32 values, moments, step
+// counts) and the iteration: a fresh engine that loads it continues exactly as the run that saved. Its masters hold
+// the selected values, so an engine without ZenFlow that loads it starts from the model the saving run had. Saving
+// inside a window (whose gradients the files cannot hold) is refused.
+TEST(ZenFlow, ACheckpointResumesAsTheRunThatSaved) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  const auto data = tiny_gpt::dataset(tiny_gpt::config());
+  constexpr int kSaveAfter = 5;  // iteration 4 ends a window (warm-up 1, update_interval 2)
+  for (bool overlap : {false, true}) {
+    for (int stage : {1, 2}) {
+      const std::string label = "stage " + std::to_string(stage) + (overlap ? " overlapped" : "");
+      const std::string dir = "/tmp/ds_zenflow_ckpt_w" + std::to_string(world) + "_s" + std::to_string(stage) +
+                              (overlap ? "_o" : "");
+      if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+      deepspeed::comm::barrier();
+      Rule rule;
+      rule.overlap = overlap;
+      const std::string json = zenflow_json(rule, stage);
+      deepspeed::models::GPT saver = tiny_gpt::make_model(tiny_gpt::config());
+      auto a = deepspeed::initialize(saver, deepspeed::Config::from_string(json));
+      for (int i = 0; i < kSaveAfter; ++i) tiny_gpt::train(a, data, 1, i);
+      a.save_checkpoint(dir, std::string("t"));
+      const auto at_save = tiny_gpt::snapshot(saver);
+      tiny_gpt::train(a, data, 1, kSaveAfter);  // iteration 5 ends no window
+      try {
+        a.save_checkpoint(dir, std::string("mid"));
+        ADD_FAILURE() << "a save inside an update window must be refused, " << label;
+      } catch (const deepspeed::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("ends an update window"), std::string::npos) << e.what();
+      }
+      for (int i = kSaveAfter + 1; i < kIterations; ++i) tiny_gpt::train(a, data, 1, i);
+      const auto continued = tiny_gpt::snapshot(saver);
+
+      deepspeed::LoadCheckpointOptions tag_t;
+      tag_t.tag = "t";
+      deepspeed::models::GPT loader = tiny_gpt::make_model(tiny_gpt::config());
+      auto b = deepspeed::initialize(loader, deepspeed::Config::from_string(json));
+      ASSERT_TRUE(b.load_checkpoint(dir, tag_t).has_value());
+      for (int i = kSaveAfter; i < kIterations; ++i) tiny_gpt::train(b, data, 1, i);
+      EXPECT_EQ(tiny_gpt::max_relative_error(tiny_gpt::snapshot(loader), continued), 0.0) << label;
+
+      deepspeed::models::GPT plain = tiny_gpt::make_model(tiny_gpt::config());
+      std::string plain_json = json;
+      plain_json.replace(plain_json.find(", \"zenflow\""), plain_json.find("}}", plain_json.find("\"zenflow\"")) + 1 -
+                                                             plain_json.find(", \"zenflow\""), "");
+      auto c = deepspeed::initialize(plain, deepspeed::Config::from_string(plain_json));
+      ASSERT_TRUE(c.load_checkpoint(dir, tag_t).has_value());
+      EXPECT_EQ(tiny_gpt::max_relative_error(tiny_gpt::snapshot(plain), at_save), 0.0) << label;
+      deepspeed::comm::barrier();
+      if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST(ZenFlowSchedule, WindowsAndSelectionsFollowDeepSpeedsCounting) {
+  deepspeed::config::ZenFlowConfig c;
+  c.full_warm_up_rounds = 2;
+  c.update_interval = 3;
+  c.select_strategy = "step";
+  c.select_interval = 6;
+  const auto s = deepspeed::runtime::ZenFlowSchedule::from_config(c);
+  std::vector<int64_t> windows, selections;
+  for (int64_t i = 0; i < 14; ++i) {
+    if (s.ends_window(i)) windows.push_back(i);
+    if (s.selects(i)) selections.push_back(i);
+  }
+  EXPECT_EQ(windows, (std::vector<int64_t>{0, 1, 4, 5, 7, 10, 11, 13}));
+  EXPECT_EQ(selections, (std::vector<int64_t>{2, 6, 12}));
+  c.select_strategy = "epoch";
+  c.select_interval = 2;
+  c.steps_per_epoch = 5;
+  EXPECT_EQ(deepspeed::runtime::ZenFlowSchedule::from_config(c).select_interval, 10);
+  c.steps_per_epoch.reset();  // no epoch length: one selection, when the warm-up ends
+  EXPECT_EQ(deepspeed::runtime::ZenFlowSchedule::from_config(c).select_interval, 0);
+  c.select_strategy = "step";
+  c.select_interval = 2;  // shorter than update_interval
+  EXPECT_THROW(deepspeed::runtime::ZenFlowSchedule::from_config(c), deepspeed::ConfigError);
+}
+
+}  // namespace
