@@ -118,6 +118,9 @@ void remove_stale_checkpoint_files(const std::string& dir, const std::string& ta
 }  // namespace
 
 int64_t EngineImpl::global_samples() const {
+  // ZenFlow: a step spans update_interval iterations of train_batch_size samples each (gradient_accumulation_steps
+  // is 1), so count iterations.
+  if (zenflow_) return samples_at_load_ + (micro_steps_ - micro_steps_at_load_) * config_.train_batch_size.value();
   return samples_at_load_ + (global_steps_ - steps_at_load_) * config_.train_batch_size.value();
 }
 

@@ -431,6 +431,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
         micro_steps_ = zenflow_state ? saved_micro_steps : 0;
         if (zenflow_state) zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names());
       }
+      micro_steps_at_load_ = micro_steps_;
       // Losses and clocks of steps before the load belong to no step after it.
       step_loss_sum_ = 0.0;
       step_loss_count_ = 0;

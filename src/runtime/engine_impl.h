@@ -116,6 +116,7 @@ class EngineImpl : public runtime::StageEngine {
   // this run's global batch per step since (engine_checkpoint.cc), so a resume at another batch keeps counting.
   int64_t samples_at_load_ = 0;
   int64_t steps_at_load_ = 0;
+  int64_t micro_steps_at_load_ = 0;  // ZenFlow counts samples by iteration
   int64_t global_samples() const;
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;

@@ -341,6 +341,9 @@ TEST(ZenFlow, ACheckpointResumesAsTheRunThatSaved) {
       ASSERT_TRUE(b.load_checkpoint(dir, tag_t).has_value());
       for (int i = kSaveAfter; i < kIterations; ++i) tiny_gpt::train(b, data, 1, i);
       EXPECT_EQ(tiny_gpt::max_relative_error(tiny_gpt::snapshot(loader), continued), 0.0) << label;
+      // Samples count iterations (a step spans update_interval of them), before and after the resume.
+      EXPECT_EQ(a.global_samples(), kIterations * kMicro * world) << label;
+      EXPECT_EQ(b.global_samples(), kIterations * kMicro * world) << label;
 
       deepspeed::models::GPT plain = tiny_gpt::make_model(tiny_gpt::config());
       std::string plain_json = json;
