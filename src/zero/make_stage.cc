@@ -69,8 +69,9 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
     so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
     so.aio = swap::aio_options_from_config(config.aio);
     so.param_buffer_elems = op.buffer_size;
-    if (nvme_keys_set || op.pin_memory != defaults.pin_memory)
-      unused_keys = "buffer_count, max_in_cpu and pin_memory are not used: partitions are read straight into the "
+    so.param_max_in_cpu = op.max_in_cpu;
+    if (op.buffer_count != defaults.buffer_count || op.pin_memory != defaults.pin_memory)
+      unused_keys = "buffer_count and pin_memory are not used: swapped partitions are read straight into the "
                     "gather buffers (stage3_max_live_parameters bounds them)";
   }
   if (rank0 && unused_keys) std::fprintf(stderr, "deepspeed: note: zero_optimization.offload_param.%s\n", unused_keys);

@@ -121,7 +121,7 @@ std::string param_offload() {
   const auto dir =
       fs::temp_directory_path() / ("ds_engine_ckpt_nvme_" + std::string(port ? port : "0"));
   return ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": "
-         "\"nvme\", "
+         "\"nvme\", \"max_in_cpu\": 0, "
          "\"nvme_path\": \"" +
          dir.string() + "\"}";
 }
@@ -131,7 +131,7 @@ std::string infinity_offload() {
   const char* port = std::getenv("MASTER_PORT");
   const auto dir = fs::temp_directory_path() / ("ds_engine_ckpt_infinity_" + std::string(port ? port : "0"));
   return ", \"sub_group_size\": 2000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
-         dir.string() + "\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir.string() + "\"}";
+         dir.string() + "\"}, \"offload_param\": {\"device\": \"nvme\", \"max_in_cpu\": 0, \"nvme_path\": \"" + dir.string() + "\"}";
 }
 
 const std::vector<Case>& resume_cases() {

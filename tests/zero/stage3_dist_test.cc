@@ -115,8 +115,12 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   const char* port = std::getenv("MASTER_PORT");
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("ds_param_swap_" + std::string(port ? port : "0"))).string();
-  const std::string param = ", \"stage3_param_persistence_threshold\": 64, \"offload_param\": {\"device\": "
-                            "\"nvme\", \"nvme_path\": \"" + dir + "\"}";
+  // max_in_cpu 0: every partition goes to the file (DeepSpeed's default, 1e9 elements, keeps a small model in memory).
+  auto param_with = [&](const std::string& max_in_cpu) {
+    return ", \"stage3_param_persistence_threshold\": 64, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+           dir + "\"" + max_in_cpu + "}";
+  };
+  const std::string param = param_with(", \"max_in_cpu\": 0");
   for (const std::string precision : {"", "bf16"}) {
     // ZeRO-Infinity's full layout too: parameters and optimizer state both in swap files.
     const std::string nvme_optimizer = ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
@@ -131,6 +135,13 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
       v.zero_extra = param + optimizer;
       expect_stage3_matches(v, precision.empty() ? kAdamStage3 : kBf16Stage3);
     }
+  }
+  // Some units in memory (max_in_cpu covers part of them), the rest in the file: the same training.
+  {
+    Variant v{"offload_param nvme max_in_cpu"};
+    v.uneven = true;
+    v.zero_extra = param_with(", \"max_in_cpu\": 2000");
+    expect_stage3_matches(v, kAdamStage3);
   }
   // What stays in memory: only the persistent partitions; the rest is in this rank's swap file.
   Variant v{"offload_param nvme memory"};
@@ -160,6 +171,23 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   EXPECT_GT(file_swapped, 0);
   EXPECT_LT(swapped, resident) << "swapped partitions must not stay in memory";
   EXPECT_GE(swapped + file_swapped, resident) << "the file holds what memory no longer does";
+  // max_in_cpu: whole units stay in memory while they fit in it (elements of this rank's partitions). Half of what
+  // was swapped keeps some units, not all; the default (1e9) keeps every one, as DeepSpeed's CPU buffer does.
+  const int64_t elem = 4;  // fp32
+  Variant half = v;
+  half.zero_extra = param_with(", \"max_in_cpu\": " + std::to_string((resident - swapped) / elem / 2));
+  int64_t file_half = 0;
+  const int64_t half_params = bytes_of(half, &file_half);
+  EXPECT_GT(half_params, swapped);
+  EXPECT_LT(half_params, resident);
+  EXPECT_LE(half_params - swapped, (resident - swapped) / 2) << "no more than max_in_cpu elements stay";
+  EXPECT_GT(file_half, 0);
+  EXPECT_LT(file_half, file_swapped);
+  Variant by_default = v;
+  by_default.zero_extra = param_with("");
+  int64_t file_default = 0;
+  EXPECT_EQ(bytes_of(by_default, &file_default), resident);
+  EXPECT_EQ(file_default, 0);
   deepspeed::comm::barrier();
   std::error_code ec;
   if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir, ec);

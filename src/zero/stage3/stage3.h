@@ -76,6 +76,10 @@ struct Stage3Options {
   swap::AioOptions aio;
   // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
   int64_t param_buffer_elems = 100000000;
+  // offload_param.max_in_cpu: elements of this rank's partitions kept in host memory instead of the swap file (as
+  // DeepSpeed keeps that many in its CPU flat buffer): whole units, the last ones before the persistent unit, while
+  // they fit.
+  int64_t param_max_in_cpu = 0;
   // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
   // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
   // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory

@@ -3,8 +3,9 @@
 // own 4096-aligned extent (so every transfer may use O_DIRECT). A gather reads this rank's
 // partition straight into its slice of the pooled gather buffer, which is all the memory a
 // partition ever takes while swapped in; the optimizer step's publish writes the updated partitions
-// back. The persistent unit's partitions stay in memory (lowp_ holds only them, at the tail of each
-// group's partition space, where the persistent unit's flats are laid out last).
+// back. The persistent unit's partitions stay in memory, and so do those of the units before it that fit in
+// offload_param.max_in_cpu (lowp_ holds only them, at the tail of each group's partition space, where those units'
+// flats are laid out last).
 #include <ATen/ATen.h>
 
 #include <filesystem>
@@ -28,26 +29,41 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
   const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
   int64_t offset = 0;
   for (size_t g = 0; g < group_size.size(); ++g) lowp_base_[g] = group_size[g];
-  for (auto& unit : units_)
-    for (auto& f : unit->flats) {
+  // max_in_cpu: units from the last non-persistent one backwards stay in memory while their partitions fit, so the
+  // in-memory flats of every group stay one tail (lowp_) behind the swapped ones.
+  std::vector<bool> in_memory(units_.size(), false);
+  int64_t budget = options_.param_max_in_cpu;
+  for (size_t u = units_.size(); u-- > 0;) {
+    if (units_[u]->persistent) {
+      in_memory[u] = true;
+      continue;
+    }
+    int64_t elems = 0;
+    for (const auto& f : units_[u]->flats) elems += f.layout.partition_size();
+    if (elems > budget) break;
+    budget -= elems;
+    in_memory[u] = true;
+  }
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (auto& f : units_[u]->flats) {
       const int64_t part = f.layout.partition_size();
-      if (unit->persistent) {
+      if (in_memory[u]) {
         lowp_base_[f.group] = std::min(lowp_base_[f.group], f.group_offset);
         continue;
       }
       DS_CHECK_T(ConfigError, part <= options_.param_buffer_elems,
-                 "zero_optimization.offload_param.buffer_size: ", unit->name,
+                 "zero_optimization.offload_param.buffer_size: ", units_[u]->name,
                  " has a partition of ", part, " elements on this rank, more than buffer_size ",
                  options_.param_buffer_elems);
       f.swap_offset = offset;
       offset += swap::padded_bytes(part * elem);
     }
-  // The persistent flats come last in every group (units are laid out in order, the persistent unit
-  // last), so lowp_ needs only the tail from lowp_base_ on.
-  for (auto& unit : units_)
-    if (!unit->persistent)
-      for (auto& f : unit->flats)
-        DS_ASSERT(f.group_offset < lowp_base_[f.group], "persistent flats must be last");
+  // The in-memory flats come last in every group (units are laid out in order, the persistent unit last), so
+  // lowp_ needs only the tail from lowp_base_ on.
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!in_memory[u])
+      for (auto& f : units_[u]->flats)
+        DS_ASSERT(f.group_offset < lowp_base_[f.group], "in-memory flats must be last");
 }
 
 void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
