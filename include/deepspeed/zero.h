@@ -178,6 +178,10 @@ struct Stage3Stats {
   double gather_ms = 0;
   double prefetch_wait_ms = 0;
   double reduce_wait_ms = 0;
+  // offload_optimizer.super_offload: partition slices the CPU optimizer updated during backward, and the steps whose
+  // speculation was rolled back (skipped for an overflow, or redone because clipping bound).
+  int64_t speculative_slices = 0;
+  int64_t speculative_rollbacks = 0;
 };
 
 // Every unit wrapper under `module` (itself included), in module order.

@@ -38,8 +38,16 @@ void check_supported_features(const config::Config& cfg) {
              "zero_optimization.offload_optimizer.overlap_step: overlaps the CPU optimizer's step with the next "
              "step's forward and backward, so it needs offload_optimizer.device \"cpu\", got \"",
              config::to_string(oo.device), "\"");
-  reject_if(oo.super_offload, "zero_optimization.offload_optimizer.super_offload",
-            "SuperOffload's speculative CPU step (offload_optimizer.overlap_step overlaps the step, one step stale)");
+  DS_CHECK_T(ConfigError, !oo.super_offload || (z.stage == 3 && oo.device == config::OffloadDevice::kCpu),
+             "zero_optimization.offload_optimizer.super_offload: SuperOffload speculates the CPU optimizer's step of "
+             "ZeRO stage 3 with offload_optimizer.device \"cpu\" (as in DeepSpeed), got stage ", z.stage,
+             " and device \"", config::to_string(oo.device), "\"");
+  reject_if(oo.cpuadam_cores_perc != config::OffloadOptimizerConfig{}.cpuadam_cores_perc,
+            "zero_optimization.offload_optimizer.cpuadam_cores_perc",
+            "giving the CPU optimizer's worker its own share of the cores (it shares LibTorch's threads)");
+  DS_CHECK_T(ConfigError, !(oo.super_offload && oo.overlap_step),
+             "zero_optimization.offload_optimizer: super_offload and overlap_step are two ways to hide the CPU step; "
+             "choose one");
   if (z.zenflow) {
     const config::ZenFlowConfig& zf = *z.zenflow;
     DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu,

@@ -177,8 +177,10 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   } else if (config_.optimizer.has_value()) {
     optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters());
     // Offload with a bf16/fp16 model: the CPU kernels write the updated partition straight into the parameters.
-    // Not when the step overlaps the next forward and backward, which read those parameters meanwhile.
-    if (!overlap_step_)
+    // Not when the step overlaps the next forward and backward, which read those parameters meanwhile, nor when it
+    // is speculative (an update that may be rolled back must not reach them before it is validated).
+    if (config_.zero.offload_optimizer.super_offload) build_speculative_step(options);
+    if (!overlap_step_ && !speculative_)
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
   if (zenflow) build_zenflow(options);
@@ -260,6 +262,14 @@ void EngineImpl::backward(const at::Tensor& loss) {
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) / static_cast<double>(accumulation_window());
   at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
   if (zenflow_) zenflow_->begin_backward(micro_steps_);
+  // The CPU step starts during this backward, partition by partition, with the unscale the step would use.
+  if (speculative_ && is_boundary()) {
+    if (speculative_->pending()) {  // a second backward before step(): its gradients add to what was speculated on
+      speculative_->wait();
+      speculative_->rollback();
+    }
+    speculative_->begin(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
+  }
   stage_->begin_backward(is_boundary());
   scaled.backward();
   stage_->finish_backward();
@@ -332,6 +342,18 @@ void EngineImpl::build_zenflow(const InitializeOptions& options) {
                                                  world_);
 }
 
+void EngineImpl::build_speculative_step(const InitializeOptions& options) {
+  const char* key = "zero_optimization.offload_optimizer.super_offload";
+  DS_CHECK_T(ConfigError, !options.optimizer, key, ": speculates with the config's optimizer (its CPU kernel); a "
+             "client optimizer cannot be rolled back");
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
+             ": not supported inside a pipeline or another data-parallel layout yet");
+  speculative_ = std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters());
+  const bool hooked = stage_->on_final_gradients(
+      [this](size_t group, int64_t offset, const at::Tensor& grad) { speculative_->submit(group, offset, grad); });
+  DS_ASSERT(hooked, "the stage cannot report final gradients");
+}
+
 void EngineImpl::zenflow_step(int64_t iteration, bool boundary) {
   zenflow_->reduce_gradients();
   if (zenflow_->schedule().selects(iteration)) {
@@ -397,6 +419,9 @@ void EngineImpl::land_overlapped_step() {
 
 bool EngineImpl::take_model_step() {
   land_overlapped_step();  // the previous step's update, before its gradient copies are overwritten
+  // super_offload: the speculative updates finish before anything reads what they wrote.
+  const bool speculated = speculative_ && speculative_->pending();
+  if (speculated) speculative_->wait();
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
   double unscale = 1.0;
   if (scaler_) {
@@ -408,6 +433,7 @@ bool EngineImpl::take_model_step() {
     const bool any_overflow = agree_overflow(overflow.has_value());
     if (any_overflow && !overflow) name = "a parameter of another model-parallel rank";
     if (scaler_->update(any_overflow, name)) {
+      if (speculated) speculative_->rollback();  // the step is skipped: so is what was speculated
       if (comm::get_rank() == 0) {
         std::printf("%s\n", scaler_->last_message().c_str());
         std::fflush(stdout);
@@ -424,6 +450,16 @@ bool EngineImpl::take_model_step() {
   if (clip > 0.0) {
     const double clip_coef = clip / (global_grad_norm_ + 1e-6);
     if (clip_coef < 1.0) coef *= clip_coef;
+  }
+  if (speculated) {
+    // Validation: the speculative updates used `unscale` alone; they stand unless clipping binds (or the norm is not
+    // finite), in which case they are undone and the step is taken as without speculation.
+    if (coef == unscale && std::isfinite(global_grad_norm_)) {
+      speculative_->accept();
+      stage_->publish();
+      return true;
+    }
+    speculative_->rollback();
   }
   if (coef != 1.0)
     for (auto& g : grads) g.mul_(coef);

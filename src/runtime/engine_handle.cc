@@ -30,7 +30,14 @@ ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_by
 void Engine::offload_states(const OffloadStatesOptions& options) { impl_->offload_states(options); }
 void Engine::reload_states() { impl_->offloader_.reload(); }
 int64_t Engine::offloaded_state_bytes() const { return impl_->offloader_.offloaded_bytes(); }
-zero::Stage3Stats Engine::stage3_stats() const { return impl_->stage_->stats(); }
+zero::Stage3Stats Engine::stage3_stats() const {
+  zero::Stage3Stats s = impl_->stage_->stats();
+  if (impl_->speculative_) {
+    s.speculative_slices = impl_->speculative_->slices();
+    s.speculative_rollbacks = impl_->speculative_->rollbacks();
+  }
+  return s;
+}
 void Engine::reset_stage3_peaks() { impl_->stage_->reset_peaks(); }
 int Engine::local_rank() const { return comm::get_local_rank(); }
 c10::Device Engine::device() const { return impl_->device_; }

@@ -19,6 +19,7 @@
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/overlapped_step.h"
+#include "runtime/speculative_step.h"
 #include "runtime/zenflow.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
@@ -96,6 +97,9 @@ class EngineImpl : public runtime::StageEngine {
   // offload_optimizer.overlap_step: the step launched at the last boundary, landed by land_overlapped_step().
   // Declared after what it reads, so it is destroyed (waited for) first.
   runtime::OverlappedStep overlapped_;
+  // offload_optimizer.super_offload: the boundary backward's speculative CPU step (runtime/speculative_step.h).
+  // Declared after the stage and optimizer it writes, so its worker stops first.
+  std::unique_ptr<runtime::SpeculativeStep> speculative_;
   bool overlap_step_ = false;
   bool schedule_pending_ = false;  // the scheduler moved while a step ran: its values go in when the step lands
   // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
@@ -105,6 +109,7 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::ZenFlow> zenflow_;
   void build_zenflow(const InitializeOptions& options);
   void zenflow_step(int64_t iteration, bool boundary);
+  void build_speculative_step(const InitializeOptions& options);
   // Micro-batches whose gradients one optimizer step averages: gradient_accumulation_steps, or ZenFlow's
   // update_interval (DeepSpeed sets the first to the second).
   int64_t accumulation_window() const;

@@ -73,6 +73,14 @@ class Stage {
     (void)accept;
     return false;
   }
+  // offload_optimizer.super_offload: `ready(group, offset, grad)` is called, during a backward that ends an
+  // accumulation window, for each range [offset, offset + grad.numel()) of masters()' group `group` whose reduced
+  // gradient `grad` is final (each element once per such backward; `grad` stays valid until zero_grads). Returns
+  // false, changing nothing, for a stage that cannot tell.
+  virtual bool on_final_gradients(std::function<void(size_t group, int64_t offset, const at::Tensor& grad)> ready) {
+    (void)ready;
+    return false;
+  }
   // nvme optimizer offload: this rank's share of group g as fp32 (the swapper's initial masters); the way an
   // updated slice [offset, offset + master.numel()) of it reaches the parameters; and the parameter slice an
   // optimizer kernel may write in its pass instead (undefined when it cannot: then write_slice).

@@ -84,8 +84,8 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
           "zenflow": {"update_interval": 2, "auto_ratio": 0.9}}})",
        "zero_optimization.zenflow.auto_ratio"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-          "offload_optimizer": {"device": "cpu", "super_offload": true}}})",
-       "zero_optimization.offload_optimizer.super_offload"},
+          "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 0.5}}})",
+       "zero_optimization.offload_optimizer.cpuadam_cores_perc"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
   };
@@ -150,6 +150,20 @@ TEST(FeatureGate, ZenFlowKeysAreCheckedAtParseTimeAndNeedCpuOffload) {
             std::string::npos);
   const std::string no_offload = error(R"({"update_interval": 2})", "");
   EXPECT_EQ(no_offload.rfind("zero_optimization.zenflow: needs offload_optimizer.device \"cpu\"", 0), 0u) << no_offload;
+}
+
+// SuperOffload speculates stage 3's CPU optimizer step (DeepSpeed's only layout for it); the overlapped step is the
+// other way to hide that step, and the two do not combine.
+TEST(FeatureGate, SuperOffloadNeedsStageThreeWithCpuOptimizerOffload) {
+  const std::string stage2 = rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "super_offload": true}}})");
+  EXPECT_EQ(stage2.rfind("zero_optimization.offload_optimizer.super_offload", 0), 0u) << stage2;
+  EXPECT_NE(stage2.find("got stage 2"), std::string::npos) << stage2;
+  const std::string both = rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "super_offload": true, "overlap_step": true}}})");
+  EXPECT_NE(both.find("super_offload and overlap_step"), std::string::npos) << both;
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "super_offload": true}}})"), "");
 }
 
 // Weights & Biases is refused with the reason (no C++ client), not as "not implemented yet".

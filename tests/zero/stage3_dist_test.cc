@@ -652,4 +652,43 @@ TEST(Stage3Lifetime, BackwardAfterTheEngineIsDestroyedIsAnErrorNotACrash) {
   }
 }
 
+// offload_optimizer.super_offload: each partition's CPU step runs during the boundary backward, before the norm is
+// known, and is rolled back when clipping binds. Either way the result is the synchronous step's bit for bit (the
+// same kernel on the same values, slice by slice; a rollback restores copies). Clipping that never binds keeps every
+// speculation; clipping that binds at every step rolls every one back. The counters show the speculation ran.
+TEST(Stage3, SuperOffloadSpeculatesAndRollsBackToTheSynchronousStep) {
+  tiny_gpt::ensure_comm();
+  const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\"";
+  constexpr int kSteps = 4;
+  auto run = [&](const Variant& v, deepspeed::zero::Stage3Stats* stats) {
+    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+    GPT model = build_model(v, cfg);
+    auto engine = deepspeed::initialize(model, cfg);
+    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), kSteps);
+    *stats = engine.stage3_stats();
+    return gathered_snapshot(model);
+  };
+  for (const std::string precision : {"", "bf16"}) {
+    for (int64_t gas : {int64_t{1}, int64_t{2}}) {
+      for (double clip : {0.0, 100.0, 1e-3}) {
+        Variant v{"super_offload " + precision + " gas " + std::to_string(gas) + " clip " + std::to_string(clip)};
+        v.uneven = true;
+        v.gas = gas;
+        v.clip = clip;
+        v.precision = precision;
+        v.zero_extra = cpu + "}";
+        Variant speculative = v;
+        speculative.zero_extra = cpu + ", \"super_offload\": true}";
+        deepspeed::zero::Stage3Stats sync_stats, stats;
+        const auto sync = run(v, &sync_stats);
+        const auto got = run(speculative, &stats);
+        EXPECT_EQ(tiny_gpt::max_relative_error(got, sync), 0.0) << v.name;
+        EXPECT_GT(stats.speculative_slices, 0) << v.name;
+        EXPECT_EQ(stats.speculative_rollbacks, clip == 1e-3 ? kSteps : 0) << v.name;
+        EXPECT_EQ(sync_stats.speculative_slices, 0) << v.name;
+      }
+    }
+  }
+}
+
 }  // namespace

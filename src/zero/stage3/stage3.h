@@ -103,8 +103,12 @@ class Stage3 : public Stage {
   // ---- Stage (stage.h) ----
   void begin_forward() override;
   void end_forward() override;
-  // Every pass reduces (stage 3 keeps no full gradients to accumulate in), so `boundary` changes nothing.
+  // Every pass reduces (stage 3 keeps no full gradients to accumulate in); `boundary` only arms on_final_gradients.
   void begin_backward(bool boundary) override;
+  bool on_final_gradients(std::function<void(size_t, int64_t, const at::Tensor&)> ready) override {
+    final_gradients_ = std::move(ready);
+    return true;
+  }
   void finish_backward() override;
   void zero_grads() override;
   // Per group: fp32 masters (this rank's partitions).
@@ -207,6 +211,8 @@ class Stage3 : public Stage {
   std::unique_ptr<swap::SwapFile> param_swap_file_;  // unlinked at once: gone however the process ends
   std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
+  std::function<void(size_t, int64_t, const at::Tensor&)> final_gradients_;  // on_final_gradients
+  bool boundary_backward_ = false;
   std::vector<GradAccumulatorRef> accumulators_;  // kept alive (FACTS.md)
   // A graph built by forward can run its backward after the engine (and this stage) is gone; its pre-backward
   // hooks and gradient-ready hooks (which GatheredParameters finds: param_owner.h) hold this weakly. Reset first in the destructor.

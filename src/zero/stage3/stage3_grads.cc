@@ -134,12 +134,14 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
       acc.add_(mine);
     }
     pool_.release(std::move(r.input));
+    if (boundary_backward_ && final_gradients_) final_gradients_(f.group, f.group_offset, acc);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
-void Stage3::begin_backward(bool /*boundary*/) {
+void Stage3::begin_backward(bool boundary) {
   in_backward_ = true;
+  boundary_backward_ = boundary;
   coordinator_.begin_backward();
   // The root and persistent units collect gradients over the whole backward.
   for (int id : {root_, persistent_}) {
@@ -155,6 +157,7 @@ void Stage3::finish_backward() {
     if (unit->awaiting_grads) reduce_grads(*unit);
   drain_reductions(0);
   in_backward_ = false;
+  boundary_backward_ = false;
   for (auto& unit : units_) {
     unit->running = false;
     unit->reduced = false;

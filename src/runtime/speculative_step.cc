@@ -1,0 +1,109 @@
+#include "runtime/speculative_step.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "deepspeed/error.h"
+
+namespace deepspeed::runtime {
+
+SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters)
+    : optimizer_(optimizer), masters_(std::move(masters)) {
+  worker_ = std::thread([this] { work(); });
+}
+
+SpeculativeStep::~SpeculativeStep() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void SpeculativeStep::begin(double unscale) {
+  DS_ASSERT(!pending_, "a speculative step is still pending");
+  unscale_ = unscale;
+  optimizer_.begin_step();
+  done_.clear();
+  pending_ = true;
+}
+
+void SpeculativeStep::submit(size_t group, int64_t offset, const at::Tensor& grad) {
+  if (!pending_ || grad.numel() == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Slice{group, offset, grad.numel(), grad, {}});
+  }
+  cv_.notify_all();
+}
+
+void SpeculativeStep::work() {
+  at::NoGradGuard no_grad;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    Slice s = std::move(queue_.front());
+    queue_.pop_front();
+    ++busy_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      run(s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    if (!error) done_.push_back(std::move(s));
+    --busy_;
+    cv_.notify_all();
+  }
+}
+
+void SpeculativeStep::run(Slice& s) {
+  at::Tensor master = masters_.at(s.group).narrow(0, s.offset, s.n);
+  std::vector<at::Tensor> states = optimizer_.group_state(s.group);
+  for (auto& t : states) t = t.narrow(0, s.offset, s.n);
+  s.before.push_back(master.clone());
+  for (const auto& t : states) s.before.push_back(t.clone());
+  // The same arithmetic as the engine's step: the gradient times the unscale coefficient, then the kernel.
+  at::Tensor grad = s.grad.to(at::kCPU, at::kFloat, false, /*copy=*/true);
+  s.grad = at::Tensor();
+  if (unscale_ != 1.0) grad.mul_(unscale_);
+  optimizer_.step_slice(s.group, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
+                        states.size() > 1 ? states[1] : at::Tensor(), at::Tensor());
+}
+
+void SpeculativeStep::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
+  if (error_) {
+    std::exception_ptr e = std::exchange(error_, nullptr);
+    std::rethrow_exception(e);
+  }
+}
+
+void SpeculativeStep::rollback() {
+  at::NoGradGuard no_grad;
+  for (const Slice& s : done_) {
+    masters_.at(s.group).narrow(0, s.offset, s.n).copy_(s.before[0]);
+    std::vector<at::Tensor> states = optimizer_.group_state(s.group);
+    for (size_t k = 0; k < states.size(); ++k) states[k].narrow(0, s.offset, s.n).copy_(s.before[k + 1]);
+  }
+  optimizer_.set_step_count(optimizer_.step_count() - 1);
+  slices_ += static_cast<int64_t>(done_.size());
+  done_.clear();
+  pending_ = false;
+  ++rollbacks_;
+}
+
+void SpeculativeStep::accept() {
+  slices_ += static_cast<int64_t>(done_.size());
+  done_.clear();
+  pending_ = false;
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,82 @@
+// offload_optimizer.super_offload (SuperOffload's speculation-then-validation), stage 3 with optimizer offload to
+// CPU: in the backward pass that ends an accumulation window, each partition's CPU optimizer step starts on a
+// worker thread as soon as its gradient is reduced, before the global norm and the overflow check are known, on the
+// assumption that the step will neither be skipped nor clipped. The engine then validates: if the step stands, the
+// work is already done; if the gradients overflowed or clipping binds, every speculative update is rolled back and
+// the step is taken (or skipped) as without speculation.
+//
+// The rollback restores copies taken just before each slice's update (masters and optimizer states), so it is
+// exact; DeepSpeed inverts Adam's arithmetic instead, which needs no copies but is not exact. The copies cost
+// (1 + number of optimizer states) x 4 bytes per element of this rank's partition, in host memory, during the step.
+//
+// Thread-safety: submit() is called from the training thread (during backward), the worker runs the updates;
+// wait(), rollback() and begin() from the training thread only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/optimizer.h"
+
+namespace deepspeed::runtime {
+
+class SpeculativeStep {
+ public:
+  // `masters` are the optimizer's fp32 masters per group (host memory).
+  SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters);
+  ~SpeculativeStep();  // finishes queued work first
+  SpeculativeStep(const SpeculativeStep&) = delete;
+  SpeculativeStep& operator=(const SpeculativeStep&) = delete;
+
+  // A boundary backward begins: the optimizer's step count moves on (as its step() would) and slices submitted
+  // from here are updated with their gradient times `unscale` (1 / the loss scale that produced it).
+  void begin(double unscale);
+  bool pending() const { return pending_; }
+  // Elements [offset, offset + grad.numel()) of group `group` have their final gradient `grad` (valid until the
+  // step is over; read where it is and copied to host memory by the worker): their update is queued.
+  void submit(size_t group, int64_t offset, const at::Tensor& grad);
+  // Blocks until every queued update ran; rethrows what one threw.
+  void wait();
+  // After wait(): every speculative update undone and the step count restored; nothing pending after.
+  void rollback();
+  // After wait(): the speculation stands; nothing pending after.
+  void accept();
+
+  int64_t slices() const { return slices_; }        // slices updated speculatively, in all (kept or not)
+  int64_t rollbacks() const { return rollbacks_; }  // steps rolled back
+
+ private:
+  struct Slice {
+    size_t group = 0;
+    int64_t offset = 0, n = 0;
+    at::Tensor grad;
+    std::vector<at::Tensor> before;  // master, then each state: what rollback restores
+  };
+  void run(Slice& s);
+  void work();
+
+  EngineOptimizer& optimizer_;
+  std::vector<at::Tensor> masters_;
+  double unscale_ = 1.0;
+  bool pending_ = false;
+  std::vector<Slice> done_;  // the worker's, read by the training thread after wait()
+  int64_t slices_ = 0, rollbacks_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slice> queue_;
+  size_t busy_ = 0;  // slices taken by the worker and not finished
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+}  // namespace deepspeed::runtime
