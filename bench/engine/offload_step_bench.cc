@@ -1,14 +1,15 @@
 // Step time of ZeRO-Offload (offload_optimizer "cpu"), of it with the optimizer step overlapped with the next step's
-// forward and backward (offload_optimizer.overlap_step), and of ZeRO-Infinity's optimizer offload ("nvme") against no
+// forward and backward (offload_optimizer.overlap_step), with ZenFlow (stages 1-2) or SuperOffload's speculative
+// step (stage 3), and of ZeRO-Infinity's optimizer offload ("nvme") against no
 // offload, on the reference GPT, in one process, as ratios:
 //
 //   build/bin/bench_offload_step [--steps 12 --block 2 --warmup 2 --dir /tmp --bf16 --stage 2 --micro 8 --no-nvme]
 //                                [--vocab 4096 --seq-len 128 --layers 6 --hidden 384]
 //
-// Up to four engines (AdamW, micro --micro, one rank or more through the launcher): no offload, offload_optimizer
-// cpu, cpu with overlap_step, nvme (files in a fresh directory under --dir, pipeline_read/write, --sub-group elements
+// Up to five engines (AdamW, micro --micro, one rank or more through the launcher): no offload, offload_optimizer
+// cpu, cpu with overlap_step, cpu with zenflow (stages 1-2) or super_offload (stage 3), nvme (files in a fresh directory under --dir, pipeline_read/write, --sub-group elements
 // per sub-group, buffer_count 9). They are built from the same seed and fed the same batches, and timed in
-// alternating blocks of --block steps (none, cpu, overlap, nvme, none, ...) so the drift of this shared machine hits
+// alternating blocks of --block steps (none, cpu, overlap, zenflow or super, nvme, none, ...) so the drift of this shared machine hits
 // all alike. Printed per configuration: median and best total step time (forward + backward + step) and the median of
 // the engine.step() part alone, which is where the offloads differ; then the ratios of the medians, the optimizer
 // step's share of the synchronous cpu step, and the share of it the overlap hides: (cpu total - overlap total) /
@@ -66,11 +67,16 @@ double load_average_1min() {
   return load;
 }
 
-// `offload` is "" (none), "cpu", "cpu+overlap" or "nvme".
+// `offload` is "" (none), "cpu", "cpu+overlap", "cpu+zenflow" (stages 1-2), "cpu+super" (stage 3) or "nvme".
 std::string config_json(const Args& args, const std::string& offload, const std::string& nvme_dir) {
   std::string off;
   if (offload == "cpu") off = R"(, "offload_optimizer": {"device": "cpu"})";
   if (offload == "cpu+overlap") off = R"(, "offload_optimizer": {"device": "cpu", "overlap_step": true})";
+  // ZenFlow as examples/configs/gpt_zero2_zenflow.json has it: top 10%, a CPU step every iteration, overlapped.
+  if (offload == "cpu+zenflow")
+    off = R"(, "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1, "select_strategy": "step",
+              "select_interval": 50, "update_interval": 1, "overlap_step": true})";
+  if (offload == "cpu+super") off = R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})";
   if (offload == "nvme")
     off =
         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_dir +
@@ -137,7 +143,7 @@ int main(int argc, char** argv) {
       xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
       ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
     }
-    std::vector<std::string> kinds = {"", "cpu", "cpu+overlap"};
+    std::vector<std::string> kinds = {"", "cpu", "cpu+overlap", args.stage == 3 ? "cpu+super" : "cpu+zenflow"};
     if (!args.no_nvme) kinds.push_back("nvme");
     std::vector<deepspeed::Engine> engines;
     for (const auto& k : kinds) {
@@ -197,9 +203,11 @@ int main(int argc, char** argv) {
                   med[1] / med[0], med[2] / med[1], med[2] / med[0]);
       std::printf("  cpu offload: the step() part is %.0f%% of the step; overlap_step hides %.0f%% of it\n",
                   100.0 * cpu_step / med[1], 100.0 * (med[1] - med[2]) / cpu_step);
+      std::printf("  %s: %s/cpu %.3f, hides %.0f%% of the cpu step() part\n", kinds[3].c_str(), kinds[3].c_str(),
+                  med[3] / med[1], 100.0 * (med[1] - med[3]) / cpu_step);
       if (!args.no_nvme)
-        std::printf("  nvme: nvme/cpu %.3f, nvme/none %.3f; step() part nvme/cpu %.3f\n", med[3] / med[1],
-                    med[3] / med[0], median(step_part[3]) / cpu_step);
+        std::printf("  nvme: nvme/cpu %.3f, nvme/none %.3f; step() part nvme/cpu %.3f\n", med[4] / med[1],
+                    med[4] / med[0], median(step_part[4]) / cpu_step);
     }
     engines.clear();
     dc::barrier();

@@ -264,10 +264,9 @@ void EngineImpl::backward(const at::Tensor& loss) {
   if (zenflow_) zenflow_->begin_backward(micro_steps_);
   // The CPU step starts during this backward, partition by partition, with the unscale the step would use.
   if (speculative_ && is_boundary()) {
-    if (speculative_->pending()) {  // a second backward before step(): its gradients add to what was speculated on
-      speculative_->wait();
-      speculative_->rollback();
-    }
+    // A second backward before step(): its gradients would add to what was speculated on.
+    DS_CHECK(!speculative_->pending(), "backward: offload_optimizer.super_offload speculates on the backward that "
+             "ends the accumulation window; call step() before another backward");
     speculative_->begin(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
   }
   stage_->begin_backward(is_boundary());
@@ -348,7 +347,10 @@ void EngineImpl::build_speculative_step(const InitializeOptions& options) {
              "client optimizer cannot be rolled back");
   DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
              ": not supported inside a pipeline or another data-parallel layout yet");
-  speculative_ = std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters());
+  // Without clipping or loss scaling nothing can change the step once its gradients are known (a non-finite norm is
+  // stepped on all the same), so no copies are kept for a rollback.
+  const bool may_roll_back = config_.gradient_clipping > 0.0 || dtype_ == at::kHalf;
+  speculative_ = std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters(), may_roll_back);
   const bool hooked = stage_->on_final_gradients(
       [this](size_t group, int64_t offset, const at::Tensor& grad) { speculative_->submit(group, offset, grad); });
   DS_ASSERT(hooked, "the stage cannot report final gradients");
@@ -454,7 +456,7 @@ bool EngineImpl::take_model_step() {
   if (speculated) {
     // Validation: the speculative updates used `unscale` alone; they stand unless clipping binds (or the norm is not
     // finite), in which case they are undone and the step is taken as without speculation.
-    if (coef == unscale && std::isfinite(global_grad_norm_)) {
+    if (coef == unscale && (std::isfinite(global_grad_norm_) || !speculative_->may_roll_back())) {
       speculative_->accept();
       stage_->publish();
       return true;

@@ -8,8 +8,8 @@
 
 namespace deepspeed::runtime {
 
-SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters)
-    : optimizer_(optimizer), masters_(std::move(masters)) {
+SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back)
+    : optimizer_(optimizer), masters_(std::move(masters)), may_roll_back_(may_roll_back) {
   worker_ = std::thread([this] { work(); });
 }
 
@@ -67,12 +67,15 @@ void SpeculativeStep::run(Slice& s) {
   at::Tensor master = masters_.at(s.group).narrow(0, s.offset, s.n);
   std::vector<at::Tensor> states = optimizer_.group_state(s.group);
   for (auto& t : states) t = t.narrow(0, s.offset, s.n);
-  s.before.push_back(master.clone());
-  for (const auto& t : states) s.before.push_back(t.clone());
-  // The same arithmetic as the engine's step: the gradient times the unscale coefficient, then the kernel.
-  at::Tensor grad = s.grad.to(at::kCPU, at::kFloat, false, /*copy=*/true);
+  if (may_roll_back_) {
+    s.before.push_back(master.clone());
+    for (const auto& t : states) s.before.push_back(t.clone());
+  }
+  // The same arithmetic as the engine's step: the gradient times the unscale coefficient, then the kernel. The
+  // stage's gradient itself stays as it is (the global norm is taken from it after backward).
+  at::Tensor grad = s.grad.to(at::kCPU, at::kFloat);
   s.grad = at::Tensor();
-  if (unscale_ != 1.0) grad.mul_(unscale_);
+  if (unscale_ != 1.0) grad = grad.mul(unscale_);
   optimizer_.step_slice(s.group, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
                         states.size() > 1 ? states[1] : at::Tensor(), at::Tensor());
 }
@@ -87,6 +90,7 @@ void SpeculativeStep::wait() {
 }
 
 void SpeculativeStep::rollback() {
+  DS_ASSERT(may_roll_back_, "a speculative step without copies cannot be rolled back");
   at::NoGradGuard no_grad;
   for (const Slice& s : done_) {
     masters_.at(s.group).narrow(0, s.offset, s.n).copy_(s.before[0]);

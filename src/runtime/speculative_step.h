@@ -7,7 +7,8 @@
 //
 // The rollback restores copies taken just before each slice's update (masters and optimizer states), so it is
 // exact; DeepSpeed inverts Adam's arithmetic instead, which needs no copies but is not exact. The copies cost
-// (1 + number of optimizer states) x 4 bytes per element of this rank's partition, in host memory, during the step.
+// (1 + number of optimizer states) x 4 bytes per element of this rank's partition, in host memory, during the step,
+// and are taken only when something can undo the step (gradient clipping, fp16 loss scaling).
 //
 // Thread-safety: submit() is called from the training thread (during backward), the worker runs the updates;
 // wait(), rollback() and begin() from the training thread only.
@@ -30,8 +31,9 @@ namespace deepspeed::runtime {
 
 class SpeculativeStep {
  public:
-  // `masters` are the optimizer's fp32 masters per group (host memory).
-  SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters);
+  // `masters` are the optimizer's fp32 masters per group (host memory). `may_roll_back` false (no clipping, no loss
+  // scaling: nothing can change the step after the fact) takes no copies; rollback() is then an error.
+  SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back);
   ~SpeculativeStep();  // finishes queued work first
   SpeculativeStep(const SpeculativeStep&) = delete;
   SpeculativeStep& operator=(const SpeculativeStep&) = delete;
@@ -40,6 +42,7 @@ class SpeculativeStep {
   // from here are updated with their gradient times `unscale` (1 / the loss scale that produced it).
   void begin(double unscale);
   bool pending() const { return pending_; }
+  bool may_roll_back() const { return may_roll_back_; }
   // Elements [offset, offset + grad.numel()) of group `group` have their final gradient `grad` (valid until the
   // step is over; read where it is and copied to host memory by the worker): their update is queued.
   void submit(size_t group, int64_t offset, const at::Tensor& grad);
@@ -65,6 +68,7 @@ class SpeculativeStep {
 
   EngineOptimizer& optimizer_;
   std::vector<at::Tensor> masters_;
+  bool may_roll_back_ = true;
   double unscale_ = 1.0;
   bool pending_ = false;
   std::vector<Slice> done_;  // the worker's, read by the training thread after wait()
