@@ -1,0 +1,78 @@
+// Tensor parallelism (Megatron-LM's layout, as DeepSpeed's AutoTP uses it): linear layers whose weight is split over
+// the ranks of a tensor-parallel group, and the autograd-aware collectives between them.
+//
+//   ColumnParallelLinear: the output features are split; rank r holds rows [r*out/T, (r+1)*out/T) of the weight (and
+//     of the bias). Its input is the full activation; its output this rank's slice of features (or, with
+//     gather_output, all of them).
+//   RowParallelLinear: the input features are split; rank r holds columns [r*in/T, (r+1)*in/T) of the weight. Its
+//     input is this rank's slice of features (a column-parallel layer's output), its output the full activation,
+//     summed over the group; the bias, whole on every rank, is added once after the sum.
+//
+// A column-parallel layer followed by a row-parallel one (attention's q/k/v then its output projection, an MLP's up
+// then down) needs one all-reduce in forward and one in backward, Megatron's 2 per block and pass.
+//
+// Every rank of the group must call the same layers in the same order (each call is a collective). Features must
+// split evenly: a count not divisible by the group size is an error naming both numbers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+
+#include "deepspeed/comm.h"
+
+namespace deepspeed::tp {
+
+// Megatron's mappings (mpu/mappings.py), each the other's transpose in backward.
+// Forward: x as is; backward: the gradient all-reduced over `group` (a layer's input used by every rank's slice).
+at::Tensor copy_to_region(const at::Tensor& x, const comm::ProcessGroup& group);
+// Forward: x all-reduced (summed) over `group`; backward: the gradient as is.
+at::Tensor reduce_from_region(const at::Tensor& x, const comm::ProcessGroup& group);
+// Forward: every rank's x concatenated along the last dimension, in group-rank order; backward: this rank's slice.
+at::Tensor gather_from_region(const at::Tensor& x, const comm::ProcessGroup& group);
+// Forward: this rank's slice of x's last dimension; backward: the slices gathered.
+at::Tensor scatter_to_region(const at::Tensor& x, const comm::ProcessGroup& group);
+
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  // A fresh layer: this rank's slice of a weight initialised as torch::nn::Linear(in, out) would be with the
+  // current generator on every rank (so the slices are of one full weight).
+  ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, bool bias, comm::ProcessGroup group,
+                           bool gather_output = false);
+  // This rank's slice of `full`'s weight and bias (copied).
+  ColumnParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group, bool gather_output = false);
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor weight;  // [out / T, in]
+  at::Tensor bias;    // [out / T], undefined without bias
+  int64_t in_features = 0, out_features = 0;  // the full layer's
+  bool gather_output = false;
+
+ private:
+  void take(const torch::nn::Linear& full);
+  comm::ProcessGroup group_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  RowParallelLinearImpl(int64_t in_features, int64_t out_features, bool bias, comm::ProcessGroup group,
+                        bool input_is_parallel = true);
+  RowParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group, bool input_is_parallel = true);
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor weight;  // [out, in / T]
+  at::Tensor bias;    // [out], whole on every rank; undefined without bias
+  int64_t in_features = 0, out_features = 0;
+  bool input_is_parallel = true;  // false: x is the full input and this rank takes its slice first
+
+ private:
+  void take(const torch::nn::Linear& full);
+  comm::ProcessGroup group_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+}  // namespace deepspeed::tp

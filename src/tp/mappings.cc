@@ -1,0 +1,109 @@
+// The tensor-parallel collectives as autograd functions (deepspeed/tp/parallel_linear.h).
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
+
+namespace deepspeed::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group's handle, owned by the autograd node: backward may run after the caller's handle is gone.
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(comm::ProcessGroup g) : group(std::move(g)) {}
+  comm::ProcessGroup group;
+};
+
+void hold(AutogradContext* ctx, const comm::ProcessGroup& group) {
+  ctx->saved_data["group"] = at::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
+}
+
+comm::ProcessGroup& held(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data["group"].toCapsule())->group;
+}
+
+at::Tensor all_reduce(const at::Tensor& x, comm::ProcessGroup& group) {
+  at::Tensor out = x.contiguous().clone();
+  group.all_reduce(out, comm::ReduceOp::kSum);
+  return out;
+}
+
+at::Tensor gather_last(const at::Tensor& x, comm::ProcessGroup& group) {
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty({group.size() * in.numel()}, in.options());
+  group.all_gather_into_tensor(out, in);
+  std::vector<int64_t> shape = {group.size()};
+  for (int64_t d : in.sizes()) shape.push_back(d);
+  return at::cat(out.view(shape).unbind(0), /*dim=*/-1);
+}
+
+at::Tensor split_last(const at::Tensor& x, const comm::ProcessGroup& group) {
+  const int64_t n = x.size(-1);
+  DS_CHECK(n % group.size() == 0, "tensor parallelism: the last dimension (", n, ") must divide by the group size (",
+           group.size(), ")");
+  return x.chunk(group.size(), -1)[group.rank()].contiguous();
+}
+
+struct CopyToRegion : public torch::autograd::Function<CopyToRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
+    hold(ctx, group);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduce(grads[0], held(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
+    return all_reduce(x, const_cast<comm::ProcessGroup&>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+struct GatherFromRegion : public torch::autograd::Function<GatherFromRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
+    hold(ctx, group);
+    return gather_last(x, const_cast<comm::ProcessGroup&>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {split_last(grads[0], held(ctx)), at::Tensor()};
+  }
+};
+
+struct ScatterToRegion : public torch::autograd::Function<ScatterToRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
+    hold(ctx, group);
+    return split_last(x, group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gather_last(grads[0], held(ctx)), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor copy_to_region(const at::Tensor& x, const comm::ProcessGroup& group) {
+  return group.size() <= 1 ? x : CopyToRegion::apply(x, group);
+}
+
+at::Tensor reduce_from_region(const at::Tensor& x, const comm::ProcessGroup& group) {
+  return group.size() <= 1 ? x : ReduceFromRegion::apply(x, group);
+}
+
+at::Tensor gather_from_region(const at::Tensor& x, const comm::ProcessGroup& group) {
+  return group.size() <= 1 ? x : GatherFromRegion::apply(x, group);
+}
+
+at::Tensor scatter_to_region(const at::Tensor& x, const comm::ProcessGroup& group) {
+  return group.size() <= 1 ? x : ScatterToRegion::apply(x, group);
+}
+
+}  // namespace deepspeed::tp
