@@ -1,5 +1,6 @@
-// Column- and row-parallel linear layers at tensor-parallel size = world (2 and 4 ranks) against the plain
-// torch::nn::Linear pair they were sliced from, in every rank's own process: outputs, the input's gradient, and each
+// Column- and row-parallel linear layers, the vocabulary-parallel embedding and cross-entropy, at tensor-parallel
+// size = world (2 and 4 ranks) against the plain torch::nn::Linear pair (Embedding, cross_entropy) they were sliced
+// from, in every rank's own process: outputs, the input's gradient, and each
 // rank's weight and bias gradients against the matching slice of the plain ones. A missing all-reduce in backward
 // leaves the input gradient at one rank's share; a missing or doubled one in forward scales the output by 1/T or T;
 // a bias added on every rank before the sum counts it T times; a wrong slice moves the output. Bad sizes are errors
@@ -95,6 +96,48 @@ TEST(TensorParallel, GatheredOutputsAndScatteredInputsAreTheWholeLayer) {
   EXPECT_TRUE(at::equal(all.view({hidden, kIn}), fc1->weight.detach()));
 }
 
+// The vocabulary split over the ranks: the embedding of every id (each rank's range and the others') equals the
+// plain lookup, and each rank's weight gradient is the plain gradient's rows of its range; the cross-entropy of the
+// split logits equals torch's on the whole logits, per position, and so do the gradients of each slice.
+TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyEqualThePlainOnes) {
+  ensure_comm();
+  const dc::ProcessGroup group = dc::get_world_group();
+  const int64_t vocab = 6 * group.size(), dim = 5;
+  at::manual_seed(13);
+  const at::Tensor table = at::randn({vocab, dim});
+  const at::Tensor ids = at::randint(vocab, {kBatch, 7}, at::kLong);
+  const at::Tensor upstream = at::randn({kBatch, 7, dim});
+
+  at::Tensor full = table.clone().requires_grad_(true);
+  (at::embedding(full, ids) * upstream).sum().backward();
+  tp::VocabParallelEmbedding emb(table, group);
+  const at::Tensor got = emb(ids);
+  (got * upstream).sum().backward();
+  EXPECT_TRUE(at::equal(got, at::embedding(table, ids))) << "one rank holds each row: the sum adds zeros";
+  EXPECT_TRUE(at::equal(emb->weight.grad(), mine(full.grad(), 0)));
+
+  const at::Tensor logits0 = at::randn({kBatch, 7, vocab}) * 3;
+  const at::Tensor weights = at::rand({kBatch, 7});  // a weighted sum, so each position's gradient scale is checked
+  at::Tensor logits = logits0.clone().requires_grad_(true);
+  const at::Tensor want = at::cross_entropy_loss(logits.view({-1, vocab}), ids.view(-1), {}, at::Reduction::None)
+                              .view({kBatch, 7});
+  (want * weights).sum().backward();
+  at::Tensor slice = mine(logits0, 2).clone().requires_grad_(true);
+  const at::Tensor loss = tp::vocab_parallel_cross_entropy(slice, ids, group);
+  (loss * weights).sum().backward();
+  EXPECT_WITHIN(rel(loss, want), bound(vocab)) << "per-position loss";
+  EXPECT_WITHIN(rel(slice.grad(), mine(logits.grad(), 2)), bound(vocab)) << "this rank's slice of the gradient";
+  const std::string bad = [&] {
+    try {
+      tp::vocab_parallel_cross_entropy(slice, ids.view(-1), group);
+    } catch (const deepspeed::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(bad.find("vocab_parallel_cross_entropy: target shape"), std::string::npos) << bad;
+}
+
 TEST(TensorParallel, FeaturesThatDoNotSplitAreNamed) {
   ensure_comm();
   const dc::ProcessGroup group = dc::get_world_group();
@@ -114,6 +157,10 @@ TEST(TensorParallel, FeaturesThatDoNotSplitAreNamed) {
       << col;
   const std::string row = message([&] { tp::RowParallelLinear(odd, kIn, true, group); });
   EXPECT_NE(row.find("RowParallelLinear: input features (" + std::to_string(odd) + ")"), std::string::npos) << row;
+  const std::string emb = message([&] { tp::VocabParallelEmbedding(odd, 4, group); });
+  EXPECT_NE(emb.find("VocabParallelEmbedding: the vocabulary (" + std::to_string(odd) + ") must divide"),
+            std::string::npos)
+      << emb;
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 //     input is this rank's slice of features (a column-parallel layer's output), its output the full activation,
 //     summed over the group; the bias, whole on every rank, is added once after the sum.
 //
+//   VocabParallelEmbedding and vocab_parallel_cross_entropy: the vocabulary split over the ranks, for the embedding
+//     and for the LM head's loss.
+//
 // A column-parallel layer followed by a row-parallel one (attention's q/k/v then its output projection, an MLP's up
 // then down) needs one all-reduce in forward and one in backward, Megatron's 2 per block and pass.
 //
@@ -74,5 +77,30 @@ class RowParallelLinearImpl : public torch::nn::Module {
   comm::ProcessGroup group_;
 };
 TORCH_MODULE(RowParallelLinear);
+
+// An embedding whose rows (the vocabulary) are split over the group: rank r holds rows [r*V/T, (r+1)*V/T). Each rank
+// looks up the ids in its range (zeros for the others) and the results are summed over the group, so every rank gets
+// the full embedding of every id.
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, comm::ProcessGroup group);
+  // This rank's rows of `full` (copied).
+  VocabParallelEmbeddingImpl(const at::Tensor& full_weight, comm::ProcessGroup group);
+  at::Tensor forward(const at::Tensor& ids);
+
+  at::Tensor weight;  // [V / T, D]
+  int64_t num_embeddings = 0, vocab_begin = 0, vocab_end = 0;
+
+ private:
+  comm::ProcessGroup group_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// Cross-entropy of logits whose vocabulary is split over the group (`logits` [..., V/T]: this rank's slice, in rank
+// order, as a ColumnParallelLinear LM head gives them) against `target` [...] (ids in the full vocabulary): the loss
+// of each position, the same on every rank, without gathering the logits (three all-reduces of one value per
+// position). Backward gives each rank the gradient of its slice.
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                        const comm::ProcessGroup& group);
 
 }  // namespace deepspeed::tp
