@@ -168,6 +168,10 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
              ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
   DS_CHECK_T(ConfigError, !overlap_step_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
              overlap_key, ": not supported inside a pipeline or another data-parallel layout yet");
+  DS_CHECK_T(ConfigError, !config_.zero.offload_optimizer.super_offload || (!options.optimizer &&
+                                                                          config_.optimizer.has_value()),
+             "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
+             "kernel); a client optimizer or none cannot be rolled back");
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
   } else if (nvme) {
@@ -224,6 +228,7 @@ void EngineImpl::check_states_resident(const char* what) const {
 }
 
 void EngineImpl::offload_states(const OffloadStatesOptions& options) {
+  check_boundary("offload_states");
   land_overlapped_step();
   auto wanted = [&](OffloadStateType t) {
     return options.include.empty() ||
@@ -270,8 +275,13 @@ void EngineImpl::backward(const at::Tensor& loss) {
     speculative_->begin(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
   }
   stage_->begin_backward(is_boundary());
-  scaled.backward();
-  stage_->finish_backward();
+  try {
+    scaled.backward();
+    stage_->finish_backward();
+  } catch (...) {
+    if (speculative_) speculative_->abandon();  // no half-speculated step is left for the next step() to accept
+    throw;
+  }
   step_loss_sum_ += loss.item<double>();
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
@@ -320,6 +330,12 @@ void EngineImpl::build_zenflow(const InitializeOptions& options) {
              ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); set "
              "gradient_accumulation_steps to 1, got ", config_.gradient_accumulation_steps.value());
   DS_CHECK_T(ConfigError, dtype_ != at::kHalf, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
+  DS_CHECK_T(ConfigError, !has_experts_, key, ": not supported with MoE expert parallelism (experts reduce over "
+             "their own groups; the selective update would average them over the world)");
+  DS_CHECK_T(ConfigError, config_.optimizer->params.get_bool("bias_correction", true), key,
+             ": the selective AdamW corrects its moments' bias; optimizer.params.bias_correction false is not supported");
+  DS_CHECK_T(ConfigError, !config_.scheduler || config_.scheduler->type != "OneCycle", key,
+             ": OneCycle's momentum cycling is not applied to the selective AdamW; use another schedule");
   DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
              ": not supported inside a pipeline or another data-parallel layout yet");
   const auto& p = config_.optimizer->params;
@@ -343,8 +359,6 @@ void EngineImpl::build_zenflow(const InitializeOptions& options) {
 
 void EngineImpl::build_speculative_step(const InitializeOptions& options) {
   const char* key = "zero_optimization.offload_optimizer.super_offload";
-  DS_CHECK_T(ConfigError, !options.optimizer, key, ": speculates with the config's optimizer (its CPU kernel); a "
-             "client optimizer cannot be rolled back");
   DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
              ": not supported inside a pipeline or another data-parallel layout yet");
   // Without clipping or loss scaling nothing can change the step once its gradients are known (a non-finite norm is
@@ -358,7 +372,7 @@ void EngineImpl::build_speculative_step(const InitializeOptions& options) {
 
 void EngineImpl::zenflow_step(int64_t iteration, bool boundary) {
   zenflow_->reduce_gradients();
-  if (zenflow_->schedule().selects(iteration)) {
+  if (zenflow_->schedule().selects(iteration) || !zenflow_->has_selection()) {
     if (zenflow_->has_selection()) {
       // The CPU optimizer goes on from where the selective one leaves the columns about to leave the selection:
       // its masters take those values once no step is reading them.
@@ -423,7 +437,14 @@ bool EngineImpl::take_model_step() {
   land_overlapped_step();  // the previous step's update, before its gradient copies are overwritten
   // super_offload: the speculative updates finish before anything reads what they wrote.
   const bool speculated = speculative_ && speculative_->pending();
-  if (speculated) speculative_->wait();
+  if (speculated) {
+    try {
+      speculative_->wait();
+    } catch (...) {
+      speculative_->abandon();
+      throw;
+    }
+  }
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
   double unscale = 1.0;
   if (scaler_) {

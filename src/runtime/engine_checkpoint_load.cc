@@ -429,7 +429,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       // ZenFlow counts iterations, not steps; a checkpoint without its state starts it afresh (warm-up first).
       if (zenflow_) {
         micro_steps_ = zenflow_state ? saved_micro_steps : 0;
-        if (zenflow_state) zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names());
+        if (zenflow_state)
+          zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names());
+        else
+          zenflow_->reset();  // the selected values it held are not the loaded model's
       }
       micro_steps_at_load_ = micro_steps_;
       // Losses and clocks of steps before the load belong to no step after it.
@@ -446,7 +449,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   });
   // Collective: every rank's restored masters into the parameters, as after an optimizer step.
   stage_->restore_from_masters();
-  if (zenflow_) zenflow_->write_selected_into_parameters();
+  if (zenflow_) {
+    if (!full) zenflow_->reset();  // the module alone was loaded: the selected values held are not its
+    zenflow_->write_selected_into_parameters();
+  }
   if (world_.rank() == 0) {
     std::printf("loaded checkpoint %s\n", result.path.c_str());
     std::fflush(stdout);

@@ -104,6 +104,24 @@ void SpeculativeStep::rollback() {
   ++rollbacks_;
 }
 
+void SpeculativeStep::abandon() noexcept {
+  if (!pending_) return;
+  try {
+    wait();
+  } catch (...) {
+  }
+  try {
+    if (may_roll_back_) {
+      rollback();
+      return;
+    }
+    optimizer_.set_step_count(optimizer_.step_count() - 1);
+  } catch (...) {
+  }
+  done_.clear();
+  pending_ = false;
+}
+
 void SpeculativeStep::accept() {
   slices_ += static_cast<int64_t>(done_.size());
   done_.clear();

@@ -52,6 +52,9 @@ class SpeculativeStep {
   void rollback();
   // After wait(): the speculation stands; nothing pending after.
   void accept();
+  // After an error between begin() and the step: waits (dropping a worker's error), undoes what it can (everything
+  // when copies were kept; else only the step count: the masters keep the updates already made) and ends the step.
+  void abandon() noexcept;
 
   int64_t slices() const { return slices_; }        // slices updated speculatively, in all (kept or not)
   int64_t rollbacks() const { return rollbacks_; }  // steps rolled back

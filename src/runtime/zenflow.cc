@@ -75,8 +75,17 @@ ZenFlow::~ZenFlow() {
 
 void ZenFlow::begin_backward(int64_t iteration) {
   armed_ = schedule_.selective(iteration);
-  whole_ = schedule_.selects(iteration);
-  for (auto& s : slots_) s.captured = at::Tensor();
+  // Nothing selected yet past the warm-up (a resume at a shorter warm-up): this iteration selects.
+  whole_ = schedule_.selects(iteration) || (armed_ && !selected_);
+  // What a backward captured adds to what an earlier one of the same iteration did; reduce_gradients() clears it.
+}
+
+void ZenFlow::reset() {
+  for (auto& s : slots_) {
+    s.captured = s.grad = s.index = s.value = s.exp_avg = s.exp_avg_sq = at::Tensor();
+    s.steps = 0;
+  }
+  armed_ = whole_ = selected_ = false;
 }
 
 void ZenFlow::capture(size_t k, const at::Tensor& grad) {

@@ -60,6 +60,8 @@ class ZenFlow {
   // Before iteration `iteration`'s backward: arms the gradient hooks (whole gradients when it selects, else the
   // selected columns only).
   void begin_backward(int64_t iteration);
+  // Forgets the selection and the selective optimizer's state (a checkpoint without them was loaded).
+  void reset();
   // After the backward of a selective iteration: the captured gradients averaged over the data-parallel group.
   // Collective.
   void reduce_gradients();

@@ -691,4 +691,30 @@ TEST(Stage3, SuperOffloadSpeculatesAndRollsBackToTheSynchronousStep) {
   }
 }
 
+// Between the backward that starts a speculative step and the step() that validates it, nothing may read or replace
+// the masters the worker writes: a save (or load, or offload_states) there is refused by name, and the step after it
+// goes on as usual.
+TEST(Stage3, SuperOffloadRefusesACheckpointInsideItsOpenStep) {
+  tiny_gpt::ensure_comm();
+  Variant v{"super_offload open step"};
+  v.clip = 1.0;
+  v.zero_extra = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\", \"super_offload\": true}";
+  auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+  GPT model = build_model(v, cfg);
+  auto engine = deepspeed::initialize(model, cfg);
+  const auto data = tiny_gpt::dataset(model_config(v));
+  const at::Tensor x = data.narrow(0, 0, 2).narrow(1, 0, data.size(1) - 1);
+  const at::Tensor y = data.narrow(0, 0, 2).narrow(1, 1, data.size(1) - 1);
+  engine.backward(engine.forward(x, y));
+  try {
+    engine.save_checkpoint("/tmp/ds_super_offload_refused");
+    ADD_FAILURE() << "a save inside the open speculative step must be refused";
+  } catch (const deepspeed::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("super_offload); call step() first"), std::string::npos) << e.what();
+  }
+  engine.step();
+  EXPECT_EQ(engine.global_steps(), 1);
+  EXPECT_GT(engine.stage3_stats().speculative_slices, 0);
+}
+
 }  // namespace

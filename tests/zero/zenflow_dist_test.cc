@@ -297,6 +297,11 @@ TEST(ZenFlow, WhatItCannotRunIsRefusedByName) {
   EXPECT_NE(sgd.find("needs the config's Adam or AdamW optimizer"), std::string::npos) << sgd;
   const std::string fp16 = error(with("\"steps_per_print\"", "\"fp16\": {\"enabled\": true}, \"steps_per_print\""));
   EXPECT_NE(fp16.find("zero_optimization.zenflow: fp16"), std::string::npos) << fp16;
+  const std::string bias = error(with("\"weight_decay\"", "\"bias_correction\": false, \"weight_decay\""));
+  EXPECT_NE(bias.find("bias_correction false is not supported"), std::string::npos) << bias;
+  const std::string cycle = error(with("\"steps_per_print\"", "\"scheduler\": {\"type\": \"OneCycle\", \"params\": "
+                                       "{\"cycle_min_lr\": 0.001, \"cycle_max_lr\": 0.003}}, \"steps_per_print\""));
+  EXPECT_NE(cycle.find("OneCycle's momentum cycling"), std::string::npos) << cycle;
 
 }
 
@@ -356,6 +361,34 @@ TEST(ZenFlow, ACheckpointResumesAsTheRunThatSaved) {
       if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
     }
   }
+}
+
+// A checkpoint saved during the warm-up (no selection yet) resumed under a shorter warm-up: the first selective
+// iteration selects, whatever the schedule says, instead of updating columns never chosen.
+TEST(ZenFlow, AResumeAtAShorterWarmUpSelectsFirst) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  const std::string dir = "/tmp/ds_zenflow_warmup_w" + std::to_string(world);
+  if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+  deepspeed::comm::barrier();
+  const auto data = tiny_gpt::dataset(tiny_gpt::config());
+  Rule long_warmup;
+  long_warmup.warmup = 4;
+  deepspeed::models::GPT saver = tiny_gpt::make_model(tiny_gpt::config());
+  auto a = deepspeed::initialize(saver, deepspeed::Config::from_string(zenflow_json(long_warmup, 2)));
+  for (int i = 0; i < 2; ++i) tiny_gpt::train(a, data, 1, i);
+  a.save_checkpoint(dir, std::string("w"));
+  deepspeed::models::GPT loader = tiny_gpt::make_model(tiny_gpt::config());
+  auto b = deepspeed::initialize(loader, deepspeed::Config::from_string(zenflow_json(Rule(), 2)));  // warm-up 1
+  deepspeed::LoadCheckpointOptions o;
+  o.tag = "w";
+  ASSERT_TRUE(b.load_checkpoint(dir, o).has_value());
+  const auto before = tiny_gpt::snapshot(loader);
+  for (int i = 2; i < 5; ++i) tiny_gpt::train(b, data, 1, i);
+  EXPECT_GT(tiny_gpt::max_relative_error(tiny_gpt::snapshot(loader), before), 1e-4) << "it trains on";
+  for (const auto& p : tiny_gpt::snapshot(loader)) EXPECT_TRUE(at::isfinite(p).all().item<bool>());
+  deepspeed::comm::barrier();
+  if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(ZenFlowSchedule, WindowsAndSelectionsFollowDeepSpeedsCounting) {

@@ -134,7 +134,10 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
       acc.add_(mine);
     }
     pool_.release(std::move(r.input));
-    if (boundary_backward_ && final_gradients_) final_gradients_(f.group, f.group_offset, acc);
+    if (boundary_backward_ && final_gradients_) {
+      final_gradients_(f.group, f.group_offset, acc);
+      f.reported = true;
+    }
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
@@ -157,6 +160,14 @@ void Stage3::finish_backward() {
     if (unit->awaiting_grads) reduce_grads(*unit);
   drain_reductions(0);
   in_backward_ = false;
+  // Flats this backward did not reduce (a unit unused in the last micro-batch) hold the window's gradients all the
+  // same: they are final now.
+  for (auto& unit : units_)
+    for (auto& f : unit->flats) {
+      if (boundary_backward_ && final_gradients_ && !f.reported)
+        final_gradients_(f.group, f.group_offset, grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size()));
+      f.reported = false;
+    }
   boundary_backward_ = false;
   for (auto& unit : units_) {
     unit->running = false;

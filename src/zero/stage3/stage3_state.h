@@ -27,6 +27,7 @@ struct Stage3::Flat {
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
   comm::Work gather_work;    // the all-gather into `gathered` (one collective per flat)
+  bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
 };
