@@ -228,7 +228,7 @@ void EngineImpl::check_states_resident(const char* what) const {
 }
 
 void EngineImpl::offload_states(const OffloadStatesOptions& options) {
-  check_boundary("offload_states");
+  check_no_open_speculation("offload_states");
   land_overlapped_step();
   auto wanted = [&](OffloadStateType t) {
     return options.include.empty() ||

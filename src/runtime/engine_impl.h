@@ -180,6 +180,8 @@ class EngineImpl : public runtime::StageEngine {
                                          const std::optional<checkpoint::StateDict>& client_state,
                                          const std::optional<checkpoint::StateDict>& params) const;
   void check_boundary(const char* what) const;
+  // super_offload: refuses `what` between the backward that opened a speculative step and the step() closing it.
+  void check_no_open_speculation(const char* what) const;
   void check_no_expert_parallelism(const char* what) const;
   // engine_checkpoint.cc: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt for the experts this rank writes.
   void save_expert_files(const std::string& dir, const std::string& tag) const;
