@@ -39,6 +39,8 @@ struct Rule {
   int64_t warmup = 1, update_interval = 2, select_interval = 4;
   bool overlap = false;
   bool selective = true;  // false: the same windows with no selective update (the comparison's foil)
+  double eps = 1e-8;      // Adam's; a large one makes the update scale with the gradient
+  double grad_scale = 1;  // the reference's gradients times this (a foil for a wrong averaging)
   bool ends_window(int64_t i) const {
     return i < warmup || (i + 1 - warmup) % update_interval == 0 || (i + 1) % select_interval == 0;
   }
@@ -51,8 +53,8 @@ struct AdamState {
 };
 
 // torch.optim.AdamW's update, as its documentation writes it, on `value` with `grad`.
-void adamw_update(at::Tensor& value, const at::Tensor& grad, AdamState& s, double lr) {
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+void adamw_update(at::Tensor& value, const at::Tensor& grad, AdamState& s, double lr, double eps) {
+  const double b1 = 0.9, b2 = 0.999;
   ++s.steps;
   value.mul_(1 - lr * kDecay);
   s.exp_avg.mul_(b1).add_(grad, 1 - b1);
@@ -75,7 +77,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
       st->masters.push_back(p.detach().clone());
       st->accumulated.push_back(at::zeros_like(p));
     }
-    st->cpu = std::make_shared<torch::optim::AdamW>(st->masters, torch::optim::AdamWOptions(kLr).weight_decay(kDecay));
+    st->cpu = std::make_shared<torch::optim::AdamW>(st->masters, torch::optim::AdamWOptions(kLr).weight_decay(kDecay).eps(rule.eps));
     st->index.resize(params.size());
     st->value.resize(params.size());
     st->selective.resize(params.size());
@@ -85,7 +87,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
       const double lr = lrs.at(i);
       std::vector<at::Tensor> grads;
       for (size_t k = 0; k < params.size(); ++k) {
-        grads.push_back(params[k].grad() / static_cast<double>(rule.update_interval));
+        grads.push_back(params[k].grad() * (rule.grad_scale / static_cast<double>(rule.update_interval)));
         st->accumulated[k].add_(grads[k]);
       }
       auto land = [&] {
@@ -148,7 +150,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
       }
       for (size_t k = 0; k < params.size(); ++k) {
         const at::Tensor g = params[k].dim() == 2 ? grads[k].index_select(1, st->index[k]) : grads[k];
-        adamw_update(st->value[k], g, st->selective[k], lr);
+        adamw_update(st->value[k], g, st->selective[k], lr, rule.eps);
       }
       std::vector<at::Tensor> p(params.begin(), params.end());
       put_selected(p);
@@ -159,7 +161,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
 std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_top = "") {
   return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
          ", \"steps_per_print\": 1000, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " +
-         std::to_string(kLr) + ", \"weight_decay\": " + std::to_string(kDecay) +
+         std::to_string(kLr) + ", \"weight_decay\": " + std::to_string(kDecay) + ", \"eps\": " + c10::str(rule.eps) +
          "}}, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
          ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"zenflow\": {\"topk_ratio\": " + std::to_string(kRatio) +
          ", \"select_strategy\": \"step\", \"select_interval\": " + std::to_string(rule.select_interval) +
@@ -209,6 +211,25 @@ TEST(ZenFlow, SelectiveAndWindowedUpdatesMatchThePlainLoop) {
       EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, ref.params), adam_bound())
           << "stage " << stage << (overlap ? " overlapped" : "");
     }
+  }
+}
+
+// Adam with the default eps is blind to a constant gradient scale, so the comparison above would pass with the
+// selective gradients summed over the ranks instead of averaged. With eps 0.1 (far above these gradients) the update
+// is nearly lr times the gradient: a scale of 2 moves the reference by far more than the bound.
+TEST(ZenFlow, TheSelectiveGradientIsTheRankAverage) {
+  tiny_gpt::ensure_comm();
+  for (bool overlap : {false, true}) {
+    Rule rule;
+    rule.eps = 0.1;
+    rule.overlap = overlap;
+    const ZenFlowRun run = train_zenflow(rule, 2);
+    EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, reference(rule, run.lrs).params), adam_bound())
+        << (overlap ? "overlapped" : "");
+    Rule doubled = rule;
+    doubled.grad_scale = 2;
+    EXPECT_GT(tiny_gpt::max_relative_error(reference(doubled, run.lrs).params, reference(rule, run.lrs).params),
+              20 * adam_bound());
   }
 }
 
@@ -293,7 +314,9 @@ TEST(ZenFlow, WhatItCannotRunIsRefusedByName) {
   const std::string gas = error(with("\"steps_per_print\"", "\"gradient_accumulation_steps\": 2, \"steps_per_print\""));
   EXPECT_NE(gas.find("zero_optimization.zenflow: update_interval takes the place of gradient_accumulation_steps"),
             std::string::npos) << gas;
-  const std::string sgd = error(with("\"type\": \"AdamW\"", "\"type\": \"SGD\""));
+  // SGD takes no eps.
+  const std::string no_eps = with(", \"eps\": " + c10::str(Rule().eps), "");
+  const std::string sgd = error(with("\"type\": \"AdamW\"", "\"type\": \"SGD\"", no_eps));
   EXPECT_NE(sgd.find("needs the config's Adam or AdamW optimizer"), std::string::npos) << sgd;
   const std::string fp16 = error(with("\"steps_per_print\"", "\"fp16\": {\"enabled\": true}, \"steps_per_print\""));
   EXPECT_NE(fp16.find("zero_optimization.zenflow: fp16"), std::string::npos) << fp16;
