@@ -6,35 +6,32 @@
 
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
+#include "tp/split.h"
 
 namespace deepspeed::tp {
-namespace {
 
-void check_divides(int64_t features, const comm::ProcessGroup& group, const char* layer, const char* which) {
+void check_splits(int64_t count, const comm::ProcessGroup& group, const char* layer, const char* counted) {
   DS_CHECK(group.is_member(), layer, ": this rank is not in the tensor-parallel group ", group.name());
-  DS_CHECK(features % group.size() == 0, layer, ": ", which, " features (", features,
-           ") must divide by the tensor-parallel size (", group.size(), ")");
+  DS_CHECK(count % group.size() == 0, layer, ": ", counted, " (", count, ") must divide by the tensor-parallel size (",
+           group.size(), ")");
 }
 
-// This rank's slice [rank * n / T, (rank + 1) * n / T) of dimension `dim`, copied.
 at::Tensor slice_of(const at::Tensor& t, int64_t dim, const comm::ProcessGroup& group) {
   const int64_t part = t.size(dim) / group.size();
   return t.detach().narrow(dim, group.rank() * part, part).clone();
 }
 
-}  // namespace
-
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias, comm::ProcessGroup group,
                                                    bool gather)
     : gather_output(gather), group_(std::move(group)) {
-  check_divides(out, group_, "ColumnParallelLinear", "output");
+  check_splits(out, group_, "ColumnParallelLinear", "output features");
   take(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(with_bias)));
 }
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group,
                                                    bool gather)
     : gather_output(gather), group_(std::move(group)) {
-  check_divides(full->options.out_features(), group_, "ColumnParallelLinear", "output");
+  check_splits(full->options.out_features(), group_, "ColumnParallelLinear", "output features");
   take(full);
 }
 
@@ -53,14 +50,14 @@ at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, comm::ProcessGroup group,
                                              bool parallel_input)
     : input_is_parallel(parallel_input), group_(std::move(group)) {
-  check_divides(in, group_, "RowParallelLinear", "input");
+  check_splits(in, group_, "RowParallelLinear", "input features");
   take(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(with_bias)));
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group,
                                              bool parallel_input)
     : input_is_parallel(parallel_input), group_(std::move(group)) {
-  check_divides(full->options.in_features(), group_, "RowParallelLinear", "input");
+  check_splits(full->options.in_features(), group_, "RowParallelLinear", "input features");
   take(full);
 }
 

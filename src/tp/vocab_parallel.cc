@@ -6,18 +6,13 @@
 
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
+#include "tp/split.h"
 
 namespace deepspeed::tp {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-void check_vocab(int64_t vocab, const comm::ProcessGroup& group, const char* what) {
-  DS_CHECK(group.is_member(), what, ": this rank is not in the tensor-parallel group ", group.name());
-  DS_CHECK(vocab % group.size() == 0, what, ": the vocabulary (", vocab, ") must divide by the tensor-parallel size (",
-           group.size(), ")");
-}
 
 // Megatron's _VocabParallelCrossEntropy: log(sum over the vocabulary of exp(logit - max)) - (target's logit - max),
 // with the max, the target's logit and the sum each all-reduced over the group.
@@ -64,11 +59,11 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t di
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const at::Tensor& full, comm::ProcessGroup group)
     : group_(std::move(group)) {
   num_embeddings = full.size(0);
-  check_vocab(num_embeddings, group_, "VocabParallelEmbedding");
+  check_splits(num_embeddings, group_, "VocabParallelEmbedding", "the vocabulary");
   const int64_t part = num_embeddings / group_.size();
   vocab_begin = group_.rank() * part;
   vocab_end = vocab_begin + part;
-  weight = register_parameter("weight", full.detach().narrow(0, vocab_begin, part).clone());
+  weight = register_parameter("weight", slice_of(full, 0, group_));
 }
 
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
@@ -81,7 +76,7 @@ at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                         const comm::ProcessGroup& group) {
-  check_vocab(logits.size(-1) * group.size(), group, "vocab_parallel_cross_entropy");
+  check_splits(logits.size(-1) * group.size(), group, "vocab_parallel_cross_entropy", "the vocabulary");
   DS_CHECK(target.sizes() == logits.sizes().slice(0, logits.dim() - 1), "vocab_parallel_cross_entropy: target shape ",
            target.sizes(), " does not match logits ", logits.sizes(), " without their last dimension");
   return VocabParallelCrossEntropy::apply(logits, target, group);
