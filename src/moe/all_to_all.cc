@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "comm/group_capsule.h"
+
 namespace deepspeed::moe {
 namespace {
 
@@ -18,21 +20,13 @@ at::Tensor exchange(const at::Tensor& x, comm::ProcessGroup& group) {
   return out;
 }
 
-// The group's handle, owned by the autograd node: the backward may run after the layer (and the handle it passed
-// to forward) is gone, and a handle keeps its group alive.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(comm::ProcessGroup g) : group(std::move(g)) {}
-  comm::ProcessGroup group;
-};
-
 struct AllToAll : public torch::autograd::Function<AllToAll> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
-    ctx->saved_data["group"] = at::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
+    ctx->saved_data["group"] = comm::group_capsule(group);
     return exchange(x, const_cast<comm::ProcessGroup&>(group));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto holder = c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data["group"].toCapsule());
-    return {exchange(grads[0], holder->group), at::Tensor()};
+    return {exchange(grads[0], comm::capsule_group(ctx->saved_data["group"])), at::Tensor()};
   }
 };
 
