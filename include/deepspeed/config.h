@@ -76,6 +76,9 @@ struct Config {
   MonitorConfig monitor;  // JSON: tensorboard, csv_monitor, wandb
   FlopsProfilerConfig flops_profiler;
   AutotuningConfig autotuning;
+  TensorParallelConfig tensor_parallel;
+  // Ulysses sequence parallelism (DeepSpeed's top-level key): ranks that split each sequence; 1 is off.
+  int sequence_parallel_size = 1;
 
   // Parse and validate. `from_file` names the file in I/O and JSON syntax errors
   // (`ds_config.json:3:14: invalid JSON: ...`); from_string uses `<string>`.

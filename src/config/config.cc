@@ -32,8 +32,7 @@ const std::vector<std::string>& unsupported_sections() {
                                                      "weight_quantization",
                                                      "compile",
                                                      "comet",
-                                                     "torch_autocast",
-                                                     "tensor_parallel"};
+                                                     "torch_autocast"};
   return kSections;
 }
 
@@ -139,6 +138,10 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   if (const Json* v = r.find("checkpoint"); v && !v->is_null()) {
     c->checkpoint = parse_checkpoint_config(*v);
   }
+  if (const Json* v = r.find("tensor_parallel"); v && !v->is_null()) {
+    c->tensor_parallel = parse_tensor_parallel_config(*v);
+  }
+  r.read_int("sequence_parallel_size", &c->sequence_parallel_size, 1);
   if (const Json* v = r.find("comms_logger"); v && !v->is_null()) {
     c->comms_logger = parse_comms_logger_config(*v);
   }
@@ -162,6 +165,12 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
 
 // Checks that span sections, as DeepSpeed's _do_error_check does.
 void check_consistency(const Config& c) {
+  if (c.tensor_parallel.dtype) {
+    const std::string ours = c.bf16.enabled ? "bf16" : c.fp16.enabled ? "fp16" : "fp32";
+    if (*c.tensor_parallel.dtype != ours)
+      fail_at("tensor_parallel.dtype", "is " + *c.tensor_parallel.dtype + " but the model trains in " + ours +
+                                           " (fp16 / bf16 sections); make them agree or drop the key");
+  }
   if (c.fp16.enabled && c.bf16.enabled) {
     fail_at("bf16.enabled", "cannot be true together with fp16.enabled; choose one precision");
   }
@@ -288,6 +297,8 @@ std::string Config::dump(int indent) const {
   j["activation_checkpointing"] = dump_activation_checkpointing_config(activation_checkpointing);
   j["pipeline"] = dump_pipeline_config(pipeline);
   j["checkpoint"] = dump_checkpoint_config(checkpoint);
+  j["tensor_parallel"] = dump_tensor_parallel_config(tensor_parallel);
+  j["sequence_parallel_size"] = sequence_parallel_size;
   j["comms_logger"] = dump_comms_logger_config(comms_logger);
   j["tensorboard"] = dump_file_monitor_config(monitor.tensorboard);
   j["csv_monitor"] = dump_file_monitor_config(monitor.csv_monitor);

@@ -216,3 +216,123 @@ OrderedJson dump_flops_profiler_config(const FlopsProfilerConfig& c) {
 }
 
 }  // namespace deepspeed::config
+
+namespace deepspeed::config {
+namespace {
+
+// A key DeepSpeed offers that deepspeed-cpp has no form of: accepted only at the value that means "not used".
+void refuse_unless(ObjectReader& r, const std::string& key, const Json& allowed, const std::string& why) {
+  const Json* v = r.find(key);
+  if (v && !v->is_null() && *v != allowed) fail_at(r.path_of(key), "is not supported by deepspeed-cpp (" + why + ")");
+}
+
+TpLayerSpecConfig parse_tp_layer_spec(const Json& node, const std::string& path) {
+  ObjectReader r(node, path, nullptr);
+  TpLayerSpecConfig s;
+  r.read_string_list("patterns", &s.patterns);
+  if (s.patterns.empty()) fail_at(r.path_of("patterns"), "must list at least one pattern");
+  r.read_choice("partition_type", &s.partition_type, {"column", "row", "skip", "vocab"}, /*case_insensitive=*/true);
+  r.read_bool("gather_output", &s.gather_output);
+  if (const Json* shape = r.find("shape"); shape && !shape->is_null()) {
+    // [k, -1]: k equal blocks fused along the output, each split over the group.
+    if (!shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() || (*shape)[1] != -1 ||
+        (*shape)[0].get<int64_t>() < 1)
+      fail_at(r.path_of("shape"), "only [k, -1] (k equal blocks fused along the output) is supported, got " +
+                                      describe(*shape));
+    s.fused_parts = (*shape)[0].get<int64_t>();
+    if (s.partition_type != "column") fail_at(r.path_of("shape"), "fused blocks need partition_type \"column\"");
+  }
+  if (const Json* dim = r.find("partition_dim"); dim && !dim->is_null()) {
+    const int64_t d = ObjectReader::to_int(*dim, r.path_of("partition_dim"), 0, 1);
+    if ((s.partition_type == "column" && d != 0) || (s.partition_type == "row" && d != 1))
+      fail_at(r.path_of("partition_dim"), "a " + s.partition_type + "-parallel weight splits dimension " +
+                                              (s.partition_type == "column" ? "0" : "1") + ", got " +
+                                              std::to_string(d));
+  }
+  refuse_unless(r, "grad_allreduce", false, "replicated layers' gradients are equal on every tensor rank here");
+  refuse_unless(r, "model_types", nullptr, "there are no model types to filter by in C++");
+  r.finish();
+  return s;
+}
+
+}  // namespace
+
+TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
+  ObjectReader r(node, "tensor_parallel", nullptr);
+  TensorParallelConfig c;
+  r.read_int("autotp_size", &c.autotp_size, 0);
+  refuse_unless(r, "tp_overlap_comm", false, "the all-reduces run on the training stream");
+  std::string dtype;
+  if (r.read_choice("dtype", &dtype, {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16", "torch.float32",
+                                      "torch.float16", "torch.bfloat16"}))
+    c.dtype = dtype.find("bf") != std::string::npos ? "bf16" : dtype.find("16") != std::string::npos ? "fp16" : "fp32";
+  if (const Json* v = r.find("vocab_parallel_lm_head"); v && !v->is_null()) {
+    if (!v->is_boolean()) fail_at(r.path_of("vocab_parallel_lm_head"), "expected true, false or null, got " + describe(*v));
+    c.vocab_parallel_lm_head = v->get<bool>();
+  }
+  refuse_unless(r, "vocab_parallel_ce_backend", "torch", "only the PyTorch-style vocabulary-parallel cross-entropy");
+  refuse_unless(r, "preset_model", nullptr, "name the layers in partition_config.layer_specs instead");
+  refuse_unless(r, "injection_policy_tuple", nullptr, "name the layers in partition_config.layer_specs instead");
+  refuse_unless(r, "keep_module_on_host", false, "the model is sliced where it was built");
+  refuse_unless(r, r.pick_alias("replace_with_kernel_inject", "kernel_inject"), false, "no inference kernels");
+  const std::string tp_key = r.pick_alias("tensor_parallel", "tp");
+  if (const Json* tp = r.find(tp_key); tp && !tp->is_null()) {
+    ObjectReader t(*tp, r.path_of(tp_key), nullptr);
+    int tp_size = 1;
+    t.read_int("tp_size", &tp_size, 1);
+    if (tp_size != 1 && tp_size != c.autotp_size)
+      fail_at(t.path_of("tp_size"), "must equal tensor_parallel.autotp_size (" + std::to_string(c.autotp_size) +
+                                        "), got " + std::to_string(tp_size));
+    refuse_unless(t, "tp_grain_size", 1, "splits are even");
+    refuse_unless(t, "mpu", nullptr, "a Python object");
+    refuse_unless(t, "tp_group", nullptr, "a Python object; the engine forms the groups");
+    t.finish();
+  }
+  if (const Json* pc = r.find("partition_config"); pc && !pc->is_null()) {
+    ObjectReader p(*pc, r.path_of("partition_config"), nullptr);
+    p.read_bool("use_default_specs", &c.use_default_specs);
+    p.read_bool("strict_mode", &c.strict_mode);
+    p.read_string_list("lm_head_patterns", &c.lm_head_patterns);
+    refuse_unless(p, "embedding_partition_dim", 0, "embeddings split by vocabulary (dimension 0)");
+    if (const Json* n = p.find("tp_size"); n && !n->is_null()) {
+      const int64_t size = ObjectReader::to_int(*n, p.path_of("tp_size"), 1, 1 << 20);
+      if (size != 1 && size != c.autotp_size)
+        fail_at(p.path_of("tp_size"), "must equal tensor_parallel.autotp_size (" + std::to_string(c.autotp_size) +
+                                          "), got " + std::to_string(size));
+    }
+    if (const Json* specs = p.find("layer_specs"); specs && !specs->is_null()) {
+      if (!specs->is_array()) fail_at(p.path_of("layer_specs"), "expected a list, got " + describe(*specs));
+      for (size_t i = 0; i < specs->size(); ++i)
+        c.layer_specs.push_back(parse_tp_layer_spec((*specs)[i], p.path_of("layer_specs") + "[" + std::to_string(i) + "]"));
+    }
+    p.finish();
+  }
+  r.finish();
+  return c;
+}
+
+OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& c) {
+  OrderedJson j;
+  j["autotp_size"] = c.autotp_size;
+  j["tp_overlap_comm"] = false;
+  if (c.dtype) j["dtype"] = *c.dtype;
+  j["vocab_parallel_lm_head"] = c.vocab_parallel_lm_head ? OrderedJson(*c.vocab_parallel_lm_head) : OrderedJson(nullptr);
+  OrderedJson pc;
+  pc["use_default_specs"] = c.use_default_specs;
+  pc["strict_mode"] = c.strict_mode;
+  pc["lm_head_patterns"] = c.lm_head_patterns;
+  OrderedJson specs = OrderedJson::array();
+  for (const TpLayerSpecConfig& s : c.layer_specs) {
+    OrderedJson e;
+    e["patterns"] = s.patterns;
+    e["partition_type"] = s.partition_type;
+    if (s.fused_parts > 1) e["shape"] = OrderedJson::array({s.fused_parts, -1});
+    e["gather_output"] = s.gather_output;
+    specs.push_back(e);
+  }
+  pc["layer_specs"] = specs;
+  j["partition_config"] = pc;
+  return j;
+}
+
+}  // namespace deepspeed::config

@@ -41,6 +41,8 @@ OrderedJson dump_pipeline_config(const PipelineConfig& pipeline);
 CheckpointConfig parse_checkpoint_config(const Json& node);
 OrderedJson dump_checkpoint_config(const CheckpointConfig& checkpoint);
 
+TensorParallelConfig parse_tensor_parallel_config(const Json& node);
+OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& tp);
 CommsLoggerConfig parse_comms_logger_config(const Json& node);
 OrderedJson dump_comms_logger_config(const CommsLoggerConfig& comms);
 // `key` is "tensorboard" or "csv_monitor".

@@ -39,6 +39,17 @@ struct ValidCase {
 
 const std::map<std::string, ValidCase>& valid_cases() {
   static const std::map<std::string, ValidCase> kCases = {
+      {"autotp_zero1",
+       {8,
+        [](const Config& c) {
+          EXPECT_EQ(c.tensor_parallel.autotp_size, 4);
+          EXPECT_EQ(c.tensor_parallel.dtype, "bf16");
+          EXPECT_FALSE(c.tensor_parallel.use_default_specs);
+          ASSERT_EQ(c.tensor_parallel.layer_specs.size(), 3u);
+          EXPECT_EQ(c.tensor_parallel.layer_specs[0].partition_type, "row");
+          EXPECT_EQ(c.tensor_parallel.layer_specs[0].patterns.size(), 2u);
+          EXPECT_EQ(c.tensor_parallel.layer_specs[2].fused_parts, 2);
+        }}},
       {"zenflow_zero2",
        {8,
         [](const Config& c) {

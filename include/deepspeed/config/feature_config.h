@@ -93,4 +93,27 @@ struct FlopsProfilerConfig {
   std::optional<std::string> output_file;  // unset: stdout
 };
 
+// tensor_parallel.partition_config.layer_specs[i] (DeepSpeed's TPLayerSpec).
+struct TpLayerSpecConfig {
+  std::vector<std::string> patterns;   // regexes searched in parameter names ("<module path>.weight")
+  std::string partition_type = "column";  // column, row, skip (DeepSpeed's), or vocab (ours: an embedding's rows)
+  int64_t fused_parts = 1;             // from "shape": [k, -1] (k equal blocks fused along the output)
+  bool gather_output = false;
+};
+
+// tensor_parallel (DeepSpeed's TPTrainingConfig): AutoTP training over autotp_size ranks. What DeepSpeed offers
+// here that deepspeed-cpp does not (preset_model, tp_overlap_comm, kernel injection, keeping the module on the host,
+// the liger CE backend) is refused at parse time by name.
+struct TensorParallelConfig {
+  int autotp_size = 0;  // 0 or 1: off
+  std::optional<std::string> dtype;  // DeepSpeed's model dtype; must agree with fp16 / bf16 (fp32 without either)
+  std::optional<bool> vocab_parallel_lm_head;  // false: the LM head stays whole; unset or true: vocab-parallel
+  // partition_config
+  bool use_default_specs = true;  // the built-in layer names after the given specs
+  bool strict_mode = true;        // false: a Linear / Embedding no spec names stays whole instead of an error
+  std::vector<TpLayerSpecConfig> layer_specs;
+  std::vector<std::string> lm_head_patterns;  // layer names of the LM head (vocab-parallel unless the head stays)
+  bool enabled() const { return autotp_size > 1; }
+};
+
 }  // namespace deepspeed::config
