@@ -9,6 +9,13 @@
 // the remaining ranks (train_gpt_pipe.cc). Both paths seed each layer with --seed + its index (GPTConfig::init_seed),
 // so every P starts from the plain run's values and trains the same model.
 //
+// --tp_size T splits every block's attention heads and MLP width, the embedding and the head's vocabulary over T
+// consecutive ranks (deepspeed::tp layers, Megatron's layout), data parallel over the remaining ranks; the config's
+// tensor_parallel.autotp_size is set to T (or must equal it).
+//
+// --sp_size P splits each sequence over P consecutive ranks (Ulysses: models/gpt.h's attention exchanges them for
+// whole sequences of heads / P heads), data parallel over the remaining ranks; sequence_parallel_size is set to P.
+//
 // --moe_experts E [--ep_size K --top_k k ...] makes the MLP of every other block a Mixture of Experts (models/gpt_moe.h),
 // its experts split over K ranks; the loss includes the load-balancing term.
 //
@@ -36,6 +43,9 @@
 #include "deepspeed/moe/layer.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
+#include "deepspeed/sequence/layer.h"
+#include "deepspeed/tp/groups.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
 #include "train_gpt_args.h"
@@ -107,11 +117,25 @@ double other_experts_sq(torch::nn::Module& model) {
   return t.item<double>() - mine;
 }
 
+// With tensor parallelism this rank holds a slice of each split layer: add the squares of the slices the rest of its
+// tensor-parallel group holds, so params_l2 is the whole model's whatever the layout. Collective.
+double other_tensor_ranks_sq(const deepspeed::models::GPTImpl& model) {
+  const deepspeed::comm::ProcessGroup& group = model.config().tensor_parallel;
+  if (!group.is_member()) return 0.0;
+  double mine = 0.0;
+  for (const auto& p : deepspeed::tp::sharded_parameters(model)) mine += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  at::Tensor t = at::tensor({mine}, at::kDouble);
+  const_cast<deepspeed::comm::ProcessGroup&>(group).all_reduce(t, deepspeed::comm::ReduceOp::kSum);
+  return t.item<double>() - mine;
+}
+
 int train(const Args& args) {
   deepspeed::comm::init_distributed();
   const int rank = deepspeed::comm::get_rank();
   auto config = deepspeed::Config::from_file(args.config_path);
   if (args.pipe_stages > 0) {
+    if (args.tp_size > 1 || args.sp_size > 1)
+      throw std::invalid_argument("--tp_size and --sp_size do not combine with --pipe_stages yet");
     if (args.model.moe.enabled())
       throw std::invalid_argument("--moe_experts does not combine with --pipe_stages (MoE runs on the plain engine)");
     return examples::train_pipeline(args, config);
@@ -125,7 +149,33 @@ int train(const Args& args) {
   // ZeRO stage 3: every block is a unit, partitioned as soon as it is built (no rank ever holds the whole model).
   // (Not MoE blocks, which are not units: with ep_size > 1 initialize() names stage 3 as unsupported; at ep_size 1
   // the model trains at stage 3 unpartitioned.)
-  model_cfg.shard_blocks = config.zero.stage == 3 && !model_cfg.moe.enabled();
+  // (Nor a tensor-parallel model, which initialize() refuses at stage 3 by name.)
+  model_cfg.shard_blocks = config.zero.stage == 3 && !model_cfg.moe.enabled() && args.tp_size <= 1 &&
+                           config.tensor_parallel.autotp_size <= 1;
+  // --tp_size T: the GPT is split over T consecutive ranks (Megatron's layout), data parallel over the rest.
+  if (args.tp_size > 1) {
+    if (config.tensor_parallel.autotp_size <= 1) config.tensor_parallel.autotp_size = args.tp_size;
+    if (config.tensor_parallel.autotp_size != args.tp_size)
+      throw std::invalid_argument("--tp_size " + std::to_string(args.tp_size) + " disagrees with the config's "
+                                  "tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel.autotp_size));
+  }
+  if (config.tensor_parallel.autotp_size > 1)
+    model_cfg.tensor_parallel =
+        deepspeed::tp::tensor_parallel_groups(config.tensor_parallel.autotp_size).tensor_parallel;
+  // --sp_size P: each sequence split over P consecutive ranks (Ulysses), data parallel over the rest.
+  if (args.sp_size > 1) {
+    if (config.sequence_parallel_size <= 1) config.sequence_parallel_size = args.sp_size;
+    if (config.sequence_parallel_size != args.sp_size)
+      throw std::invalid_argument("--sp_size " + std::to_string(args.sp_size) + " disagrees with the config's "
+                                  "sequence_parallel_size " + std::to_string(config.sequence_parallel_size));
+  }
+  const int sp = config.sequence_parallel_size;
+  if (sp > 1) {
+    model_cfg.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(sp).sequence_parallel;
+    if (model_cfg.seq_len % sp != 0)
+      throw std::invalid_argument("--seq_len " + std::to_string(model_cfg.seq_len) +
+                                  " must divide by the sequence-parallel size " + std::to_string(sp));
+  }
   deepspeed::models::GPT model = [&] {
     deepspeed::zero::Init init(config);
     return deepspeed::models::GPT(model_cfg);
@@ -140,12 +190,18 @@ int train(const Args& args) {
 
   at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), model_cfg.seq_len);
   deepspeed::DataParallelSampler sampler(windows.size(0), engine.train_micro_batch_size_per_gpu(),
-                                         engine.gradient_accumulation_steps(), engine.global_rank(),
-                                         engine.world_size(), static_cast<uint64_t>(args.seed));
+                                         engine.gradient_accumulation_steps(), engine.dp_rank(),
+                                         engine.dp_world_size(), static_cast<uint64_t>(args.seed));
   if (rank == 0) {
-    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d ranks, global batch %lld\n",
+    const std::string layout =
+        engine.mp_world_size() > 1 ? " (tensor parallel " + std::to_string(engine.mp_world_size()) + " x data parallel " +
+                                         std::to_string(engine.dp_world_size()) + ")"
+        : sp > 1 ? " (sequence parallel " + std::to_string(sp) + " x data parallel " +
+                       std::to_string(engine.dp_world_size()) + ")"
+                 : "";
+    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d ranks%s, global batch %lld\n",
                 static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
-                static_cast<long long>(model_cfg.seq_len), engine.world_size(),
+                static_cast<long long>(model_cfg.seq_len), engine.world_size(), layout.c_str(),
                 static_cast<long long>(engine.train_batch_size()));
     std::fflush(stdout);
   }
@@ -165,6 +221,11 @@ int train(const Args& args) {
       auto idx = sampler.micro_batch(step + data_offset, m);
       at::Tensor batch = windows.index_select(0, at::tensor(idx, at::kLong));
       at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
+      if (sp > 1) {  // this rank's part of each sequence
+        const int64_t part = model_cfg.seq_len / sp, first = (rank % sp) * part;
+        x = x.narrow(1, first, part);
+        y = y.narrow(1, first, part);
+      }
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();
@@ -188,6 +249,7 @@ int train(const Args& args) {
     sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   }
   sq += other_experts_sq(*model);
+  sq += other_tensor_ranks_sq(*model);
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
   examples::print_final(engine.global_steps(), loss_t.item<double>(), sq, tokens, seconds);
@@ -223,6 +285,12 @@ int main(int argc, char** argv) {
       ->check(deepspeed::check_in_range(256, 1 << 20));
   app.add_option("--dropout", args.model.dropout, "dropout probability")->check(deepspeed::check_in_range(0, 0.99));
   app.add_flag("--untied_head", args.untied_head, "give the LM head its own weight");
+  app.add_option("--tp_size", args.tp_size,
+                 "split the GPT over this many ranks by tensor parallelism (data parallel over the remaining ranks)")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--sp_size", args.sp_size,
+                 "split each sequence over this many ranks (Ulysses; data parallel over the remaining ranks)")
+      ->check(deepspeed::check_at_least(1));
   app.add_option("--pipe_stages", args.pipe_stages,
                  "run as a pipeline of this many stages (data parallel over the remaining ranks)")
       ->check(deepspeed::check_at_least(1));

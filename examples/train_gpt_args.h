@@ -23,6 +23,8 @@ struct TrainGptArgs {
   deepspeed::models::GPTConfig model;
   bool untied_head = false;
   int pipe_stages = 0;  // 0: no pipeline
+  int tp_size = 1;      // tensor-parallel ranks per model replica
+  int sp_size = 1;      // sequence-parallel ranks per sample (Ulysses)
 };
 
 // Rank 0 prints the summary line scripts compare runs by (collective: the peak memory is the largest rank's):

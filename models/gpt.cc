@@ -40,19 +40,49 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
     : heads_(cfg.heads), dropout_(cfg.dropout) {
   qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, 3 * cfg.hidden).bias(cfg.bias)));
   proj_ = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.hidden).bias(cfg.bias)));
+  if (cfg.sequence_parallel.is_member()) {
+    // Whole sequences of heads / P heads arrive batch-first ([b, t, h, d]); attend() works head-first.
+    ulysses_ = register_module(
+        "ulysses", deepspeed::sequence::DistributedAttention(
+                       [this](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                         return attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2);
+                       },
+                       cfg.sequence_parallel));
+  }
+}
+
+at::Tensor CausalSelfAttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t = q.size(2);
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  auto future = at::ones({t, t}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  auto att = maybe_dropout(at::softmax(scores, -1), dropout_, is_training());
+  return at::matmul(att, v);
+}
+
+void CausalSelfAttentionImpl::split(const deepspeed::comm::ProcessGroup& group) {
+  tp_qkv_ = deepspeed::tp::ColumnParallelLinear(qkv_, group, /*gather_output=*/false, /*fused_parts=*/3);
+  tp_proj_ = deepspeed::tp::RowParallelLinear(proj_, group);
+  replace_module("qkv", tp_qkv_);
+  replace_module("proj", tp_proj_);
+  qkv_ = nullptr;
+  proj_ = nullptr;
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   deepspeed::profiling::ModuleScope scope(*this);  // the flops profiler charges the attention products here
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
-  auto qkv = qkv_->forward(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // [3, b, h, t, d]
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
-  auto future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  auto att = maybe_dropout(at::softmax(scores, -1), dropout_, is_training());
-  auto y = at::matmul(att, v).transpose(1, 2).reshape({b, t, c});
-  return maybe_dropout(proj_->forward(y), dropout_, is_training());
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2) / heads_;
+  const at::Tensor fused = tp_qkv_ ? tp_qkv_->forward(x) : qkv_->forward(x);
+  const int64_t h = fused.size(-1) / (3 * d);  // this rank's heads: all, or heads / T
+  at::Tensor y;
+  if (ulysses_) {
+    const at::Tensor qkv = fused.view({b, t, 3, h, d});  // this rank's tokens, every head
+    y = ulysses_->forward(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2)).reshape({b, t, h * d});
+  } else {
+    auto qkv = fused.view({b, t, 3, h, d}).permute({2, 0, 3, 1, 4});  // [3, b, h, t, d]
+    y = attend(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape({b, t, h * d});
+  }
+  return maybe_dropout(tp_proj_ ? tp_proj_->forward(y) : proj_->forward(y), dropout_, is_training());
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout) {
@@ -64,10 +94,22 @@ GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout) {
       register_module("fc_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * cfg.hidden, cfg.hidden).bias(cfg.bias)));
 }
 
+void GPTBlockImpl::split(const deepspeed::comm::ProcessGroup& group) {
+  attn_->split(group);
+  tp_fc_ = deepspeed::tp::ColumnParallelLinear(fc_, group);
+  tp_fc_proj_ = deepspeed::tp::RowParallelLinear(fc_proj_, group);
+  replace_module("fc", tp_fc_);
+  replace_module("fc_proj", tp_fc_proj_);
+  fc_ = nullptr;
+  fc_proj_ = nullptr;
+}
+
 at::Tensor GPTBlockImpl::forward(const at::Tensor& x) {
   deepspeed::profiling::ModuleScope scope(*this);
   auto h = x + attn_->forward(ln1_->forward(x));
-  auto m = fc_proj_->forward(at::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+  const at::Tensor normed = ln2_->forward(h);
+  const at::Tensor up = at::gelu(tp_fc_ ? tp_fc_->forward(normed) : fc_->forward(normed), "tanh");
+  auto m = tp_fc_proj_ ? tp_fc_proj_->forward(up) : fc_proj_->forward(up);
   return h + maybe_dropout(m, dropout_, is_training());
 }
 
@@ -106,6 +148,38 @@ GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false)));
   }
   init_weights();
+  if (cfg_.tensor_parallel.is_member()) split_tensor_parallel();
+  if (cfg_.sequence_parallel.is_member()) {
+    const int p = cfg_.sequence_parallel.size();
+    auto require = [&](bool ok, const std::string& what) {
+      if (!ok) throw std::invalid_argument("GPT: sequence parallelism over " + std::to_string(p) + " ranks " + what);
+    };
+    require(cfg_.heads % p == 0, "needs heads (" + std::to_string(cfg_.heads) + ") divisible by it");
+    require(!cfg_.moe.enabled(), "does not combine with MoE blocks");
+    require(cfg_.dropout == 0.0, "needs dropout 0 (each rank would draw the masks of other tokens)");
+  }
+}
+
+void GPTImpl::split_tensor_parallel() {
+  const deepspeed::comm::ProcessGroup& g = cfg_.tensor_parallel;
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("GPT: tensor parallelism over " + std::to_string(g.size()) + " ranks " + what);
+  };
+  require(!cfg_.sequence_parallel.is_member(), "does not combine with sequence parallelism yet");
+  require(cfg_.heads % g.size() == 0, "needs heads (" + std::to_string(cfg_.heads) + ") divisible by it");
+  require(cfg_.vocab_size % g.size() == 0, "needs vocab_size (" + std::to_string(cfg_.vocab_size) + ") divisible by it");
+  require(!cfg_.moe.enabled(), "does not combine with MoE blocks");
+  require(!cfg_.shard_blocks, "does not combine with ZeRO stage 3 units (shard_blocks)");
+  require(cfg_.dropout == 0.0, "needs dropout 0 (the split layers would need a random stream per rank)");
+  for (const auto& block : *blocks_) block->as<GPTBlockImpl>()->split(g);
+  tp_wte_ = deepspeed::tp::VocabParallelEmbedding(wte_->weight, g);
+  replace_module("wte", tp_wte_);
+  wte_ = nullptr;
+  if (lm_head_) {
+    tp_lm_head_ = deepspeed::tp::ColumnParallelLinear(lm_head_, g);
+    replace_module("lm_head", tp_lm_head_);
+    lm_head_ = nullptr;
+  }
 }
 
 void GPTImpl::init_weights() {
@@ -142,14 +216,25 @@ void GPTImpl::init_weights() {
 }
 
 at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
+  const at::Tensor local = local_logits(tokens);
+  return tp_wte_ ? deepspeed::tp::gather_from_region(local, cfg_.tensor_parallel) : local;
+}
+
+at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
   deepspeed::profiling::ModuleScope scope(*this);
   const int64_t t = tokens.size(1);
   if (t > cfg_.seq_len) {
     throw std::invalid_argument("GPT: sequence of " + std::to_string(t) + " tokens exceeds seq_len " +
                                 std::to_string(cfg_.seq_len));
   }
-  auto pos = at::arange(t, tokens.options().dtype(at::kLong));
-  at::Tensor tok = wte_unit_ ? wte_unit_->forward(tokens) : wte_->forward(tokens);
+  // Sequence parallelism: this rank's tokens are part `rank` of P equal parts of each sequence.
+  const int64_t first = cfg_.sequence_parallel.is_member() ? cfg_.sequence_parallel.rank() * t : 0;
+  if (first + t > cfg_.seq_len) {
+    throw std::invalid_argument("GPT: tokens " + std::to_string(first) + ".." + std::to_string(first + t - 1) +
+                                " of the sequence exceed seq_len " + std::to_string(cfg_.seq_len));
+  }
+  auto pos = at::arange(first, first + t, tokens.options().dtype(at::kLong));
+  at::Tensor tok = tp_wte_ ? tp_wte_->forward(tokens) : wte_unit_ ? wte_unit_->forward(tokens) : wte_->forward(tokens);
   auto x = maybe_dropout(tok + wpe_->forward(pos), cfg_.dropout, is_training());
   aux_loss_ = at::zeros({}, at::kFloat);
   exp_counts_.clear();
@@ -165,12 +250,20 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
     }
   }
   x = ln_f_->forward(x);
+  if (tp_wte_ && cfg_.tied_head)
+    return at::matmul(deepspeed::tp::copy_to_region(x, cfg_.tensor_parallel), tp_wte_->weight.t());
+  if (tp_lm_head_) return tp_lm_head_->forward(x);
   if (cfg_.tied_head) return at::matmul(x, wte_->weight.t());
   return lm_head_unit_ ? lm_head_unit_->forward(x) : lm_head_->forward(x);
 }
 
 at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  auto out = logits(tokens);
+  auto out = local_logits(tokens);
+  if (tp_wte_) {
+    return deepspeed::tp::vocab_parallel_cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
+                                                       cfg_.tensor_parallel)
+        .mean();
+  }
   auto loss = at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
   if (!cfg_.moe.enabled()) return loss;
   return loss + cfg_.moe.aux_loss_coef * aux_loss_.to(loss.scalar_type());

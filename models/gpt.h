@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "deepspeed/comm.h"
+#include "deepspeed/sequence/layer.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 
 namespace deepspeed::models {
@@ -66,6 +69,21 @@ struct GPTConfig {
   // Unset: the global generator, in parameter order (the values then depend on what drew from it before).
   std::optional<uint64_t> init_seed;
   GPTMoEConfig moe;
+  // Tensor parallelism (Megatron's layout) over this group when set: the model is built whole, initialised as
+  // without it, then each block's q/k/v and MLP up layers become column-parallel (heads and MLP width split over the
+  // group), its attention output and MLP down row-parallel, the token embedding (and an untied head)
+  // vocabulary-parallel, and the loss the vocabulary-parallel cross-entropy. Needs heads, 4 x hidden and vocab_size
+  // divisible by the group size, no MoE, no shard_blocks and dropout 0 (dropout inside the split layers would need a
+  // per-rank random stream). Build it over deepspeed::tp::tensor_parallel_groups(T).tensor_parallel and train with
+  // tensor_parallel.autotp_size T.
+  deepspeed::comm::ProcessGroup tensor_parallel;
+  // Ulysses sequence parallelism over this group when set: forward takes this rank's part of each sequence (P equal
+  // consecutive parts in group-rank order, so rank r's tokens sit at positions r*t .. (r+1)*t - 1) and the attention
+  // exchanges it for whole sequences of heads / P heads (deepspeed::sequence::DistributedAttention); the loss is the
+  // mean over this rank's tokens. Weights are whole. Needs heads divisible by the group size, dropout 0, no tensor
+  // parallelism and no MoE. Build it over deepspeed::sequence::sequence_parallel_groups(P).sequence_parallel and
+  // train with sequence_parallel_size P.
+  deepspeed::comm::ProcessGroup sequence_parallel;
   // Number of MoE blocks (every other block, starting with block 1).
   int64_t num_moe_blocks() const { return moe.enabled() ? layers / 2 : 0; }
   // Experts of the i-th MoE block.
@@ -79,11 +97,19 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GPTConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
+  // Replaces q/k/v by their column-parallel and the output projection by its row-parallel form over `group`.
+  void split(const deepspeed::comm::ProcessGroup& group);
 
  private:
+  // Causal attention of q, k, v [batch, heads, seq, head_dim] over whole sequences.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
   int64_t heads_;
   double dropout_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+  deepspeed::tp::ColumnParallelLinear tp_qkv_{nullptr};  // after split(): heads / T heads' q, k and v
+  deepspeed::tp::RowParallelLinear tp_proj_{nullptr};
+  deepspeed::sequence::DistributedAttention ulysses_{nullptr};  // GPTConfig::sequence_parallel
 };
 TORCH_MODULE(CausalSelfAttention);
 
@@ -92,12 +118,16 @@ class GPTBlockImpl : public torch::nn::Module {
  public:
   explicit GPTBlockImpl(const GPTConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
+  // Tensor parallelism over `group` (GPTConfig::tensor_parallel): attention and MLP split, LayerNorms whole.
+  void split(const deepspeed::comm::ProcessGroup& group);
 
  private:
   double dropout_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
+  deepspeed::tp::ColumnParallelLinear tp_fc_{nullptr};
+  deepspeed::tp::RowParallelLinear tp_fc_proj_{nullptr};
 };
 TORCH_MODULE(GPTBlock);
 using ShardedGPTBlock = deepspeed::zero::ShardedImpl<GPTBlockImpl>;
@@ -108,7 +138,7 @@ class GPTImpl : public torch::nn::Module {
 
   // Mean next-token cross-entropy of `tokens` [batch, seq] (int64) against `targets` [batch, seq].
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
-  // Logits [batch, seq, vocab].
+  // Logits [batch, seq, vocab] (with tensor parallelism gathered from every rank's slice of the vocabulary).
   at::Tensor logits(const at::Tensor& tokens);
 
   const GPTConfig& config() const { return cfg_; }
@@ -119,12 +149,17 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   void init_weights();
+  void split_tensor_parallel();
+  // Logits of this rank's slice of the vocabulary (all of it without tensor parallelism).
+  at::Tensor local_logits(const at::Tensor& tokens);
 
   GPTConfig cfg_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear lm_head_{nullptr};  // only when the head is untied
+  deepspeed::tp::VocabParallelEmbedding tp_wte_{nullptr};  // tensor parallelism: the embedding and head's slices
+  deepspeed::tp::ColumnParallelLinear tp_lm_head_{nullptr};
   // ZeRO-3 units of the token embedding and the head (shard_blocks with an untied head): gathered only while they
   // run, instead of for the whole step with the other parameters outside the blocks. wte_ and lm_head_ are the
   // modules inside them.

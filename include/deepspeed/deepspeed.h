@@ -208,6 +208,12 @@ class Engine {
   int global_rank() const;
   int world_size() const;
   int dp_world_size() const;
+  // This rank's place among the ranks holding copies of its part of the model (the data-parallel group): the rank a
+  // data sampler shards by. The global rank without tensor, sequence or pipeline parallelism; with
+  // sequence_parallel_size P the P ranks sharing samples (global ranks r with the same r / P) share it.
+  int dp_rank() const;
+  // Ranks holding the parts of one model replica (tensor_parallel.autotp_size, or the pipeline's stages); 1 without.
+  int mp_world_size() const;
   int64_t train_batch_size() const;
   int64_t train_micro_batch_size_per_gpu() const;
   int64_t gradient_accumulation_steps() const;

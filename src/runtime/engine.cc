@@ -84,18 +84,20 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
     : module_(std::move(module)), config_(config) {
   DS_CHECK(module_ != nullptr, "initialize: model is null");
   if (!comm::is_initialized()) comm::init_distributed();
+  setup_tensor_parallel(options);
   world_ = options.data_parallel_group.is_member() ? options.data_parallel_group : comm::get_world_group();
   if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
     model_parallel_ = options.model_parallel_group;
   norm_excluded_ = options.norm_excluded_params;
   DS_CHECK_T(ConfigError, norm_excluded_.empty() || model_parallel_.is_member(),
              "initialize: norm_excluded_params needs a model_parallel_group of more than one rank");
-  DS_CHECK_T(ConfigError, !model_parallel_.is_member() || config_.zero.stage <= 1,
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() || tensor_parallel_ || config_.zero.stage <= 1,
              "initialize: a model_parallel_group works with zero_optimization.stage 0 or 1, got ", config_.zero.stage);
   config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
   if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
   config_.resolve_auto(known);
-  config_.resolve_batch(world_.size());
+  setup_sequence_parallel(options);
+  config_.resolve_batch(world_.size() / sequence_parallel_);
   config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
   // later checkpointing::configure by the caller still overrides it).

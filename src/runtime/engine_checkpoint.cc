@@ -344,7 +344,8 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   if (zenflow_) state.insert("zenflow", zenflow_->state_dict());
   state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
-  state.insert("mp_world_size", int64_t{1});
+  // DeepSpeed's model-parallel size is the tensor-parallel one (a pipeline's stages are not counted).
+  state.insert("mp_world_size", static_cast<int64_t>(tensor_parallel_ ? model_parallel_.size() : 1));
   state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
   state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
   state.insert("ds_config", config_.dump());
@@ -390,8 +391,13 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
   DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",
            "save_checkpoint: tag '", tag, "' must be a plain directory name");
-  runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
-  const std::string run_id = make_run_id(world_);
+  // With tensor parallelism every tensor rank writes its own files into the same tag: the whole world agrees on the
+  // tag and the run id, waits for one cleaner, and names the tag in `latest` once all have written.
+  comm::ProcessGroup everyone = tensor_parallel_ ? comm::get_world_group() : world_;
+  DS_CHECK(!tensor_parallel_ || !config_.checkpoint.save_python_layout,
+           "checkpoint.save_layout \"python_deepspeed\" is not supported with tensor_parallel.autotp_size > 1");
+  runtime::check_same_on_all_ranks(everyone, tag, "save_checkpoint: the tag");
+  const std::string run_id = make_run_id(everyone);
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   // checkpoint.save_layout python_deepspeed: our files go to a staging tag, from which every rank writes its part
@@ -399,9 +405,14 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   // the next save's stale-file pass removes like any partial tag.
   const bool python_layout = config_.checkpoint.save_python_layout;
   const std::string our_tag = python_layout ? tag + kStagingSuffix : tag;
-  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+  if (tensor_parallel_) {
+    runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
+      if (comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
+    });
+  }
+  runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
     // One process per host clears what killed saves left, before this save writes its own.
-    if (comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
+    if (!tensor_parallel_ && comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
     ckpt::begin_tag_save(dir, our_tag);
     ckpt::save_state(ckpt::optim_states_path(dir, our_tag, world_.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));
@@ -414,8 +425,8 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
   // name the tag.
   if (save_latest)
-    runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
-      if (world_.rank() == 0) ckpt::write_latest(dir, tag);
+    runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
+      if (everyone.rank() == 0) ckpt::write_latest(dir, tag);
     });
   ckpt::end_tag_save(dir, tag);  // complete and named by `latest` (when asked): no longer partial
   if (comm::get_rank() == 0) {

@@ -264,6 +264,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       model = ckpt::load_state(model_file,
                                ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
       ckpt::check_metadata(model, model_file);
+      const int64_t saved_tp = model.contains("mp_world_size") ? model.at("mp_world_size").toInt() : 1;
+      const int64_t our_tp = tensor_parallel_ ? model_parallel_.size() : 1;
+      DS_CHECK_T(CheckpointError, saved_tp == our_tp, "checkpoint file ", model_file, " was saved with ", saved_tp,
+                 " tensor-parallel ranks (mp_world_size), this engine runs ", our_tp,
+                 " (tensor_parallel.autotp_size); loading at another tensor-parallel size is not supported yet");
       index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
       const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
       DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],

@@ -154,6 +154,8 @@ class EngineImpl : public runtime::StageEngine {
   std::pair<size_t, size_t> locate(const at::Tensor& p) const;
 
   comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
+  bool tensor_parallel_ = false;           // model_parallel_ is the tensor-parallel group (engine_tp.cc)
+  int sequence_parallel_ = 1;              // ranks splitting each sequence (engine_sp.cc); world_ / this = dp size
   bool has_experts_ = false;               // some groups_ are MoE experts reduced over their own ranks
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
@@ -200,6 +202,11 @@ class EngineImpl : public runtime::StageEngine {
   void finish_construction(InitializeOptions& options);
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
+  // engine_tp.cc: tensor_parallel.autotp_size: forms the groups (into `options`), runs AutoTP on a model without
+  // deepspeed::tp layers, and lists the parameters another tensor rank counts in the norm.
+  void setup_tensor_parallel(InitializeOptions& options);
+  // engine_sp.cc: sequence_parallel_size: checks the model's DistributedAttention layers against it.
+  void setup_sequence_parallel(const InitializeOptions& options);
 
   double step_loss_sum_ = 0.0;  // unscaled micro-batch losses of the step in progress
   int64_t step_loss_count_ = 0;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/group_capsule.h"
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
 
@@ -15,19 +16,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group's handle, owned by the autograd node: backward may run after the caller's handle is gone.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(comm::ProcessGroup g) : group(std::move(g)) {}
-  comm::ProcessGroup group;
-};
+void hold(AutogradContext* ctx, const comm::ProcessGroup& group) { ctx->saved_data["group"] = comm::group_capsule(group); }
 
-void hold(AutogradContext* ctx, const comm::ProcessGroup& group) {
-  ctx->saved_data["group"] = at::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
-}
-
-comm::ProcessGroup& held(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data["group"].toCapsule())->group;
-}
+comm::ProcessGroup& held(AutogradContext* ctx) { return comm::capsule_group(ctx->saved_data["group"]); }
 
 at::Tensor all_reduce(const at::Tensor& x, comm::ProcessGroup& group) {
   at::Tensor out = x.contiguous().clone();

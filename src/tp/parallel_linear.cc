@@ -3,6 +3,7 @@
 #include <torch/nn/functional/linear.h>
 
 #include <utility>
+#include <vector>
 
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
@@ -29,17 +30,36 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool
 }
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group,
-                                                   bool gather)
-    : gather_output(gather), group_(std::move(group)) {
-  check_splits(full->options.out_features(), group_, "ColumnParallelLinear", "output features");
+                                                   bool gather, int64_t parts)
+    : gather_output(gather), fused_parts(parts), group_(std::move(group)) {
+  DS_CHECK(fused_parts >= 1 && full->options.out_features() % fused_parts == 0, "ColumnParallelLinear: output features (",
+           full->options.out_features(), ") must divide into fused_parts (", fused_parts, ")");
+  DS_CHECK(fused_parts == 1 || !gather_output,
+           "ColumnParallelLinear: gather_output would interleave the slices of fused blocks; gather them per block");
+  check_splits(full->options.out_features() / fused_parts, group_, "ColumnParallelLinear", "output features per block");
   take(full);
 }
+
+namespace {
+
+// Rank r's slice of each of `parts` equal blocks along dimension 0, concatenated.
+at::Tensor fused_slice_of(const at::Tensor& t, int64_t parts, const comm::ProcessGroup& group) {
+  if (parts == 1) return slice_of(t, 0, group);
+  std::vector<int64_t> blocks(t.sizes().begin(), t.sizes().end());
+  blocks[0] /= parts;
+  blocks.insert(blocks.begin(), parts);
+  std::vector<int64_t> out(t.sizes().begin(), t.sizes().end());
+  out[0] /= group.size();
+  return slice_of(t.detach().reshape(blocks), 1, group).reshape(out);
+}
+
+}  // namespace
 
 void ColumnParallelLinearImpl::take(const torch::nn::Linear& full) {
   in_features = full->options.in_features();
   out_features = full->options.out_features();
-  weight = register_parameter("weight", slice_of(full->weight, 0, group_));
-  if (full->bias.defined()) bias = register_parameter("bias", slice_of(full->bias, 0, group_));
+  weight = register_parameter("weight", fused_slice_of(full->weight, fused_parts, group_));
+  if (full->bias.defined()) bias = register_parameter("bias", fused_slice_of(full->bias, fused_parts, group_));
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
@@ -74,6 +94,33 @@ at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
            input_is_parallel ? weight.size(1) : in_features, ", got ", x.size(-1));
   at::Tensor y = reduce_from_region(torch::nn::functional::linear(part, weight), group_);
   return bias.defined() ? y + bias : y;
+}
+
+std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size) {
+  std::vector<at::Tensor> out;
+  int size = 0;
+  auto note = [&](const std::string& name, const comm::ProcessGroup& g) {
+    DS_CHECK(size == 0 || size == g.size(), "tensor parallelism: ", name, " is split over ", g.size(),
+             " ranks where other layers are split over ", size);
+    size = g.size();
+  };
+  auto visit = [&](const std::string& name, const torch::nn::Module* m) {
+    if (const auto* col = dynamic_cast<const ColumnParallelLinearImpl*>(m)) {
+      note(name, col->group());
+      out.push_back(col->weight);
+      if (col->bias.defined()) out.push_back(col->bias);
+    } else if (const auto* row = dynamic_cast<const RowParallelLinearImpl*>(m)) {
+      note(name, row->group());
+      out.push_back(row->weight);
+    } else if (const auto* emb = dynamic_cast<const VocabParallelEmbeddingImpl*>(m)) {
+      note(name, emb->group());
+      out.push_back(emb->weight);
+    }
+  };
+  visit("the model", &module);
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) visit(item.key(), item.value().get());
+  if (group_size != nullptr) *group_size = size;
+  return out;
 }
 
 }  // namespace deepspeed::tp

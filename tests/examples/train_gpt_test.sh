@@ -29,6 +29,40 @@ final_field() {  # final_field <name>: the value of <name>= in rank 0's final li
   grep -o "final step=.*" "$log" | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
 
+split_layouts() {  # split_layouts <flag> <layout name> <config>: one model, one answer, split or not
+  local flag=$1 name=$2 other=$3 layout
+  declare -A loss l2
+  # ranks, config, split size; the last is <config> split over 2 of 4 ranks (or 2 of 2 for a global batch of 8 at
+  # micro 2), compared with its own plain 2-rank run.
+  local wide=4
+  [ "$other" = ckpt_stage1.json ] && wide=2
+  local layouts=("1 micro8.json 1" "2 micro8.json 2" "4 micro8.json 4" "4 micro4.json 2" "$wide $other 2")
+  for layout in "${layouts[@]}"; do
+    set -- $layout
+    run "$1" "$2" --steps 6 "$flag" "$3" || fail "layout $layout exited with $?"
+    [ "$3" = 1 ] || grep -q "ranks ($name $3 x data parallel $(( $1 / $3 )))" "$log" || \
+      fail "layout $layout: no '$name' layout line"
+    loss[$layout]=$(final_field loss)
+    l2[$layout]=$(final_field params_l2)
+    echo "layout $layout: loss=${loss[$layout]} params_l2=${l2[$layout]}"
+  done
+  run 2 "$other" --steps 6 || fail "$other without $flag exited with $?"
+  local args=()
+  for layout in "${layouts[@]:0:4}"; do args+=("${loss[$layout]}"); done
+  args+=("$(final_field loss)" "${loss[$wide $other 2]}")
+  for layout in "${layouts[@]:0:4}"; do args+=("${l2[$layout]}"); done
+  args+=("$(final_field params_l2)" "${l2[$wide $other 2]}")
+  python3 - "${args[@]}" <<'PY' || fail "$name layouts disagree"
+import os, sys
+v = [float(x) for x in sys.argv[1:]]
+losses, norms = v[:6], v[6:]
+bound = float(os.environ["DS_LAYOUT_BOUND"])
+for group in (losses, norms):
+    for a, b in ((group[0], group[1]), (group[0], group[2]), (group[0], group[3]), (group[4], group[5])):
+        assert abs(a - b) <= bound * abs(a), (losses, norms)
+PY
+}
+
 case "$case_name" in
   layouts)
     # The same global batches whatever the layout: 1x8, 2 ranks x 4, 1 x (2 micro x 4 accumulation).
@@ -142,6 +176,52 @@ PY
     first=$(grep -o "step 2/20 ([0-9]*%) | loss [0-9.]*" "$log" | sed 's/.*loss //')
     last=$(final_field loss)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' || fail "PR-MoE loss did not fall: $first -> $last"
+    ;;
+  tensor_parallel)
+    # --tp_size: the same global batch of 8 on one rank, split over 2 and 4 tensor ranks, and 2 tensor x 2 data
+    # ranks, at ZeRO 0 and 1 (SGD and a clipped, scheduled AdamW), trains the same model.
+    split_layouts --tp_size "tensor parallel" ckpt_stage1.json
+    ;;
+  tensor_parallel_resume)
+    # A tensor-parallel run resumed from its checkpoint (one model file per tensor rank) ends where the uninterrupted
+    # run ends; a checkpoint of 2 tensor ranks does not load into 1.
+    dir=$(mktemp -d)
+    run 2 adam_micro2_gas2.json --steps 6 --tp_size 2 || fail "uninterrupted run exited with $?"
+    whole=$(final_field params_l2); whole_loss=$(final_field loss)
+    run 2 adam_micro2_gas2.json --steps 3 --tp_size 2 --save_dir "$dir" || { rm -rf "$dir"; fail "first half exited with $?"; }
+    [ -f "$dir/global_step3/mp_rank_01_model_states.pt" ] && \
+      [ -f "$dir/global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt" ] || { ls -R "$dir"; rm -rf "$dir"; fail "tensor-parallel checkpoint layout"; }
+    run 2 adam_micro2_gas2.json --steps 6 --tp_size 2 --load_dir "$dir" || { rm -rf "$dir"; fail "resumed half exited with $?"; }
+    grep -q "resumed at step 3" "$log" || { rm -rf "$dir"; fail "did not resume at step 3"; }
+    [ "$(final_field params_l2)" = "$whole" ] && [ "$(final_field loss)" = "$whole_loss" ] || \
+      { rm -rf "$dir"; fail "resumed run ended at params_l2=$(final_field params_l2) loss=$(final_field loss), uninterrupted $whole $whole_loss"; }
+    run 2 adam_micro2_gas2.json --steps 6 --load_dir "$dir" && { rm -rf "$dir"; fail "a tp-2 checkpoint loaded without tp"; }
+    rm -rf "$dir"
+    grep -q "was saved with 2 tensor-parallel ranks (mp_world_size), this engine runs 1" "$log" || \
+      fail "no clear message for the tensor-parallel size"
+    ;;
+  tensor_parallel_bad)
+    run 2 micro4.json --steps 2 --tp_size 3 && fail "--tp_size 3 on 2 ranks must be refused"
+    grep -q "tensor_parallel.autotp_size (3) must divide the world of 2 ranks" "$log" || fail "no clear message for tp 3"
+    run 2 zero3.json --steps 2 --tp_size 2 && fail "tensor parallelism at ZeRO 3 must be refused"
+    grep -q "works with zero_optimization.stage 0, 1 or 2" "$log" || fail "no clear message for stage 3"
+    run 2 micro4.json --steps 2 --tp_size 2 --heads 1 && fail "1 head over 2 ranks must be refused"
+    grep -q "needs heads (1) divisible by it" "$log" || fail "no clear message for the heads"
+    ;;
+  sequence_parallel)
+    # --sp_size: each sequence split over 2 or 4 ranks (alone, and 2 x 2 data parallel) trains the model one rank
+    # trains on the same global batch of 8, at ZeRO 0 and (zero3.json: AdamW, micro 4 = sp 2 x dp 2) ZeRO 3.
+    split_layouts --sp_size "sequence parallel" zero3.json
+    ;;
+  sequence_parallel_bad)
+    run 2 micro4.json --steps 2 --sp_size 3 && fail "--sp_size 3 on 2 ranks must be refused"
+    grep -q "sequence_parallel_size (3) must divide the world of 2 ranks" "$log" || fail "no clear message for sp 3"
+    run 2 micro4.json --steps 2 --sp_size 2 --heads 1 && fail "1 head over 2 ranks must be refused"
+    grep -q "sequence parallelism over 2 ranks needs heads (1) divisible by it" "$log" || fail "no clear message for the heads"
+    run 2 micro4.json --steps 2 --sp_size 2 --seq-len 33 && fail "33 tokens over 2 ranks must be refused"
+    grep -q "seq_len 33 must divide by the sequence-parallel size 2" "$log" || fail "no clear message for the sequence"
+    run 2 micro4.json --steps 2 --sp_size 2 --tp_size 2 && fail "tp and sp together must be refused"
+    grep -q "does not combine with sequence parallelism yet" "$log" || fail "no clear message for tp with sp"
     ;;
   moe_bad)
     run 2 micro4.json --steps 2 --moe_experts 6 --ep_size 3 && fail "ep_size 3 on 2 ranks must be refused"

@@ -9,7 +9,6 @@
 // (train_gpt --pipe_stages 1 once trained another model than train_gpt: its layers were seeded one
 // by one.)
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
@@ -29,6 +28,7 @@
 #include "gpt.h"
 #include "gpt_pipe.h"
 #include "gpt_pipeline_names.h"
+#include "gpt_training.h"
 #include "tolerance.h"
 
 namespace ds = deepspeed;
@@ -58,18 +58,14 @@ ds::models::GPTConfig gpt_config(bool tied_head) {
 }
 
 at::Tensor dataset(const ds::models::GPTConfig& c) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(4321);
-  return at::randint(c.vocab_size, {kSamples, c.seq_len + 1}, gen, at::kLong);
+  return gpt_training::dataset(c.vocab_size, c.seq_len, kSamples);
 }
 
 // Micro-batch `m` of data-parallel replica `d` of `dp` at `step`: what train_gpt feeds either
 // engine.
 std::pair<at::Tensor, at::Tensor> micro_batch(const at::Tensor& data, int step, int d, int dp,
                                               int m) {
-  ds::DataParallelSampler sampler(data.size(0), kMicro, kGas, d, dp, kDataSeed);
-  at::Tensor batch = data.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
-  const int64_t seq = data.size(1) - 1;
-  return {batch.narrow(1, 0, seq), batch.narrow(1, 1, seq)};
+  return gpt_training::micro_batch(data, step, d, dp, m, kMicro, kGas, kDataSeed);
 }
 
 std::string config_json(const std::string& optimizer) {
@@ -80,58 +76,25 @@ std::string config_json(const std::string& optimizer) {
          opt + "}";
 }
 
-// Parameters by their models::GPT name, and each step's loss (mean over the global batch's
-// micro-batches).
-struct Trained {
-  std::map<std::string, at::Tensor> params;
-  std::vector<double> losses;
-};
+// Parameters by their models::GPT name, and each step's loss (mean over the global batch's micro-batches).
+using gpt_training::snapshot;
+using gpt_training::Trained;
 
-std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& m) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : m.named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
-// Plain LibTorch: models::GPT in one process, every replica's micro-batches in turn, each loss
-// divided by the number of micro-batches in the global batch, then torch::optim::Adam, or SGD
-// written out as p - (lr x g): torch's SGD fuses that multiply-add into one rounding where
-// DeepSpeed's (and ours) rounds twice, a difference in the last bit of every parameter that is not
-// the engines'. No code of ours but the model and the sampler. `lr_factor` scales the SGD step (the
-// same as scaling every gradient), for the tests' controls.
+// Plain LibTorch over models::GPT (gpt_training.h). `lr_factor` scales the SGD step, for the tests' controls.
 Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& optimizer,
                   double lr_factor = 1.0) {
-  // The engines' intra-op thread count (initialize() sets it unless OMP_NUM_THREADS does):
-  // LibTorch's CPU reductions (LayerNorm's backward among them) split their sums over the threads,
-  // so another count sums in another order.
-  if (std::getenv("OMP_NUM_THREADS") == nullptr)
-    at::set_num_threads(ds::accelerator::host_threads_per_rank(ds::comm::get_local_world_size()));
-  ds::models::GPT model(cfg);
-  std::vector<at::Tensor> params = model->parameters();
-  torch::optim::Adam adam(params, torch::optim::AdamOptions(kAdamLr));
-  const at::Tensor data = dataset(cfg);
-  Trained run;
-  for (int step = 0; step < kSteps; ++step) {
-    adam.zero_grad();
-    double total = 0;
-    for (int d = 0; d < dp; ++d) {
-      for (int m = 0; m < kGas; ++m) {
-        auto [x, y] = micro_batch(data, step, d, dp, m);
-        at::Tensor loss = model->forward(x, y);
-        total += loss.item<double>();
-        (loss / static_cast<double>(dp * kGas)).backward();
-      }
-    }
-    if (optimizer == "SGD") {
-      at::NoGradGuard no_grad;
-      for (auto& p : params) p.sub_(p.grad() * (kSgdLr * lr_factor));
-    } else {
-      adam.step();
-    }
-    run.losses.push_back(total / static_cast<double>(dp * kGas));
-  }
-  run.params = snapshot(*model);
-  return run;
+  gpt_training::ReferenceRun r;
+  r.dp = dp;
+  r.micro = kMicro;
+  r.gas = kGas;
+  r.samples = kSamples;
+  r.steps = kSteps;
+  r.data_seed = kDataSeed;
+  r.optimizer = optimizer;
+  r.sgd_lr = kSgdLr;
+  r.adam_lr = kAdamLr;
+  r.lr_factor = lr_factor;
+  return gpt_training::train_reference(cfg, r);
 }
 
 // The pipeline of `stages` stages over the world. Its parameters under their GPT names: this
@@ -204,10 +167,7 @@ double max_param_error(const Trained& got, const Trained& want) {
 }
 
 double max_loss_error(const Trained& got, const Trained& want) {
-  double worst = 0;
-  for (size_t s = 0; s < got.losses.size() && s < want.losses.size(); ++s)
-    worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]));
-  return got.losses.size() == want.losses.size() ? worst : 1e300;
+  return gpt_training::max_series_error(got.losses, want.losses);
 }
 
 std::vector<int> stage_counts() {

@@ -24,6 +24,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "deepspeed/comm.h"
 
@@ -45,14 +46,19 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   // current generator on every rank (so the slices are of one full weight).
   ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, bool bias, comm::ProcessGroup group,
                            bool gather_output = false);
-  // This rank's slice of `full`'s weight and bias (copied).
-  ColumnParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group, bool gather_output = false);
+  // This rank's slice of `full`'s weight and bias (copied). `fused_parts` > 1: the output features are that many
+  // equal blocks fused in one layer (attention's q, k and v: 3), each split over the group, so rank r holds slice r
+  // of every block, in block order (its own heads' q, k and v) instead of slice r of the concatenation.
+  ColumnParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group, bool gather_output = false,
+                           int64_t fused_parts = 1);
   at::Tensor forward(const at::Tensor& x);
+  const comm::ProcessGroup& group() const { return group_; }
 
   at::Tensor weight;  // [out / T, in]
   at::Tensor bias;    // [out / T], undefined without bias
   int64_t in_features = 0, out_features = 0;  // the full layer's
   bool gather_output = false;
+  int64_t fused_parts = 1;
 
  private:
   void take(const torch::nn::Linear& full);
@@ -66,6 +72,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
                         bool input_is_parallel = true);
   RowParallelLinearImpl(const torch::nn::Linear& full, comm::ProcessGroup group, bool input_is_parallel = true);
   at::Tensor forward(const at::Tensor& x);
+  const comm::ProcessGroup& group() const { return group_; }
 
   at::Tensor weight;  // [out, in / T]
   at::Tensor bias;    // [out], whole on every rank; undefined without bias
@@ -87,6 +94,7 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   // This rank's rows of `full` (copied).
   VocabParallelEmbeddingImpl(const at::Tensor& full_weight, comm::ProcessGroup group);
   at::Tensor forward(const at::Tensor& ids);
+  const comm::ProcessGroup& group() const { return group_; }
 
   at::Tensor weight;  // [V / T, D]
   int64_t num_embeddings = 0, vocab_begin = 0, vocab_end = 0;
@@ -102,5 +110,11 @@ TORCH_MODULE(VocabParallelEmbedding);
 // position). Backward gives each rank the gradient of its slice.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                         const comm::ProcessGroup& group);
+
+// The parameters of `module`'s tree that the layers above split over a tensor-parallel group (column-parallel weights
+// and biases, row-parallel weights, vocabulary-parallel embeddings); every other parameter is whole on each rank of
+// the group. `group_size` (when given) receives the groups' size, 0 when there is no such layer; layers over groups
+// of different sizes are an error.
+std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size = nullptr);
 
 }  // namespace deepspeed::tp

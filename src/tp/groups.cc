@@ -1,0 +1,17 @@
+// Tensor-parallel process groups (deepspeed/tp/groups.h) over the shared grid layout (comm/grid_groups.h).
+#include "deepspeed/tp/groups.h"
+
+#include "comm/grid_groups.h"
+
+namespace deepspeed::tp {
+
+TensorParallelGroups tensor_parallel_groups(int tp_size) {
+  const comm::GridGroups grid = comm::grid_groups("tensor_parallel", "tensor_parallel.autotp_size", tp_size);
+  TensorParallelGroups g;
+  g.tp_size = tp_size;
+  g.tensor_parallel = grid.inner;
+  g.data_parallel = grid.outer;
+  return g;
+}
+
+}  // namespace deepspeed::tp
