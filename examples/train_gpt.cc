@@ -134,8 +134,7 @@ int train(const Args& args) {
   const int rank = deepspeed::comm::get_rank();
   auto config = deepspeed::Config::from_file(args.config_path);
   if (args.pipe_stages > 0) {
-    if (args.tp_size > 1 || args.sp_size > 1)
-      throw std::invalid_argument("--tp_size and --sp_size do not combine with --pipe_stages yet");
+    if (args.sp_size > 1) throw std::invalid_argument("--sp_size does not combine with --pipe_stages yet");
     if (args.model.moe.enabled())
       throw std::invalid_argument("--moe_experts does not combine with --pipe_stages (MoE runs on the plain engine)");
     return examples::train_pipeline(args, config);

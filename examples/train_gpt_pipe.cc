@@ -2,13 +2,14 @@
 // data parallel over world / P replicas. Stage 0 reads the token windows, the last stage their shifted targets;
 // both draw the same indices from the sampler of their data-parallel replica. --save_dir/--load_dir write and read
 // DeepSpeed's pipeline checkpoint layout (layer files plus each stage's engine state); a resume needs the same
-// stage count.
+// stage count. With --tp_size T each stage's layers are split over T tensor ranks (3D: pipe x data x model).
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "deepspeed/data.h"
 #include "deepspeed/error.h"
 #include "deepspeed/pipe/engine.h"
+#include "deepspeed/tp/groups.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "gpt_pipe.h"
 #include "train_gpt_args.h"
 
@@ -26,10 +29,13 @@ namespace {
 
 namespace dsp = deepspeed::pipe;
 
-// Squared L2 norm of the whole model: each stage's parameters once (data-parallel replica 0 only) and each tied
-// module once (on the first stage that holds it).
-double model_params_sq(const dsp::PipelineModule& module, int data_rank) {
+// Squared L2 norm of the whole model: each stage's parameters once (data-parallel replica 0 only), each tied
+// module once (on the first stage that holds it), and with --tp_size each tensor rank's slices, the weights the
+// layers keep whole on tensor rank 0 only.
+double model_params_sq(const dsp::PipelineModule& module, int data_rank, int model_rank) {
   double sq = 0.0;
+  std::set<const void*> split;
+  for (const at::Tensor& p : deepspeed::tp::sharded_parameters(*module)) split.insert(p.unsafeGetTensorImpl());
   if (data_rank == 0) {
     std::vector<std::string> copies;  // prefixes of tied modules another stage counts
     for (const std::string& key : module->tied_keys())
@@ -38,6 +44,7 @@ double model_params_sq(const dsp::PipelineModule& module, int data_rank) {
       const std::string& name = item.key();
       if (std::any_of(copies.begin(), copies.end(), [&](const std::string& c) { return name.rfind(c, 0) == 0; }))
         continue;
+      if (model_rank > 0 && split.count(item.value().unsafeGetTensorImpl()) == 0) continue;
       sq += item.value().detach().to(at::kDouble).pow(2).sum().item<double>();
     }
   }
@@ -58,28 +65,44 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   model_cfg.init_seed = static_cast<uint64_t>(args.seed);
 
   dsp::PipelineModuleOptions o;
+  // --tp_size T: each stage's layers split over T tensor ranks, the topology's "model" axis (3D).
+  deepspeed::Config cfg = config;
+  const int tp = std::max({args.tp_size, cfg.tensor_parallel.autotp_size, 1});
+  DS_CHECK(cfg.tensor_parallel.autotp_size <= 1 || cfg.tensor_parallel.autotp_size == tp, "--tp_size ", args.tp_size,
+           " disagrees with the config's tensor_parallel.autotp_size ", cfg.tensor_parallel.autotp_size);
+  cfg.tensor_parallel.autotp_size = tp;
+  const int world = deepspeed::comm::get_world_size();
+  DS_CHECK(world % (args.pipe_stages * tp) == 0, "--pipe_stages ", args.pipe_stages, " x --tp_size ", tp,
+           " must divide the world of ", world, " ranks");
+  if (tp > 1) {
+    model_cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(tp).tensor_parallel;
+    o.topology = dsp::PipeModelDataParallelTopology(args.pipe_stages, tp, world / (args.pipe_stages * tp));
+  } else {
+    o.num_stages = args.pipe_stages;
+  }
   o.layers = deepspeed::models::gpt_pipeline_layers(model_cfg);
-  o.num_stages = args.pipe_stages;
-  o.loss_fn = deepspeed::models::gpt_pipeline_loss;
+  o.loss_fn = deepspeed::models::gpt_pipeline_loss_fn(model_cfg);
   dsp::PipelineModule module(o);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = model_cfg.seq_len;
   options.auto_values.hidden_size = model_cfg.hidden;  // "auto" bucket sizes follow the model's width
-  auto engine = dsp::initialize(module, config, options);
+  auto engine = dsp::initialize(module, cfg, options);
 
   const int data_rank = module->topology().get_coord(rank).get("data");
+  const int model_rank = tp > 1 ? module->topology().get_coord(rank).get("model") : 0;
   at::Tensor windows = make_windows(load_corpus(args.data_path), model_cfg.seq_len);
   const deepspeed::Engine& stage = engine.stage_engine();
   deepspeed::DataParallelSampler sampler(windows.size(0), stage.train_micro_batch_size_per_gpu(),
                                          stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size(),
                                          static_cast<uint64_t>(args.seed));
   if (rank == 0) {
-    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d stages x %d data-parallel ranks, "
+    const std::string tensor = tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : "";
+    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d stages x %d data-parallel%s ranks, "
                 "global batch %lld\n",
                 static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
                 static_cast<long long>(model_cfg.seq_len), engine.num_stages(), engine.dp_world_size(),
-                static_cast<long long>(stage.train_batch_size()));
+                tensor.c_str(), static_cast<long long>(stage.train_batch_size()));
     std::fflush(stdout);
   }
   int64_t first_step = 0;
@@ -101,7 +124,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * stage.train_batch_size() * model_cfg.seq_len);
-  print_final(engine.global_steps(), last_loss, model_params_sq(module, data_rank), tokens, seconds);
+  print_final(engine.global_steps(), last_loss, model_params_sq(module, data_rank, model_rank), tokens, seconds);
   return 0;
 }
 

@@ -54,6 +54,8 @@ std::string parts_text(const std::vector<int64_t>& parts) {
 std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const std::optional<std::string>& tag_in,
                                                 const std::optional<checkpoint::StateDict>& client_state) {
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
+  DS_CHECK(grid_.model_parallel_size == 1, "save_checkpoint: checkpoints of a pipeline with a \"model\" axis (",
+           grid_.model_parallel_size, " tensor-parallel ranks) are not supported yet");
   const std::string tag = tag_in.value_or(ckpt::default_tag(impl_->global_steps()));
   runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
   ckpt::StateDict client = client_state ? client_state->copy() : ckpt::make_state_dict();
@@ -91,6 +93,8 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
                                                                         const LoadCheckpointOptions& options) {
   // A universal checkpoint holds every parameter whole, so any stage count loads it: each stage's engine takes its
   // layers' parameters (its tag is in latest_universal).
+  DS_CHECK(grid_.model_parallel_size == 1, "load_checkpoint: checkpoints of a pipeline with a \"model\" axis (",
+           grid_.model_parallel_size, " tensor-parallel ranks) are not supported yet");
   const bool universal = impl_->config().checkpoint.load_universal;
   const std::string latest = universal ? dir + "/" + ckpt::kLatestUniversal : ckpt::latest_path(dir);
   if (!options.tag && !ckpt::default_file_system()->file_exists(latest)) {

@@ -17,6 +17,8 @@
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "deepspeed/pipe/schedule.h"
+#include "deepspeed/tp/groups.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "pipe/pipeline_engine_impl.h"
 #include "runtime/timers.h"
 
@@ -58,9 +60,8 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
   const ProcessTopology& topo = module_->topology();
   DS_CHECK(topo.world_size() == world_.size(), "pipe::initialize: the module's topology has ", topo.world_size(),
            " ranks but the world has ", world_.size());
-  DS_CHECK(topo.get_dim("model") <= 1, "pipe::initialize: a \"model\" axis of ", topo.get_dim("model"),
-           " (tensor slicing) is not supported; use a pipe x data topology");
   grid_ = pipe_grid_ranks(topo, world_.rank());
+  check_tensor_parallel(config);
   DS_ASSERT(grid_.stage_id == module_->stage_id(), "module and topology disagree on the stage");
   // The config's pipeline section: stages must agree with the module; partition and seed_layers belong to
   // PipelineModuleOptions (the module is split before the config is read); the checkpoint interval is applied here.
@@ -76,6 +77,7 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
   if (pc.activation_checkpoint_interval > 0) module_->set_activation_checkpoint_interval(pc.activation_checkpoint_interval);
   Config stage_config = config;
   stage_config.pipeline = config::PipelineConfig{};  // consumed here
+  stage_config.tensor_parallel = config::TensorParallelConfig{};  // the "model" axis: checked and laid out here
   make_groups(options);
   sync_tied_weights();
   runtime::StageEngineParts parts =
@@ -98,9 +100,12 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
     act_from_prev_ = std::make_unique<P2PLink>(world_, grid_.prev_stage_rank, "activations to stage " + s);
     grad_to_prev_ = std::make_unique<P2PLink>(world_, grid_.prev_stage_rank, "gradients from stage " + s);
   }
-  if (world_.rank() == 0)
-    std::printf("deepspeed: pipeline of %d stages x %d data-parallel ranks, %d micro-batches per step\n",
-                grid_.pipe_parallel_size, grid_.data_parallel_size, micro_batches_);
+  if (world_.rank() == 0) {
+    const std::string tensor =
+        grid_.model_parallel_size > 1 ? " x " + std::to_string(grid_.model_parallel_size) + " tensor-parallel" : "";
+    std::printf("deepspeed: pipeline of %d stages x %d data-parallel%s ranks, %d micro-batches per step\n",
+                grid_.pipe_parallel_size, grid_.data_parallel_size, tensor.c_str(), micro_batches_);
+  }
 }
 
 void PipelineEngineImpl::make_groups(InitializeOptions& options) {
@@ -115,21 +120,69 @@ void PipelineEngineImpl::make_groups(InitializeOptions& options) {
     if (g.is_member()) pipe_group_ = g;
   }
   options.data_parallel_group = data_group_;
-  if (grid_.pipe_parallel_size > 1) options.model_parallel_group = pipe_group_;
+  // The ranks of one model replica (every stage and, with a "model" axis, every tensor rank) agree on the gradient
+  // norm and on fp16 overflow.
+  if (grid_.model_parallel_size > 1) {
+    for (int d = 0; d < grid_.data_parallel_size; ++d) {
+      comm::ProcessGroup g = comm::new_group(topo.get_axis_list("data", d));
+      if (g.is_member()) options.model_parallel_group = g;
+    }
+  } else if (grid_.pipe_parallel_size > 1) {
+    options.model_parallel_group = pipe_group_;
+  }
   for (const std::string& key : all_tied_keys(*module_)) {
     const std::vector<int> stages = module_->tied_stages(key);
     if (stages.size() < 2) continue;
     for (int d = 0; d < grid_.data_parallel_size; ++d) {
-      std::vector<int> ranks;
-      for (int stage : stages) ranks.push_back(topo.get_rank({{"pipe", stage}, {"data", d}}));
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (!g.is_member()) continue;
-      tie_groups_.emplace_back(key, g);
-      // The first stage of the tie counts the weight in the gradient norm; the others hold copies.
-      if (grid_.stage_id != stages.front())
-        for (const auto& p : module_->tied_parameters(key)) options.norm_excluded_params.push_back(p);
+      for (int t = 0; t < grid_.model_parallel_size; ++t) {
+        std::vector<int> ranks;
+        for (int stage : stages) {
+          AxisValues at{{"pipe", stage}, {"data", d}};
+          if (topo.has_axis("model")) at.emplace_back("model", t);
+          ranks.push_back(topo.get_rank(at));
+        }
+        comm::ProcessGroup g = comm::new_group(ranks);
+        if (!g.is_member()) continue;
+        tie_groups_.emplace_back(key, g);
+        // The first stage of the tie counts the weight in the gradient norm; the others hold copies.
+        if (grid_.stage_id != stages.front())
+          for (const auto& p : module_->tied_parameters(key)) options.norm_excluded_params.push_back(p);
+      }
     }
   }
+  // Tensor parallelism: weights the layers do not split are whole on every tensor rank; rank 0 of the model axis
+  // counts them.
+  if (grid_.model_parallel_size > 1 && grid_.model_parallel_id > 0) {
+    std::set<const void*> split;
+    for (const at::Tensor& p : tp::sharded_parameters(*module_)) split.insert(p.unsafeGetTensorImpl());
+    for (const at::Tensor& p : module_->parameters())
+      if (p.requires_grad() && split.count(p.unsafeGetTensorImpl()) == 0) options.norm_excluded_params.push_back(p);
+  }
+}
+
+void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
+  const int t = grid_.model_parallel_size;
+  DS_CHECK_T(ConfigError, std::max(config.tensor_parallel.autotp_size, 1) == t, "tensor_parallel.autotp_size ",
+             config.tensor_parallel.autotp_size, " differs from the pipeline topology's \"model\" axis of ", t,
+             " (set them equal: the stage's layers are split over the model axis)");
+  DS_CHECK_T(ConfigError, config.sequence_parallel_size == 1,
+             "sequence_parallel_size: Ulysses does not combine with pipeline parallelism yet");
+  int layers_t = 0;
+  tp::sharded_parameters(*module_, &layers_t);
+  if (t == 1) {
+    DS_CHECK_T(ConfigError, layers_t == 0, "pipe::initialize: the stage's layers are split over ", layers_t,
+               " tensor-parallel ranks; give the topology a \"model\" axis of that size "
+               "(PipeModelDataParallelTopology)");
+    return;
+  }
+  DS_CHECK_T(ConfigError, layers_t == t, "pipe::initialize: the topology's \"model\" axis has ", t,
+             " ranks, but the stage's layers are split over ", layers_t, " (build them with deepspeed::tp layers over "
+             "tp::tensor_parallel_groups(", t, ").tensor_parallel)");
+  // The layers' group must be this rank's model-axis peers (PipeModelDataParallelTopology puts the model axis last,
+  // which is tp::tensor_parallel_groups' layout of consecutive ranks).
+  const std::vector<int> tp_ranks = tp::tensor_parallel_groups(t).tensor_parallel.ranks();
+  DS_CHECK_T(ConfigError, tp_ranks == grid_.model_group, "pipe::initialize: the topology's \"model\" axis groups "
+             "other ranks than the tensor-parallel layers do; use PipeModelDataParallelTopology (model axis last)");
 }
 
 void PipelineEngineImpl::sync_tied_weights() {

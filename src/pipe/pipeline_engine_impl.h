@@ -51,6 +51,8 @@ class PipelineEngineImpl {
     at::Tensor input, label, output;
     at::Tensor act_recv, grad_recv;  // reused receive buffers
   };
+  // The topology's "model" axis against the config's tensor_parallel.autotp_size and the stage's tp layers.
+  void check_tensor_parallel(const Config& config);
   void make_groups(InitializeOptions& options);
   void sync_tied_weights();
   void execute(const PipeInstruction& ins, const DataIterator& data, bool train);

@@ -52,6 +52,14 @@ tp::AutoTpPolicy policy_of(const config::TensorParallelConfig& c) {
 }  // namespace
 
 void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
+  // A caller that lays out the groups itself (the pipeline engine, whose topology's "model" axis is the tensor-parallel
+  // one) has checked the layers against them and passes the norm's exclusions.
+  if (options.data_parallel_group.is_member() || options.model_parallel_group.is_member()) {
+    DS_CHECK_T(ConfigError, config_.tensor_parallel.autotp_size <= 1, "tensor_parallel.autotp_size: with "
+               "InitializeOptions::data_parallel_group / model_parallel_group the caller lays out the ranks; leave "
+               "the tensor-parallel layout to it");
+    return;
+  }
   int model_tp = 0;
   tp::sharded_parameters(*module_, &model_tp);
   const int tp_size = std::max(config_.tensor_parallel.autotp_size, 1);
@@ -59,9 +67,6 @@ void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
              "split over ", model_tp, " ranks (deepspeed::tp layers); set autotp_size to ", model_tp, ", got ",
              config_.tensor_parallel.autotp_size);
   if (tp_size == 1) return;
-  DS_CHECK_T(ConfigError, !options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
-             "tensor_parallel.autotp_size: tensor parallelism inside a pipeline is not supported yet; use it with "
-             "data parallelism and ZeRO stages 0-2");
   DS_CHECK_T(ConfigError, config_.zero.stage <= 2, "tensor_parallel.autotp_size: AutoTP training works with "
              "zero_optimization.stage 0, 1 or 2 (as in DeepSpeed), got ", config_.zero.stage);
   const tp::TensorParallelGroups groups = tp::tensor_parallel_groups(tp_size);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,25 @@ inline double max_series_error(const std::vector<double>& got, const std::vector
   for (size_t s = 0; s < got.size() && s < want.size(); ++s)
     worst = std::max(worst, std::abs(got[s] - want[s]) / std::abs(want[s]));
   return got.size() == want.size() ? worst : 1e300;
+}
+
+// This tensor rank's slice of the whole parameter `want` (of the plain GPT), found by shape, not by our layers: the
+// dimension whose size is `tp` times `got`'s; the rows of q/k/v ("qkv" in the name) are three blocks, each split.
+// `want` itself when the shapes agree (a parameter the layers keep whole).
+inline at::Tensor my_slice(const std::string& name, const at::Tensor& want, const at::Tensor& got, int tp,
+                           int tp_rank) {
+  if (got.sizes() == want.sizes()) return want;
+  for (int64_t d = 0; d < want.dim(); ++d) {
+    if (got.size(d) * tp != want.size(d)) continue;
+    if (name.find("qkv") != std::string::npos) {
+      std::vector<int64_t> blocks(want.sizes().begin(), want.sizes().end());
+      blocks[0] /= 3;
+      blocks.insert(blocks.begin(), 3);
+      return want.reshape(blocks).narrow(1, tp_rank * blocks[1] / tp, blocks[1] / tp).reshape(got.sizes());
+    }
+    return want.narrow(d, tp_rank * got.size(d), got.size(d));
+  }
+  throw std::invalid_argument(name + ": shape " + c10::str(got.sizes()) + " is no slice of " + c10::str(want.sizes()));
 }
 
 // Parameters by name after training, each step's loss (mean over the global batch) and gradient norm.

@@ -25,6 +25,7 @@
 #include "deepspeed/data.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/pipe/engine.h"
+#include "deepspeed/tp/groups.h"
 #include "gpt.h"
 #include "gpt_pipe.h"
 #include "gpt_pipeline_names.h"
@@ -101,13 +102,21 @@ Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& o
 // stage's, plus the tied embedding's shared weight on every stage holding a copy (the copies must
 // stay equal to the trained one); a tied module's other parameters on a later stage are unused
 // copies and are left out.
-Trained train_pipeline(const ds::models::GPTConfig& cfg, int stages, const std::string& optimizer) {
+// With tp > 1 the layers are split over a "model" axis of tp ranks (3D: pipe x data x model).
+Trained train_pipeline(ds::models::GPTConfig cfg, int stages, const std::string& optimizer, int tp = 1) {
   dsp::PipelineModuleOptions o;
+  std::string json = config_json(optimizer);
+  if (tp > 1) {
+    cfg.tensor_parallel = ds::tp::tensor_parallel_groups(tp).tensor_parallel;
+    o.topology = dsp::PipeModelDataParallelTopology(stages, tp, ds::comm::get_world_size() / (stages * tp));
+    json.insert(1, R"("tensor_parallel": {"autotp_size": )" + std::to_string(tp) + "}, ");
+  } else {
+    o.num_stages = stages;
+  }
   o.layers = ds::models::gpt_pipeline_layers(cfg);
-  o.num_stages = stages;
-  o.loss_fn = ds::models::gpt_pipeline_loss;
+  o.loss_fn = ds::models::gpt_pipeline_loss_fn(cfg);
   dsp::PipelineModule module(o);
-  auto engine = dsp::initialize(module, ds::Config::from_string(config_json(optimizer)));
+  auto engine = dsp::initialize(module, ds::Config::from_string(json));
   const int d = module->topology().get_coord(ds::comm::get_rank()).get("data");
   const at::Tensor data = dataset(cfg);
   Trained run;
@@ -118,6 +127,7 @@ Trained train_pipeline(const ds::models::GPTConfig& cfg, int stages, const std::
       return dsp::MicroBatch{x, y};
     });
     run.losses.push_back(loss.item<double>());
+    run.norms.push_back(engine.get_global_grad_norm());
   }
   const bool first_of_tie =
       !cfg.tied_head || module->tied_stages("embed").front() == module->stage_id();
@@ -152,16 +162,17 @@ Trained train_engine(const ds::models::GPTConfig& cfg, const std::string& optimi
   return run;
 }
 
-// Largest over the pipeline's parameters of ||got - want|| / ||want|| (per tensor, L2).
-double max_param_error(const Trained& got, const Trained& want) {
+// Largest over the pipeline's parameters of ||got - want|| / ||want|| (per tensor, L2); with tensor parallelism
+// this rank's slice of each split parameter against the same slice of the whole one.
+double max_param_error(const Trained& got, const Trained& want, int tp = 1) {
   double worst = 0;
   EXPECT_FALSE(got.params.empty());
   for (const auto& [name, value] : got.params) {
     auto it = want.params.find(name);
     EXPECT_NE(it, want.params.end()) << name << " is not a parameter of models::GPT";
     if (it == want.params.end()) continue;
-    worst = std::max(worst,
-                     (value - it->second).norm().item<double>() / it->second.norm().item<double>());
+    const at::Tensor w = gpt_training::my_slice(name, it->second, value, tp, ds::comm::get_rank() % tp);
+    worst = std::max(worst, (value - w).norm().item<double>() / w.norm().item<double>());
   }
   return worst;
 }
@@ -243,6 +254,44 @@ TEST_F(GPTPipelineTest, AdamMatchesPlainLibTorchAtEveryStageCount) {
       const double params = max_param_error(run, ref), losses = max_loss_error(run, ref);
       EXPECT_WITHIN(params, params_bound);
       EXPECT_WITHIN(losses, loss_bound);
+    }
+  }
+}
+
+// 3D: the layers also split over a "model" axis of 2 tensor-parallel ranks (PipeModelDataParallelTopology), at every
+// stage count that leaves room for it (1 and 2 stages at 4 ranks, data parallel over the rest; 1 stage at 2 ranks).
+// SGD: the sums regrouped are the pipeline's (2 x dp x gas terms) and the tensor split's (up to the MLP's 4 x hidden
+// products summed over the ranks): within that many fp32 epsilons per sum, added over the steps (tolerance.h's
+// reordered()); the control's update 1.5x as large is far outside. Adam: tolerance.h's measured(), the worst over
+// every rank at 2 and 4 ranks times 4: parameters 8.30e-5 at both AVX2 and AVX-512 (a small tensor, a LayerNorm
+// bias that starts at zero, where Adam's sign of a rounding-level gradient difference is a large share), losses
+// 1.15e-7 (AVX2) and 1.72e-7 (AVX-512). A tied embedding summed over the wrong ranks, activations sent to another
+// tensor rank's stage, a partition over the wrong ranks: each is another model (errors ~1).
+TEST_F(GPTPipelineTest, ThreeDimensionalMatchesPlainLibTorch) {
+  const int world = ds::comm::get_world_size();
+  const double adam_params_bound = tolerance::measured(8.3e-5, 8.3e-5);
+  const double adam_loss_bound = tolerance::measured(1.15e-7, 1.72e-7);
+  for (int stages : {1, 2}) {
+    if (world % (2 * stages) != 0) continue;
+    const int dp = world / (2 * stages);
+    for (bool tied_head : {true, false}) {
+      SCOPED_TRACE(std::to_string(stages) + " stages x 2 tensor x " + std::to_string(dp) + " data, " +
+                   (tied_head ? "tied head" : "untied head"));
+      const auto cfg = gpt_config(tied_head);
+      const Trained sgd_ref = reference(cfg, dp, "SGD");
+      const Trained sgd = train_pipeline(cfg, stages, "SGD", /*tp=*/2);
+      const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 2 * dp * kGas + 4 * cfg.hidden, kSteps);
+      EXPECT_WITHIN(max_param_error(sgd, sgd_ref, 2), bound);
+      EXPECT_WITHIN(max_loss_error(sgd, sgd_ref), bound);
+      // The norm over every stage and tensor rank, each weight counted once.
+      EXPECT_WITHIN(gpt_training::max_series_error(sgd.norms, sgd_ref.norms), bound);
+      if (tied_head) {
+        EXPECT_GT(max_param_error(sgd, reference(cfg, dp, "SGD", 1.5), 2), 10 * bound) << "the control must fail";
+      }
+      const Trained adam = train_pipeline(cfg, stages, "Adam", /*tp=*/2);
+      const Trained adam_ref = reference(cfg, dp, "Adam");
+      EXPECT_WITHIN(max_param_error(adam, adam_ref, 2), adam_params_bound);
+      EXPECT_WITHIN(max_loss_error(adam, adam_ref), adam_loss_bound);
     }
   }
 }

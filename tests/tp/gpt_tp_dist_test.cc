@@ -123,23 +123,7 @@ Trained train_tp(ds::models::GPTConfig cfg, int tp, int stage, const std::string
   return run;
 }
 
-// This tensor rank's slice of the whole `want`, found by shape: the dimension whose size is T times the local one;
-// q/k/v's rows are three blocks, each split.
-at::Tensor my_slice(const std::string& name, const at::Tensor& want, const at::Tensor& got, int tp, int tp_rank) {
-  if (got.sizes() == want.sizes()) return want;
-  for (int64_t d = 0; d < want.dim(); ++d) {
-    if (got.size(d) * tp != want.size(d)) continue;
-    if (name.find("qkv") != std::string::npos) {
-      std::vector<int64_t> blocks(want.sizes().begin(), want.sizes().end());
-      blocks[0] /= 3;
-      blocks.insert(blocks.begin(), 3);
-      return want.reshape(blocks).narrow(1, tp_rank * blocks[1] / tp, blocks[1] / tp).reshape(got.sizes());
-    }
-    return want.narrow(d, tp_rank * got.size(d), got.size(d));
-  }
-  ADD_FAILURE() << name << ": shape " << got.sizes() << " is no slice of " << want.sizes();
-  return want;
-}
+using gpt_training::my_slice;
 
 double max_param_error(const Trained& got, const Trained& want, int tp, int tp_rank) {
   double worst = 0;
