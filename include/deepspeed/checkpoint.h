@@ -309,6 +309,10 @@ constexpr const char* kFp32FlatGroupsKey = "fp32_flat_groups";
 constexpr const char* kParamSlicesKey = "param_slices";
 constexpr const char* kBufferNamesKey = "buffer_names";
 constexpr const char* kModuleKey = "module";
+// With tensor parallelism each tensor rank's mp_rank_<t>_model_states.pt maps the name of every parameter the tp
+// layers split to [dimension, fused blocks] (deepspeed/tp/parallel_linear.h's SplitParameter): how the tensor ranks'
+// slices join into the whole parameter (ds_to_universal) and split again at another size.
+constexpr const char* kTensorParallelLayoutKey = "tp_partitions";
 
 struct ConsolidateStats {
   int64_t tensors = 0;

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "checkpoint/archive_writer.h"
 #include "checkpoint/partition_index.h"
 #include "checkpoint/python_pickle.h"
+#include "deepspeed/tp/partition.h"
 
 namespace deepspeed::checkpoint {
 namespace {
@@ -88,29 +90,68 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
       }
   }
 
+  // With tensor parallelism the model-parallel ranks are tensor ranks holding slices of the same parameters: the
+  // model file names how each split parameter's slices join (the others are whole, and equal, on every rank).
+  std::map<std::string, std::pair<int64_t, int64_t>> tp_layout;
+  if (!translated && stages.size() > 1) {
+    std::string file;
+    const StateDict model = read_model_states(dir, tag, {}, 0, fs, &file);
+    if (auto it = model.find(kTensorParallelLayoutKey); it != model.end())
+      for (const auto& e : it->value().toGenericDict()) {
+        const c10::IValue& v = e.value();
+        const bool ok = v.isList() && v.toListRef().size() == 2 && v.toListRef()[0].isInt() && v.toListRef()[1].isInt();
+        DS_CHECK_T(CheckpointError, ok, "checkpoint file ", file, ": ", kTensorParallelLayoutKey, "['",
+                   e.key().toStringRef(), "'] must be [dimension, fused blocks]");
+        tp_layout[e.key().toStringRef()] = {v.toListRef()[0].toInt(), v.toListRef()[1].toInt()};
+      }
+  }
   UniversalStats stats;
   std::set<std::string> written;
   const std::string zero = out_dir + "/zero";
+  std::vector<std::vector<RankOptimizerStates>> optimizers;
   for (const PartitionIndex& stage : stages) {
+    optimizers.push_back(rank_optimizer_states(stage));
     stats.ranks += static_cast<int>(stage.files.size());
-    const std::vector<RankOptimizerStates> optimizers = rank_optimizer_states(stage);
+  }
+  // fp32 and each optimizer state of parameter `p` of stage `s`, in its shape.
+  auto values_of = [&](size_t s, const SavedParam& p) {
+    std::vector<at::Tensor> v{at::empty({p.numel}, at::kFloat)};
+    std::vector<at::Tensor> states;
+    for (size_t k = 0; k < optimizers[s][0].names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
+    copy_param_elements(stages[s], optimizers[s], p, 0, p.numel, v[0], states);
+    v.insert(v.end(), states.begin(), states.end());
+    for (at::Tensor& t : v) t = t.view(p.shape);
+    return v;
+  };
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const PartitionIndex& stage = stages[s];
+    if (!tp_layout.empty() && s > 0) break;  // tensor ranks: every parameter is in stage 0's list
     for (const SavedParam& p : stage.params) {
       if (!written.insert(p.name).second) continue;
       const std::string folder = zero + "/" + p.name;
       fs->create_dirs(folder);
-      at::Tensor fp32 = at::empty({p.numel}, at::kFloat);
-      const std::vector<std::string>& names = optimizers[0].names;
-      std::vector<at::Tensor> states;
-      for (size_t k = 0; k < names.size(); ++k) states.push_back(at::empty({p.numel}, at::kFloat));
-      copy_param_elements(stage, optimizers, p, 0, p.numel, fp32, states);
-      auto write_param = [&](const std::string& file, const at::Tensor& flat) {
+      const std::vector<std::string>& names = optimizers[s][0].names;
+      std::vector<at::Tensor> values = values_of(s, p);  // fp32, then the states
+      if (auto split = tp_layout.find(p.name); split != tp_layout.end()) {
+        std::vector<std::vector<at::Tensor>> slices(values.size());
+        for (size_t r = 0; r < stages.size(); ++r) {
+          const SavedParam* q = stages[r].find(p.name);
+          DS_CHECK_T(CheckpointError, q != nullptr, "checkpoint ", tag_dir(dir, tag), ": tensor rank ", r,
+                     " has no slice of '", p.name, "'");
+          std::vector<at::Tensor> v = r == 0 ? values : values_of(r, *q);
+          for (size_t k = 0; k < v.size(); ++k) slices[k].push_back(v[k]);
+        }
+        for (size_t k = 0; k < values.size(); ++k)
+          values[k] = tp::merge_split(slices[k], split->second.first, split->second.second);
+      }
+      auto write_param = [&](const std::string& file, const at::Tensor& t) {
         GenericDict d = make_any_dict();
-        d.insert(std::string("param"), flat.view(p.shape));
+        d.insert(std::string("param"), t.contiguous());
         write_value(folder + "/" + file, d, fs);
-        stats.bytes += flat.numel() * 4;
+        stats.bytes += t.numel() * 4;
       };
-      write_param("fp32.pt", fp32);
-      for (size_t k = 0; k < names.size(); ++k) write_param(names[k] + ".pt", states[k]);
+      write_param("fp32.pt", values[0]);
+      for (size_t k = 0; k < names.size(); ++k) write_param(names[k] + ".pt", values[k + 1]);
       if (!names.empty())
         write_value(folder + "/step.pt", at::scalar_tensor(static_cast<double>(step), at::kFloat), fs);
       ++stats.params;
@@ -146,7 +187,7 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
 }
 
 ForeignTag read_universal(const std::string& dir, const std::string& tag, const CheckpointNameMap& map,
-                          FileSystem* fs) {
+                          FileSystem* fs, const ParamSlicer& slicer) {
   if (fs == nullptr) fs = default_file_system();
   const std::string zero = tag_dir(dir, tag) + "/zero";
   DS_CHECK_T(CheckpointError, fs->is_dir(zero), "checkpoint ", tag_dir(dir, tag),
@@ -194,17 +235,20 @@ ForeignTag read_universal(const std::string& dir, const std::string& tag, const 
     if (first) state_names = names;
     DS_CHECK_T(CheckpointError, names == state_names, "checkpoint folder ", folder,
                " holds other optimizer states than the first parameter's");
-    const at::Tensor fp32 = param_tensor(folder + "/fp32.pt");
+    const std::string mapped = map ? map(name) : name;
+    auto mine = [&](const at::Tensor& whole) { return slicer ? slicer(mapped, whole) : whole; };
+    const at::Tensor whole_fp32 = param_tensor(folder + "/fp32.pt");
+    const at::Tensor fp32 = mine(whole_fp32);
     flats.push_back(fp32.reshape({-1}));
     GenericList group_slices = make_any_list();
-    group_slices.push_back(param_slice_entry(map ? map(name) : name, fp32.sizes().vec(), 0, fp32.numel(), 0));
+    group_slices.push_back(param_slice_entry(mapped, fp32.sizes().vec(), 0, fp32.numel(), 0));
     slices.push_back(group_slices);
     GenericDict s = make_any_dict();
     for (const std::string& k : names) {
-      const at::Tensor t = param_tensor(folder + "/" + k + ".pt");
-      DS_CHECK_T(CheckpointError, t.numel() == fp32.numel(), "checkpoint file ", folder, "/", k, ".pt holds ",
-                 t.numel(), " elements, fp32.pt ", fp32.numel());
-      s.insert(k, t.reshape({-1}));
+      const at::Tensor whole = param_tensor(folder + "/" + k + ".pt");
+      DS_CHECK_T(CheckpointError, whole.numel() == whole_fp32.numel(), "checkpoint file ", folder, "/", k,
+                 ".pt holds ", whole.numel(), " elements, fp32.pt ", whole_fp32.numel());
+      s.insert(k, mine(whole.view(whole_fp32.sizes())).reshape({-1}));
     }
     states.push_back(s);
     if (first && has_step) {

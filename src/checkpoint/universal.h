@@ -11,7 +11,10 @@
 // Files are torch.save archives (Python's torch.load reads ours; ours reads Python's).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "checkpoint/deepspeed_tag.h"
@@ -39,7 +42,11 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag, c
 // <dir>/<tag> as a universal checkpoint, in the fp32 partition contract: one rank file holding every parameter whole
 // (one group each) with its optimizer state, and the model file's entries (from a pipeline: its stages' modules
 // merged, so any stage finds its buffers). Parameter names pass through `name_map`.
+// `slicer` (when set) replaces each parameter's whole fp32 value and optimizer states by the part this rank holds
+// (given the parameter's name after `name_map`; the identity for a parameter it keeps whole): a tensor-parallel engine
+// takes its slices of the whole parameters, at any tensor-parallel size.
+using ParamSlicer = std::function<at::Tensor(const std::string& name, const at::Tensor& whole)>;
 ForeignTag read_universal(const std::string& dir, const std::string& tag, const CheckpointNameMap& name_map = {},
-                          FileSystem* fs = nullptr);
+                          FileSystem* fs = nullptr, const ParamSlicer& slicer = {});
 
 }  // namespace deepspeed::checkpoint

@@ -346,6 +346,12 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
   // DeepSpeed's model-parallel size is the tensor-parallel one (a pipeline's stages are not counted).
   state.insert("mp_world_size", static_cast<int64_t>(tensor_parallel_ ? model_parallel_.size() : 1));
+  if (tensor_parallel_) {
+    c10::impl::GenericDict layout = ckpt::make_any_dict();
+    for (const auto& [name, split] : tensor_parallel_layout())
+      layout.insert(name, c10::List<int64_t>({split.first, split.second}));
+    state.insert(std::string(ckpt::kTensorParallelLayoutKey), layout);
+  }
   state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
   state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
   state.insert("ds_config", config_.dump());

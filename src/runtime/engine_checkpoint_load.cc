@@ -21,6 +21,7 @@
 #include "checkpoint/partition_index.h"
 #include "checkpoint/universal.h"
 #include "deepspeed/accelerator.h"
+#include "deepspeed/tp/partition.h"
 #include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
 #include "runtime/engine_impl.h"
@@ -244,7 +245,17 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       // Every parameter whole in its own folder: loadable at any world size, stage, expert layout (experts are
       // saved under their global names, so each rank takes the ones it holds) or pipeline layout (each stage
       // takes its layers' parameters).
-      ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs);
+      // A tensor-parallel engine takes its slices of the whole parameters, whatever tensor size saved them.
+      ckpt::ParamSlicer slicer;
+      if (tensor_parallel_) {
+        slicer = [layout = tensor_parallel_layout(), rank = model_parallel_.rank(), size = model_parallel_.size()](
+                     const std::string& name, const at::Tensor& whole) {
+          auto it = layout.find(name);
+          return it == layout.end() ? whole
+                                    : tp::slice_split(whole, it->second.first, it->second.second, rank, size);
+        };
+      }
+      ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs, slicer);
       model_file = foreign.model_file;
       model = foreign.model;
       index = ckpt::index_partitions(tag, std::move(foreign.files), std::move(foreign.ranks));
@@ -268,7 +279,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       const int64_t our_tp = tensor_parallel_ ? model_parallel_.size() : 1;
       DS_CHECK_T(CheckpointError, saved_tp == our_tp, "checkpoint file ", model_file, " was saved with ", saved_tp,
                  " tensor-parallel ranks (mp_world_size), this engine runs ", our_tp,
-                 " (tensor_parallel.autotp_size); loading at another tensor-parallel size is not supported yet");
+                 " (tensor_parallel.autotp_size); to change the size, convert it with ds_to_universal and load that "
+                 "with checkpoint.load_universal");
       index = ckpt::load_partition_index(dir, tag, fs, mp_rank());
       const std::string model_run = model.at(ckpt::kRunIdKey).toStringRef();
       DS_CHECK_T(CheckpointError, index.run_id == model_run, "checkpoint file ", index.files[0],

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -205,6 +206,10 @@ class EngineImpl : public runtime::StageEngine {
   // engine_tp.cc: tensor_parallel.autotp_size: forms the groups (into `options`), runs AutoTP on a model without
   // deepspeed::tp layers, and lists the parameters another tensor rank counts in the norm.
   void setup_tensor_parallel(InitializeOptions& options);
+  // Parameter name -> (split dimension, fused blocks) of every parameter the tp layers split (empty without tensor
+  // parallelism): saved in the model file as "tp_partitions", so a universal conversion merges the tensor ranks' slices
+  // and a load at another tensor-parallel size slices them again.
+  std::map<std::string, std::pair<int64_t, int64_t>> tensor_parallel_layout() const;
   // engine_sp.cc: sequence_parallel_size: checks the model's DistributedAttention layers against it.
   void setup_sequence_parallel(const InitializeOptions& options);
 

@@ -9,6 +9,9 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 #include <unordered_set>
 
 #include "deepspeed/error.h"
@@ -83,6 +86,19 @@ void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
   for (const at::Tensor& p : tp::sharded_parameters(*module_)) sharded.insert(p.unsafeGetTensorImpl());
   for (const at::Tensor& p : module_->parameters())
     if (p.requires_grad() && sharded.count(p.unsafeGetTensorImpl()) == 0) options.norm_excluded_params.push_back(p);
+}
+
+std::map<std::string, std::pair<int64_t, int64_t>> EngineImpl::tensor_parallel_layout() const {
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  if (!tensor_parallel_) return out;
+  std::map<const void*, std::pair<int64_t, int64_t>> by_tensor;
+  for (const tp::SplitParameter& p : tp::split_parameters(*module_))
+    by_tensor[p.param.unsafeGetTensorImpl()] = {p.dim, p.fused_parts};
+  for (const auto& item : module_->named_parameters()) {
+    auto it = by_tensor.find(item.value().unsafeGetTensorImpl());
+    if (it != by_tensor.end()) out[item.key()] = it->second;
+  }
+  return out;
 }
 
 }  // namespace deepspeed

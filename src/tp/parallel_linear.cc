@@ -40,26 +40,14 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full
   take(full);
 }
 
-namespace {
-
-// Rank r's slice of each of `parts` equal blocks along dimension 0, concatenated.
-at::Tensor fused_slice_of(const at::Tensor& t, int64_t parts, const comm::ProcessGroup& group) {
-  if (parts == 1) return slice_of(t, 0, group);
-  std::vector<int64_t> blocks(t.sizes().begin(), t.sizes().end());
-  blocks[0] /= parts;
-  blocks.insert(blocks.begin(), parts);
-  std::vector<int64_t> out(t.sizes().begin(), t.sizes().end());
-  out[0] /= group.size();
-  return slice_of(t.detach().reshape(blocks), 1, group).reshape(out);
-}
-
-}  // namespace
-
 void ColumnParallelLinearImpl::take(const torch::nn::Linear& full) {
   in_features = full->options.in_features();
   out_features = full->options.out_features();
-  weight = register_parameter("weight", fused_slice_of(full->weight, fused_parts, group_));
-  if (full->bias.defined()) bias = register_parameter("bias", fused_slice_of(full->bias, fused_parts, group_));
+  auto mine = [&](const at::Tensor& t) {
+    return slice_split(t.detach(), 0, fused_parts, group_.rank(), group_.size()).clone();
+  };
+  weight = register_parameter("weight", mine(full->weight));
+  if (full->bias.defined()) bias = register_parameter("bias", mine(full->bias));
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
@@ -96,8 +84,8 @@ at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
   return bias.defined() ? y + bias : y;
 }
 
-std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size) {
-  std::vector<at::Tensor> out;
+std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, int* group_size) {
+  std::vector<SplitParameter> out;
   int size = 0;
   auto note = [&](const std::string& name, const comm::ProcessGroup& g) {
     DS_CHECK(size == 0 || size == g.size(), "tensor parallelism: ", name, " is split over ", g.size(),
@@ -107,19 +95,25 @@ std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int*
   auto visit = [&](const std::string& name, const torch::nn::Module* m) {
     if (const auto* col = dynamic_cast<const ColumnParallelLinearImpl*>(m)) {
       note(name, col->group());
-      out.push_back(col->weight);
-      if (col->bias.defined()) out.push_back(col->bias);
+      out.push_back({col->weight, 0, col->fused_parts});
+      if (col->bias.defined()) out.push_back({col->bias, 0, col->fused_parts});
     } else if (const auto* row = dynamic_cast<const RowParallelLinearImpl*>(m)) {
       note(name, row->group());
-      out.push_back(row->weight);
+      out.push_back({row->weight, 1, 1});
     } else if (const auto* emb = dynamic_cast<const VocabParallelEmbeddingImpl*>(m)) {
       note(name, emb->group());
-      out.push_back(emb->weight);
+      out.push_back({emb->weight, 0, 1});
     }
   };
   visit("the model", &module);
   for (const auto& item : module.named_modules("", /*include_self=*/false)) visit(item.key(), item.value().get());
   if (group_size != nullptr) *group_size = size;
+  return out;
+}
+
+std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size) {
+  std::vector<at::Tensor> out;
+  for (const SplitParameter& p : split_parameters(module, group_size)) out.push_back(p.param);
   return out;
 }
 

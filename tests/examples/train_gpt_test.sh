@@ -206,7 +206,7 @@ PY
     ;;
   tensor_parallel_resume)
     # A tensor-parallel run resumed from its checkpoint (one model file per tensor rank) ends where the uninterrupted
-    # run ends; a checkpoint of 2 tensor ranks does not load into 1.
+    # run ends; a checkpoint of 2 tensor ranks does not load into 1 directly, but does through the universal format.
     dir=$(mktemp -d)
     run 2 adam_micro2_gas2.json --steps 6 --tp_size 2 || fail "uninterrupted run exited with $?"
     whole=$(final_field params_l2); whole_loss=$(final_field loss)
@@ -218,9 +218,22 @@ PY
     [ "$(final_field params_l2)" = "$whole" ] && [ "$(final_field loss)" = "$whole_loss" ] || \
       { rm -rf "$dir"; fail "resumed run ended at params_l2=$(final_field params_l2) loss=$(final_field loss), uninterrupted $whole $whole_loss"; }
     run 2 adam_micro2_gas2.json --steps 6 --load_dir "$dir" && { rm -rf "$dir"; fail "a tp-2 checkpoint loaded without tp"; }
+    grep -q "was saved with 2 tensor-parallel ranks (mp_world_size), this engine runs 1 (tensor_parallel.autotp_size); to change the size, convert it with ds_to_universal" "$log" || \
+      { rm -rf "$dir"; fail "no clear message for the tensor-parallel size"; }
+    # Through the universal format (every parameter whole, the tensor ranks' slices joined) it continues at tensor
+    # size 1 (one rank) and 4 (four ranks), the same global batch, as the uninterrupted run ends.
+    "$bin/ds_to_universal" --input_folder "$dir/global_step3" --output_folder "$dir/global_step3_universal" > "$log" 2>&1 || \
+      { rm -rf "$dir"; fail "ds_to_universal failed"; }
+    for layout in "1 1" "4 4"; do
+      set -- $layout
+      run "$1" adam_micro2_gas2_universal.json --steps 6 --tp_size "$2" --load_dir "$dir" || \
+        { rm -rf "$dir"; fail "universal load at tp $2 exited with $?"; }
+      grep -q "resumed at step 3" "$log" || { rm -rf "$dir"; fail "tp $2 did not resume at step 3"; }
+      awk -v a="$whole_loss" -v b="$(final_field loss)" -v c="$whole" -v d="$(final_field params_l2)" \
+        'BEGIN { e = ENVIRON["DS_LAYOUT_BOUND"]; exit !(b != "" && (a - b) ^ 2 <= (e * a) ^ 2 && (c - d) ^ 2 <= (e * c) ^ 2) }' \
+        || { rm -rf "$dir"; fail "tp $2 from the universal checkpoint ended at $(final_field loss) $(final_field params_l2), uninterrupted $whole_loss $whole"; }
+    done
     rm -rf "$dir"
-    grep -q "was saved with 2 tensor-parallel ranks (mp_world_size), this engine runs 1" "$log" || \
-      fail "no clear message for the tensor-parallel size"
     ;;
   tensor_parallel_bad)
     run 2 micro4.json --steps 2 --tp_size 3 && fail "--tp_size 3 on 2 ranks must be refused"

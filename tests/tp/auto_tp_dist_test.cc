@@ -214,4 +214,22 @@ TEST(AutoTp, BadPartitionNamesAndPatternsAreConfigErrors) {
   EXPECT_THROW(tp::auto_tp(*model, ds::comm::get_world_group(), policy), ds::ConfigError);
 }
 
+// Cutting and joining for checkpoints across tensor-parallel sizes: slices of fused q/k/v hold each block's part in
+// block order, and joining every rank's slices gives the whole tensor back exactly, in either dimension.
+TEST(TpPartition, SlicesOfFusedBlocksJoinToTheWhole) {
+  const at::Tensor whole = at::arange(12 * 4, at::kFloat).reshape({12, 4});  // 3 blocks of 4 rows
+  const at::Tensor r1 = tp::slice_split(whole, 0, /*fused_parts=*/3, /*rank=*/1, /*size=*/2);
+  // Rank 1 of 2: rows 2-3 of each block.
+  EXPECT_TRUE(at::equal(r1, at::cat({whole.narrow(0, 2, 2), whole.narrow(0, 6, 2), whole.narrow(0, 10, 2)})));
+  for (int64_t size : {1, 2, 4}) {
+    for (int64_t dim : {0, 1}) {
+      const int64_t fused = dim == 0 ? 3 : 1;
+      std::vector<at::Tensor> slices;
+      for (int64_t r = 0; r < size; ++r) slices.push_back(tp::slice_split(whole, dim, fused, r, size));
+      EXPECT_TRUE(at::equal(tp::merge_split(slices, dim, fused), whole)) << "size " << size << " dim " << dim;
+    }
+  }
+  EXPECT_THROW(tp::slice_split(whole, 1, 1, 0, 3), ds::Error);  // 4 columns over 3 ranks
+}
+
 }  // namespace

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/tp/partition.h"
 
 namespace deepspeed::tp {
 
@@ -111,10 +112,21 @@ TORCH_MODULE(VocabParallelEmbedding);
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                         const comm::ProcessGroup& group);
 
+// A parameter the layers above split over their group, and how: rank r holds slice r of dimension `dim` (of each of
+// `fused_parts` equal blocks along it, in block order, for fused q/k/v).
+struct SplitParameter {
+  at::Tensor param;
+  int64_t dim = 0;
+  int64_t fused_parts = 1;
+};
+
 // The parameters of `module`'s tree that the layers above split over a tensor-parallel group (column-parallel weights
 // and biases, row-parallel weights, vocabulary-parallel embeddings); every other parameter is whole on each rank of
 // the group. `group_size` (when given) receives the groups' size, 0 when there is no such layer; layers over groups
 // of different sizes are an error.
+std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, int* group_size = nullptr);
+// The tensors of split_parameters().
 std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size = nullptr);
+
 
 }  // namespace deepspeed::tp
