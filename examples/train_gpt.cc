@@ -123,7 +123,8 @@ double other_tensor_ranks_sq(const deepspeed::models::GPTImpl& model) {
   const deepspeed::comm::ProcessGroup& group = model.config().tensor_parallel;
   if (!group.is_member()) return 0.0;
   double mine = 0.0;
-  for (const auto& p : deepspeed::tp::sharded_parameters(model)) mine += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  for (const auto& p : deepspeed::tp::sharded_parameters(model))
+    mine += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   at::Tensor t = at::tensor({mine}, at::kDouble);
   const_cast<deepspeed::comm::ProcessGroup&>(group).all_reduce(t, deepspeed::comm::ReduceOp::kSum);
   return t.item<double>() - mine;
@@ -192,12 +193,10 @@ int train(const Args& args) {
                                          engine.gradient_accumulation_steps(), engine.dp_rank(),
                                          engine.dp_world_size(), static_cast<uint64_t>(args.seed));
   if (rank == 0) {
-    const std::string layout =
-        engine.mp_world_size() > 1 ? " (tensor parallel " + std::to_string(engine.mp_world_size()) + " x data parallel " +
-                                         std::to_string(engine.dp_world_size()) + ")"
-        : sp > 1 ? " (sequence parallel " + std::to_string(sp) + " x data parallel " +
-                       std::to_string(engine.dp_world_size()) + ")"
-                 : "";
+    const std::string data = " x data parallel " + std::to_string(engine.dp_world_size()) + ")";
+    std::string layout;
+    if (engine.mp_world_size() > 1) layout = " (tensor parallel " + std::to_string(engine.mp_world_size()) + data;
+    if (sp > 1) layout = " (sequence parallel " + std::to_string(sp) + data;
     std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d ranks%s, global batch %lld\n",
                 static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
                 static_cast<long long>(model_cfg.seq_len), engine.world_size(), layout.c_str(),

@@ -167,7 +167,8 @@ void GPTImpl::split_tensor_parallel() {
   };
   require(!cfg_.sequence_parallel.is_member(), "does not combine with sequence parallelism yet");
   require(cfg_.heads % g.size() == 0, "needs heads (" + std::to_string(cfg_.heads) + ") divisible by it");
-  require(cfg_.vocab_size % g.size() == 0, "needs vocab_size (" + std::to_string(cfg_.vocab_size) + ") divisible by it");
+  require(cfg_.vocab_size % g.size() == 0,
+          "needs vocab_size (" + std::to_string(cfg_.vocab_size) + ") divisible by it");
   require(!cfg_.moe.enabled(), "does not combine with MoE blocks");
   require(!cfg_.shard_blocks, "does not combine with ZeRO stage 3 units (shard_blocks)");
   require(cfg_.dropout == 0.0, "needs dropout 0 (the split layers would need a random stream per rank)");

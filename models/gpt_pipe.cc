@@ -81,7 +81,8 @@ std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
     layers.emplace_back("Linear", [cfg] {
       torch::nn::Linear head(torch::nn::LinearOptions(cfg.hidden, cfg.vocab_size).bias(false));
       init_gpt_weights(*head, cfg.layers, layer_generator(cfg, cfg.layers + 2));
-      if (cfg.tensor_parallel.is_member()) return torch::nn::AnyModule(tp::ColumnParallelLinear(head, cfg.tensor_parallel));
+      if (cfg.tensor_parallel.is_member())
+        return torch::nn::AnyModule(tp::ColumnParallelLinear(head, cfg.tensor_parallel));
       return torch::nn::AnyModule(head);
     });
   }

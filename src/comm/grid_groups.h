@@ -17,8 +17,9 @@ struct GridGroups {
 };
 
 // The grid for `inner_size` (which must divide the world; `what` names the setting in the error), made once per world
-// under `name` and shared by every caller asking for the same name and size. At inner_size 1 there is no inner group (a
-// null handle: is_member() is false) and the outer one is the world. Collective the first time: every rank must ask, in the same order.
+// under `name` and shared by every caller asking for the same name and size. At inner_size 1 there is no inner group
+// (a null handle: is_member() is false) and the outer one is the world. Collective the first time: every rank must
+// ask, in the same order.
 GridGroups grid_groups(const std::string& name, const std::string& what, int inner_size);
 
 }  // namespace deepspeed::comm

@@ -267,7 +267,8 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
                                       "torch.float16", "torch.bfloat16"}))
     c.dtype = dtype.find("bf") != std::string::npos ? "bf16" : dtype.find("16") != std::string::npos ? "fp16" : "fp32";
   if (const Json* v = r.find("vocab_parallel_lm_head"); v && !v->is_null()) {
-    if (!v->is_boolean()) fail_at(r.path_of("vocab_parallel_lm_head"), "expected true, false or null, got " + describe(*v));
+    if (!v->is_boolean())
+      fail_at(r.path_of("vocab_parallel_lm_head"), "expected true, false or null, got " + describe(*v));
     c.vocab_parallel_lm_head = v->get<bool>();
   }
   refuse_unless(r, "vocab_parallel_ce_backend", "torch", "only the PyTorch-style vocabulary-parallel cross-entropy");
@@ -303,7 +304,8 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
     if (const Json* specs = p.find("layer_specs"); specs && !specs->is_null()) {
       if (!specs->is_array()) fail_at(p.path_of("layer_specs"), "expected a list, got " + describe(*specs));
       for (size_t i = 0; i < specs->size(); ++i)
-        c.layer_specs.push_back(parse_tp_layer_spec((*specs)[i], p.path_of("layer_specs") + "[" + std::to_string(i) + "]"));
+        c.layer_specs.push_back(
+            parse_tp_layer_spec((*specs)[i], p.path_of("layer_specs") + "[" + std::to_string(i) + "]"));
     }
     p.finish();
   }
@@ -316,7 +318,8 @@ OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& c) {
   j["autotp_size"] = c.autotp_size;
   j["tp_overlap_comm"] = false;
   if (c.dtype) j["dtype"] = *c.dtype;
-  j["vocab_parallel_lm_head"] = c.vocab_parallel_lm_head ? OrderedJson(*c.vocab_parallel_lm_head) : OrderedJson(nullptr);
+  j["vocab_parallel_lm_head"] =
+      c.vocab_parallel_lm_head ? OrderedJson(*c.vocab_parallel_lm_head) : OrderedJson(nullptr);
   OrderedJson pc;
   pc["use_default_specs"] = c.use_default_specs;
   pc["strict_mode"] = c.strict_mode;

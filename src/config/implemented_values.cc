@@ -70,8 +70,9 @@ void check_implemented_values(const Config& c) {
   refuse_if(c.seq_parallel_communication_data_type != DataType::kFp32,
             "seq_parallel_comm_data_type",
             std::string("\"") + to_string(c.seq_parallel_communication_data_type) +
-                "\" is not implemented: deepspeed-cpp has no Ulysses sequence parallelism; set "
-                "\"fp32\" or remove the key");
+                "\" is not implemented: with sequence_parallel_size > 1 DeepSpeed reduces the gradients in "
+                "this type, deepspeed-cpp does not change its gradient reduction's type; set \"fp32\" or "
+                "remove the key");
   refuse_if(
       c.zero_allow_untested_optimizer && c.zero.stage > 0, "zero_allow_untested_optimizer",
       "true is not implemented: ZeRO runs only the optimizers named in the config's "

@@ -1,5 +1,6 @@
 // DeepSpeed-Ulysses sequence parallelism: each of P ranks holds seq/P tokens of every sequence; around attention two
-// all-to-alls swap that for all tokens of heads/P heads, so attention runs locally on whole sequences, and swap it back.
+// all-to-alls swap that for all tokens of heads/P heads, so attention runs locally on whole sequences, and swap it
+// back.
 //
 //   q, k, v [batch, seq/P, heads, head_dim] (this rank's tokens, all heads)
 //     -> all-to-all (scatter heads, gather sequence) -> [batch, seq, heads/P, head_dim]
