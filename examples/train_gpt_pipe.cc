@@ -72,7 +72,8 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
            " disagrees with the config's tensor_parallel.autotp_size ", cfg.tensor_parallel.autotp_size);
   cfg.tensor_parallel.autotp_size = tp;
   const int world = deepspeed::comm::get_world_size();
-  DS_CHECK(world % (args.pipe_stages * tp) == 0, "--pipe_stages ", args.pipe_stages, " x --tp_size ", tp,
+  // (Without --tp_size the pipeline engine checks the stage count against the world itself.)
+  DS_CHECK(tp == 1 || world % (args.pipe_stages * tp) == 0, "--pipe_stages ", args.pipe_stages, " x --tp_size ", tp,
            " must divide the world of ", world, " ranks");
   if (tp > 1) {
     model_cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(tp).tensor_parallel;
