@@ -166,6 +166,9 @@ class Engine {
   double loss_scale() const;
   int64_t skipped_steps() const;
   int zero_optimization_stage() const;
+  // The dtype data-parallel gradient reductions use (DeepSpeed's engine.communication_data_type): the config's
+  // communication_data_type, or seq_parallel_communication_data_type under sequence parallelism; fp32 when unset.
+  at::ScalarType communication_data_type() const;
   ModelStateBytes model_state_bytes() const;
 
   // Moves the chosen model states out of accelerator memory into host memory (e.g. between RLHF phases) and back.

@@ -67,6 +67,13 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
                                FileSystem* fs) {
   if (fs == nullptr) fs = default_file_system();
   const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
+  // A pipeline with tensor-parallel stages (3D) names its layer files per tensor rank (layer_<L>-model_<t>-...); its
+  // model-parallel ranks mix stages and tensor slices, which the joins below do not sort out.
+  for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
+    DS_CHECK_T(CheckpointError, !(name.rfind("layer_", 0) == 0 && name.find("-model_") != std::string::npos &&
+                                  name.find("-model_") != name.rfind("-model_states.pt")),
+               "checkpoint ", tag_dir(dir, tag), " is of a pipeline with tensor-parallel stages (", name,
+               "): converting 3D checkpoints to the universal format is not supported yet");
   std::optional<ForeignTag> translated;
   // A pipeline's tag holds each stage's rank files under its model-parallel rank: every stage's parameters go into
   // the one universal folder (a tied weight, kept by several stages alike, once).

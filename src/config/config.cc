@@ -92,10 +92,9 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   if (comm_type && !comm_type->is_null()) {
     c->communication_data_type = parse_data_type(*comm_type, "communication_data_type");
   }
-  const Json* seq_type = r.find("seq_parallel_comm_data_type");
+  const Json* seq_type = r.find("seq_parallel_communication_data_type");
   if (seq_type && !seq_type->is_null()) {
-    c->seq_parallel_communication_data_type =
-        parse_data_type(*seq_type, "seq_parallel_comm_data_type");
+    c->seq_parallel_communication_data_type = parse_data_type(*seq_type, "seq_parallel_communication_data_type");
   }
   r.read_bool("zero_allow_untested_optimizer", &c->zero_allow_untested_optimizer);
   r.read_bool("zero_force_ds_cpu_optimizer", &c->zero_force_ds_cpu_optimizer);
@@ -284,7 +283,7 @@ std::string Config::dump(int indent) const {
   j["vocabulary_size"] = optional_json(vocabulary_size);
   j["communication_data_type"] =
       communication_data_type ? OrderedJson(to_string(*communication_data_type)) : nullptr;
-  j["seq_parallel_comm_data_type"] = to_string(seq_parallel_communication_data_type);
+  j["seq_parallel_communication_data_type"] = to_string(seq_parallel_communication_data_type);
   j["zero_allow_untested_optimizer"] = zero_allow_untested_optimizer;
   j["zero_force_ds_cpu_optimizer"] = zero_force_ds_cpu_optimizer;
   if (optimizer) j["optimizer"] = dump_optimizer_config(*optimizer);

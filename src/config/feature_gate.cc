@@ -87,8 +87,6 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(cfg.bf16.enabled && (cfg.bf16.bf16_master_weights_and_grads || cfg.bf16.bf16_optimizer_states),
             "bf16.bf16_master_weights_and_grads", "bf16 master weights or optimizer states");
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
-  reject_if(cfg.communication_data_type.has_value() && *cfg.communication_data_type != config::DataType::kFp32,
-            "communication_data_type", "reducing gradients in a lower precision");
   reject_if(cfg.data_types.grad_accum_dtype.has_value() &&
                 *cfg.data_types.grad_accum_dtype != config::DataType::kFp32,
             "data_types.grad_accum_dtype", "accumulating gradients in a lower precision");

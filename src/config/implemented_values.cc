@@ -67,12 +67,6 @@ void check_implemented_values(const Config& c) {
   refuse_if(c.use_data_before_expert_parallelism, "use_data_before_expert_parallelism",
             "true is not implemented: expert-parallel groups are consecutive ranks (DeepSpeed's "
             "default layout); set false or remove the key");
-  refuse_if(c.seq_parallel_communication_data_type != DataType::kFp32,
-            "seq_parallel_comm_data_type",
-            std::string("\"") + to_string(c.seq_parallel_communication_data_type) +
-                "\" is not implemented: with sequence_parallel_size > 1 DeepSpeed reduces the gradients in "
-                "this type, deepspeed-cpp does not change its gradient reduction's type; set \"fp32\" or "
-                "remove the key");
   refuse_if(
       c.zero_allow_untested_optimizer && c.zero.stage > 0, "zero_allow_untested_optimizer",
       "true is not implemented: ZeRO runs only the optimizers named in the config's "

@@ -1,12 +1,15 @@
 // PipelineEngine checkpoints in DeepSpeed's pipeline layout:
 //   <dir>/<tag>/layer_<index:02d>-model_states.pt                  one per module layer (tied modules at their first
 //                                                                   index): the layer's own state dict
-//   <dir>/<tag>/mp_rank_<stage:02d>_model_states.pt                 the stage's engine state (module, counters, ...)
-//   <dir>/<tag>/zero_pp_rank_<dp>_mp_rank_<stage:02d>_optim_states.pt   the stage's optimizer partitions
+//   <dir>/<tag>/mp_rank_<mp:02d>_model_states.pt                    the stage's engine state (module, counters, ...)
+//   <dir>/<tag>/zero_pp_rank_<dp>_mp_rank_<mp:02d>_optim_states.pt  the stage's optimizer partitions
 //   <dir>/latest                                                     written last, once every stage is done
-// Each stage saves and loads its own files through its engine (which names them by its model-parallel rank, the
-// stage); the layer files are written by data-parallel rank 0 of the stage holding the layer. A load checks that
-// the checkpoint's layer partition is this pipeline's before anything is overwritten.
+// Each stage saves and loads its own files through its engine, which names them by its rank in the model replica
+// (DeepSpeed's model-parallel rank): the stage, or with a "model" axis of T tensor ranks stage * T + tensor rank;
+// then each tensor rank also writes its own slices of the layers as layer_<index>-model_<t:02d>-model_states.pt
+// (DeepSpeed's name for them). Layer files are written by data-parallel rank 0 of the stage (and tensor rank)
+// holding the layer. A load checks that the checkpoint's layer partition and tensor size are this pipeline's before
+// anything is overwritten.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -23,12 +26,18 @@ namespace {
 
 namespace ckpt = deepspeed::checkpoint;
 
-// Where the pipeline's layer partition is kept (in the stage's client state, removed again on load).
+// Where the pipeline's layer partition and tensor size are kept (in the stage's client state, removed on load).
 constexpr const char* kPartsKey = "ds_pipeline_parts";
+constexpr const char* kTensorSizeKey = "ds_pipeline_tensor_parallel_size";
 
-std::string layer_file(const std::string& dir, const std::string& tag, int index) {
+// DeepSpeed's name: the rank's coordinates other than pipe and data (here the tensor rank) when there are any.
+std::string layer_file(const std::string& dir, const std::string& tag, int index, const PipeGridRanks& grid) {
   char name[64];
-  std::snprintf(name, sizeof(name), "/layer_%02d-model_states.pt", index);
+  if (grid.model_parallel_size > 1) {
+    std::snprintf(name, sizeof(name), "/layer_%02d-model_%02d-model_states.pt", index, grid.model_parallel_id);
+  } else {
+    std::snprintf(name, sizeof(name), "/layer_%02d-model_states.pt", index);
+  }
   return ckpt::tag_dir(dir, tag) + name;
 }
 
@@ -54,12 +63,12 @@ std::string parts_text(const std::vector<int64_t>& parts) {
 std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const std::optional<std::string>& tag_in,
                                                 const std::optional<checkpoint::StateDict>& client_state) {
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
-  DS_CHECK(grid_.model_parallel_size == 1, "save_checkpoint: checkpoints of a pipeline with a \"model\" axis (",
-           grid_.model_parallel_size, " tensor-parallel ranks) are not supported yet");
   const std::string tag = tag_in.value_or(ckpt::default_tag(impl_->global_steps()));
   runtime::check_same_on_all_ranks(world_, tag, "save_checkpoint: the tag");
   ckpt::StateDict client = client_state ? client_state->copy() : ckpt::make_state_dict();
   client.insert_or_assign(kPartsKey, std::vector<int64_t>(module_->parts().begin(), module_->parts().end()));
+  if (grid_.model_parallel_size > 1)
+    client.insert_or_assign(kTensorSizeKey, static_cast<int64_t>(grid_.model_parallel_size));
 
   // Each layer once: by data-parallel rank 0 of its stage; a tied module at the first index of its key.
   runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
@@ -78,7 +87,7 @@ std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const st
         continue;
       }
       if (i < module_->local_start() || i >= module_->local_stop()) continue;
-      ckpt::save_state(layer_file(dir, tag, i), sub_state_dict(*module_, prefix));
+      ckpt::save_state(layer_file(dir, tag, i, grid_), sub_state_dict(*module_, prefix));
     }
   });
   impl_->save_checkpoint(dir, tag, client, /*save_latest=*/false);
@@ -93,9 +102,10 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
                                                                         const LoadCheckpointOptions& options) {
   // A universal checkpoint holds every parameter whole, so any stage count loads it: each stage's engine takes its
   // layers' parameters (its tag is in latest_universal).
-  DS_CHECK(grid_.model_parallel_size == 1, "load_checkpoint: checkpoints of a pipeline with a \"model\" axis (",
-           grid_.model_parallel_size, " tensor-parallel ranks) are not supported yet");
   const bool universal = impl_->config().checkpoint.load_universal;
+  DS_CHECK(!universal || grid_.model_parallel_size == 1, "load_checkpoint: checkpoint.load_universal with a pipeline "
+           "with a \"model\" axis (", grid_.model_parallel_size, " tensor-parallel ranks) is not supported yet: "
+           "load a checkpoint this pipeline saved");
   const std::string latest = universal ? dir + "/" + ckpt::kLatestUniversal : ckpt::latest_path(dir);
   if (!options.tag && !ckpt::default_file_system()->file_exists(latest)) {
     if (world_.rank() == 0)
@@ -114,12 +124,14 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
     const std::string file = ckpt::model_states_path(dir, tag, grid_.stage_id);
     ckpt::StateDict model = ckpt::load_state(file);
     std::vector<int64_t> saved;
+    int64_t saved_tensor_size = 1;
     if (model.contains("client_state")) {
       auto client = model.at("client_state").toGenericDict();
       // A plain pickled list (as torch.save writes, and as we write since LibTorch 2.x's torch.load refuses typed
       // ones): its elements are ints of no declared list type.
       if (client.contains(kPartsKey))
         for (const c10::IValue& part : client.at(kPartsKey).toList()) saved.push_back(part.toInt());
+      if (client.contains(kTensorSizeKey)) saved_tensor_size = client.at(kTensorSizeKey).toInt();
     }
     const std::vector<int64_t> mine(module_->parts().begin(), module_->parts().end());
     DS_CHECK_T(ckpt::CheckpointError, !saved.empty(), "checkpoint file ", file,
@@ -127,11 +139,19 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
     DS_CHECK_T(ckpt::CheckpointError, saved == mine, "checkpoint ", ckpt::tag_dir(dir, tag),
                " splits the layers as ", parts_text(saved), " (", saved.size() - 1, " stages); this pipeline as ",
                parts_text(mine), ": load it into the same stage count and partition_method");
+    // The model-parallel rank files of another tensor size hold other stages' or other slices' states.
+    DS_CHECK_T(ckpt::CheckpointError, saved_tensor_size == grid_.model_parallel_size, "checkpoint ",
+               ckpt::tag_dir(dir, tag), " was saved by a pipeline with ", saved_tensor_size,
+               " tensor-parallel ranks; this one has ", grid_.model_parallel_size,
+               ": load it at the same tensor size (3D checkpoints do not convert to another size yet)");
   });
   LoadCheckpointOptions stage_options = options;
   stage_options.tag = tag;
   auto result = impl_->load_checkpoint(dir, stage_options);
-  if (result) (void)result->client_state.erase(kPartsKey);  // absent in a checkpoint of one part
+  if (result) {
+    (void)result->client_state.erase(kPartsKey);  // absent in a checkpoint of one part
+    (void)result->client_state.erase(kTensorSizeKey);
+  }
   return result;
 }
 

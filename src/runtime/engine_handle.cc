@@ -5,6 +5,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "runtime/engine_impl.h"
+#include "zero/make_stage.h"
 
 namespace deepspeed {
 
@@ -26,6 +27,7 @@ double Engine::get_global_grad_norm() const { return impl_->global_grad_norm_; }
 double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss_scale() : 1.0; }
 int64_t Engine::skipped_steps() const { return impl_->scaler_ ? impl_->scaler_->skipped_steps() : 0; }
 int Engine::zero_optimization_stage() const { return impl_->config_.zero.stage; }
+at::ScalarType Engine::communication_data_type() const { return zero::gradient_communication_dtype(impl_->config_); }
 ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_bytes(); }
 void Engine::offload_states(const OffloadStatesOptions& options) { impl_->offload_states(options); }
 void Engine::reload_states() { impl_->offloader_.reload(); }

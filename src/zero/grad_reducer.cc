@@ -22,6 +22,7 @@ struct Bucket {
   int pending = 0;
   bool launched = false;
   at::Tensor staging;  // kPartitioned: the bucket's gradients, fp32
+  at::Tensor wire;     // the bucket cast to comm_dtype while it is reduced (undefined when that is fp32)
   std::vector<comm::Work> works;
   int64_t size() const { return end - begin; }
 };
@@ -114,21 +115,26 @@ struct GradReducer::State {
   void launch(Bucket& b) {
     at::Tensor src = source(b);
     b.launched = true;
+    comm::ProcessGroup cg = copies(b);
+    // A lower-precision wire type rounds each rank's contribution before the sum, as DeepSpeed's cast does; with
+    // nothing to communicate nothing is rounded.
+    const bool cast = cg.size() > 1 && options.comm_dtype != src.scalar_type();
+    at::Tensor wire = cast ? src.to(options.comm_dtype) : src;
     if (world() > 1) {
       double pre = pre_factor();
-      if (pre != 1.0) src.mul_(pre);
+      if (pre != 1.0) wire.mul_(pre);
     }
-    comm::ProcessGroup cg = copies(b);
     if (cg.size() == 1) {
       // Nothing to communicate; stage 2 moves the bucket into its partition right away.
       if (options.storage == GradStorage::kPartitioned) complete(b);
       return;
     }
+    if (cast) b.wire = wire;
     if (options.reduction == Reduction::kAllReduce) {
-      b.works.push_back(cg.all_reduce(src, comm::ReduceOp::kSum, /*async_op=*/true));
+      b.works.push_back(cg.all_reduce(wire, comm::ReduceOp::kSum, /*async_op=*/true));
     } else {
       for (const auto& seg : layout(b).owner_segments(b.begin, b.end)) {
-        at::Tensor piece = src.narrow(0, seg.begin - b.begin, seg.end - seg.begin);
+        at::Tensor piece = wire.narrow(0, seg.begin - b.begin, seg.end - seg.begin);
         b.works.push_back(cg.reduce(piece, cg.ranks()[seg.owner], comm::ReduceOp::kSum, /*async_op=*/true));
       }
     }
@@ -143,6 +149,10 @@ struct GradReducer::State {
     const zero::PartitionLayout& lay = layout(b);
     const int me = lay.rank();
     at::Tensor src = source(b);
+    if (b.wire.defined()) {
+      src.copy_(b.wire);
+      b.wire = at::Tensor();
+    }
     if (options.storage != GradStorage::kPartitioned) {
       if (post == 1.0) return;
       if (options.reduction == Reduction::kAllReduce) {
@@ -311,6 +321,7 @@ void GradReducer::begin_backward(bool reduce) {
     b.pending = b.pending_init;
     b.launched = false;
     b.works.clear();
+    b.wire = at::Tensor();
   }
 }
 
@@ -352,8 +363,10 @@ size_t GradReducer::buckets_launched_during_backward() const { return state_->la
 int64_t GradReducer::staging_bytes() const {
   int64_t bytes = 0;
   for (const auto& t : state_->pool) bytes += t.numel() * 4;
-  for (const auto& b : state_->buckets)
+  for (const auto& b : state_->buckets) {
     if (b.staging.defined()) bytes += b.staging.numel() * 4;
+    if (b.wire.defined()) bytes += static_cast<int64_t>(b.wire.nbytes());
+  }
   return bytes;
 }
 

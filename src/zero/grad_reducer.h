@@ -42,6 +42,10 @@ struct GradReducerOptions {
   double gradient_predivide_factor = 1.0;
   GradStorage storage = GradStorage::kViews;
   Reduction reduction = Reduction::kAllReduce;
+  // The dtype gradients travel in (communication_data_type). Buckets accumulate in fp32 whatever it is; another
+  // type casts a bucket into a wire buffer of that type (bucket-sized, dropped when the bucket completes), scales
+  // and reduces it there as DeepSpeed does, and copies the result back.
+  at::ScalarType comm_dtype = at::kFloat;
 };
 
 class GradReducer {
@@ -70,7 +74,7 @@ class GradReducer {
   double blocked_ms() const;
   // Buckets whose reduction was started from a hook during the last backward (for tests of overlap).
   size_t buckets_launched_during_backward() const;
-  // Bytes held in stage 2's staging pool right now (for memory accounting).
+  // Bytes held in stage 2's staging pool and in wire buffers of buckets in flight right now (memory accounting).
   int64_t staging_bytes() const;
 
   struct State;

@@ -11,6 +11,18 @@
 namespace deepspeed::zero {
 namespace {
 
+at::ScalarType scalar_type(config::DataType t) {
+  switch (t) {
+    case config::DataType::kFp16:
+      return at::kHalf;
+    case config::DataType::kBf16:
+      return at::kBFloat16;
+    case config::DataType::kFp32:
+      break;
+  }
+  return at::kFloat;
+}
+
 std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtype,
                                        std::vector<FlatGroup>& groups, const comm::ProcessGroup& world) {
   const config::ZeroConfig& z = config.zero;
@@ -21,6 +33,7 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;
   o.reducer.gradient_predivide_factor = config.gradient_predivide_factor;
+  o.reducer.comm_dtype = gradient_communication_dtype(config);
   o.reducer.reduction = z.stage == 0 || !z.reduce_scatter ? Reduction::kAllReduce
                                                           : Reduction::kReduceToOwner;
   o.masters.allgather_bucket_elems = z.allgather_bucket_size;
@@ -47,6 +60,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.reduce_bucket_elems = z.reduce_bucket_size;
   so.prescale_gradients = config.prescale_gradients;
   so.gradient_predivide_factor = config.gradient_predivide_factor;
+  so.comm_dtype = gradient_communication_dtype(config);
   if (z.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && rank0)
     std::fprintf(stderr,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
@@ -81,6 +95,11 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
 }
 
 }  // namespace
+
+at::ScalarType gradient_communication_dtype(const Config& config) {
+  if (config.sequence_parallel_size > 1) return scalar_type(config.seq_parallel_communication_data_type);
+  return scalar_type(config.communication_data_type.value_or(config::DataType::kFp32));
+}
 
 std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,
                                   const std::shared_ptr<torch::nn::Module>& module,

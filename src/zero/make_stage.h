@@ -14,6 +14,11 @@
 
 namespace deepspeed::zero {
 
+// The dtype gradients are reduced in: `communication_data_type`, or with sequence_parallel_size > 1 DeepSpeed's
+// `seq_parallel_communication_data_type` (which replaces it there, default fp32). Unset: fp32, where DeepSpeed
+// would use the model's 16-bit type (our buckets accumulate in fp32 and lose nothing on the way).
+at::ScalarType gradient_communication_dtype(const Config& config);
+
 // `groups` are the engine's parameter groups: stages 0-2 flatten them in place and keep a reference (they must
 // outlive the stage); stage 3 partitions their parameters. `dtype` is the model's compute dtype. Every rank ends up
 // with the first copy's parameter values. Collective over `world`.

@@ -217,6 +217,18 @@ TEST(ConfigTopLevel, PipelineStagesAutoOrCount) {
   EXPECT_THAT(error_of(R"({"pipeline": {"stages": 0}})"), HasSubstr("pipeline.stages"));
 }
 
+// DeepSpeed's key names and its case-insensitive values; the shortened name an earlier release read is unknown.
+TEST(ConfigTopLevel, CommunicationDataTypesUseDeepSpeedsKeys) {
+  const Config c = Config::from_string(
+      R"({"communication_data_type": "BF16", "seq_parallel_communication_data_type": "fp16"})");
+  EXPECT_EQ(c.communication_data_type, DataType::kBf16);
+  EXPECT_EQ(c.seq_parallel_communication_data_type, DataType::kFp16);
+  EXPECT_EQ(Config::from_string("{}").seq_parallel_communication_data_type, DataType::kFp32);
+  EXPECT_THAT(error_of(R"({"seq_parallel_communication_data_type": "int8"})"),
+              HasSubstr("seq_parallel_communication_data_type: expected one of fp16, bf16, fp32"));
+  EXPECT_THAT(error_of(R"({"seq_parallel_comm_data_type": "bf16"})"), HasSubstr("seq_parallel_comm_data_type"));
+}
+
 TEST(ConfigFile, MissingFileNamesIt) {
   try {
     Config::from_file("/nonexistent/ds_config.json");

@@ -184,7 +184,9 @@ PY
     ;;
   pipeline_tensor_parallel)
     # 3D: --pipe_stages with --tp_size (2 stages x 2 tensor ranks; 1 stage x 2 tensor x 2 data) trains the model one
-    # rank trains on the same global batch of 8; its checkpoints are refused by name for now.
+    # rank trains on the same global batch of 8; a 3D run resumed from its checkpoint (DeepSpeed's names: model-parallel
+    # rank = stage x 2 + tensor rank, layer files per tensor rank) ends where the uninterrupted run ends, and a
+    # checkpoint of 2 tensor ranks is refused by a pipeline of 1, naming both sizes.
     run 1 micro8.json --steps 6 || fail "plain run exited with $?"
     want_loss=$(final_field loss); want_l2=$(final_field params_l2)
     for layout in "micro2_gas4.json 2" "micro4.json 1"; do
@@ -198,11 +200,26 @@ bound = float(os.environ["DS_LAYOUT_BOUND"])
 assert abs(a - b) <= bound * abs(a) and abs(c - d) <= bound * abs(c), (a, b, c, d)
 PY
     done
+    run 4 micro2_gas4.json --steps 6 --pipe_stages 2 --tp_size 2 || fail "uninterrupted 3D run exited with $?"
+    whole=$(final_field params_l2); whole_loss=$(final_field loss)
     dir=$(mktemp -d)
-    run 4 micro2_gas4.json --steps 2 --pipe_stages 2 --tp_size 2 --save_dir "$dir" && { rm -rf "$dir"; fail "a 3D checkpoint must be refused"; }
+    run 4 micro2_gas4.json --steps 3 --pipe_stages 2 --tp_size 2 --save_dir "$dir" || { rm -rf "$dir"; fail "3D first half exited with $?"; }
+    for f in layer_00-model_01-model_states.pt layer_03-model_00-model_states.pt mp_rank_03_model_states.pt \
+             zero_pp_rank_0_mp_rank_03_optim_states.pt; do
+      [ -f "$dir/global_step3/$f" ] || { ls -R "$dir"; rm -rf "$dir"; fail "3D checkpoint layout: no $f"; }
+    done
+    run 4 micro2_gas4.json --steps 6 --pipe_stages 2 --tp_size 2 --load_dir "$dir" || { rm -rf "$dir"; fail "3D resumed half exited with $?"; }
+    grep -q "resumed at step 3" "$log" || { rm -rf "$dir"; fail "3D run did not resume at step 3"; }
+    [ "$(final_field params_l2)" = "$whole" ] && [ "$(final_field loss)" = "$whole_loss" ] || \
+      { rm -rf "$dir"; fail "3D resumed run ended at params_l2=$(final_field params_l2) loss=$(final_field loss), uninterrupted $whole $whole_loss"; }
+    run 2 micro2_gas4.json --steps 6 --pipe_stages 2 --load_dir "$dir" && { rm -rf "$dir"; fail "a 3D checkpoint loaded without tp"; }
+    grep -q "was saved by a pipeline with 2 tensor-parallel ranks; this one has 1: load it at the same tensor size" "$log" || \
+      { rm -rf "$dir"; fail "no clear message for the 3D checkpoint's tensor size"; }
+    "$bin/ds_to_universal" --input_folder "$dir/global_step3" --output_folder "$dir/u" > "$log" 2>&1 && \
+      { rm -rf "$dir"; fail "ds_to_universal converted a 3D checkpoint"; }
     rm -rf "$dir"
-    grep -q "checkpoints of a pipeline with a \"model\" axis (2 tensor-parallel ranks) are not supported yet" "$log" || \
-      fail "no clear message for the 3D checkpoint"
+    grep -q "converting 3D checkpoints to the universal format is not supported yet" "$log" || \
+      fail "no clear message from ds_to_universal for the 3D checkpoint"
     ;;
   tensor_parallel_resume)
     # A tensor-parallel run resumed from its checkpoint (one model file per tensor rank) ends where the uninterrupted

@@ -140,23 +140,25 @@ Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& o
   return gpt_training::train_reference(cfg, r);
 }
 
-std::string config_json(const std::string& optimizer, int stage, int sp) {
+// `extra`: more top-level keys, each starting with a comma.
+std::string config_json(const std::string& optimizer, int stage, int sp, const std::string& extra = "") {
   const std::string opt = optimizer == "SGD" ? R"({"type": "SGD", "params": {"lr": 0.1}})"
                                              : R"({"type": "Adam", "params": {"lr": 0.003}})";
   return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 1000,
              "gradient_clipping": 1e6, "zero_optimization": {"stage": )" +
          std::to_string(stage) + R"(}, "sequence_parallel_size": )" + std::to_string(sp) + R"(, "optimizer": )" + opt +
-         "}";
+         extra + "}";
 }
 
-Trained train_sp(ds::models::GPTConfig cfg, int sp, int stage, const std::string& optimizer) {
+Trained train_sp(ds::models::GPTConfig cfg, int sp, int stage, const std::string& optimizer,
+                 const std::string& extra = "") {
   cfg.sequence_parallel = sq::sequence_parallel_groups(sp).sequence_parallel;
   cfg.shard_blocks = stage == 3;
   ds::models::GPT model = [&] {
     ds::zero::Init init(ds::Config::from_string(config_json(optimizer, stage, sp)));
     return ds::models::GPT(cfg);
   }();
-  auto engine = ds::initialize(model, ds::Config::from_string(config_json(optimizer, stage, sp)));
+  auto engine = ds::initialize(model, ds::Config::from_string(config_json(optimizer, stage, sp, extra)));
   EXPECT_EQ(engine.dp_world_size(), ds::comm::get_world_size() / sp);
   const at::Tensor data = gpt_training::dataset(cfg.vocab_size, cfg.seq_len, kSamples);
   const int64_t part = cfg.seq_len / sp, first = (ds::comm::get_rank() % sp) * part;
@@ -245,6 +247,24 @@ TEST(Ulysses, GptAdamWithZeroMatchesPlainLibTorch) {
       EXPECT_WITHIN(gpt_training::max_series_error(run.losses, ref.losses), loss_bound);
     }
   }
+}
+
+// As in DeepSpeed, under sequence parallelism seq_parallel_communication_data_type (default fp32) is the gradient
+// reduction's dtype, in place of communication_data_type: a bf16 communication_data_type leaves the run as exact as
+// the SGD test's (the bound is that test's), a bf16 seq_parallel_communication_data_type rounds the gradients on the
+// wire: far beyond that bound, within bf16's rounding of each step's update (relative to the weights, below 1).
+TEST(Ulysses, SeqParallelCommunicationDataTypeIsTheReductionType) {
+  ensure_comm();
+  const int sp = 2, dp = ds::comm::get_world_size() / sp, stage = 2;
+  const auto cfg = gpt_config(/*bias=*/true);
+  const Trained ref = reference(cfg, dp, "SGD");
+  const double bound =
+      tolerance::reordered(tolerance::kFp32Epsilon, dp * kGas * kMicro * cfg.seq_len + 4 * cfg.hidden, kSteps);
+  const Trained fp32 = train_sp(cfg, sp, stage, "SGD", R"(, "communication_data_type": "bf16")");
+  EXPECT_WITHIN(max_param_error(fp32, ref), bound);
+  const Trained bf16 = train_sp(cfg, sp, stage, "SGD", R"(, "seq_parallel_communication_data_type": "bf16")");
+  EXPECT_GT(max_param_error(bf16, ref), 10 * bound);
+  EXPECT_WITHIN(max_param_error(bf16, ref), tolerance::reordered(tolerance::kBf16Epsilon, 1, kSteps));
 }
 
 TEST(Ulysses, TheEngineChecksTheModelAgainstSequenceParallelSize) {

@@ -60,6 +60,9 @@ struct Stage3Options {
   int64_t reduce_bucket_elems = 500000000;  // reduce_bucket_size: elements of gradient reductions in flight
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
+  // communication_data_type: the dtype of each flat's reduce-scatter. The model's dtype reduces in place on the
+  // gradient buffer; another takes a pooled buffer of that type. Each rank's partition accumulates in fp32.
+  at::ScalarType comm_dtype = at::kFloat;
   // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;

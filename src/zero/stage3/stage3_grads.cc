@@ -80,11 +80,13 @@ void Stage3::reduce_grads(Unit& unit) {
     PendingReduce r;
     r.unit = &unit;
     r.flat = fi;
-    if (options_.dtype == at::kFloat) {
+    // With nothing to communicate the partition takes the gradient in fp32, unrounded.
+    const at::ScalarType wire = n > 1 ? options_.comm_dtype : at::kFloat;
+    if (options_.dtype == wire) {
       r.input = f.grad_full;
       r.input_is_grad = true;
     } else {
-      r.input = pool_.acquire(at::kFloat, f.layout.padded_numel());
+      r.input = pool_.acquire(wire, f.layout.padded_numel());
       r.input.copy_(f.grad_full);
       pool_.release(std::move(f.grad_full));
     }
