@@ -261,7 +261,7 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
   ObjectReader r(node, "tensor_parallel", nullptr);
   TensorParallelConfig c;
   r.read_int("autotp_size", &c.autotp_size, 0);
-  refuse_unless(r, "tp_overlap_comm", false, "the all-reduces run on the training stream");
+  r.read_bool("tp_overlap_comm", &c.tp_overlap_comm);
   std::string dtype;
   if (r.read_choice("dtype", &dtype, {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16", "torch.float32",
                                       "torch.float16", "torch.bfloat16"}))
@@ -316,7 +316,7 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
 OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& c) {
   OrderedJson j;
   j["autotp_size"] = c.autotp_size;
-  j["tp_overlap_comm"] = false;
+  j["tp_overlap_comm"] = c.tp_overlap_comm;
   if (c.dtype) j["dtype"] = *c.dtype;
   j["vocab_parallel_lm_head"] =
       c.vocab_parallel_lm_head ? OrderedJson(*c.vocab_parallel_lm_head) : OrderedJson(nullptr);

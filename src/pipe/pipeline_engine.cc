@@ -170,6 +170,8 @@ void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
   int layers_t = 0;
   tp::sharded_parameters(*module_, &layers_t);
   if (t == 1) {
+    DS_CHECK_T(ConfigError, !config.tensor_parallel.tp_overlap_comm, "tensor_parallel.tp_overlap_comm overlaps the "
+               "tensor-parallel all-reduces: it needs a \"model\" axis of more than 1 rank");
     DS_CHECK_T(ConfigError, layers_t == 0, "pipe::initialize: the stage's layers are split over ", layers_t,
                " tensor-parallel ranks; give the topology a \"model\" axis of that size "
                "(PipeModelDataParallelTopology)");
@@ -183,6 +185,7 @@ void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
   const std::vector<int> tp_ranks = tp::tensor_parallel_groups(t).tensor_parallel.ranks();
   DS_CHECK_T(ConfigError, tp_ranks == grid_.model_group, "pipe::initialize: the topology's \"model\" axis groups "
              "other ranks than the tensor-parallel layers do; use PipeModelDataParallelTopology (model axis last)");
+  tp::set_overlap_comm(*module_, config.tensor_parallel.tp_overlap_comm);
 }
 
 void PipelineEngineImpl::sync_tied_weights() {

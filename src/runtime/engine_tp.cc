@@ -69,6 +69,9 @@ void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
   DS_CHECK_T(ConfigError, model_tp == 0 || model_tp == tp_size, "tensor_parallel.autotp_size: the model's layers are "
              "split over ", model_tp, " ranks (deepspeed::tp layers); set autotp_size to ", model_tp, ", got ",
              config_.tensor_parallel.autotp_size);
+  DS_CHECK_T(ConfigError, tp_size > 1 || !config_.tensor_parallel.tp_overlap_comm, "tensor_parallel.tp_overlap_comm "
+             "overlaps the tensor-parallel all-reduces: it needs autotp_size > 1, got ",
+             config_.tensor_parallel.autotp_size);
   if (tp_size == 1) return;
   DS_CHECK_T(ConfigError, config_.zero.stage <= 2, "tensor_parallel.autotp_size: AutoTP training works with "
              "zero_optimization.stage 0, 1 or 2 (as in DeepSpeed), got ", config_.zero.stage);
@@ -78,6 +81,7 @@ void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
                "so a client optimizer built over them would step the old ones; name the optimizer in the config");
     tp::auto_tp(*module_, groups.tensor_parallel, policy_of(config_.tensor_parallel));
   }
+  tp::set_overlap_comm(*module_, config_.tensor_parallel.tp_overlap_comm);
   options.data_parallel_group = groups.data_parallel;
   options.model_parallel_group = groups.tensor_parallel;
   tensor_parallel_ = true;

@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,7 +80,36 @@ struct ScatterToRegion : public torch::autograd::Function<ScatterToRegion> {
   }
 };
 
+// y = x W^T + b. Backward: the input gradient's all-reduce starts first and is waited for after the weight and bias
+// gradients are computed. The gradients are the products linear's own backward takes, on 2-D views.
+struct LinearOverlappingGradAllReduce : public torch::autograd::Function<LinearOverlappingGradAllReduce> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            const comm::ProcessGroup& group) {
+    hold(ctx, group);
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["bias"] = bias.defined();
+    return at::linear(x, weight, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor gy = grads[0].reshape({-1, grads[0].size(-1)});
+    at::Tensor gx = gy.mm(weight);
+    comm::Work work = held(ctx).all_reduce(gx, comm::ReduceOp::kSum, /*async_op=*/true);
+    const at::Tensor gw = gy.t().mm(x.reshape({-1, x.size(-1)}));
+    const at::Tensor gb = ctx->saved_data["bias"].toBool() ? gy.sum(0) : at::Tensor();
+    work.wait();
+    return {gx.view(x.sizes()), gw, gb, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor linear_overlapping_grad_all_reduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                              const comm::ProcessGroup& group) {
+  return LinearOverlappingGradAllReduce::apply(x, weight, bias, group);
+}
 
 at::Tensor copy_to_region(const at::Tensor& x, const comm::ProcessGroup& group) {
   return group.size() <= 1 ? x : CopyToRegion::apply(x, group);

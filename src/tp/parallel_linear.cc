@@ -51,7 +51,9 @@ void ColumnParallelLinearImpl::take(const torch::nn::Linear& full) {
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = torch::nn::functional::linear(copy_to_region(x, group_), weight, bias);
+  const at::Tensor y = overlap_comm && group_.size() > 1
+                           ? linear_overlapping_grad_all_reduce(x, weight, bias, group_)
+                           : torch::nn::functional::linear(copy_to_region(x, group_), weight, bias);
   return gather_output ? gather_from_region(y, group_) : y;
 }
 
@@ -115,6 +117,17 @@ std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int*
   std::vector<at::Tensor> out;
   for (const SplitParameter& p : split_parameters(module, group_size)) out.push_back(p.param);
   return out;
+}
+
+int set_overlap_comm(torch::nn::Module& module, bool overlap) {
+  int count = 0;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* col = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) {
+      col->overlap_comm = overlap;
+      ++count;
+    }
+  }
+  return count;
 }
 
 }  // namespace deepspeed::tp

@@ -87,19 +87,23 @@ Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& o
   return gpt_training::train_reference(cfg, r);
 }
 
-std::string config_json(const std::string& optimizer, int stage, int tp) {
+std::string config_json(const std::string& optimizer, int stage, int tp, bool overlap = false) {
   const std::string opt = optimizer == "SGD" ? R"({"type": "SGD", "params": {"lr": 0.1}})"
                                              : R"({"type": "Adam", "params": {"lr": 0.003}})";
   return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 1000,
              "gradient_clipping": 1e6, "zero_optimization": {"stage": )" +
          std::to_string(stage) + R"(}, "tensor_parallel": {"autotp_size": )" + std::to_string(tp) +
-         R"(}, "optimizer": )" + opt + "}";
+         (overlap ? R"(, "tp_overlap_comm": true)" : "") + R"(}, "optimizer": )" + opt + "}";
 }
 
-Trained train_tp(ds::models::GPTConfig cfg, int tp, int stage, const std::string& optimizer) {
+Trained train_tp(ds::models::GPTConfig cfg, int tp, int stage, const std::string& optimizer, bool overlap = false) {
   cfg.tensor_parallel = ds::tp::tensor_parallel_groups(tp).tensor_parallel;
   ds::models::GPT model(cfg);
-  auto engine = ds::initialize(model, ds::Config::from_string(config_json(optimizer, stage, tp)));
+  auto engine = ds::initialize(model, ds::Config::from_string(config_json(optimizer, stage, tp, overlap)));
+  int overlapping = 0;
+  for (const auto& m : model->modules())
+    if (const auto* col = dynamic_cast<const ds::tp::ColumnParallelLinearImpl*>(m.get())) overlapping += col->overlap_comm;
+  EXPECT_EQ(overlapping > 0, overlap) << "tp_overlap_comm must reach the column-parallel layers";
   EXPECT_EQ(engine.dp_world_size(), ds::comm::get_world_size() / tp);
   EXPECT_EQ(engine.mp_world_size(), tp);
   const at::Tensor data = dataset(cfg);
@@ -188,6 +192,26 @@ TEST_F(GPTTensorParallelTest, SgdMatchesPlainLibTorch) {
   }
 }
 
+// tensor_parallel.tp_overlap_comm: the column-parallel layers' backward computes the same gradients with the input
+// gradient's all-reduce in flight beside the weight gradient (the SGD test's cases and bound; a missing or early-read
+// all-reduce leaves one rank's share of the input gradient, far outside it).
+TEST_F(GPTTensorParallelTest, SgdWithOverlappedCommMatchesPlainLibTorch) {
+  for (int tp : tp_sizes()) {
+    const int dp = ds::comm::get_world_size() / tp;
+    const int tp_rank = ds::comm::get_rank() % tp;
+    for (int stage : {0, 1}) {
+      SCOPED_TRACE("tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + ", stage " + std::to_string(stage));
+      const auto cfg = gpt_config(/*tied=*/true, /*bias=*/true);
+      const Trained ref = reference(cfg, dp, "SGD");
+      const Trained run = train_tp(cfg, tp, stage, "SGD", /*overlap=*/true);
+      const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 4 * cfg.hidden + dp * kGas, kSteps);
+      EXPECT_WITHIN(max_param_error(run, ref, tp, tp_rank), bound);
+      EXPECT_WITHIN(max_series_error(run.losses, ref.losses), bound);
+      EXPECT_WITHIN(max_series_error(run.norms, ref.norms), bound);
+    }
+  }
+}
+
 // Adam at stages 1 and 2 (optimizer state and gradients partitioned over the data-parallel ranks of each slice):
 // Adam divides each gradient by its own running magnitude, so no closed-form bound holds (tolerance.h's measured():
 // the worst errors at AVX-512 and AVX2 over tp 2 and 4 at 2 and 4 ranks, times 4: parameters 5.33e-5 and 4.76e-5,
@@ -213,7 +237,8 @@ TEST_F(GPTTensorParallelTest, AdamWithZeroMatchesPlainLibTorch) {
   }
 }
 
-// The engine's refusals: a model split over T ranks with another (or no) autotp_size, and stage 3.
+// The engine's refusals: a model split over T ranks with another (or no) autotp_size, stage 3, tp_overlap_comm
+// without tensor parallelism.
 TEST_F(GPTTensorParallelTest, MismatchedSizesAndStage3AreRefusedByName) {
   auto cfg = gpt_config(true, false);
   cfg.tensor_parallel = ds::tp::tensor_parallel_groups(2).tensor_parallel;
@@ -230,6 +255,16 @@ TEST_F(GPTTensorParallelTest, MismatchedSizesAndStage3AreRefusedByName) {
     ADD_FAILURE() << "stage 3 must be refused";
   } catch (const ds::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("zero_optimization.stage 0, 1 or 2"), std::string::npos) << e.what();
+  }
+  ds::models::GPT whole(gpt_config(true, false));
+  try {
+    ds::initialize(whole, ds::Config::from_string(config_json("SGD", 0, 1, /*overlap=*/true)));
+    ADD_FAILURE() << "tp_overlap_comm without tensor parallelism must be refused";
+  } catch (const ds::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor_parallel.tp_overlap_comm overlaps the tensor-parallel all-reduces: it "
+                                         "needs autotp_size > 1, got 1"),
+              std::string::npos)
+        << e.what();
   }
 }
 

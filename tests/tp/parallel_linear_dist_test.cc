@@ -43,7 +43,11 @@ double bound(int64_t hidden) { return tolerance::reordered(tolerance::kFp32Epsil
 
 constexpr int64_t kIn = 12, kBatch = 5;
 
-TEST(TensorParallel, ColumnThenRowEqualsThePlainLinearPair) {
+// overlap_comm (tp_overlap_comm) computes the column-parallel layer's gradients in its own backward with the input
+// gradient's all-reduce in flight: the same checks hold.
+class ColumnThenRow : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ColumnThenRow, EqualsThePlainLinearPair) {
   ensure_comm();
   const dc::ProcessGroup group = dc::get_world_group();
   const int64_t hidden = 8 * group.size();
@@ -56,6 +60,7 @@ TEST(TensorParallel, ColumnThenRowEqualsThePlainLinearPair) {
   (want * want).sum().backward();
 
   tp::ColumnParallelLinear col(fc1, group);
+  col->overlap_comm = GetParam();
   tp::RowParallelLinear row(fc2, group);
   at::Tensor xt = x0.clone().requires_grad_(true);
   at::Tensor got = row(torch::nn::functional::gelu(col(xt)));
@@ -71,6 +76,9 @@ TEST(TensorParallel, ColumnThenRowEqualsThePlainLinearPair) {
   EXPECT_EQ(col->weight.sizes(), (std::vector<int64_t>{hidden / group.size(), kIn}));
   EXPECT_EQ(row->weight.sizes(), (std::vector<int64_t>{kIn, hidden / group.size()}));
 }
+
+INSTANTIATE_TEST_SUITE_P(TensorParallel, ColumnThenRow, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Overlapped" : "Plain"; });
 
 TEST(TensorParallel, GatheredOutputsAndScatteredInputsAreTheWholeLayer) {
   ensure_comm();

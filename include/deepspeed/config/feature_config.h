@@ -102,10 +102,11 @@ struct TpLayerSpecConfig {
 };
 
 // tensor_parallel (DeepSpeed's TPTrainingConfig): AutoTP training over autotp_size ranks. What DeepSpeed offers
-// here that deepspeed-cpp does not (preset_model, tp_overlap_comm, kernel injection, keeping the module on the host,
-// the liger CE backend) is refused at parse time by name.
+// here that deepspeed-cpp does not (preset_model, kernel injection, keeping the module on the host, the liger CE
+// backend) is refused at parse time by name.
 struct TensorParallelConfig {
   int autotp_size = 0;  // 0 or 1: off
+  bool tp_overlap_comm = false;  // column-parallel backward overlaps the input gradient's all-reduce (needs size > 1)
   std::optional<std::string> dtype;  // DeepSpeed's model dtype; must agree with fp16 / bf16 (fp32 without either)
   std::optional<bool> vocab_parallel_lm_head;  // false: the LM head stays whole; unset or true: vocab-parallel
   // partition_config

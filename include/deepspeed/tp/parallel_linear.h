@@ -40,6 +40,11 @@ at::Tensor reduce_from_region(const at::Tensor& x, const comm::ProcessGroup& gro
 at::Tensor gather_from_region(const at::Tensor& x, const comm::ProcessGroup& group);
 // Forward: this rank's slice of x's last dimension; backward: the slices gathered.
 at::Tensor scatter_to_region(const at::Tensor& x, const comm::ProcessGroup& group);
+// linear(copy_to_region(x), weight, bias) whose backward starts the input gradient's all-reduce before it computes
+// the weight and bias gradients and waits only after, so the collective runs beside that work (DeepSpeed's
+// tensor_parallel.tp_overlap_comm, Megatron's async all-reduce of the column-parallel input gradient).
+at::Tensor linear_overlapping_grad_all_reduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                              const comm::ProcessGroup& group);
 
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
@@ -60,6 +65,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   int64_t in_features = 0, out_features = 0;  // the full layer's
   bool gather_output = false;
   int64_t fused_parts = 1;
+  // tp_overlap_comm: backward overlaps the input gradient's all-reduce with the weight gradient (same values).
+  bool overlap_comm = false;
 
  private:
   void take(const torch::nn::Linear& full);
@@ -127,6 +134,9 @@ struct SplitParameter {
 std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, int* group_size = nullptr);
 // The tensors of split_parameters().
 std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size = nullptr);
+// Sets overlap_comm on every ColumnParallelLinear of `module`'s tree (tensor_parallel.tp_overlap_comm); returns how
+// many there are.
+int set_overlap_comm(torch::nn::Module& module, bool overlap);
 
 
 }  // namespace deepspeed::tp
