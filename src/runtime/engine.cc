@@ -17,7 +17,9 @@
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "runtime/engine_impl.h"
+#include "runtime/lamb_optimizer.h"
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
@@ -159,6 +161,22 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
            "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
+// LAMB's trust ratio needs each tensor's whole norms at the step: the state in memory (no slice-wise nvme step), no
+// step running beside the next iteration's collectives (overlap_step, ZenFlow, SuperOffload), and tensors that are
+// whole over the data-parallel group (not expert-parallel, not split over tensor-parallel ranks).
+void EngineImpl::check_lamb_supported(bool nvme) const {
+  const auto& z = config_.zero;
+  const char* clash = nvme                                 ? "zero_optimization.offload_optimizer.device nvme"
+                      : overlap_step_                      ? "overlap_step"
+                      : z.zenflow.has_value()              ? "zero_optimization.zenflow"
+                      : z.offload_optimizer.super_offload  ? "zero_optimization.offload_optimizer.super_offload"
+                      : has_experts_                       ? "MoE expert parallelism (ep_size > 1)"
+                      : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
+                                                                   : nullptr;
+  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: Lamb's per-tensor trust ratio is not supported with ",
+             clash ? clash : "", " yet; use Adam/AdamW there, or Lamb without it");
+}
+
 void EngineImpl::finish_construction(InitializeOptions& options) {
   const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
   const auto& zenflow = config_.zero.zenflow;
@@ -174,8 +192,13 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
                                                                           config_.optimizer.has_value()),
              "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
              "kernel); a client optimizer or none cannot be rolled back");
+  const bool lamb = !options.optimizer && config_.optimizer.has_value() && config_.optimizer->type == "lamb";
+  if (lamb) check_lamb_supported(nvme);
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
+  } else if (lamb) {
+    optimizer_ = runtime::make_lamb_optimizer(*config_.optimizer, groups_, stage_->masters(),
+                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
   } else if (nvme) {
     DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
                "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");

@@ -1,5 +1,6 @@
 // Fused CPU optimizer steps over flat fp32 tensors: Adam/AdamW, SGD, Adagrad and Lion, as
-// DeepSpeed's cpu_adam, cpu_adagrad and cpu_lion (and torch.optim.SGD) compute them.
+// DeepSpeed's cpu_adam, cpu_adagrad and cpu_lion (and torch.optim.SGD) compute them; and LAMB's phases (ATen ops,
+// see lamb_moments below).
 //
 // Each call updates one parameter tensor and its optimizer state in ONE pass over memory (read
 // param, grad and state, write param and state), with SIMD (see simd.h) inside and OpenMP tiles of
@@ -80,6 +81,25 @@ struct LionParams {
   double weight_decay = 0.0;  // decoupled: p *= 1 - lr * weight_decay
 };
 
+// DeepSpeed's FusedLamb hyper-parameters, with its defaults.
+struct LambParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  bool eps_inside_sqrt = false;  // true: sqrt(v + eps); false: sqrt(v) + eps
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+};
+
+// Sums of squares over the elements a lamb_moments call saw.
+struct LambNorms {
+  double param_sq = 0.0;   // sum of p^2 (before the update)
+  double update_sq = 0.0;  // sum of u^2
+};
+
 // Adam/AdamW: m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 // p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), with bc_i = 1 - b_i^step when bias_correction.
 void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
@@ -104,6 +124,22 @@ void adagrad_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg_s
 void lion_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg,
                const LionParams& params, int64_t step, SimdLevel simd = SimdLevel::kAuto,
                const at::Tensor& param_copy = {});
+
+// LAMB (You et al. 2019) as DeepSpeed's FusedLamb computes it, in phases, so that a tensor whose elements are spread
+// over several calls (a parameter cut by ZeRO partitions) can sum its norms between them:
+//   lamb_moments:     m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; returns the sums of p^2 and of u^2, where
+//                     u = m / (sqrt(v) + eps) + weight_decay * p  (sqrt(v + eps) with eps_inside_sqrt);
+//   lamb_coefficient: from one whole tensor's sums: ||p|| / ||u|| clamped to [min_coeff, max_coeff], 1 when either
+//                     norm is 0;
+//   lamb_apply:       p -= step_size * coeff * u with u recomputed from the updated moments (same arithmetic), and
+//                     step_size = lr * sqrt(1 - b2^step) / (1 - b1^step) (lr without bias_correction).
+// On step 1 the incoming moments are ignored (zeros). Tensors: fp32 and contiguous, on one device (ATen ops, so any
+// device); `param_copy` as in the other steps (bf16/fp16, receives the updated param).
+LambNorms lamb_moments(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
+                       const LambParams& params, int64_t step);
+double lamb_coefficient(const LambNorms& whole_tensor, const LambParams& params);
+void lamb_apply(at::Tensor param, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq, const LambParams& params,
+                int64_t step, double coeff, const at::Tensor& param_copy = {});
 
 // dst = src.to(dst.scalar_type()) for a contiguous fp32 `src` and a bf16 or fp16 `dst` of the same
 // numel, with the copy-back's converters (SIMD, OpenMP tiles; same rounding as param_copy above).
