@@ -261,9 +261,8 @@ at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
 at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
   auto out = local_logits(tokens);
   if (tp_wte_) {
-    return deepspeed::tp::vocab_parallel_cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
-                                                       cfg_.tensor_parallel)
-        .mean();
+    return deepspeed::tp::vocab_parallel_cross_entropy_mean(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
+                                                            cfg_.tensor_parallel);
   }
   auto loss = at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
   if (!cfg_.moe.enabled()) return loss;

@@ -97,8 +97,7 @@ pipe::LossFn gpt_pipeline_loss_fn(const GPTConfig& cfg) {
   if (!cfg.tensor_parallel.is_member()) return gpt_pipeline_loss;
   const comm::ProcessGroup group = cfg.tensor_parallel;
   return [group](const at::Tensor& logits, const at::Tensor& targets) {
-    return tp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), group)
-        .mean();
+    return tp::vocab_parallel_cross_entropy_mean(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), group);
   };
 }
 

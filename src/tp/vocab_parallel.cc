@@ -15,10 +15,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Megatron's _VocabParallelCrossEntropy: log(sum over the vocabulary of exp(logit - max)) - (target's logit - max),
-// with the max, the target's logit and the sum each all-reduced over the group.
+// with the max, the target's logit and the sum each all-reduced over the group. A position whose target is
+// ignore_index has loss 0 and no gradient (torch's cross_entropy without reduction).
 struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
-                            const comm::ProcessGroup& g) {
+                            const comm::ProcessGroup& g, int64_t ignore_index) {
     comm::ProcessGroup group = g;
     const int64_t part = logits.size(-1);
     const int64_t begin = group.rank() * part;
@@ -34,9 +35,11 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     at::Tensor exp = x.exp();
     at::Tensor sum = exp.sum(-1);
     group.all_reduce(sum, comm::ReduceOp::kSum);
-    const at::Tensor loss = sum.log() - picked;
+    const at::Tensor ignored = target == ignore_index;
+    const at::Tensor loss = (sum.log() - picked).masked_fill(ignored, 0.0);
     exp.div_(sum.unsqueeze(-1));  // the softmax of this rank's slice, kept for backward
-    ctx->save_for_backward({exp, local, outside});
+    exp.masked_fill_(ignored.unsqueeze(-1), 0.0);  // and nothing for the ignored positions
+    ctx->save_for_backward({exp, local, outside.logical_or(ignored)});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     return loss;
   }
@@ -47,7 +50,7 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     grad.scatter_add_(-1, saved[1].unsqueeze(-1), -inside);
     grad.mul_(grads[0].unsqueeze(-1));
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {grad.to(dtype), at::Tensor(), at::Tensor()};
+    return {grad.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -75,11 +78,17 @@ at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                        const comm::ProcessGroup& group) {
+                                        const comm::ProcessGroup& group, int64_t ignore_index) {
   check_splits(logits.size(-1) * group.size(), group, "vocab_parallel_cross_entropy", "the vocabulary");
   DS_CHECK(target.sizes() == logits.sizes().slice(0, logits.dim() - 1), "vocab_parallel_cross_entropy: target shape ",
            target.sizes(), " does not match logits ", logits.sizes(), " without their last dimension");
-  return VocabParallelCrossEntropy::apply(logits, target, group);
+  return VocabParallelCrossEntropy::apply(logits, target, group, ignore_index);
+}
+
+at::Tensor vocab_parallel_cross_entropy_mean(const at::Tensor& logits, const at::Tensor& target,
+                                             const comm::ProcessGroup& group, int64_t ignore_index) {
+  const at::Tensor counted = (target != ignore_index).sum().to(at::kFloat);
+  return vocab_parallel_cross_entropy(logits, target, group, ignore_index).sum() / counted;
 }
 
 }  // namespace deepspeed::tp

@@ -126,15 +126,21 @@ TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyEqualThePlainOnes) {
 
   const at::Tensor logits0 = at::randn({kBatch, 7, vocab}) * 3;
   const at::Tensor weights = at::rand({kBatch, 7});  // a weighted sum, so each position's gradient scale is checked
+  // Padding (-100, torch's ignore_index) at some positions: no loss, no gradient there, as torch's.
+  const at::Tensor targets = ids.masked_fill(at::arange(kBatch * 7).view({kBatch, 7}).remainder(5).eq(0), -100);
   at::Tensor logits = logits0.clone().requires_grad_(true);
-  const at::Tensor want = at::cross_entropy_loss(logits.view({-1, vocab}), ids.view(-1), {}, at::Reduction::None)
-                              .view({kBatch, 7});
+  const at::Tensor want =
+      at::cross_entropy_loss(logits.view({-1, vocab}), targets.view(-1), {}, at::Reduction::None).view({kBatch, 7});
   (want * weights).sum().backward();
   at::Tensor slice = mine(logits0, 2).clone().requires_grad_(true);
-  const at::Tensor loss = tp::vocab_parallel_cross_entropy(slice, ids, group);
+  const at::Tensor loss = tp::vocab_parallel_cross_entropy(slice, targets, group);
   (loss * weights).sum().backward();
   EXPECT_WITHIN(rel(loss, want), bound(vocab)) << "per-position loss";
   EXPECT_WITHIN(rel(slice.grad(), mine(logits.grad(), 2)), bound(vocab)) << "this rank's slice of the gradient";
+  EXPECT_TRUE(at::equal(loss.masked_select(targets.eq(-100)), at::zeros({7}))) << "the padded positions";
+  // The mean over the positions that count, torch's cross_entropy "mean".
+  const at::Tensor mean_want = at::cross_entropy_loss(logits0.view({-1, vocab}), targets.view(-1));
+  EXPECT_WITHIN(rel(tp::vocab_parallel_cross_entropy_mean(mine(logits0, 2), targets, group), mean_want), bound(vocab));
   const std::string bad = [&] {
     try {
       tp::vocab_parallel_cross_entropy(slice, ids.view(-1), group);

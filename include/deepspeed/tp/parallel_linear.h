@@ -116,8 +116,12 @@ TORCH_MODULE(VocabParallelEmbedding);
 // order, as a ColumnParallelLinear LM head gives them) against `target` [...] (ids in the full vocabulary): the loss
 // of each position, the same on every rank, without gathering the logits (three all-reduces of one value per
 // position). Backward gives each rank the gradient of its slice.
+// A target equal to `ignore_index` (torch's default, -100: padding) gives loss 0 and no gradient at its position.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                        const comm::ProcessGroup& group);
+                                        const comm::ProcessGroup& group, int64_t ignore_index = -100);
+// Its mean over the positions whose target is not ignore_index: torch's cross_entropy with reduction "mean".
+at::Tensor vocab_parallel_cross_entropy_mean(const at::Tensor& logits, const at::Tensor& target,
+                                             const comm::ProcessGroup& group, int64_t ignore_index = -100);
 
 // A parameter the layers above split over their group, and how: rank r holds slice r of dimension `dim` (of each of
 // `fused_parts` equal blocks along it, in block order, for fused q/k/v).
