@@ -17,9 +17,8 @@ void check_splits(int64_t count, const comm::ProcessGroup& group, const char* la
            group.size(), ")");
 }
 
-at::Tensor slice_of(const at::Tensor& t, int64_t dim, const comm::ProcessGroup& group) {
-  const int64_t part = t.size(dim) / group.size();
-  return t.detach().narrow(dim, group.rank() * part, part).clone();
+at::Tensor slice_of(const at::Tensor& t, int64_t dim, const comm::ProcessGroup& group, int64_t fused_parts) {
+  return slice_split(t.detach(), dim, fused_parts, group.rank(), group.size()).clone();
 }
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias, comm::ProcessGroup group,
@@ -43,11 +42,8 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::nn::Linear& full
 void ColumnParallelLinearImpl::take(const torch::nn::Linear& full) {
   in_features = full->options.in_features();
   out_features = full->options.out_features();
-  auto mine = [&](const at::Tensor& t) {
-    return slice_split(t.detach(), 0, fused_parts, group_.rank(), group_.size()).clone();
-  };
-  weight = register_parameter("weight", mine(full->weight));
-  if (full->bias.defined()) bias = register_parameter("bias", mine(full->bias));
+  weight = register_parameter("weight", slice_of(full->weight, 0, group_, fused_parts));
+  if (full->bias.defined()) bias = register_parameter("bias", slice_of(full->bias, 0, group_, fused_parts));
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
@@ -119,15 +115,9 @@ std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int*
   return out;
 }
 
-int set_overlap_comm(torch::nn::Module& module, bool overlap) {
-  int count = 0;
-  for (const auto& m : module.modules(/*include_self=*/true)) {
-    if (auto* col = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) {
-      col->overlap_comm = overlap;
-      ++count;
-    }
-  }
-  return count;
+void set_overlap_comm(torch::nn::Module& module, bool overlap) {
+  for (const auto& m : module.modules(/*include_self=*/true))
+    if (auto* col = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) col->overlap_comm = overlap;
 }
 
 }  // namespace deepspeed::tp

@@ -14,7 +14,8 @@ namespace deepspeed::tp {
 // its size; errors name both numbers.
 void check_splits(int64_t count, const comm::ProcessGroup& group, const char* layer, const char* counted);
 
-// This rank's slice [rank * n / T, (rank + 1) * n / T) of dimension `dim` of `t`, copied.
-at::Tensor slice_of(const at::Tensor& t, int64_t dim, const comm::ProcessGroup& group);
+// This rank's slice [rank * n / T, (rank + 1) * n / T) of dimension `dim` of `t` (of each of `fused_parts` equal
+// blocks along it: partition.h's slice_split), copied and detached.
+at::Tensor slice_of(const at::Tensor& t, int64_t dim, const comm::ProcessGroup& group, int64_t fused_parts = 1);
 
 }  // namespace deepspeed::tp

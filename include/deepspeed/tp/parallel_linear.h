@@ -138,9 +138,8 @@ struct SplitParameter {
 std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, int* group_size = nullptr);
 // The tensors of split_parameters().
 std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size = nullptr);
-// Sets overlap_comm on every ColumnParallelLinear of `module`'s tree (tensor_parallel.tp_overlap_comm); returns how
-// many there are.
-int set_overlap_comm(torch::nn::Module& module, bool overlap);
+// Sets overlap_comm on every ColumnParallelLinear of `module`'s tree (tensor_parallel.tp_overlap_comm).
+void set_overlap_comm(torch::nn::Module& module, bool overlap);
 
 
 }  // namespace deepspeed::tp
