@@ -7,4 +7,5 @@
 #pragma once
 
 #include "deepspeed/ops/cpu_optimizer.h"
+#include "deepspeed/ops/muon.h"
 #include "deepspeed/ops/simd.h"

@@ -80,6 +80,22 @@ ParamSpec warmup_type() {
   return p;
 }
 
+// DeepSpeed's Muon: one `lr` for both halves unless muon_lr / adam_lr say otherwise; `momentum` for the matrices,
+// `betas` and `eps` for the auxiliary Adam (MuonWithAuxAdam's defaults: 0.02 and 3e-4 when no lr is given).
+std::vector<ParamSpec> muon_params() {
+  ParamSpec momentum = num("momentum", 0.95);
+  momentum.lo = 0.0;
+  momentum.hi = 1.0;
+  momentum.hi_open = true;
+  ParamSpec ns_method = with_default("ns_method", Expect::kString, ParamValue::string("gram"));
+  ns_method.choices = {"gram", "standard"};
+  ParamSpec ns_steps = integer("ns_steps", 5);
+  ns_steps.lo = 0.0;
+  return {non_negative(num("lr")), non_negative(num("muon_lr")), non_negative(num("adam_lr")), momentum,
+          betas(0.9, 0.95), non_negative(num("eps", 1e-10)), non_negative(num("weight_decay", 0.0)), ns_method,
+          ns_steps, flag("adam_w_mode", true), flag("per_head_muon", false), num("max_grad_norm")};
+}
+
 std::vector<ParamSpec> concat(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -141,6 +157,7 @@ const std::vector<TypeSpec>& optimizer_specs() {
                num("coeff_beta", 0.9), num("factor_max", 4.0), num("factor_min", 0.5),
                num("factor_threshold", 0.1)}),
        {}},
+      {"muon", muon_params(), {}},
       {"lion",
        {non_negative(num("lr", 1e-3)), betas(0.9, 0.99), non_negative(num("weight_decay", 0.0)),
         flag("set_grad_none"), flag("fp32_optimizer_states")},

@@ -20,6 +20,7 @@
 #include "deepspeed/tp/parallel_linear.h"
 #include "runtime/engine_impl.h"
 #include "runtime/lamb_optimizer.h"
+#include "runtime/muon_optimizer.h"
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
@@ -129,6 +130,8 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   place_on_device();
   groups_ = runtime::make_param_groups(*module_, std::move(options.param_groups));
   runtime::split_expert_groups(*module_, groups_);
+  if (!options.optimizer && config_.optimizer.has_value() && config_.optimizer->type == "muon")
+    runtime::split_muon_groups(module_, groups_);
   has_experts_ = std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); });
   DS_CHECK_T(ConfigError, !has_experts_ || stage <= 2,
              "zero_optimization.stage: MoE expert parallelism (ep_size > 1) works with stages 0-2, got ", stage);
@@ -161,10 +164,10 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
            "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
-// LAMB's trust ratio needs each tensor's whole norms at the step: the state in memory (no slice-wise nvme step), no
-// step running beside the next iteration's collectives (overlap_step, ZenFlow, SuperOffload), and tensors that are
-// whole over the data-parallel group (not expert-parallel, not split over tensor-parallel ranks).
-void EngineImpl::check_lamb_supported(bool nvme) const {
+// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: the state in memory (no slice-wise
+// nvme step), no step running beside the next iteration's collectives (overlap_step, ZenFlow, SuperOffload), and
+// tensors that are whole over the data-parallel group (not expert-parallel, not split over tensor-parallel ranks).
+void EngineImpl::check_whole_tensor_step(const char* what, bool nvme) const {
   const auto& z = config_.zero;
   const char* clash = nvme                                 ? "zero_optimization.offload_optimizer.device nvme"
                       : overlap_step_                      ? "overlap_step"
@@ -173,8 +176,8 @@ void EngineImpl::check_lamb_supported(bool nvme) const {
                       : has_experts_                       ? "MoE expert parallelism (ep_size > 1)"
                       : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
                                                                    : nullptr;
-  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: Lamb's per-tensor trust ratio is not supported with ",
-             clash ? clash : "", " yet; use Adam/AdamW there, or Lamb without it");
+  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ", what, " is not supported with ", clash ? clash : "",
+             " yet; use Adam/AdamW there");
 }
 
 void EngineImpl::finish_construction(InitializeOptions& options) {
@@ -192,12 +195,16 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
                                                                           config_.optimizer.has_value()),
              "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
              "kernel); a client optimizer or none cannot be rolled back");
-  const bool lamb = !options.optimizer && config_.optimizer.has_value() && config_.optimizer->type == "lamb";
-  if (lamb) check_lamb_supported(nvme);
+  const std::string type = !options.optimizer && config_.optimizer.has_value() ? config_.optimizer->type : "";
+  if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio", nvme);
+  if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices", nvme);
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
-  } else if (lamb) {
+  } else if (type == "lamb") {
     optimizer_ = runtime::make_lamb_optimizer(*config_.optimizer, groups_, stage_->masters(),
+                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
+  } else if (type == "muon") {
+    optimizer_ = runtime::make_muon_optimizer(*config_.optimizer, groups_, stage_->masters(), stage_->param_shapes(),
                                               stage_->master_fragments(), config_.zero.stage >= 1, world_);
   } else if (nvme) {
     DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
@@ -238,8 +245,9 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     DS_CHECK_T(ConfigError, !has_experts_ && !model_parallel_.is_member() && !options.data_parallel_group.is_member(),
                key, " does not write MoE or pipeline checkpoints");
     DS_CHECK_T(ConfigError,
-               optimizer_ && optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"}), key,
-               " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
+               optimizer_ && optimizer_->name() != "muon" &&
+                   optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"}),
+               key, " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
   }
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   add_observers();

@@ -11,7 +11,7 @@
 namespace deepspeed::runtime {
 namespace {
 
-class LambOptimizer final : public EngineOptimizer {
+class LambOptimizer final : public PerGroupOptimizer {
  public:
   LambOptimizer(const config::OptimizerConfig& cfg, const std::vector<zero::FlatGroup>& groups,
                 const std::vector<at::Tensor>& masters, std::vector<zero::MasterFragment> fragments, bool partitioned,
@@ -76,19 +76,9 @@ class LambOptimizer final : public EngineOptimizer {
     out.insert(out.end(), second_.begin(), second_.end());
     return out;
   }
-  double lr(size_t group) const override { return lrs_.at(group); }
-  void set_lr(size_t group, double lr) override { lrs_.at(group) = lr; }
-  bool set_momentum(size_t group, double momentum) override {
-    betas1_.at(group) = momentum;
-    return true;
-  }
-  std::optional<double> momentum(size_t group) const override { return betas1_.at(group); }
-  std::optional<double> weight_decay(size_t group) const override { return decays_.at(group); }
   std::string name() const override { return "lamb"; }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   std::vector<at::Tensor> group_state(size_t group) const override { return {first_.at(group), second_.at(group)}; }
-  int64_t step_count() const override { return step_; }
-  void set_step_count(int64_t steps) override { step_ = steps; }
 
  private:
   ops::LambParams hp(size_t group) const {
@@ -106,11 +96,9 @@ class LambOptimizer final : public EngineOptimizer {
   std::vector<zero::MasterFragment> fragments_;
   bool partitioned_;
   comm::ProcessGroup group_;
-  std::vector<double> lrs_, decays_, betas1_;
   std::vector<at::Tensor> first_, second_;
   std::vector<int64_t> base_;  // group -> id of its first parameter in the sums
   int64_t params_ = 0;
-  int64_t step_ = 0;
 };
 
 }  // namespace

@@ -293,12 +293,12 @@ std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerCon
     kind = Kind::kAdagrad;
   } else if (cfg.type == "lion") {
     kind = Kind::kLion;
-  } else if (cfg.type == "lamb") {
-    throw ConfigError("optimizer.type: Lamb runs only with its state in memory (runtime/lamb_optimizer.h), not "
-                      "streamed through nvme offload");
+  } else if (cfg.type == "lamb" || cfg.type == "muon") {
+    throw ConfigError("optimizer.type: " + std::string(cfg.type == "lamb" ? "Lamb" : "Muon") +
+                      " runs only with its state in memory, not streamed through nvme offload");
   } else {
-    throw ConfigError("optimizer.type: '" + cfg.type +
-                      "' is not implemented in deepspeed-cpp yet (available: Adam, AdamW, SGD, Adagrad, Lion, Lamb)");
+    throw ConfigError("optimizer.type: '" + cfg.type + "' is not implemented in deepspeed-cpp yet (available: Adam, "
+                      "AdamW, SGD, Adagrad, Lion, Lamb, Muon)");
   }
   return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters, resident_state);
 }

@@ -71,6 +71,26 @@ class EngineOptimizer {
   }
 };
 
+// An optimizer whose every group has a learning rate, a beta1 (or momentum, which OneCycle cycles) and a weight
+// decay of its own, and counts its steps: the engine-facing half LAMB and Muon share.
+class PerGroupOptimizer : public EngineOptimizer {
+ public:
+  double lr(size_t group) const override { return lrs_.at(group); }
+  void set_lr(size_t group, double lr) override { lrs_.at(group) = lr; }
+  bool set_momentum(size_t group, double momentum) override {
+    betas1_.at(group) = momentum;
+    return true;
+  }
+  std::optional<double> momentum(size_t group) const override { return betas1_.at(group); }
+  std::optional<double> weight_decay(size_t group) const override { return decays_.at(group); }
+  int64_t step_count() const override { return step_; }
+  void set_step_count(int64_t steps) override { step_ = steps; }
+
+ protected:
+  std::vector<double> lrs_, decays_, betas1_;
+  int64_t step_ = 0;
+};
+
 // Builds the config's optimizer for fp32 `masters`, one per group; `groups` supply lr / weight_decay overrides.
 // `resident_state` false: no state is allocated (the caller streams it through step_slice).
 // Throws ConfigError for an optimizer type this build does not implement.

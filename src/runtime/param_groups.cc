@@ -1,10 +1,16 @@
 #include "runtime/param_groups.h"
 
+#include <torch/nn/modules/embedding.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "deepspeed/error.h"
 #include "moe/expert_params.h"
+#include "zero/stage3/construction_shard.h"
 
 namespace deepspeed::runtime {
 
@@ -57,6 +63,37 @@ void split_expert_groups(torch::nn::Module& module, std::vector<zero::FlatGroup>
   }
   groups = std::move(dense);
   for (auto& g : expert) groups.push_back(std::move(g));
+}
+
+void split_muon_groups(const std::shared_ptr<torch::nn::Module>& module, std::vector<zero::FlatGroup>& groups) {
+  std::unordered_map<const void*, bool> is_muon;  // parameter -> Newton-Schulz updates it
+  for (const auto& named : module->named_modules()) {
+    const bool embedding = dynamic_cast<const torch::nn::EmbeddingImpl*>(named.value().get()) != nullptr;
+    for (const auto& p : named.value()->named_parameters(/*recurse=*/false)) {
+      std::string name = named.key().empty() ? p.key() : named.key() + "." + p.key();
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      const bool by_name = name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
+      is_muon[p.value().unsafeGetTensorImpl()] =
+          by_name && !embedding && zero::whole_shape(module, p.value()).size() >= 2;
+    }
+  }
+  std::vector<zero::FlatGroup> split;
+  for (auto& g : groups) {
+    zero::FlatGroup halves[2];  // Muon's, then Adam's
+    for (auto& p : g.params) {
+      auto it = is_muon.find(p.unsafeGetTensorImpl());
+      halves[it != is_muon.end() && it->second ? 0 : 1].params.push_back(p);
+    }
+    for (int h = 0; h < 2; ++h) {
+      if (halves[h].params.empty()) continue;
+      halves[h].use_muon = h == 0;
+      halves[h].lr = g.lr;
+      halves[h].weight_decay = g.weight_decay;
+      halves[h].group = g.group;
+      split.push_back(std::move(halves[h]));
+    }
+  }
+  groups = std::move(split);
 }
 
 }  // namespace deepspeed::runtime

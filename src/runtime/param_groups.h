@@ -5,6 +5,7 @@
 
 #include <torch/nn/module.h>
 
+#include <memory>
 #include <vector>
 
 #include "deepspeed/deepspeed.h"
@@ -19,5 +20,12 @@ std::vector<zero::FlatGroup> make_param_groups(torch::nn::Module& module, std::v
 // Moves MoE expert parameters (of ep_size > 1) out of `groups` into groups of their own, one per group and expert
 // entry; groups left empty are dropped.
 void split_expert_groups(torch::nn::Module& module, std::vector<zero::FlatGroup>& groups);
+
+// optimizer.type Muon: splits each group into the matrices Newton-Schulz updates and the rest (its auxiliary Adam),
+// as DeepSpeed's engine does: a parameter is Muon's when it has 2 or more dimensions and its name holds neither
+// "embed" nor "lm_head" (any case), and, beyond DeepSpeed's rule, when it is not an Embedding module's weight (a
+// lookup table is not a linear map: a model that names its embedding `wte` keeps it on Adam). Each half keeps its
+// group's lr / weight_decay overrides; a half with no parameters is dropped.
+void split_muon_groups(const std::shared_ptr<torch::nn::Module>& module, std::vector<zero::FlatGroup>& groups);
 
 }  // namespace deepspeed::runtime

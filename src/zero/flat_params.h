@@ -27,6 +27,8 @@ struct FlatGroup {
   zero::PartitionLayout layout;        // this rank's slice; the whole buffer when not partitioned
   std::optional<double> lr;            // caller's override of the optimizer's lr
   std::optional<double> weight_decay;  // caller's override of the optimizer's weight decay
+  // optimizer.type Muon: this group holds the matrices Newton-Schulz updates (the rest take its auxiliary Adam).
+  bool use_muon = false;
   // The ranks holding copies of these parameters, over which their gradients are reduced and (ZeRO 1/2) their
   // buffer is partitioned. Null: the data-parallel group the engine (or flatten/reducer caller) passes. Set for MoE
   // experts, whose copies live on their expert-data-parallel group only (each expert-parallel rank holds others).

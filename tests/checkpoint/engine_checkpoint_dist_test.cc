@@ -220,6 +220,17 @@ TEST(EngineCheckpoint, LambResumeIsBitExact) {
   }
 }
 
+// Muon's momentum (saved as exp_avg) and its auxiliary Adam's moments come back whole: at stage 0 and where ZeRO
+// partitions cut its matrices (each rank's Newton-Schulz reads the whole update, put together from every rank's
+// pieces); config_json's WarmupLR drives both halves' learning rates.
+TEST(EngineCheckpoint, MuonResumeIsBitExact) {
+  const std::string muon = "{\"type\": \"Muon\", \"params\": {\"weight_decay\": 0.01}}";
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("muon stage " + std::to_string(stage));
+    expect_resume_is_bit_exact(deepspeed::Config::from_string(config_json(stage, "", "", muon)));
+  }
+}
+
 // offload_optimizer.overlap_step: a save lands the step in flight, so the checkpoint holds it and the run that saved
 // continues from the landed parameters; a fresh engine that loads it continues identically (losses, parameters,
 // learning rate), at stages 1-3, fp32 and bf16 (bf16 parameters are written from the masters when the step lands).

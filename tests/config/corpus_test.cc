@@ -182,6 +182,16 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_FALSE(c.scheduler->params.get_bool("cycle_momentum", true));
           EXPECT_DOUBLE_EQ(c.scheduler->params.get_number("cycle_min_mom", 0), 0.8);
         }}},
+      {"muon_zero2",
+       {8,
+        [](const Config& c) {
+          EXPECT_EQ(*c.gradient_accumulation_steps, 1);  // 64 / (8 * 8)
+          EXPECT_EQ(c.optimizer->type, "muon");
+          EXPECT_DOUBLE_EQ(c.optimizer->params.get_number("muon_lr", 0), 0.02);
+          EXPECT_DOUBLE_EQ(c.optimizer->params.get_number("adam_lr", 0), 3e-4);
+          EXPECT_EQ(c.optimizer->params.get_string("ns_method", ""), "standard");
+          EXPECT_EQ(c.optimizer->params.get_int("ns_steps", 0), 6);
+        }}},
       {"sgd_lr_range_test",
        {1,
         [](const Config& c) {

@@ -57,6 +57,12 @@ int64_t ConstructionShard::numel_of(const at::Tensor& param) const {
   return 0;
 }
 
+std::vector<int64_t> ConstructionShard::shape_of(const at::Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].is_same(param)) return shapes_[i];
+  return {};
+}
+
 void ConstructionShard::gather() {
   if (full_.defined()) return;
   full_ = at::empty({layout_.padded_numel()}, shard_.options());

@@ -24,6 +24,8 @@ class ConstructionShard : public detail::UnitHooks {
 
   // Elements `param` has when whole (0 if it is not one of this unit's parameters).
   int64_t numel_of(const at::Tensor& param) const;
+  // Its shape when whole (empty if it is not one of this unit's parameters).
+  std::vector<int64_t> shape_of(const at::Tensor& param) const;
   bool owns(const at::Tensor& param) const { return numel_of(param) > 0; }
   // Collective: gives every parameter its full value again (in fresh memory).
   void gather();
@@ -51,5 +53,8 @@ class ConstructionShard : public detail::UnitHooks {
 // Gathers every construction-time partition under `module` for good and turns its units back into
 // pass-throughs (an engine at stage 0-2 trains the whole model on every rank).
 void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& module);
+
+// Each parameter's shape when whole: its own, or the one it had before zero::Init partitioned it.
+std::vector<int64_t> whole_shape(const std::shared_ptr<torch::nn::Module>& module, const at::Tensor& param);
 
 }  // namespace deepspeed::zero

@@ -49,6 +49,13 @@ void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& m
   }
 }
 
+std::vector<int64_t> whole_shape(const std::shared_ptr<torch::nn::Module>& module, const at::Tensor& param) {
+  for (const auto& unit : find_units(module))
+    if (auto* cs = dynamic_cast<ConstructionShard*>(unit->hooks().get()))
+      if (cs->owns(param)) return cs->shape_of(param);
+  return param.sizes().vec();
+}
+
 Init::Init(const Config& config) : Init(config.zero.stage == 3) {}
 
 Init::Init(bool enabled) : enabled_(enabled), previous_(g_init_active) {
