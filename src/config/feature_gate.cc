@@ -77,8 +77,12 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
   reject_if(z.zero_hpz_partition_size > 1, "zero_optimization.zero_hpz_partition_size",
             "hierarchical partitioning (ZeRO++ hpZ)");
-  reject_if(z.zero_quantized_weights || z.zero_quantized_nontrainable_weights, "zero_optimization.zero_quantized_weights",
-            "quantized weight communication (ZeRO++ qwZ)");
+  DS_CHECK_T(ConfigError, !z.zero_quantized_weights || z.stage == 3,
+             "zero_optimization.zero_quantized_weights: quantizes stage 3's parameter all-gathers (ZeRO++ qwZ); stages "
+             "0-2 gather no parameters, got stage ", z.stage);
+  reject_if(z.zero_quantized_nontrainable_weights, "zero_optimization.zero_quantized_nontrainable_weights",
+            "quantized gathers of frozen parameters (stage 3 keeps parameters that require no gradient whole on every "
+            "rank, so none of theirs is gathered)");
   reject_if(z.zero_quantized_gradients, "zero_optimization.zero_quantized_gradients",
             "quantized gradient communication (ZeRO++ qgZ)");
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");

@@ -83,6 +83,11 @@ struct Stage3Options {
   // DeepSpeed keeps that many in its CPU flat buffer): whole units, the last ones before the persistent unit, while
   // they fit.
   int64_t param_max_in_cpu = 0;
+  // ZeRO++ qwZ (zero_quantized_weights): the training schedule's gathers (forward, backward, prefetch) send each
+  // partition as block-wise int8 with fp32 scales (weight_quantizer.h) and dequantize it on arrival, so every rank
+  // computes with the same quantized weights; the masters stay exact. Not the persistent unit (gathered once per
+  // step, small by definition) and not GatheredParameters (which reads and writes exact values).
+  bool quantized_weights = false;
   // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
   // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
   // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
@@ -171,7 +176,9 @@ class Stage3 : public Stage {
  private:
   void build_unit(Unit& unit);
   void fetch(Unit& unit);
-  void gather_async(Unit& unit, bool prefetch);
+  // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).
+  void gather_async(Unit& unit, bool prefetch, bool exact = false);
+  void dequantize_gathered(Flat& f);
   void wait_gathered(Unit& unit);
   void release(Unit& unit);
   void prefetch_after(const Unit& unit);

@@ -8,6 +8,7 @@
 
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
+#include "zero/weight_quantizer.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -18,10 +19,11 @@ void Stage3::note_live(int64_t delta) {
   stats_.peak_live_elems = std::max(stats_.peak_live_elems, stats_.live_elems);
 }
 
-void Stage3::gather_async(Unit& unit, bool prefetch) {
+void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   if (unit.state != Unit::State::kReleased) return;
   std::optional<WaitClock::Span> span;  // a prefetch is issued ahead of need: only a gather on demand is a wait
   if (!prefetch) span = waits_.begin();
+  unit.quantized = options_.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
   for (auto& f : unit.flats) {
     f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
@@ -33,7 +35,26 @@ void Stage3::gather_async(Unit& unit, bool prefetch) {
     const int64_t part = f.layout.partition_size();
     at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part);
     load_shard(f, own);
-    if (world_.size() > 1) f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+    if (unit.quantized) {
+      // In place as above, in int8 blocks: this rank quantizes its partition into its own chunk.
+      if (f.q_blocks.empty()) {
+        for (int r = 0; r < world_.size(); ++r) {
+          f.q_blocks.push_back(quantization_blocks(f.offsets, f.numels, f.layout.begin(r), f.layout.begin(r) + part));
+          f.q_max_blocks = std::max(f.q_max_blocks, static_cast<int64_t>(f.q_blocks.back().size()));
+        }
+      }
+      const int64_t blocks = f.q_max_blocks;
+      const int rank = f.layout.rank();
+      f.q_values = at::empty({world_.size() * part}, f.gathered.options().dtype(at::kChar));
+      f.q_scales = at::zeros({world_.size() * blocks}, f.gathered.options().dtype(at::kFloat));
+      at::Tensor own_values = f.q_values.narrow(0, rank * part, part);
+      at::Tensor own_scales = f.q_scales.narrow(0, rank * blocks, blocks);
+      quantize_blocks(own, f.q_blocks[rank], own_values, own_scales);
+      f.gather_work = world_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
+      f.scale_work = world_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
+    } else if (world_.size() > 1) {
+      f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+    }
   }
   unit.state = Unit::State::kInflight;
   unit.prefetched = prefetch;
@@ -49,6 +70,11 @@ void Stage3::wait_gathered(Unit& unit) {
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();
+    if (unit.quantized) {
+      f.scale_work.wait();
+      f.scale_work = comm::Work();
+      dequantize_gathered(f);
+    }
   }
   waits_.end(std::move(span), unit.prefetched ? &stats_.prefetch_wait_ms : &stats_.gather_ms);
   for (auto& f : unit.flats) {
@@ -56,6 +82,17 @@ void Stage3::wait_gathered(Unit& unit) {
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
   }
   unit.state = Unit::State::kGathered;
+}
+
+// Every rank's partition from its int8 blocks, its own included: all ranks then compute with the same weights.
+void Stage3::dequantize_gathered(Flat& f) {
+  const int64_t part = f.layout.partition_size();
+  const int64_t blocks = f.q_max_blocks;
+  for (int r = 0; r < world_.size(); ++r)
+    dequantize_blocks(f.q_values.narrow(0, r * part, part), f.q_scales.narrow(0, r * blocks, blocks), f.q_blocks[r],
+                      f.gathered.narrow(0, f.layout.begin(r), part));
+  f.q_values = at::Tensor();
+  f.q_scales = at::Tensor();
 }
 
 void Stage3::release(Unit& unit) {
@@ -171,7 +208,10 @@ std::vector<int> Stage3::gather_for_access(const std::vector<at::Tensor>& params
         for (const auto& q : params) hit = hit || p.is_same(q);
     if (!hit) continue;
     ids.push_back(unit->id);
-    if (unit->state == Unit::State::kReleased) gather_async(*unit, /*prefetch=*/false);
+    // A unit the schedule gathered through int8 (kept for reuse, or prefetched) is gathered again exactly: a scope
+    // that reads the weights (a save) or writes them back must see the masters' values, not their quantization.
+    if (unit->quantized && unit->state != Unit::State::kReleased && !unit->running) release(*unit);
+    if (unit->state == Unit::State::kReleased) gather_async(*unit, /*prefetch=*/false, /*exact=*/true);
   }
   for (int id : ids) wait_gathered(*units_[id]);
   return ids;

@@ -27,6 +27,12 @@ struct Stage3::Flat {
   at::Tensor gathered;       // the pool buffer behind `full` while gathered
   at::Tensor grad_full;      // pool buffer the parameters' .grad are views of during backward
   comm::Work gather_work;    // the all-gather into `gathered` (one collective per flat)
+  // quantized_weights: every rank's int8 blocks and their scales while the gather is in flight (gather_work brings
+  // the values, scale_work the scales), dequantized into `gathered` when it lands.
+  at::Tensor q_values, q_scales;
+  comm::Work scale_work;
+  std::vector<std::vector<int64_t>> q_blocks;  // each rank's quantization blocks (weight_quantizer.h), at first use
+  int64_t q_max_blocks = 0;                    // the most any rank has: each rank's share of q_scales
   bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
@@ -42,6 +48,7 @@ struct Stage3::Unit {
   int64_t numel = 0;  // padded elements gathered when whole
   State state = State::kReleased;
   bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
+  bool quantized = false;   // gathered through int8 (quantized_weights): the values are not exact
   bool running = false;  // inside its forward, or armed for its backward and not yet reduced
   bool awaiting_grads = false;  // its backward has begun and its gradients are not reduced yet
   bool armed = false;           // its gradient buffer is taken (at its first gradient: see arm_grads)

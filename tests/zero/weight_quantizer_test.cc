@@ -1,0 +1,86 @@
+// qwZ's block-wise int8 (zero/weight_quantizer.h): blocks cut at parameter boundaries and every kQuantBlock elements,
+// exact where the values sit on the grid, within half a step of each block's own scale elsewhere, a zero block stays
+// zero, bf16 in and out.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "zero/weight_quantizer.h"
+
+namespace {
+
+using deepspeed::zero::dequantize_blocks;
+using deepspeed::zero::kQuantBlock;
+using deepspeed::zero::quantization_blocks;
+using deepspeed::zero::quantize_blocks;
+
+TEST(WeightQuantizer, BlocksFollowParametersAndPadding) {
+  // Parameters of 32 (a norm), 5000 and 100 elements at offsets 0, 32 and 5040 (8 elements of alignment padding
+  // before the last, 60 after it up to 5200).
+  const std::vector<int64_t> offsets = {0, 32, 5040}, numels = {32, 5000, 100};
+  EXPECT_EQ(quantization_blocks(offsets, numels, 0, 5200),
+            (std::vector<int64_t>{32, 2048, 2048, 904, 8, 100, 60}));
+  // A partition boundary inside the big parameter starts a block there.
+  EXPECT_EQ(quantization_blocks(offsets, numels, 2600, 5200), (std::vector<int64_t>{2048, 384, 8, 100, 60}));
+  EXPECT_EQ(quantization_blocks(offsets, numels, 10, 20), (std::vector<int64_t>{10}));
+}
+
+TEST(WeightQuantizer, ValuesOnTheGridComeBackExactly) {
+  // A block whose largest magnitude is 63.5: scale 0.5, every value a multiple of it; then a block of zeros.
+  at::Tensor x = at::zeros({40});
+  x[0] = 63.5;
+  x[1] = -32.0;
+  x[2] = 0.5;
+  x[3] = -0.5;
+  const std::vector<int64_t> blocks = {8, 32};
+  at::Tensor q = at::empty({40}, at::kChar), s = at::full({3}, -1.0f);
+  quantize_blocks(x, blocks, q, s);
+  EXPECT_EQ(s[0].item<float>(), 0.5f);
+  EXPECT_EQ(s[1].item<float>(), 0.0f) << "a block of zeros";
+  EXPECT_EQ(s[2].item<float>(), -1.0f) << "scales past the blocks are not written";
+  EXPECT_EQ(q[0].item<int8_t>(), 127);
+  EXPECT_EQ(q[1].item<int8_t>(), -64);
+  EXPECT_EQ(q[2].item<int8_t>(), 1);
+  at::Tensor back = at::empty_like(x);
+  dequantize_blocks(q, s, blocks, back);
+  EXPECT_TRUE(at::equal(back, x));
+}
+
+// Blocks of magnitudes 1e-3, 1 and 1e3 side by side: each element within half of its own block's step
+// (max |x| / 127 / 2, plus the two fp32 roundings of x / s and q * s), so a small block is not flattened by a large
+// one.
+TEST(WeightQuantizer, EachBlockIsWithinHalfItsOwnStep) {
+  at::manual_seed(11);
+  const std::vector<int64_t> blocks = {kQuantBlock, 700, 904};
+  at::Tensor x = at::randn({kQuantBlock + 700 + 904});
+  x.narrow(0, 0, kQuantBlock).mul_(1e-3);
+  x.narrow(0, kQuantBlock + 700, 904).mul_(1e3);
+  at::Tensor q = at::empty({x.numel()}, at::kChar), s = at::empty({3});
+  quantize_blocks(x, blocks, q, s);
+  at::Tensor back = at::empty_like(x);
+  dequantize_blocks(q, s, blocks, back);
+  int64_t start = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const at::Tensor xb = x.narrow(0, start, blocks[b]);
+    const double step = xb.abs().max().item<double>() / 127;
+    EXPECT_FLOAT_EQ(s[b].item<float>(), static_cast<float>(step));
+    const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
+    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
+    EXPECT_GT(err, step / 4) << "block " << b << ": random values are not on the grid";
+    start += blocks[b];
+  }
+}
+
+TEST(WeightQuantizer, Bf16InAndOut) {
+  at::Tensor x = at::tensor({2.0f, -1.0f, 3.0f, 0.0f, 127.0f}).to(at::kBFloat16);
+  at::Tensor q = at::empty({5}, at::kChar), s = at::empty({1});
+  quantize_blocks(x, {5}, q, s);
+  EXPECT_EQ(s[0].item<float>(), 1.0f);
+  at::Tensor back = at::empty_like(x);
+  dequantize_blocks(q, s, {5}, back);
+  EXPECT_TRUE(at::equal(back, x)) << "integers up to 127 at scale 1 are exact";
+}
+
+}  // namespace
