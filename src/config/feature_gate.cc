@@ -83,8 +83,9 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.zero_quantized_nontrainable_weights, "zero_optimization.zero_quantized_nontrainable_weights",
             "quantized gathers of frozen parameters (stage 3 keeps parameters that require no gradient whole on every "
             "rank, so none of theirs is gathered)");
-  reject_if(z.zero_quantized_gradients, "zero_optimization.zero_quantized_gradients",
-            "quantized gradient communication (ZeRO++ qgZ)");
+  DS_CHECK_T(ConfigError, !z.zero_quantized_gradients || z.stage == 3,
+             "zero_optimization.zero_quantized_gradients: quantizes stage 3's gradient reductions (ZeRO++ qgZ), got "
+             "stage ", z.stage);
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
   reject_if(cfg.fp16.enabled && cfg.fp16.fp16_master_weights_and_grads, "fp16.fp16_master_weights_and_grads",
             "fp16 master weights");

@@ -62,6 +62,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.gradient_predivide_factor = config.gradient_predivide_factor;
   so.comm_dtype = gradient_communication_dtype(config);
   so.quantized_weights = z.zero_quantized_weights;
+  so.quantized_gradients = z.zero_quantized_gradients;
   if (z.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && rank0)
     std::fprintf(stderr,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "

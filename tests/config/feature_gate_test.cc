@@ -49,14 +49,15 @@ TEST(FeatureGate, CpuOffloadNeedsZeroAndRejectsNvmeOnlyKeys) {
             std::string::npos);
 }
 
-// qwZ quantizes parameter gathers, which only stage 3 has: below it the key would change nothing.
-TEST(FeatureGate, QuantizedWeightsNeedStageThree) {
-  const std::string msg =
-      rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_weights": true}})");
-  EXPECT_EQ(msg.rfind("zero_optimization.zero_quantized_weights: quantizes stage 3's", 0), 0u) << msg;
-  EXPECT_NE(msg.find("got stage 2"), std::string::npos) << msg;
-  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})"),
-            "");
+// qwZ quantizes parameter gathers and qgZ gradient reductions of stage 3: below it the keys would change nothing.
+TEST(FeatureGate, QuantizedCommunicationNeedsStageThree) {
+  for (const std::string key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+    const std::string msg =
+        rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, ")" + key + R"(": true}})");
+    EXPECT_EQ(msg.rfind("zero_optimization." + key + ": quantizes stage 3's", 0), 0u) << msg;
+    EXPECT_NE(msg.find("got stage 2"), std::string::npos) << msg;
+    EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, ")" + key + R"(": true}})"), "");
+  }
 }
 
 TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
@@ -74,8 +75,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
        "zero_optimization.contiguous_gradients"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 1, "sub_group_size": 1000}})",
        "zero_optimization.sub_group_size"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
-       "zero_optimization.zero_quantized_gradients"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
        "zero_optimization.zero_quantized_nontrainable_weights"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},

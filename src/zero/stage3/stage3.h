@@ -84,10 +84,15 @@ struct Stage3Options {
   // they fit.
   int64_t param_max_in_cpu = 0;
   // ZeRO++ qwZ (zero_quantized_weights): the training schedule's gathers (forward, backward, prefetch) send each
-  // partition as block-wise int8 with fp32 scales (weight_quantizer.h) and dequantize it on arrival, so every rank
+  // partition as block-wise int8 with fp32 scales (block_quantizer.h) and dequantize it on arrival, so every rank
   // computes with the same quantized weights; the masters stay exact. Not the persistent unit (gathered once per
   // step, small by definition) and not GatheredParameters (which reads and writes exact values).
   bool quantized_weights = false;
+  // ZeRO++ qgZ (zero_quantized_gradients): each unit's gradient reduction is an all-to-all of int4 blocks (one fp32
+  // scale per block, block_quantizer.h) in place of the reduce-scatter: every rank quantizes the chunk each other rank
+  // owns, and sums what it receives, dequantized, with its own chunk unquantized, in fp32. Replaces comm_dtype's wire.
+  // One level: DeepSpeed's second, inter-node all-to-all needs the node layout.
+  bool quantized_gradients = false;
   // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
   // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
   // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
@@ -179,6 +184,9 @@ class Stage3 : public Stage {
   // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).
   void gather_async(Unit& unit, bool prefetch, bool exact = false);
   void dequantize_gathered(Flat& f);
+  // Each rank's quantization blocks of `f` (computed at first use).
+  void plan_quantization(Flat& f);
+
   void wait_gathered(Unit& unit);
   void release(Unit& unit);
   void prefetch_after(const Unit& unit);
@@ -229,6 +237,9 @@ class Stage3 : public Stage {
   std::shared_ptr<Stage3*> self_ref_ = std::make_shared<Stage3*>(this);
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
+  // qgZ: sends the unit gradient in `r.input` as int4 chunks; sum_quantized: this rank's partition of the sum.
+  void send_quantized(PendingReduce& r, Flat& f);
+  at::Tensor sum_quantized(PendingReduce& r, Flat& f);
   std::vector<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
   Stage3Stats stats_;

@@ -10,6 +10,7 @@
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
 #include "zero/global_norm.h"
+#include "zero/block_quantizer.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -82,7 +83,12 @@ void Stage3::reduce_grads(Unit& unit) {
     r.flat = fi;
     // With nothing to communicate the partition takes the gradient in fp32, unrounded.
     const at::ScalarType wire = n > 1 ? options_.comm_dtype : at::kFloat;
-    if (options_.dtype == wire) {
+    if (n > 1 && options_.quantized_gradients) {
+      r.input = f.grad_full;
+      r.input_is_grad = true;
+      if (pre != 1.0) r.input.mul_(pre);
+      send_quantized(r, f);
+    } else if (options_.dtype == wire) {
       r.input = f.grad_full;
       r.input_is_grad = true;
     } else {
@@ -91,7 +97,7 @@ void Stage3::reduce_grads(Unit& unit) {
       pool_.release(std::move(f.grad_full));
     }
     f.grad_full = at::Tensor();
-    if (n > 1) {
+    if (n > 1 && !r.quantized) {
       // One reduce-scatter per flat, in place on the gradient buffer (scratch from here on): this rank's slice of
       // it receives the reduction of its partition, with no second buffer.
       if (pre != 1.0) r.input.mul_(pre);
@@ -128,8 +134,10 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
     at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
     WaitClock::Span span = waits_.begin();
     r.work.wait();
+    r.scale_work.wait();
     waits_.end(std::move(span), &stats_.reduce_wait_ms);
-    const at::Tensor mine = r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    const at::Tensor mine = r.quantized ? sum_quantized(r, f)
+                                        : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);
     } else {
@@ -142,6 +150,44 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
     }
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void Stage3::send_quantized(PendingReduce& r, Flat& f) {
+  plan_quantization(f);
+  const int n = world_.size();
+  const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
+  const auto on = r.input.options();
+  r.quantized = true;
+  r.q_send = at::zeros({n * bytes}, on.dtype(at::kChar));
+  r.q_recv = at::empty({n * bytes}, on.dtype(at::kChar));
+  r.s_send = at::zeros({n * blocks}, on.dtype(at::kFloat));
+  r.s_recv = at::empty({n * blocks}, on.dtype(at::kFloat));
+  at::Tensor q = at::empty({part}, on.dtype(at::kChar));
+  for (int d = 0; d < n; ++d) {
+    if (d == f.layout.rank()) continue;  // this rank's own chunk stays exact (and travels as zeros)
+    quantize_blocks(r.input.narrow(0, f.layout.begin(d), part), f.q_blocks[d], q,
+                    r.s_send.narrow(0, d * blocks, blocks), /*bits=*/4);
+    pack_int4(q, r.q_send.narrow(0, d * bytes, bytes));
+  }
+  r.work = world_.all_to_all_single(r.q_recv, r.q_send, {}, {}, /*async_op=*/true);
+  r.scale_work = world_.all_to_all_single(r.s_recv, r.s_send, {}, {}, /*async_op=*/true);
+}
+
+// This rank's chunk exactly, plus every other rank's int4 copy of it, summed in fp32 in rank order.
+at::Tensor Stage3::sum_quantized(PendingReduce& r, Flat& f) {
+  const int n = world_.size(), me = f.layout.rank();
+  const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
+  at::Tensor sum = r.input.narrow(0, f.layout.begin(me), part).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor q = at::empty({part}, sum.options().dtype(at::kChar));
+  at::Tensor values = at::empty({part}, sum.options());
+  for (int s = 0; s < n; ++s) {
+    if (s == me) continue;
+    unpack_int4(r.q_recv.narrow(0, s * bytes, bytes), q);
+    dequantize_blocks(q, r.s_recv.narrow(0, s * blocks, blocks), f.q_blocks[me], values);
+    sum.add_(values);
+  }
+  r.q_send = r.q_recv = r.s_send = r.s_recv = at::Tensor();
+  return sum;
 }
 
 void Stage3::begin_backward(bool boundary) {

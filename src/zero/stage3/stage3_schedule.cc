@@ -8,7 +8,7 @@
 
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
-#include "zero/weight_quantizer.h"
+#include "zero/block_quantizer.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
 
@@ -37,12 +37,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     load_shard(f, own);
     if (unit.quantized) {
       // In place as above, in int8 blocks: this rank quantizes its partition into its own chunk.
-      if (f.q_blocks.empty()) {
-        for (int r = 0; r < world_.size(); ++r) {
-          f.q_blocks.push_back(quantization_blocks(f.offsets, f.numels, f.layout.begin(r), f.layout.begin(r) + part));
-          f.q_max_blocks = std::max(f.q_max_blocks, static_cast<int64_t>(f.q_blocks.back().size()));
-        }
-      }
+      plan_quantization(f);
       const int64_t blocks = f.q_max_blocks;
       const int rank = f.layout.rank();
       f.q_values = at::empty({world_.size() * part}, f.gathered.options().dtype(at::kChar));
@@ -82,6 +77,15 @@ void Stage3::wait_gathered(Unit& unit) {
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
   }
   unit.state = Unit::State::kGathered;
+}
+
+void Stage3::plan_quantization(Flat& f) {
+  if (!f.q_blocks.empty()) return;
+  const int64_t part = f.layout.partition_size();
+  for (int r = 0; r < world_.size(); ++r) {
+    f.q_blocks.push_back(quantization_blocks(f.offsets, f.numels, f.layout.begin(r), f.layout.begin(r) + part));
+    f.q_max_blocks = std::max(f.q_max_blocks, static_cast<int64_t>(f.q_blocks.back().size()));
+  }
 }
 
 // Every rank's partition from its int8 blocks, its own included: all ranks then compute with the same weights.

@@ -31,7 +31,7 @@ struct Stage3::Flat {
   // the values, scale_work the scales), dequantized into `gathered` when it lands.
   at::Tensor q_values, q_scales;
   comm::Work scale_work;
-  std::vector<std::vector<int64_t>> q_blocks;  // each rank's quantization blocks (weight_quantizer.h), at first use
+  std::vector<std::vector<int64_t>> q_blocks;  // each rank's quantization blocks (block_quantizer.h), at first use
   int64_t q_max_blocks = 0;                    // the most any rank has: each rank's share of q_scales
   bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
 
@@ -70,6 +70,11 @@ struct Stage3::PendingReduce {
   comm::Work work;     // the reduce-scatter (one collective per flat)
   at::Tensor input;  // pool buffer: the unit's whole gradient; reduced in place, this rank's slice holds the result
   bool input_is_grad = false;
+  // qgZ: the int4 chunks and scales sent to each rank and received from each (work brings the values, scale_work
+  // the scales); `input` keeps this rank's own chunk exact.
+  bool quantized = false;
+  at::Tensor q_send, q_recv, s_send, s_recv;
+  comm::Work scale_work;
 };
 
 }  // namespace deepspeed::zero

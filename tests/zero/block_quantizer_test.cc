@@ -1,4 +1,4 @@
-// qwZ's block-wise int8 (zero/weight_quantizer.h): blocks cut at parameter boundaries and every kQuantBlock elements,
+// qwZ's block-wise int8 (zero/block_quantizer.h): blocks cut at parameter boundaries and every kQuantBlock elements,
 // exact where the values sit on the grid, within half a step of each block's own scale elsewhere, a zero block stays
 // zero, bf16 in and out.
 #include <gtest/gtest.h>
@@ -7,16 +7,19 @@
 
 #include <vector>
 
-#include "zero/weight_quantizer.h"
+#include "zero/block_quantizer.h"
 
 namespace {
 
 using deepspeed::zero::dequantize_blocks;
+using deepspeed::zero::int4_bytes;
+using deepspeed::zero::pack_int4;
+using deepspeed::zero::unpack_int4;
 using deepspeed::zero::kQuantBlock;
 using deepspeed::zero::quantization_blocks;
 using deepspeed::zero::quantize_blocks;
 
-TEST(WeightQuantizer, BlocksFollowParametersAndPadding) {
+TEST(BlockQuantizer, BlocksFollowParametersAndPadding) {
   // Parameters of 32 (a norm), 5000 and 100 elements at offsets 0, 32 and 5040 (8 elements of alignment padding
   // before the last, 60 after it up to 5200).
   const std::vector<int64_t> offsets = {0, 32, 5040}, numels = {32, 5000, 100};
@@ -27,7 +30,7 @@ TEST(WeightQuantizer, BlocksFollowParametersAndPadding) {
   EXPECT_EQ(quantization_blocks(offsets, numels, 10, 20), (std::vector<int64_t>{10}));
 }
 
-TEST(WeightQuantizer, ValuesOnTheGridComeBackExactly) {
+TEST(BlockQuantizer, ValuesOnTheGridComeBackExactly) {
   // A block whose largest magnitude is 63.5: scale 0.5, every value a multiple of it; then a block of zeros.
   at::Tensor x = at::zeros({40});
   x[0] = 63.5;
@@ -51,7 +54,7 @@ TEST(WeightQuantizer, ValuesOnTheGridComeBackExactly) {
 // Blocks of magnitudes 1e-3, 1 and 1e3 side by side: each element within half of its own block's step
 // (max |x| / 127 / 2, plus the two fp32 roundings of x / s and q * s), so a small block is not flattened by a large
 // one.
-TEST(WeightQuantizer, EachBlockIsWithinHalfItsOwnStep) {
+TEST(BlockQuantizer, EachBlockIsWithinHalfItsOwnStep) {
   at::manual_seed(11);
   const std::vector<int64_t> blocks = {kQuantBlock, 700, 904};
   at::Tensor x = at::randn({kQuantBlock + 700 + 904});
@@ -73,7 +76,7 @@ TEST(WeightQuantizer, EachBlockIsWithinHalfItsOwnStep) {
   }
 }
 
-TEST(WeightQuantizer, Bf16InAndOut) {
+TEST(BlockQuantizer, Bf16InAndOut) {
   at::Tensor x = at::tensor({2.0f, -1.0f, 3.0f, 0.0f, 127.0f}).to(at::kBFloat16);
   at::Tensor q = at::empty({5}, at::kChar), s = at::empty({1});
   quantize_blocks(x, {5}, q, s);
@@ -81,6 +84,44 @@ TEST(WeightQuantizer, Bf16InAndOut) {
   at::Tensor back = at::empty_like(x);
   dequantize_blocks(q, s, {5}, back);
   EXPECT_TRUE(at::equal(back, x)) << "integers up to 127 at scale 1 are exact";
+}
+
+// Every int4 value, an odd count (the last byte half padding): two to a byte and back unchanged.
+TEST(BlockQuantizer, Int4PacksTwoToAByteAndBack) {
+  const at::Tensor q = at::arange(-7, 8, at::kChar);  // 15 values
+  at::Tensor packed = at::empty({int4_bytes(15)}, at::kChar);
+  ASSERT_EQ(packed.numel(), 8);
+  pack_int4(q, packed);
+  EXPECT_EQ(packed[0].item<int8_t>(), static_cast<int8_t>(1 + 2 * 16)) << "-7 and -6, offset by 8, low nibble first";
+  at::Tensor back = at::empty({15}, at::kChar);
+  unpack_int4(packed, back);
+  EXPECT_TRUE(at::equal(back, q));
+}
+
+// 4 bits: qmax 7, so half a step is max |x| / 14; within it for every element, and exact on the grid.
+TEST(BlockQuantizer, Int4IsWithinHalfItsStep) {
+  at::manual_seed(12);
+  const at::Tensor x = at::randn({3000});
+  const std::vector<int64_t> blocks = {kQuantBlock, 952};
+  at::Tensor q = at::empty({3000}, at::kChar), s = at::empty({2});
+  quantize_blocks(x, blocks, q, s, /*bits=*/4);
+  EXPECT_LE(q.abs().max().item<int8_t>(), 7);
+  at::Tensor back = at::empty_like(x);
+  dequantize_blocks(q, s, blocks, back);
+  int64_t start = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const at::Tensor xb = x.narrow(0, start, blocks[b]);
+    const double step = xb.abs().max().item<double>() / 7;
+    const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
+    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
+    EXPECT_GT(err, step / 4) << "block " << b;
+    start += blocks[b];
+  }
+  const at::Tensor grid = at::tensor({7.0f, -3.0f, 0.0f, 1.0f});
+  at::Tensor qg = at::empty({4}, at::kChar), sg = at::empty({1}), bg = at::empty({4});
+  quantize_blocks(grid, {4}, qg, sg, 4);
+  dequantize_blocks(qg, sg, {4}, bg);
+  EXPECT_TRUE(at::equal(bg, grid));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "zero/weight_quantizer.h"
+#include "zero/block_quantizer.h"
 
 #include <ATen/ATen.h>
 
@@ -40,7 +40,10 @@ std::vector<int64_t> quantization_blocks(const std::vector<int64_t>& offsets, co
   return out;
 }
 
-void quantize_blocks(const at::Tensor& x, const std::vector<int64_t>& blocks, at::Tensor q, at::Tensor scales) {
+void quantize_blocks(const at::Tensor& x, const std::vector<int64_t>& blocks, at::Tensor q, at::Tensor scales,
+                     int bits) {
+  DS_ASSERT(bits == 8 || bits == 4, "quantize_blocks: 8 or 4 bits, got ", bits);
+  const double qmax = bits == 8 ? 127.0 : 7.0;
   const int64_t numel = x.numel();
   const int64_t n = static_cast<int64_t>(blocks.size());
   DS_ASSERT(total(blocks) == numel && q.scalar_type() == at::kChar && q.numel() == numel &&
@@ -51,11 +54,11 @@ void quantize_blocks(const at::Tensor& x, const std::vector<int64_t>& blocks, at
   const at::Tensor index = block_index(blocks, x.device());
   const at::Tensor values = x.reshape({-1}).to(at::kFloat);
   const at::Tensor scale =
-      at::zeros({n}, values.options()).scatter_reduce_(0, index, values.abs(), "amax").div_(127.0f);
+      at::zeros({n}, values.options()).scatter_reduce_(0, index, values.abs(), "amax").div_(qmax);
   scales.narrow(0, 0, n).copy_(scale);
   // A block of zeros has scale 0: divide by the smallest normal instead, which keeps its zeros zeros.
   const at::Tensor divisor = scale.clamp_min(std::numeric_limits<float>::min()).index_select(0, index);
-  q.view({-1}).copy_(values.div(divisor).round_().clamp_(-127, 127));
+  q.view({-1}).copy_(values.div(divisor).round_().clamp_(-qmax, qmax));
 }
 
 void dequantize_blocks(const at::Tensor& q, const at::Tensor& scales, const std::vector<int64_t>& blocks,
@@ -67,6 +70,27 @@ void dequantize_blocks(const at::Tensor& q, const at::Tensor& scales, const std:
   if (numel == 0) return;
   const at::Tensor index = block_index(blocks, q.device());
   out.view({-1}).copy_(q.reshape({-1}).to(at::kFloat).mul_(scales.index_select(0, index)));
+}
+
+int64_t int4_bytes(int64_t n) { return (n + 1) / 2; }
+
+void pack_int4(const at::Tensor& q, at::Tensor packed) {
+  const int64_t n = q.numel();
+  DS_ASSERT(packed.numel() == int4_bytes(n) && packed.scalar_type() == at::kChar, "pack_int4: ", n, " values");
+  at::Tensor nibbles = at::full({2 * int4_bytes(n)}, 8, q.options().dtype(at::kShort));  // a pad nibble reads 0
+  nibbles.narrow(0, 0, n).add_(q.reshape({-1}).to(at::kShort));
+  const at::Tensor pairs = nibbles.view({-1, 2});
+  const at::Tensor bytes = pairs.select(1, 0) + pairs.select(1, 1) * 16;  // 0..255
+  // int8's bit pattern of the byte value (two's complement), as the wire carries bytes.
+  packed.copy_(at::where(bytes > 127, bytes - 256, bytes));
+}
+
+void unpack_int4(const at::Tensor& packed, at::Tensor q) {
+  const int64_t n = q.numel();
+  DS_ASSERT(packed.numel() == int4_bytes(n) && q.scalar_type() == at::kChar, "unpack_int4: ", n, " values");
+  const at::Tensor bytes = packed.to(at::kShort).bitwise_and(255);
+  const at::Tensor pairs = at::stack({bytes.bitwise_and(15), bytes.bitwise_right_shift(4)}, 1).sub_(8);
+  q.view({-1}).copy_(pairs.view({-1}).narrow(0, 0, n));
 }
 
 }  // namespace deepspeed::zero
