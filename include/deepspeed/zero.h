@@ -165,6 +165,7 @@ class GatheredParameters {
 struct Stage3Stats {
   int64_t gathers = 0;              // unit gathers issued (on demand + prefetch)
   int64_t prefetches = 0;           // of which issued ahead of use
+  int64_t secondary_gathers = 0;    // of which served by hpZ's secondary partitions (zero_hpz_partition_size ranks)
   int64_t trace_invalidations = 0;  // passes whose fetch order diverged from the recorded one
   int64_t live_elems = 0;           // gathered now, excluding the root and persistent units
   int64_t peak_live_elems = 0;

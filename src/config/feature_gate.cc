@@ -75,8 +75,9 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.sub_group_size != 1000000000 && oo.device != config::OffloadDevice::kNvme,
             "zero_optimization.sub_group_size", "sub-grouping the optimizer step without nvme offload");
   reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
-  reject_if(z.zero_hpz_partition_size > 1, "zero_optimization.zero_hpz_partition_size",
-            "hierarchical partitioning (ZeRO++ hpZ)");
+  DS_CHECK_T(ConfigError, z.zero_hpz_partition_size <= 1 || z.stage == 3,
+             "zero_optimization.zero_hpz_partition_size: partitions stage 3's parameters a second time within a host "
+             "(ZeRO++ hpZ), got stage ", z.stage);
   DS_CHECK_T(ConfigError, !z.zero_quantized_weights || z.stage == 3,
              "zero_optimization.zero_quantized_weights: quantizes stage 3's parameter all-gathers (ZeRO++ qwZ); stages "
              "0-2 gather no parameters, got stage ", z.stage);

@@ -49,14 +49,19 @@ TEST(FeatureGate, CpuOffloadNeedsZeroAndRejectsNvmeOnlyKeys) {
             std::string::npos);
 }
 
-// qwZ quantizes parameter gathers and qgZ gradient reductions of stage 3: below it the keys would change nothing.
+// qwZ, qgZ and hpZ change stage 3's parameter gathers and gradient reductions: below it the keys would change
+// nothing.
 TEST(FeatureGate, QuantizedCommunicationNeedsStageThree) {
-  for (const std::string key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+  for (const std::string key : {"zero_quantized_weights", "zero_quantized_gradients", "zero_hpz_partition_size"}) {
+    const std::string value = key == "zero_hpz_partition_size" ? "2" : "true";
     const std::string msg =
-        rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, ")" + key + R"(": true}})");
-    EXPECT_EQ(msg.rfind("zero_optimization." + key + ": quantizes stage 3's", 0), 0u) << msg;
+        rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, ")" + key + R"(": )" + value + "}}");
+    EXPECT_EQ(msg.rfind("zero_optimization." + key + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("stage 3's"), std::string::npos) << msg;
     EXPECT_NE(msg.find("got stage 2"), std::string::npos) << msg;
-    EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, ")" + key + R"(": true}})"), "");
+    EXPECT_EQ(rejection(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, ")" + key + R"(": )" + value +
+                        "}}"),
+              "");
   }
 }
 

@@ -33,6 +33,17 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
                comm::ProcessGroup world, Stage3Options options)
     : world_(std::move(world)), options_(options) {
   pool_.set_device(options_.device);
+  if (options_.hpz_size > 1) {
+    const int n = world_.size(), h = options_.hpz_size;
+    DS_CHECK(n % h == 0, "zero_optimization.zero_hpz_partition_size ", h, " must divide the data-parallel size ", n);
+    // new_group is collective over the world: every rank creates every group, in order, and keeps its own.
+    for (int first = 0; first < n; first += h) {
+      std::vector<int> ranks;
+      for (int r = first; r < first + h; ++r) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) hpz_group_ = g;
+    }
+  }
   DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
            "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
            "stage3_prefetch_bucket_size must be >= 0");

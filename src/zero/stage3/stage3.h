@@ -93,6 +93,11 @@ struct Stage3Options {
   // owns, and sums what it receives, dequantized, with its own chunk unquantized, in fp32. Replaces comm_dtype's wire.
   // One level: DeepSpeed's second, inter-node all-to-all needs the node layout.
   bool quantized_gradients = false;
+  // ZeRO++ hpZ (zero_hpz_partition_size): when a unit is released after a forward that backward follows, each rank
+  // keeps its 1/hpz_size slice of the gathered unit (a secondary partition over consecutive groups of hpz_size ranks,
+  // one host's when hpz_size divides the ranks per host); that backward's gather of the unit is an all-gather within
+  // the group. Secondary partitions are dropped when backward ends (the step changes the weights). 1: off.
+  int hpz_size = 1;
   // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
   // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
   // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
@@ -184,6 +189,9 @@ class Stage3 : public Stage {
   // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).
   void gather_async(Unit& unit, bool prefetch, bool exact = false);
   void dequantize_gathered(Flat& f);
+  // hpZ: keeps this rank's slice of the gathered `unit` for its backward's gather; drop_secondary frees it.
+  void keep_secondary(Unit& unit);
+  void drop_secondary(Unit& unit);
   // Each rank's quantization blocks of `f` (computed at first use).
   void plan_quantization(Flat& f);
 
@@ -204,6 +212,7 @@ class Stage3 : public Stage {
   void remove_grad_hooks();
 
   mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
+  comm::ProcessGroup hpz_group_;      // hpZ: this rank's group of hpz_size consecutive ranks (unset when off)
   Stage3Options options_;
   BufferPool pool_;
   PrefetchCoordinator coordinator_;

@@ -221,6 +221,7 @@ void Stage3::finish_backward() {
     unit->running = false;
     unit->reduced = false;
     if (!unit->persistent) release(*unit);
+    drop_secondary(*unit);  // the step changes the weights; the next forward gathers afresh
   }
   coordinator_.end_pass();
 }

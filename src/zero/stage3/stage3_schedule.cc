@@ -23,7 +23,10 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   if (unit.state != Unit::State::kReleased) return;
   std::optional<WaitClock::Span> span;  // a prefetch is issued ahead of need: only a gather on demand is a wait
   if (!prefetch) span = waits_.begin();
-  unit.quantized = options_.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
+  // hpZ: backward gathers a unit its forward left secondary partitions of within the secondary group.
+  unit.via_secondary = in_backward_ && !exact && !unit.flats.empty() && unit.flats.front().secondary.defined();
+  unit.quantized = unit.via_secondary ? unit.secondary_quantized
+                                      : options_.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
   for (auto& f : unit.flats) {
     f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
@@ -32,6 +35,13 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     // One all-gather per flat, in place: this rank's partition is loaded into its own slice of the gathered
     // buffer, and every other rank's lands in theirs (no staging copy: NCCL gathers in place, and the comm layer
     // runs an in-place all-gather on Gloo as one broadcast per owner).
+    if (unit.via_secondary) {
+      const int64_t chunk = f.secondary.numel();
+      at::Tensor own = f.gathered.narrow(0, hpz_group_.rank() * chunk, chunk);
+      own.copy_(f.secondary);
+      f.gather_work = hpz_group_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+      continue;
+    }
     const int64_t part = f.layout.partition_size();
     at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part);
     load_shard(f, own);
@@ -55,6 +65,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
+  if (unit.via_secondary) ++stats_.secondary_gathers;
   if (span) waits_.end(std::move(*span), &stats_.gather_ms);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
 }
@@ -65,7 +76,7 @@ void Stage3::wait_gathered(Unit& unit) {
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();
-    if (unit.quantized) {
+    if (unit.quantized && !unit.via_secondary) {
       f.scale_work.wait();
       f.scale_work = comm::Work();
       dequantize_gathered(f);
@@ -77,6 +88,20 @@ void Stage3::wait_gathered(Unit& unit) {
       f.params[i].set_data(f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
   }
   unit.state = Unit::State::kGathered;
+}
+
+void Stage3::keep_secondary(Unit& unit) {
+  if (options_.hpz_size <= 1 || unit.root || unit.persistent || unit.state != Unit::State::kGathered) return;
+  for (auto& f : unit.flats) {
+    if (f.secondary.defined()) continue;
+    const int64_t chunk = f.layout.padded_numel() / options_.hpz_size;
+    f.secondary = f.full.narrow(0, hpz_group_.rank() * chunk, chunk).clone();
+  }
+  unit.secondary_quantized = unit.quantized;
+}
+
+void Stage3::drop_secondary(Unit& unit) {
+  for (auto& f : unit.flats) f.secondary = at::Tensor();
 }
 
 void Stage3::plan_quantization(Flat& f) {
@@ -191,7 +216,10 @@ at::Tensor Stage3::unit_post_forward(int id, const at::Tensor& output) {
   Unit& unit = *units_.at(id);
   unit.running = false;
   const bool backward_follows = at::GradMode::is_enabled() && output.requires_grad();
-  if (!backward_follows || !keep_for_reuse(unit)) release(unit);
+  if (!backward_follows || !keep_for_reuse(unit)) {
+    if (backward_follows && !in_backward_) keep_secondary(unit);
+    release(unit);
+  }
   return backward_follows ? attach_pre_backward(output, id) : output;
 }
 
@@ -235,6 +263,7 @@ void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
         masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
         if (separate_shards()) store_shard(f, mine);
       }
+      drop_secondary(unit);  // the weights changed
     }
     if (!unit.persistent) release(unit);
   }

@@ -33,6 +33,7 @@ struct Stage3::Flat {
   comm::Work scale_work;
   std::vector<std::vector<int64_t>> q_blocks;  // each rank's quantization blocks (block_quantizer.h), at first use
   int64_t q_max_blocks = 0;                    // the most any rank has: each rank's share of q_scales
+  at::Tensor secondary;  // hpZ: this rank's slice of the padded flat as its last forward gathered it (model dtype)
   bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
@@ -49,6 +50,8 @@ struct Stage3::Unit {
   State state = State::kReleased;
   bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
   bool quantized = false;   // gathered through int8 (quantized_weights): the values are not exact
+  bool via_secondary = false;        // the gather in flight or done came from hpZ's secondary partitions
+  bool secondary_quantized = false;  // the secondary partitions hold int8-gathered values
   bool running = false;  // inside its forward, or armed for its backward and not yet reduced
   bool awaiting_grads = false;  // its backward has begun and its gradients are not reduced yet
   bool armed = false;           // its gradient buffer is taken (at its first gradient: see arm_grads)

@@ -4,7 +4,8 @@
 // quarter, from the comms logger). qgZ (zero_quantized_gradients): one reduction's result is within the int4 steps
 // the other ranks' contributions allow of the exact average, the all-to-alls carry half a byte per element plus the
 // scales (a quarter of bf16's reduce-scatter, an eighth of fp32's). Both, alone and together, train within a measured
-// bound of exact stage 3 after 10 steps.
+// bound of exact stage 3 after 10 steps. hpZ (zero_hpz_partition_size): backward's gathers come from the secondary
+// partitions within groups of ranks, and training is bit for bit plain stage 3's.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -240,6 +241,69 @@ TEST(QuantizedComm, TrainsWithinAMeasuredBoundOfExactStage3) {
     const double drift = std::sqrt(apart / moved);
     EXPECT_WITHIN(drift, c.bound) << c.name;
     EXPECT_GT(drift, 1e-3) << c.name << ": quantized communication must change the training";
+  }
+}
+
+std::vector<at::Tensor> train_gpt_stage3(const std::string& zero_extra, const std::string& precision,
+                                         deepspeed::zero::Stage3Stats* stats) {
+  deepspeed::models::GPTConfig c = tiny_gpt::config();
+  c.shard_blocks = true;
+  deepspeed::models::GPT model = tiny_gpt::make_model(c);
+  const std::string json = std::string(R"({"train_micro_batch_size_per_gpu": 2, "steps_per_print": 1000,
+      "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},)") +
+                           (precision.empty() ? "" : "\"" + precision + "\": {\"enabled\": true},") +
+                           R"("zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                               "stage3_max_reuse_distance": 0)" + zero_extra + "}}";
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+  tiny_gpt::train(engine, tiny_gpt::dataset(c), 4);
+  *stats = engine.stage3_stats();
+  deepspeed::zero::GatheredParameters full(*model);
+  return tiny_gpt::snapshot(model);
+}
+
+// hpZ with groups of 2 ranks (the test's ranks share one host), units released after forward
+// (stage3_max_reuse_distance 0) so that backward gathers them again: backward's gathers copy the values forward
+// gathered, so training equals plain stage 3 bit for bit, fp32 and bf16, with gradient accumulation, and with qwZ
+// equals qwZ alone (whose backward re-quantizes the same masters to the same values). The schedule is the same; all
+// 16 backward gathers (8 passes x 2 blocks) go through the secondary group.
+TEST(HierarchicalPartitions, BackwardGathersWithinTheGroupAndTrainingIsPlainStage3) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size();
+  if (n % 2 != 0) GTEST_SKIP() << "groups of 2 ranks need an even world";
+  for (const std::string& base : {std::string(), std::string(kQwZ)}) {
+    for (const std::string precision : {"", "bf16"}) {
+      SCOPED_TRACE((base.empty() ? "plain " : "qwZ ") + precision);
+      deepspeed::zero::Stage3Stats plain, hpz;
+      const std::vector<at::Tensor> want = train_gpt_stage3(base, precision, &plain);
+      const std::vector<at::Tensor> got =
+          train_gpt_stage3(base + ", \"zero_hpz_partition_size\": 2", precision, &hpz);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "parameter " << i;
+      EXPECT_EQ(plain.secondary_gathers, 0);
+      EXPECT_EQ(hpz.gathers, plain.gathers) << "the same schedule";
+      EXPECT_EQ(hpz.secondary_gathers, 16);
+    }
+  }
+}
+
+// The secondary group must stay on one host: a size that does not divide the ranks per host is refused, naming both.
+TEST(HierarchicalPartitions, AGroupSpanningHostsIsRefused) {
+  tiny_gpt::ensure_comm();
+  const int local = deepspeed::comm::get_local_world_size();
+  deepspeed::models::GPTConfig c = tiny_gpt::config();
+  c.shard_blocks = true;
+  deepspeed::models::GPT model = tiny_gpt::make_model(c);
+  const std::string json = R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+      "zero_optimization": {"stage": 3, "zero_hpz_partition_size": )" + std::to_string(local + 1) + "}}";
+  try {
+    deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    ADD_FAILURE() << "a group larger than a host must be refused";
+  } catch (const deepspeed::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_hpz_partition_size " + std::to_string(local + 1) +
+                                         " must divide the ranks per host (" + std::to_string(local)),
+              std::string::npos)
+        << e.what();
   }
 }
 
