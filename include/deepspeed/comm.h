@@ -213,6 +213,15 @@ struct CommsStat {
   double busbw_gbps = 0;
 };
 std::vector<CommsStat> comms_stats();
+// Bytes per (op, size of the group it ran on), so that traffic within sub-groups (a host's ranks, say) can be told
+// from traffic across the world; message sizes count as in CommsStat.
+struct CommsGroupStat {
+  std::string op;
+  int group_size = 0;
+  int64_t bytes = 0;
+  int64_t count = 0;
+};
+std::vector<CommsGroupStat> comms_group_stats();
 // The table of comms_stats(); printed to stdout as well when `print`.
 std::string log_summary(bool print = true);
 void reset_comms_logger();

@@ -79,6 +79,11 @@ void CommsLogger::record(const std::string& op, int64_t msg_bytes, double latenc
     e.count += 1;
     e.total_ms += latency_ms;
     e.factor = factor;
+    CommsGroupStat& g = by_group_[{op, world_size}];
+    g.op = op;
+    g.group_size = world_size;
+    g.bytes += msg_bytes;
+    g.count += 1;
     verbose = options_.verbose;
     debug = options_.debug;
   }
@@ -100,6 +105,13 @@ std::vector<CommsStat> CommsLogger::stats() const {
   for (const auto& [key, e] : entries_) {
     out.push_back(make_stat(key.first, key.second, e.count, e.total_ms, e.factor));
   }
+  return out;
+}
+
+std::vector<CommsGroupStat> CommsLogger::group_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<CommsGroupStat> out;
+  for (const auto& [key, g] : by_group_) out.push_back(g);
   return out;
 }
 
@@ -145,6 +157,7 @@ std::string CommsLogger::summary() const {
 void CommsLogger::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
+  by_group_.clear();
 }
 
 }  // namespace deepspeed::comm::detail
@@ -155,6 +168,7 @@ void configure_comms_logger(const CommsLoggerOptions& options) {
   detail::CommsLogger::instance().configure(options);
 }
 std::vector<CommsStat> comms_stats() { return detail::CommsLogger::instance().stats(); }
+std::vector<CommsGroupStat> comms_group_stats() { return detail::CommsLogger::instance().group_stats(); }
 std::string log_summary(bool print) {
   std::string s = detail::CommsLogger::instance().summary();
   if (print) std::cout << s << std::flush;

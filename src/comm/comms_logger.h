@@ -32,6 +32,7 @@ class CommsLogger {
               const std::string& detail);
 
   std::vector<CommsStat> stats() const;
+  std::vector<CommsGroupStat> group_stats() const;
   std::string summary() const;
   void reset();
 
@@ -44,6 +45,7 @@ class CommsLogger {
   mutable std::mutex mu_;
   CommsLoggerOptions options_;
   std::map<std::pair<std::string, int64_t>, Entry> entries_;
+  std::map<std::pair<std::string, int>, CommsGroupStat> by_group_;  // (op, group size)
 };
 
 }  // namespace deepspeed::comm::detail

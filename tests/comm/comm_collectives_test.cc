@@ -484,6 +484,15 @@ TEST_F(CommTest, CommsLoggerCountsOpsAndSizes) {
   const std::string total_row = table.substr(total, table.find('\n', total) - total);
   EXPECT_NE(total_row.find("3.00 KiB        3"), std::string::npos) << total_row;
   EXPECT_NE(table.find("all_gather_into_tensor total"), std::string::npos) << table;
+  // By group size: everything here ran on the world.
+  std::map<std::string, dc::CommsGroupStat> by_group;
+  for (const dc::CommsGroupStat& g : dc::comms_group_stats()) {
+    EXPECT_EQ(g.group_size, n) << g.op;
+    by_group[g.op] = g;
+  }
+  EXPECT_EQ(by_group["all_reduce"].bytes, 3 * 256 * 4);
+  EXPECT_EQ(by_group["all_reduce"].count, 3);
+  EXPECT_EQ(by_group["all_gather_into_tensor"].bytes, n * 64 * 4);
 
   // prof_ops restricts what is recorded.
   opts.prof_all = false;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -244,8 +245,9 @@ TEST(QuantizedComm, TrainsWithinAMeasuredBoundOfExactStage3) {
   }
 }
 
+// `gathered`: all-gather bytes by the size of the group they ran on.
 std::vector<at::Tensor> train_gpt_stage3(const std::string& zero_extra, const std::string& precision,
-                                         deepspeed::zero::Stage3Stats* stats) {
+                                         deepspeed::zero::Stage3Stats* stats, std::map<int, int64_t>* gathered) {
   deepspeed::models::GPTConfig c = tiny_gpt::config();
   c.shard_blocks = true;
   deepspeed::models::GPT model = tiny_gpt::make_model(c);
@@ -256,7 +258,14 @@ std::vector<at::Tensor> train_gpt_stage3(const std::string& zero_extra, const st
                            R"("zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
                                "stage3_max_reuse_distance": 0)" + zero_extra + "}}";
   auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+  deepspeed::comm::CommsLoggerOptions logging;
+  logging.enabled = true;
+  deepspeed::comm::configure_comms_logger(logging);
+  deepspeed::comm::reset_comms_logger();
   tiny_gpt::train(engine, tiny_gpt::dataset(c), 4);
+  for (const auto& g : deepspeed::comm::comms_group_stats())
+    if (g.op.find("all_gather") != std::string::npos) (*gathered)[g.group_size] += g.bytes;
+  deepspeed::comm::configure_comms_logger({});
   *stats = engine.stage3_stats();
   deepspeed::zero::GatheredParameters full(*model);
   return tiny_gpt::snapshot(model);
@@ -266,7 +275,10 @@ std::vector<at::Tensor> train_gpt_stage3(const std::string& zero_extra, const st
 // (stage3_max_reuse_distance 0) so that backward gathers them again: backward's gathers copy the values forward
 // gathered, so training equals plain stage 3 bit for bit, fp32 and bf16, with gradient accumulation, and with qwZ
 // equals qwZ alone (whose backward re-quantizes the same masters to the same values). The schedule is the same; all
-// 16 backward gathers (8 passes x 2 blocks) go through the secondary group.
+// 16 backward gathers (8 passes x 2 blocks) go through the secondary group, and at 4 ranks the comms logger shows
+// their bytes leave the world group for the groups of 2: the world's all-gathers carry what plain stage 3's carry
+// less exactly those (with qwZ the groups carry the model dtype: the secondary partitions keep forward's dequantized
+// values).
 TEST(HierarchicalPartitions, BackwardGathersWithinTheGroupAndTrainingIsPlainStage3) {
   tiny_gpt::ensure_comm();
   const int n = deepspeed::comm::get_world_size();
@@ -275,14 +287,24 @@ TEST(HierarchicalPartitions, BackwardGathersWithinTheGroupAndTrainingIsPlainStag
     for (const std::string precision : {"", "bf16"}) {
       SCOPED_TRACE((base.empty() ? "plain " : "qwZ ") + precision);
       deepspeed::zero::Stage3Stats plain, hpz;
-      const std::vector<at::Tensor> want = train_gpt_stage3(base, precision, &plain);
+      std::map<int, int64_t> plain_bytes, hpz_bytes;
+      const std::vector<at::Tensor> want = train_gpt_stage3(base, precision, &plain, &plain_bytes);
       const std::vector<at::Tensor> got =
-          train_gpt_stage3(base + ", \"zero_hpz_partition_size\": 2", precision, &hpz);
+          train_gpt_stage3(base + ", \"zero_hpz_partition_size\": 2", precision, &hpz, &hpz_bytes);
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "parameter " << i;
       EXPECT_EQ(plain.secondary_gathers, 0);
       EXPECT_EQ(hpz.gathers, plain.gathers) << "the same schedule";
       EXPECT_EQ(hpz.secondary_gathers, 16);
+      if (n >= 4) {
+        EXPECT_EQ(plain_bytes.count(2), 0u);
+        EXPECT_GT(hpz_bytes[2], 0);
+        EXPECT_LT(hpz_bytes[n], plain_bytes[n]);
+        // (With qwZ the groups carry the model dtype, which forward's dequantized values are kept in.)
+        if (base.empty()) {
+          EXPECT_EQ(hpz_bytes[n] + hpz_bytes[2], plain_bytes[n]) << "every backward gather moved into the groups";
+        }
+      }
     }
   }
 }
