@@ -1,6 +1,7 @@
 #include "runtime/muon_optimizer.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 
 #include <string>
 #include <utility>
@@ -74,7 +75,7 @@ class MuonOptimizer final : public PerGroupOptimizer {
     for (size_t g = 0; g < masters.size(); ++g) {
       if (!use_muon_[g]) continue;
       for (size_t i = 0; i < shapes_[g].size(); ++i) {
-        const int64_t n = numel_of(shapes_[g][i]);
+        const int64_t n = c10::multiply_integers(shapes_[g][i]);
         if (!batch.empty() && batch_numel + n > kAssembleElements) {
           step_batch(batch, batch_numel, masters, grads);
           batch.clear();
@@ -108,11 +109,6 @@ class MuonOptimizer final : public PerGroupOptimizer {
   }
 
  private:
-  static int64_t numel_of(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
   static at::Tensor piece(const std::vector<at::Tensor>& flat, const zero::MasterFragment& f) {
     return flat.at(f.group).detach().narrow(0, f.offset, f.end - f.begin);
   }
@@ -131,7 +127,7 @@ class MuonOptimizer final : public PerGroupOptimizer {
         const at::Tensor u = ops::muon_momentum(piece(grads, f), piece(first_, f), betas1_[g]);
         whole.narrow(0, cursor + f.begin, f.end - f.begin).copy_(u);
       }
-      cursor += numel_of(shapes_[g][i]);
+      cursor += c10::multiply_integers(shapes_[g][i]);
     }
     if (partitioned_ && group_.size() > 1) group_.all_reduce(whole, comm::ReduceOp::kSum);
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -139,7 +135,7 @@ class MuonOptimizer final : public PerGroupOptimizer {
       if (pieces_[g][i].empty()) continue;
       const std::vector<int64_t>& shape = shapes_[g][i];
       const at::Tensor o =
-          ops::muon_orthogonalize(whole.narrow(0, base[b], numel_of(shape)).view(shape), ns_steps_, ns_method_)
+          ops::muon_orthogonalize(whole.narrow(0, base[b], c10::multiply_integers(shape)).view(shape), ns_steps_, ns_method_)
               .reshape({-1});
       for (const zero::MasterFragment& f : pieces_[g][i]) {
         at::Tensor p = piece(masters, f);

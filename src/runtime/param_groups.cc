@@ -67,14 +67,16 @@ void split_expert_groups(torch::nn::Module& module, std::vector<zero::FlatGroup>
 
 void split_muon_groups(const std::shared_ptr<torch::nn::Module>& module, std::vector<zero::FlatGroup>& groups) {
   std::unordered_map<const void*, bool> is_muon;  // parameter -> Newton-Schulz updates it
+  const auto partitioned = zero::construction_shapes(module);
   for (const auto& named : module->named_modules()) {
     const bool embedding = dynamic_cast<const torch::nn::EmbeddingImpl*>(named.value().get()) != nullptr;
     for (const auto& p : named.value()->named_parameters(/*recurse=*/false)) {
       std::string name = named.key().empty() ? p.key() : named.key() + "." + p.key();
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
       const bool by_name = name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
-      is_muon[p.value().unsafeGetTensorImpl()] =
-          by_name && !embedding && zero::whole_shape(module, p.value()).size() >= 2;
+      const auto whole = partitioned.find(p.value().unsafeGetTensorImpl());
+      const size_t dims = whole != partitioned.end() ? whole->second.size() : static_cast<size_t>(p.value().dim());
+      is_muon[p.value().unsafeGetTensorImpl()] = by_name && !embedding && dims >= 2;
     }
   }
   std::vector<zero::FlatGroup> split;

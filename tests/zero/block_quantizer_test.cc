@@ -19,6 +19,24 @@ using deepspeed::zero::kQuantBlock;
 using deepspeed::zero::quantization_blocks;
 using deepspeed::zero::quantize_blocks;
 
+// Each block of `back` within half its step (largest |x| in the block / qmax / 2, plus the two fp32 roundings of x / s
+// and q * s) of `x`, and off the grid somewhere (random values); with `scales` defined, each is that step.
+void expect_within_half_a_step(const at::Tensor& x, const at::Tensor& back, const std::vector<int64_t>& blocks,
+                               double qmax, const at::Tensor& scales = at::Tensor()) {
+  int64_t start = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const at::Tensor xb = x.narrow(0, start, blocks[b]);
+    const double step = xb.abs().max().item<double>() / qmax;
+    if (scales.defined()) {
+      EXPECT_FLOAT_EQ(scales[b].item<float>(), static_cast<float>(step));
+    }
+    const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
+    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
+    EXPECT_GT(err, step / 4) << "block " << b << ": random values are not on the grid";
+    start += blocks[b];
+  }
+}
+
 TEST(BlockQuantizer, BlocksFollowParametersAndPadding) {
   // Parameters of 32 (a norm), 5000 and 100 elements at offsets 0, 32 and 5040 (8 elements of alignment padding
   // before the last, 60 after it up to 5200).
@@ -64,16 +82,7 @@ TEST(BlockQuantizer, EachBlockIsWithinHalfItsOwnStep) {
   quantize_blocks(x, blocks, q, s);
   at::Tensor back = at::empty_like(x);
   dequantize_blocks(q, s, blocks, back);
-  int64_t start = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const at::Tensor xb = x.narrow(0, start, blocks[b]);
-    const double step = xb.abs().max().item<double>() / 127;
-    EXPECT_FLOAT_EQ(s[b].item<float>(), static_cast<float>(step));
-    const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
-    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
-    EXPECT_GT(err, step / 4) << "block " << b << ": random values are not on the grid";
-    start += blocks[b];
-  }
+  expect_within_half_a_step(x, back, blocks, 127, s);
 }
 
 TEST(BlockQuantizer, Bf16InAndOut) {
@@ -108,15 +117,7 @@ TEST(BlockQuantizer, Int4IsWithinHalfItsStep) {
   EXPECT_LE(q.abs().max().item<int8_t>(), 7);
   at::Tensor back = at::empty_like(x);
   dequantize_blocks(q, s, blocks, back);
-  int64_t start = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const at::Tensor xb = x.narrow(0, start, blocks[b]);
-    const double step = xb.abs().max().item<double>() / 7;
-    const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
-    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
-    EXPECT_GT(err, step / 4) << "block " << b;
-    start += blocks[b];
-  }
+  expect_within_half_a_step(x, back, blocks, 7);
   const at::Tensor grid = at::tensor({7.0f, -3.0f, 0.0f, 1.0f});
   at::Tensor qg = at::empty({4}, at::kChar), sg = at::empty({1}), bg = at::empty({4});
   quantize_blocks(grid, {4}, qg, sg, 4);

@@ -57,10 +57,8 @@ int64_t ConstructionShard::numel_of(const at::Tensor& param) const {
   return 0;
 }
 
-std::vector<int64_t> ConstructionShard::shape_of(const at::Tensor& param) const {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].is_same(param)) return shapes_[i];
-  return {};
+void ConstructionShard::add_shapes(std::unordered_map<const void*, std::vector<int64_t>>& out) const {
+  for (size_t i = 0; i < params_.size(); ++i) out[params_[i].unsafeGetTensorImpl()] = shapes_[i];
 }
 
 void ConstructionShard::gather() {

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -24,8 +25,8 @@ class ConstructionShard : public detail::UnitHooks {
 
   // Elements `param` has when whole (0 if it is not one of this unit's parameters).
   int64_t numel_of(const at::Tensor& param) const;
-  // Its shape when whole (empty if it is not one of this unit's parameters).
-  std::vector<int64_t> shape_of(const at::Tensor& param) const;
+  // Each of this unit's parameters' shape when whole, by TensorImpl.
+  void add_shapes(std::unordered_map<const void*, std::vector<int64_t>>& out) const;
   bool owns(const at::Tensor& param) const { return numel_of(param) > 0; }
   // Collective: gives every parameter its full value again (in fresh memory).
   void gather();
@@ -54,7 +55,9 @@ class ConstructionShard : public detail::UnitHooks {
 // pass-throughs (an engine at stage 0-2 trains the whole model on every rank).
 void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& module);
 
-// Each parameter's shape when whole: its own, or the one it had before zero::Init partitioned it.
-std::vector<int64_t> whole_shape(const std::shared_ptr<torch::nn::Module>& module, const at::Tensor& param);
+// The shapes zero::Init's partitions under `module` had when whole, by TensorImpl (parameters not partitioned at
+// construction are whole: their own sizes).
+std::unordered_map<const void*, std::vector<int64_t>> construction_shapes(
+    const std::shared_ptr<torch::nn::Module>& module);
 
 }  // namespace deepspeed::zero

@@ -49,11 +49,12 @@ void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& m
   }
 }
 
-std::vector<int64_t> whole_shape(const std::shared_ptr<torch::nn::Module>& module, const at::Tensor& param) {
+std::unordered_map<const void*, std::vector<int64_t>> construction_shapes(
+    const std::shared_ptr<torch::nn::Module>& module) {
+  std::unordered_map<const void*, std::vector<int64_t>> out;
   for (const auto& unit : find_units(module))
-    if (auto* cs = dynamic_cast<ConstructionShard*>(unit->hooks().get()))
-      if (cs->owns(param)) return cs->shape_of(param);
-  return param.sizes().vec();
+    if (auto* cs = dynamic_cast<ConstructionShard*>(unit->hooks().get())) cs->add_shapes(out);
+  return out;
 }
 
 Init::Init(const Config& config) : Init(config.zero.stage == 3) {}
