@@ -455,3 +455,22 @@ TEST(ZeroReference, MuonRefusesWhatItCannotDo) {
         "optimizer": {"type": "Muon"}})",
                  "checkpoint.save_layout: python_deepspeed needs the config's Adam or AdamW optimizer");
 }
+
+// Blocks built under zero::Init hold flat partitions until the engine takes them over: Muon must still see their
+// weights as matrices (the shapes they had when whole), so the groups split into Muon's (lr 0.02) and Adam's (0.003)
+// halves rather than leaving every parameter to Adam.
+TEST(ZeroReference, MuonFindsMatricesPartitionedAtConstruction) {
+  tiny_gpt::ensure_comm();
+  deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+  cfg.shard_blocks = true;
+  const auto config = deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "Muon", "params": {"muon_lr": 0.02, "adam_lr": 0.003}},
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})");
+  deepspeed::models::GPT model{nullptr};
+  {
+    deepspeed::zero::Init init(config);
+    model = tiny_gpt::make_model(cfg);
+  }
+  auto engine = deepspeed::initialize(model, config);
+  EXPECT_EQ(engine.get_lr(), (std::vector<double>{0.02, 0.003}));
+}
