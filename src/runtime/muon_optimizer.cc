@@ -134,9 +134,8 @@ class MuonOptimizer final : public PerGroupOptimizer {
       const auto [g, i] = batch[b];
       if (pieces_[g][i].empty()) continue;
       const std::vector<int64_t>& shape = shapes_[g][i];
-      const at::Tensor o =
-          ops::muon_orthogonalize(whole.narrow(0, base[b], c10::multiply_integers(shape)).view(shape), ns_steps_, ns_method_)
-              .reshape({-1});
+      const at::Tensor matrix = whole.narrow(0, base[b], c10::multiply_integers(shape)).view(shape);
+      const at::Tensor o = ops::muon_orthogonalize(matrix, ns_steps_, ns_method_).reshape({-1});
       for (const zero::MasterFragment& f : pieces_[g][i]) {
         at::Tensor p = piece(masters, f);
         if (decays_[g] != 0) p.mul_(1.0 - lrs_[g] * decays_[g]);
