@@ -54,10 +54,9 @@ void check_supported_features(const config::Config& cfg) {
                "zero_optimization.zenflow: needs offload_optimizer.device \"cpu\" (the unselected columns take the CPU "
                "optimizer's step), got \"", config::to_string(oo.device), "\"");
     reject_if(z.stage == 3, "zero_optimization.zenflow", "ZenFlow at stage 3 (it runs at stages 1 and 2)");
-    reject_if(!zf.update_interval, "zero_optimization.zenflow.update_interval",
-              "\"auto\" (the adaptive update window); give the number of iterations per CPU optimizer step");
-    reject_if(zf.auto_ratio != 0.99, "zero_optimization.zenflow.auto_ratio",
-              "the adaptive update window it tunes (update_interval \"auto\")");
+    DS_CHECK_T(ConfigError, !zf.update_interval || zf.auto_ratio == config::ZenFlowConfig{}.auto_ratio,
+               "zero_optimization.zenflow.auto_ratio: tunes the adaptive window of update_interval \"auto\"; "
+               "update_interval is ", zf.update_interval.value_or(0), " here");
     reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
     reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
               "pinning training and optimizer threads to separate cores");

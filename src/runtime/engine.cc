@@ -334,6 +334,7 @@ void EngineImpl::step() {
     // ZenFlow's warm-up steps every parameter synchronously, overlapped or not (as DeepSpeed's does).
     if (zenflow_) land_overlapped_step();
   }
+  if (zenflow_) zenflow_->end_iteration(iteration);
   if (boundary) {
     // The loss observers get: this rank's mean over the step's micro-batches, as DeepSpeed logs it.
     const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / static_cast<double>(step_loss_count_) : 0.0;
@@ -345,12 +346,14 @@ void EngineImpl::step() {
 }
 
 bool EngineImpl::is_boundary() const {
-  if (zenflow_) return zenflow_->schedule().ends_window(micro_steps_);
+  if (zenflow_) return zenflow_->ends_window(micro_steps_);
   return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0;
 }
 
 int64_t EngineImpl::accumulation_window() const {
-  return zenflow_ ? zenflow_->schedule().update_interval : config_.gradient_accumulation_steps.value();
+  // An adaptive ZenFlow window's length is known only at its end: its step divides the sum then.
+  if (zenflow_) return zenflow_->schedule().adaptive ? 1 : zenflow_->schedule().update_interval;
+  return config_.gradient_accumulation_steps.value();
 }
 
 void EngineImpl::build_zenflow(const InitializeOptions& options) {
@@ -479,7 +482,8 @@ bool EngineImpl::take_model_step() {
     }
   }
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
-  double unscale = 1.0;
+  // An adaptive ZenFlow window's mean gradient (step() counted the iteration already).
+  double unscale = zenflow_ ? 1.0 / static_cast<double>(zenflow_->step_gradient_divisor(micro_steps_ - 1)) : 1.0;
   if (scaler_) {
     // The scale that produced these gradients; update() may grow it for the next window.
     const double used_scale = scaler_->loss_scale();
@@ -497,7 +501,7 @@ bool EngineImpl::take_model_step() {
       global_grad_norm_ = std::numeric_limits<double>::infinity();
       return false;
     }
-    unscale = 1.0 / used_scale;
+    unscale /= used_scale;
   }
   global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
                      : stage_->global_norm(grads) * unscale;

@@ -382,10 +382,13 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   check_states_resident("save_checkpoint");
   check_boundary("save_checkpoint");
   // ZenFlow: the gradients of an unfinished update window are not saved.
-  DS_CHECK(!zenflow_ || micro_steps_ == 0 || zenflow_->schedule().ends_window(micro_steps_ - 1),
-           "save_checkpoint: with zero_optimization.zenflow, call it after a step that ends an update window "
-           "(every update_interval = ", zenflow_ ? zenflow_->schedule().update_interval : 0,
-           " iterations after the warm-up); iteration ", micro_steps_ - 1, " did not");
+  DS_CHECK(!zenflow_ || zenflow_->starts_window(micro_steps_),
+           "save_checkpoint: with zero_optimization.zenflow, call it after a step that ends an update window (",
+           zenflow_ && !zenflow_->schedule().adaptive
+               ? "every update_interval = " + std::to_string(zenflow_->schedule().update_interval) +
+                     " iterations after the warm-up"
+               : std::string("Engine::is_gradient_accumulation_boundary() before the step says which do"),
+           "); iteration ", micro_steps_ - 1, " did not");
   // overlap_step: the step in flight lands first, so the checkpoint holds it and a resume continues as this run
   // does from here (its next forward sees the landed parameters).
   land_overlapped_step();

@@ -446,10 +446,12 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       // ZenFlow counts iterations, not steps; a checkpoint without its state starts it afresh (warm-up first).
       if (zenflow_) {
         micro_steps_ = zenflow_state ? saved_micro_steps : 0;
-        if (zenflow_state)
+        if (zenflow_state) {
           zenflow_->load_state_dict(*zenflow_state, model_file, parameter_names());
-        else
+          zenflow_->resume_at(micro_steps_);  // saved at a window's start
+        } else {
           zenflow_->reset();  // the selected values it held are not the loaded model's
+        }
       }
       micro_steps_at_load_ = micro_steps_;
       // Losses and clocks of steps before the load belong to no step after it.

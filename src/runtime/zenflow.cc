@@ -14,10 +14,8 @@ namespace deepspeed::runtime {
 ZenFlowSchedule ZenFlowSchedule::from_config(const config::ZenFlowConfig& c) {
   ZenFlowSchedule s;
   s.warmup = c.full_warm_up_rounds;
-  DS_CHECK_T(ConfigError, c.update_interval.has_value(),
-             "zero_optimization.zenflow.update_interval: \"auto\" (the adaptive window) is not supported; give the "
-             "number of iterations per CPU optimizer step");
-  s.update_interval = *c.update_interval;
+  s.adaptive = !c.update_interval.has_value();
+  s.update_interval = c.update_interval.value_or(0);
   if (c.select_strategy == "step") {
     s.select_interval = *c.select_interval;
   } else {
@@ -26,7 +24,7 @@ ZenFlowSchedule ZenFlowSchedule::from_config(const config::ZenFlowConfig& c) {
     const int64_t epochs = c.select_interval.value_or(1);
     s.select_interval = c.steps_per_epoch ? epochs * *c.steps_per_epoch : 0;
   }
-  DS_CHECK_T(ConfigError, s.select_interval == 0 || s.select_interval >= s.update_interval,
+  DS_CHECK_T(ConfigError, s.adaptive || s.select_interval == 0 || s.select_interval >= s.update_interval,
              "zero_optimization.zenflow: the selection interval (", s.select_interval,
              " iterations) must be at least update_interval (", s.update_interval, ")");
   return s;
@@ -39,7 +37,8 @@ bool ZenFlowSchedule::selects(int64_t i) const {
 
 bool ZenFlowSchedule::ends_window(int64_t i) const {
   if (i < warmup) return true;
-  return (i + 1 - warmup) % update_interval == 0 || (select_interval > 0 && (i + 1) % select_interval == 0);
+  if (select_interval > 0 && (i + 1) % select_interval == 0) return true;
+  return !adaptive && (i + 1 - warmup) % update_interval == 0;
 }
 
 ZenFlow::ZenFlow(const config::ZenFlowConfig& config, std::vector<std::vector<at::Tensor>> groups,
@@ -47,7 +46,8 @@ ZenFlow::ZenFlow(const config::ZenFlowConfig& config, std::vector<std::vector<at
     : schedule_(ZenFlowSchedule::from_config(config)),
       topk_ratio_(config.topk_ratio),
       adam_(std::move(adam)),
-      group_(std::move(group)) {
+      group_(std::move(group)),
+      auto_ratio_(config.auto_ratio) {
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].size(); ++i) {
       const at::Tensor& p = groups[g][i];
@@ -86,12 +86,65 @@ void ZenFlow::reset() {
     s.steps = 0;
   }
   armed_ = whole_ = selected_ = false;
+  resume_at(0);
+}
+
+bool ZenFlow::ends_window(int64_t i) const {
+  return schedule_.ends_window(i) || (schedule_.adaptive && i >= schedule_.warmup && end_next_);
+}
+
+bool ZenFlow::starts_window(int64_t i) const {
+  if (i == 0) return true;
+  return schedule_.adaptive ? window_begin_ == i : schedule_.ends_window(i - 1);
+}
+
+int64_t ZenFlow::step_gradient_divisor(int64_t i) const {
+  return schedule_.adaptive ? i - window_begin_ + 1 : 1;
+}
+
+void ZenFlow::resume_at(int64_t iteration) {
+  window_begin_ = iteration;
+  window_weighed_ = 0;
+  end_next_ = weighed_ = false;
+  for (auto& s : slots_) {
+    s.local_total = s.local_selected = at::Tensor();
+    s.selected_mean = s.unselected_sum = 0.0;
+  }
+}
+
+void ZenFlow::end_iteration(int64_t i) {
+  if (!schedule_.adaptive) return;
+  if (ends_window(i)) {
+    resume_at(i + 1);  // this iteration's gradients went into the step that closed the window
+    return;
+  }
+  if (!weighed_) return;
+  weighed_ = false;
+  // Per weight: the unselected columns' mass added up over the window against the selected columns' mean mass per
+  // iteration, each per share of the columns (DeepSpeed's auto rule; it divides the running mean by 10 * topk_ratio
+  // at every iteration, which is this rule at its default ratio 0.1 and compounds at any other).
+  const double n = static_cast<double>(++window_weighed_);
+  int64_t matrices = 0, caught_up = 0;
+  for (auto& s : slots_) {
+    if (!s.matrix) continue;
+    ++matrices;
+    s.selected_mean += (s.selected / topk_ratio_ - s.selected_mean) / n;
+    s.unselected_sum += (s.total - s.selected) / (1.0 - topk_ratio_);
+    if (s.unselected_sum >= s.selected_mean) ++caught_up;
+  }
+  end_next_ = caught_up >= static_cast<int64_t>(auto_ratio_ * static_cast<double>(matrices));
 }
 
 void ZenFlow::capture(size_t k, const at::Tensor& grad) {
   if (!armed_) return;
   Slot& s = slots_[k];
   at::Tensor part = (s.matrix && !whole_) ? grad.index_select(1, s.index) : grad;
+  if (schedule_.adaptive && s.matrix && !whole_) {
+    // The masses the adaptive window weighs (a selection iteration takes them from the averaged whole gradient).
+    at::Tensor total = grad.abs().sum(at::kDouble), selected = part.abs().sum(at::kDouble);
+    s.local_total = s.local_total.defined() ? s.local_total + total : total;
+    s.local_selected = s.local_selected.defined() ? s.local_selected + selected : selected;
+  }
   part = part.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   if (s.captured.defined())
     s.captured.add_(part);
@@ -110,17 +163,43 @@ void ZenFlow::reduce_gradients() {
     }
     flat.push_back(s.captured.reshape(-1));
   }
+  // Adaptive windows: each matrix's local masses ride along (their rank means come back).
+  const bool masses = schedule_.adaptive && !whole_;
+  int64_t mass_values = 0;
+  if (masses) {
+    std::vector<at::Tensor> local;
+    for (auto& s : slots_) {
+      if (!s.matrix) continue;
+      const at::Tensor zero = at::zeros({}, s.param.options().dtype(at::kDouble));
+      local.push_back(s.local_total.defined() ? s.local_total : zero);
+      local.push_back(s.local_selected.defined() ? s.local_selected : zero);
+      s.local_total = s.local_selected = at::Tensor();
+    }
+    mass_values = static_cast<int64_t>(local.size());
+    if (!local.empty()) flat.push_back(at::stack(local).to(at::kFloat));
+  }
   at::Tensor buffer = at::cat(flat);
   if (group_.is_member() && group_.size() > 1) {
     group_.all_reduce(buffer, comm::ReduceOp::kSum);
     buffer.div_(static_cast<double>(group_.size()));
   }
-  int64_t at = 0;
+  int64_t offset = 0;
   for (auto& s : slots_) {
     const int64_t n = s.captured.numel();
-    s.grad = buffer.narrow(0, at, n).view(s.captured.sizes());
-    at += n;
+    s.grad = buffer.narrow(0, offset, n).view(s.captured.sizes());
+    offset += n;
     s.captured = at::Tensor();
+  }
+  if (masses) {
+    const at::Tensor tail = buffer.narrow(0, offset, mass_values).to(at::kCPU, at::kDouble);
+    const double* m = tail.const_data_ptr<double>();
+    for (auto& s : slots_) {
+      if (!s.matrix) continue;
+      s.total = m[0];
+      s.selected = m[1];
+      m += 2;
+    }
+    weighed_ = true;
   }
   armed_ = false;
 }
@@ -134,6 +213,10 @@ void ZenFlow::select() {
       const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(columns) * topk_ratio_));
       const at::Tensor importance = s.grad.abs().sum(0);
       s.index = std::get<0>(std::get<1>(importance.topk(k)).sort());
+      if (schedule_.adaptive) {
+        s.total = importance.sum(at::kDouble).item<double>();
+        s.selected = importance.index_select(0, s.index).sum(at::kDouble).item<double>();
+      }
       s.grad = s.grad.index_select(1, s.index);
       s.value = s.param.detach().index_select(1, s.index).to(at::kFloat);
     } else {
@@ -143,6 +226,7 @@ void ZenFlow::select() {
     s.exp_avg_sq = at::zeros_like(s.value);
   }
   selected_ = true;
+  weighed_ = schedule_.adaptive;
 }
 
 void ZenFlow::write_selected_into_parameters() const {

@@ -5,6 +5,11 @@
 // training device, while the other columns take the CPU optimizer's step every `update_interval` iterations on the
 // gradient accumulated over them (in the background when overlapped: one window stale).
 //
+// update_interval "auto" (DeepSpeed's default) makes the window adaptive: each iteration weighs, per 2-D weight, the
+// gradient mass of its unselected columns (added up over the window) against the selected columns' mass (averaged
+// over the window), each divided by its share of the columns; once `auto_ratio` of the weights have caught up, the
+// next iteration ends the window. The CPU step then takes the window's mean gradient.
+//
 // What differs from DeepSpeed's Python (stated in docs/architecture.md): the selected values are kept in fp32 here
 // (DeepSpeed updates them in the model's dtype), and at a new selection the masters of the previously selected
 // columns take those fp32 values instead of being re-read from the 16-bit parameters.
@@ -29,12 +34,14 @@ struct ZenFlowSchedule {
   int64_t warmup = 0;           // full_warm_up_rounds
   int64_t update_interval = 1;  // iterations per CPU step after the warm-up
   int64_t select_interval = 0;  // iterations between selections; 0: once, when the warm-up ends
+  bool adaptive = false;        // update_interval "auto": ZenFlow::ends_window decides at run time
 
   static ZenFlowSchedule from_config(const config::ZenFlowConfig& c);
   // Iterations past the warm-up run the selective update.
   bool selective(int64_t iteration) const { return iteration >= warmup; }
   bool selects(int64_t iteration) const;
-  // The CPU optimizer steps at the end of this iteration (every warm-up iteration is a window of its own).
+  // The CPU optimizer steps at the end of this iteration (every warm-up iteration is a window of its own). Adaptive:
+  // only the windows the schedule alone ends (warm-up, the iteration before a selection).
   bool ends_window(int64_t iteration) const;
 };
 
@@ -56,6 +63,20 @@ class ZenFlow {
 
   const ZenFlowSchedule& schedule() const { return schedule_; }
   bool has_selection() const { return selected_; }
+
+  // Update windows. Iterations run in order; ends_window(i) holds from iteration i's backward on.
+  bool ends_window(int64_t iteration) const;
+  // The next iteration starts a window (a checkpoint may be saved before it).
+  bool starts_window(int64_t iteration) const;
+  // What the CPU step divides the gradients accumulated over the window ending at `iteration` by: the window's
+  // length when adaptive (the backward does not know it in advance), else 1 (the loss was divided by
+  // update_interval, DeepSpeed's gradient_accumulation_steps).
+  int64_t step_gradient_divisor(int64_t iteration) const;
+  // After iteration `iteration`'s step: adaptive windows weigh its gradients and decide whether the next iteration
+  // ends the window. The same answer on every rank (it reads only reduced values).
+  void end_iteration(int64_t iteration);
+  // A resume at `iteration` (a window start): the adaptive window starts there.
+  void resume_at(int64_t iteration);
 
   // Before iteration `iteration`'s backward: arms the gradient hooks (whole gradients when it selects, else the
   // selected columns only).
@@ -96,6 +117,12 @@ class ZenFlow {
     at::Tensor index;     // selected columns (int64, sorted), matrices only
     at::Tensor value, exp_avg, exp_avg_sq;  // fp32, shaped as the selection
     int64_t steps = 0;
+    // Adaptive windows (matrices): this iteration's local sums of |gradient| (fp64 scalars), whole and selected
+    // columns, then their rank means; and the window's running figures.
+    at::Tensor local_total, local_selected;
+    double total = 0.0, selected = 0.0;
+    double selected_mean = 0.0;    // mean over the window of selected mass / topk_ratio
+    double unselected_sum = 0.0;   // sum over the window of unselected mass / (1 - topk_ratio)
   };
   void capture(size_t slot, const at::Tensor& grad);
 
@@ -107,6 +134,12 @@ class ZenFlow {
   bool whole_ = false;     // this iteration's hooks keep whole gradients (a selection iteration)
   bool armed_ = false;
   bool selected_ = false;  // select() has run
+  // Adaptive windows.
+  double auto_ratio_ = 0.99;
+  bool weighed_ = false;         // this iteration's masses are known (a selective iteration reduced them)
+  int64_t window_begin_ = 0;     // first iteration of the current window
+  int64_t window_weighed_ = 0;   // iterations of the window whose masses were weighed
+  bool end_next_ = false;        // the next iteration ends the window
 };
 
 }  // namespace deepspeed::runtime

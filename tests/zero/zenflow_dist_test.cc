@@ -8,7 +8,11 @@
 //     iteration's gradient; all gradients also add up on the masters' side, which take AdamW's step at the end of
 //     each `update_interval` window and go to the model's other columns then (overlapped: at the next window's end,
 //     one window stale);
-//   - every gradient is the loss's divided by update_interval (DeepSpeed's gradient_accumulation_steps).
+//   - every gradient is the loss's divided by update_interval (DeepSpeed's gradient_accumulation_steps);
+//   - update_interval "auto": after each selective iteration, per 2-D weight, the unselected columns' |gradient| mass
+//     added up over the window / (1 - topk_ratio) against the selected columns' mean mass / topk_ratio; once
+//     auto_ratio of the weights have caught up, the next iteration ends the window; the CPU step takes the window's
+//     mean gradient (the loss is not divided).
 // A run that ignored the selection, selected other columns, skipped the 1-D parameters, stepped the masters every
 // iteration or landed the overlapped step early parts from this reference by far more than the bound (checked).
 #include <gtest/gtest.h>
@@ -33,7 +37,7 @@ namespace {
 
 constexpr int kIterations = 10;
 constexpr int64_t kMicro = 2;
-constexpr double kLr = 0.003, kDecay = 0.1, kRatio = 0.25;
+constexpr double kLr = 0.003, kDecay = 0.1, kRatio = 0.25, kAutoRatio = 0.99;
 
 struct Rule {
   int64_t warmup = 1, update_interval = 2, select_interval = 4;
@@ -41,6 +45,12 @@ struct Rule {
   bool selective = true;  // false: the same windows with no selective update (the comparison's foil)
   double eps = 1e-8;      // Adam's; a large one makes the update scale with the gradient
   double grad_scale = 1;  // the reference's gradients times this (a foil for a wrong averaging)
+  bool adaptive = false;  // update_interval "auto"
+  double auto_ratio = 0.99;
+  bool window_sum = false;  // adaptive foil: the CPU step on the window's sum instead of its mean
+  // The windows to use instead of deciding them (the engine's, where its masses are rank means of local sums).
+  std::vector<char> given_ends;
+  std::shared_ptr<std::vector<char>> decided;  // out: whether each iteration ended a window
   bool ends_window(int64_t i) const {
     return i < warmup || (i + 1 - warmup) % update_interval == 0 || (i + 1) % select_interval == 0;
   }
@@ -71,6 +81,10 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
       std::shared_ptr<torch::optim::AdamW> cpu;
       int64_t iteration = 0;
       bool pending = false, has_selection = false;
+      // Adaptive windows.
+      int64_t window_begin = 0, weighed = 0;
+      bool end_next = false;
+      std::vector<double> selected_mean, unselected_sum;
     };
     auto st = std::make_shared<State>();
     for (const auto& p : params) {
@@ -81,15 +95,46 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
     st->index.resize(params.size());
     st->value.resize(params.size());
     st->selective.resize(params.size());
+    st->selected_mean.assign(params.size(), 0.0);
+    st->unselected_sum.assign(params.size(), 0.0);
     return [params, rule, lrs, st] {
       at::NoGradGuard no_grad;
       const int64_t i = st->iteration++;
       const double lr = lrs.at(i);
+      bool ends = rule.ends_window(i);
+      if (rule.adaptive) ends = i < rule.warmup || (i + 1) % rule.select_interval == 0 || st->end_next;
+      if (!rule.given_ends.empty()) ends = rule.given_ends.at(i) != 0;
+      if (rule.decided) rule.decided->push_back(ends);
+      const double divide = rule.adaptive ? 1.0 : static_cast<double>(rule.update_interval);
       std::vector<at::Tensor> grads;
       for (size_t k = 0; k < params.size(); ++k) {
-        grads.push_back(params[k].grad() * (rule.grad_scale / static_cast<double>(rule.update_interval)));
+        grads.push_back(params[k].grad() * (rule.grad_scale / divide));
         st->accumulated[k].add_(grads[k]);
       }
+      // After the iteration: a window that ended starts afresh; else the adaptive rule weighs this iteration.
+      auto weigh = [&] {
+        if (!rule.adaptive) return;
+        if (ends) {
+          st->window_begin = i + 1;
+          st->weighed = 0;
+          st->end_next = false;
+          std::fill(st->selected_mean.begin(), st->selected_mean.end(), 0.0);
+          std::fill(st->unselected_sum.begin(), st->unselected_sum.end(), 0.0);
+          return;
+        }
+        const double n = static_cast<double>(++st->weighed);
+        int64_t matrices = 0, caught_up = 0;
+        for (size_t k = 0; k < params.size(); ++k) {
+          if (params[k].dim() != 2) continue;
+          ++matrices;
+          const double total = grads[k].abs().sum().item<double>();
+          const double selected = grads[k].index_select(1, st->index[k]).abs().sum().item<double>();
+          st->selected_mean[k] += (selected / kRatio - st->selected_mean[k]) / n;
+          st->unselected_sum[k] += (total - selected) / (1 - kRatio);
+          if (st->unselected_sum[k] >= st->selected_mean[k]) ++caught_up;
+        }
+        st->end_next = caught_up >= static_cast<int64_t>(rule.auto_ratio * static_cast<double>(matrices));
+      };
       auto land = [&] {
         for (size_t k = 0; k < params.size(); ++k) params[k].copy_(st->masters[k]);
         st->pending = false;
@@ -103,18 +148,21 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
         }
       };
       auto cpu_step = [&] {
+        const double length = static_cast<double>(i - st->window_begin + 1);
+        const double mean = rule.adaptive && !rule.window_sum ? 1.0 / length : 1.0;
         for (size_t k = 0; k < params.size(); ++k) {
-          st->masters[k].mutable_grad() = st->accumulated[k].clone();
+          st->masters[k].mutable_grad() = st->accumulated[k] * mean;
           st->accumulated[k].zero_();
         }
         st->cpu->param_groups()[0].options().set_lr(lr);
         st->cpu->step();
       };
       if (i < rule.warmup || !rule.selective) {
-        if (rule.ends_window(i)) {
+        if (ends) {
           cpu_step();
           land();
         }
+        weigh();
         return;
       }
       if (rule.selects(i)) {
@@ -140,7 +188,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
         }
         st->has_selection = true;
       }
-      if (rule.ends_window(i)) {
+      if (ends) {
         if (rule.overlap && st->pending) land();
         cpu_step();
         if (rule.overlap)
@@ -154,6 +202,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
       }
       std::vector<at::Tensor> p(params.begin(), params.end());
       put_selected(p);
+      weigh();
     };
   };
 }
@@ -165,7 +214,9 @@ std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_t
          "}}, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
          ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"zenflow\": {\"topk_ratio\": " + std::to_string(kRatio) +
          ", \"select_strategy\": \"step\", \"select_interval\": " + std::to_string(rule.select_interval) +
-         ", \"update_interval\": " + std::to_string(rule.update_interval) +
+         ", \"update_interval\": " +
+         (rule.adaptive ? "\"auto\", \"auto_ratio\": " + c10::str(rule.auto_ratio)
+                        : std::to_string(rule.update_interval)) +
          ", \"full_warm_up_rounds\": " + std::to_string(rule.warmup) +
          ", \"overlap_step\": " + (rule.overlap ? "true" : "false") + "}}" + extra_top + "}";
 }
@@ -173,6 +224,7 @@ std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_t
 struct ZenFlowRun {
   std::vector<at::Tensor> params;
   std::vector<double> lrs;
+  std::vector<char> ends;  // Engine::is_gradient_accumulation_boundary() before each iteration
 };
 
 ZenFlowRun train_zenflow(const Rule& rule, int stage, at::ScalarType dtype = at::kFloat, const std::string& extra = "") {
@@ -185,6 +237,7 @@ ZenFlowRun train_zenflow(const Rule& rule, int stage, at::ScalarType dtype = at:
   ZenFlowRun out;
   for (int i = 0; i < kIterations; ++i) {
     out.lrs.push_back(engine.get_lr().at(0));
+    out.ends.push_back(engine.is_gradient_accumulation_boundary());
     tiny_gpt::train(engine, data, 1, i);
   }
   deepspeed::zero::GatheredParameters full(*model);
@@ -212,6 +265,84 @@ TEST(ZenFlow, SelectiveAndWindowedUpdatesMatchThePlainLoop) {
           << "stage " << stage << (overlap ? " overlapped" : "");
     }
   }
+}
+
+// The adaptive tests' runs, measured the same way (worst at 3 ranks).
+double adaptive_bound() { return tolerance::measured(9.9e-6, 8.8e-6); }
+
+std::string windows_of(const std::vector<char>& ends) {
+  std::string out;
+  for (char e : ends) out += e ? '|' : '.';
+  return out;
+}
+
+// update_interval "auto": the engine ends windows where the rule says and steps on each window's mean. At one rank
+// the reference decides the windows from its own gradients (the same masses); at more, the engine's masses are the
+// rank means of local |gradient| sums (no extra all-reduce of whole gradients), which the whole-batch reference
+// cannot form, so it takes the engine's windows and checks everything else.
+TEST(ZenFlow, AdaptiveWindowsMatchThePlainLoop) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  for (bool overlap : {false, true}) {
+    for (int stage : {1, 2}) {
+      Rule rule;
+      rule.adaptive = true;
+      rule.overlap = overlap;
+      rule.select_interval = 6;
+      rule.auto_ratio = kAutoRatio;
+      const ZenFlowRun run = train_zenflow(rule, stage);
+      Rule ref_rule = rule;
+      ref_rule.decided = std::make_shared<std::vector<char>>();
+      if (world > 1) ref_rule.given_ends = run.ends;
+      const auto ref = reference(ref_rule, run.lrs);
+      const std::string label = "stage " + std::to_string(stage) + (overlap ? " overlapped" : "") + ", windows " +
+                                windows_of(run.ends);
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, ref.params), adaptive_bound()) << label;
+      if (world == 1) {
+        EXPECT_EQ(windows_of(run.ends), windows_of(*ref_rule.decided));
+      }
+      // Every rank ends the same windows (else the stages' reductions would not pair up).
+      at::Tensor ends = at::tensor(std::vector<double>(run.ends.begin(), run.ends.end()));
+      at::Tensor most = ends.clone();
+      deepspeed::comm::get_world_group().all_reduce(most, deepspeed::comm::ReduceOp::kMax);
+      EXPECT_TRUE(at::equal(ends, most)) << label;
+      // The rule ended at least one window the schedule alone would not have (not the warm-up's, not before a
+      // selection), and at least one window spans more than two iterations.
+      int64_t by_rule = 0, longest = 0, length = 0;
+      for (int64_t i = 0; i < kIterations; ++i) {
+        ++length;
+        if (!run.ends[i]) continue;
+        if (i >= rule.warmup && (i + 1) % rule.select_interval != 0) ++by_rule;
+        longest = std::max(longest, length);
+        length = 0;
+      }
+      EXPECT_GE(by_rule, 1) << label;
+      EXPECT_GE(longest, 3) << label;
+    }
+  }
+}
+
+// The adaptive window's step takes the window's mean gradient (a sum would step the same windows with a larger
+// gradient: with eps 0.1 Adam's update scales with it), and its windows are not a fixed update_interval's.
+TEST(ZenFlow, AdaptiveWindowsStepOnTheirMeanGradient) {
+  tiny_gpt::ensure_comm();
+  Rule rule;
+  rule.adaptive = true;
+  rule.select_interval = 6;
+  rule.auto_ratio = kAutoRatio;
+  rule.eps = 0.1;
+  const ZenFlowRun run = train_zenflow(rule, 2);
+  Rule mean = rule;
+  mean.given_ends = run.ends;
+  const auto ref = reference(mean, run.lrs);
+  EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, ref.params), adaptive_bound()) << windows_of(run.ends);
+  Rule sum = mean;
+  sum.window_sum = true;
+  EXPECT_GT(tiny_gpt::max_relative_error(reference(sum, run.lrs).params, ref.params), 20 * adaptive_bound());
+  Rule fixed = rule;
+  fixed.adaptive = false;
+  fixed.update_interval = 2;
+  EXPECT_GT(tiny_gpt::max_relative_error(reference(fixed, run.lrs).params, ref.params), 20 * adaptive_bound());
 }
 
 // Adam with the default eps is blind to a constant gradient scale, so the comparison above would pass with the
@@ -383,6 +514,51 @@ TEST(ZenFlow, ACheckpointResumesAsTheRunThatSaved) {
       deepspeed::comm::barrier();
       if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
     }
+  }
+}
+
+// update_interval "auto": a checkpoint saved where a window starts resumes exactly (the new engine's window starts
+// at the loaded iteration); inside a window the save is refused.
+TEST(ZenFlow, AnAdaptiveRunResumesAtAWindowStart) {
+  tiny_gpt::ensure_comm();
+  const int world = deepspeed::comm::get_world_size();
+  const auto data = tiny_gpt::dataset(tiny_gpt::config());
+  for (bool overlap : {false, true}) {
+    const std::string dir = "/tmp/ds_zenflow_auto_w" + std::to_string(world) + (overlap ? "_o" : "");
+    if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
+    deepspeed::comm::barrier();
+    Rule rule;
+    rule.adaptive = true;
+    rule.overlap = overlap;
+    rule.select_interval = 6;
+    const std::string json = zenflow_json(rule, 2);
+    deepspeed::models::GPT saver = tiny_gpt::make_model(tiny_gpt::config());
+    auto a = deepspeed::initialize(saver, deepspeed::Config::from_string(json));
+    // Train to the end of the first window the rule closed (past the warm-up, not before a selection).
+    int save_after = 0;
+    for (int i = 0; i < kIterations && save_after == 0; ++i) {
+      const bool ends = a.is_gradient_accumulation_boundary();
+      tiny_gpt::train(a, data, 1, i);
+      if (ends && i >= rule.warmup && (i + 1) % rule.select_interval != 0) save_after = i + 1;
+    }
+    ASSERT_GT(save_after, 0) << "no window closed by the rule";
+    ASSERT_LT(save_after, kIterations - 1);
+    a.save_checkpoint(dir, std::string("t"));
+    ASSERT_FALSE(a.is_gradient_accumulation_boundary());  // a window of one iteration cannot follow the rule's end
+    tiny_gpt::train(a, data, 1, save_after);
+    EXPECT_THROW(a.save_checkpoint(dir, std::string("mid")), deepspeed::Error);
+    for (int i = save_after + 1; i < kIterations; ++i) tiny_gpt::train(a, data, 1, i);
+
+    deepspeed::models::GPT loader = tiny_gpt::make_model(tiny_gpt::config());
+    auto b = deepspeed::initialize(loader, deepspeed::Config::from_string(json));
+    deepspeed::LoadCheckpointOptions tag_t;
+    tag_t.tag = "t";
+    ASSERT_TRUE(b.load_checkpoint(dir, tag_t).has_value());
+    for (int i = save_after; i < kIterations; ++i) tiny_gpt::train(b, data, 1, i);
+    EXPECT_EQ(tiny_gpt::max_relative_error(tiny_gpt::snapshot(loader), tiny_gpt::snapshot(saver)), 0.0)
+        << "saved after iteration " << save_after - 1 << (overlap ? ", overlapped" : "");
+    deepspeed::comm::barrier();
+    if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
   }
 }
 

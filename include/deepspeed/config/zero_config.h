@@ -62,7 +62,7 @@ struct ZenFlowConfig {
   double topk_ratio = 0.1;             // share of each weight's columns selected, in (0, 1)
   std::string select_strategy = "auto";  // "auto" (= "epoch", interval 1), "step" or "epoch"
   std::optional<int64_t> select_interval;  // nullopt: "auto"
-  std::optional<int64_t> update_interval;  // nullopt: "auto" (adaptive; refused: feature_gate.cc)
+  std::optional<int64_t> update_interval;  // nullopt: "auto" (the adaptive window)
   bool overlap_step = false;
   bool offload = false;                // selective optimizer states in host memory (refused)
   double auto_ratio = 0.99;            // used by update_interval "auto" only
