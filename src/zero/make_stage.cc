@@ -98,9 +98,13 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
     so.aio = swap::aio_options_from_config(config.aio);
     so.param_buffer_elems = op.buffer_size;
     so.param_max_in_cpu = op.max_in_cpu;
-    if (op.buffer_count != defaults.buffer_count || op.pin_memory != defaults.pin_memory)
-      unused_keys = "buffer_count and pin_memory are not used: swapped partitions are read straight into the "
-                    "gather buffers (stage3_max_live_parameters bounds them)";
+    so.param_buffer_count = op.buffer_count;
+    so.param_swap_pin = op.pin_memory;
+    DS_CHECK_T(ConfigError, op.buffer_count >= 1, "zero_optimization.offload_param.buffer_count: swapped parameters "
+               "pass through these buffers; need at least 1, got ", op.buffer_count);
+    if (so.device.is_cpu() && (op.buffer_count != defaults.buffer_count || op.pin_memory != defaults.pin_memory))
+      unused_keys = "buffer_count and pin_memory stage swapped partitions on their way to an accelerator; on the CPU "
+                    "they are read straight into the gather buffers (stage3_max_live_parameters bounds them)";
   }
   if (rank0 && unused_keys) std::fprintf(stderr, "deepspeed: note: zero_optimization.offload_param.%s\n", unused_keys);
   std::vector<std::vector<at::Tensor>> params;

@@ -188,6 +188,18 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   int64_t file_default = 0;
   EXPECT_EQ(bytes_of(by_default, &file_default), resident);
   EXPECT_EQ(file_default, 0);
+  // buffer_count: swapped partitions need at least one buffer to pass through (an accelerator's reads do).
+  Variant no_buffers = v;
+  no_buffers.zero_extra = param_with(", \"max_in_cpu\": 0, \"buffer_count\": 0");
+  try {
+    auto cfg = deepspeed::Config::from_string(config_json(no_buffers, 3));
+    GPT model = build_model(no_buffers, cfg);
+    deepspeed::initialize(model, cfg);
+    ADD_FAILURE() << "buffer_count 0 must be refused";
+  } catch (const deepspeed::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.offload_param.buffer_count"), std::string::npos)
+        << e.what();
+  }
   deepspeed::comm::barrier();
   std::error_code ec;
   if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir, ec);

@@ -38,6 +38,7 @@
 #include "swap/aio.h"
 #include "deepspeed/zero.h"
 #include "zero/grad_accumulator_ref.h"
+#include "swap/staging_ring.h"
 #include "swap/swap_file.h"
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
@@ -79,6 +80,11 @@ struct Stage3Options {
   swap::AioOptions aio;
   // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
   int64_t param_buffer_elems = 100000000;
+  // offload_param.buffer_count / pin_memory: on an accelerator, swapped partitions pass through a ring of this many
+  // host buffers (swap/staging_ring.h; pinned if asked), each read's copy to the device in flight while the next
+  // read runs. A CPU device reads straight into the gather buffer and makes no ring.
+  int param_buffer_count = 5;
+  bool param_swap_pin = false;
   // offload_param.max_in_cpu: elements of this rank's partitions kept in host memory instead of the swap file (as
   // DeepSpeed keeps that many in its CPU flat buffer): whole units, the last ones before the persistent unit, while
   // they fit.
@@ -236,6 +242,7 @@ class Stage3 : public Stage {
   void remove_param_swap() noexcept;
   std::unique_ptr<swap::AioHandle> param_io_;
   std::unique_ptr<swap::SwapFile> param_swap_file_;  // unlinked at once: gone however the process ends
+  std::unique_ptr<swap::StagingRing> param_staging_;  // an accelerator's swap buffers (null on CPU)
   std::string param_file_;                           // its I/O path
   std::vector<int64_t> lowp_base_;  // per group: where lowp_ starts in the group's partition space
   std::function<void(size_t, int64_t, const at::Tensor&)> final_gradients_;  // on_final_gradients

@@ -8,6 +8,7 @@
 // flats are laid out last).
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -58,6 +59,15 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
       f.swap_offset = offset;
       offset += swap::padded_bytes(part * elem);
     }
+  // An accelerator's reads and writes pass through host buffers sized for the largest swapped partition.
+  if (!options_.device.is_cpu()) {
+    int64_t largest = 0;
+    for (size_t u = 0; u < units_.size(); ++u)
+      for (const auto& f : units_[u]->flats)
+        if (f.swap_offset >= 0) largest = std::max(largest, f.layout.partition_size());
+    param_staging_ = std::make_unique<swap::StagingRing>(options_.param_buffer_count, largest, options_.dtype,
+                                                         options_.param_swap_pin);
+  }
   // The in-memory flats come last in every group (units are laid out in order, the persistent unit last), so
   // lowp_ needs only the tail from lowp_base_ on.
   for (size_t u = 0; u < units_.size(); ++u)
@@ -77,10 +87,12 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
     param_io_->sync_pread(dst, param_file_, f.swap_offset);
     return;
   }
-  // A device's gather buffer: the file is read into host memory, then copied up.
-  at::Tensor staging = at::empty(dst.sizes(), dst.options().device(at::kCPU));
+  // A device's gather buffer: the file is read into the ring's next host buffer, whose copy up runs while the next
+  // read does (pinned: asynchronous; the ring waits for it before that buffer is read into again).
+  at::Tensor staging = param_staging_->acquire(dst.numel()).view(dst.sizes());
   param_io_->sync_pread(staging, param_file_, f.swap_offset);
-  dst.copy_(staging);
+  dst.copy_(staging, /*non_blocking=*/param_staging_->pinned());
+  param_staging_->fence();
 }
 
 void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
@@ -89,7 +101,15 @@ void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
     f.shard(*this).copy_(values);
     return;
   }
-  param_io_->sync_pwrite(values.to(at::kCPU, options_.dtype).contiguous(), param_file_, f.swap_offset);
+  if (values.device().is_cpu()) {
+    param_io_->sync_pwrite(values.to(options_.dtype).contiguous(), param_file_, f.swap_offset);
+    return;
+  }
+  // From a device: down into a ring buffer (a blocking copy: the write reads it next), then to the file.
+  at::Tensor staging = param_staging_->acquire(values.numel()).view(values.sizes());
+  staging.copy_(values);
+  param_staging_->fence();
+  param_io_->sync_pwrite(staging, param_file_, f.swap_offset);
 }
 
 void Stage3::remove_param_swap() noexcept {
@@ -99,6 +119,7 @@ void Stage3::remove_param_swap() noexcept {
   } catch (...) {
   }
   param_io_.reset();
+  param_staging_.reset();
   param_swap_file_.reset();
 }
 
