@@ -118,7 +118,9 @@ auto shard(F&& factory) {
 }
 
 // DeepSpeed's zero.Init: while alive, zero::shard(factory) partitions each unit as it is built. Enabled only when
-// the config selects stage 3 (or `enabled` is true); starts the communication layer if needed.
+// the config selects stage 3 (or `enabled` is true); starts the communication layer if needed. With the config's
+// offload_param (cpu or nvme) the partitions go to host memory (pinned with its pin_memory), as DeepSpeed's
+// remote_device "cpu"; else to the accelerator's device.
 class Init {
  public:
   explicit Init(const Config& config);
@@ -130,6 +132,7 @@ class Init {
  private:
   bool enabled_ = false;
   bool previous_ = false;
+  bool previous_host_ = false, previous_pin_ = false;  // the enclosing scope's partition placement
 };
 
 // DeepSpeed's GatheredParameters: from construction to release(), the units owning `params` are gathered, so their

@@ -21,6 +21,7 @@
 #include "deepspeed/zero.h"
 #include "tiny_gpt.h"
 #include "tolerance.h"
+#include "zero/stage3/construction_shard.h"
 
 namespace {
 
@@ -367,6 +368,30 @@ TEST(Stage3, ConstructionTimePartitionMatchesStageZero) {
   v.construct = true;
   v.zero_extra = kNoPersistence;
   expect_stage3_matches(v, kAdamStage3);
+}
+
+// zero::Init under offload_param keeps its partitions in host memory (DeepSpeed's remote_device "cpu"), else on the
+// accelerator's device. On a CPU device the two are one memory, so this bites on a GPU (tests/gpu runs this file);
+// here it checks the placement is asked for and that training from host partitions is the same run (the offload
+// test above builds under zero::Init with offload_param cpu).
+TEST(Stage3, ConstructionUnderOffloadParamPartitionsToHost) {
+  tiny_gpt::ensure_comm();
+  for (bool offload : {false, true}) {
+    Variant v{offload ? "zero::Init offload_param cpu" : "zero::Init"};
+    v.construct = true;
+    if (offload) v.zero_extra = ", \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}";
+    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+    GPT model = build_model(v, cfg);
+    int64_t partitioned = 0;
+    for (const auto& unit : deepspeed::zero::find_units(model.ptr())) {
+      const auto* cs = dynamic_cast<const deepspeed::zero::ConstructionShard*>(unit->hooks().get());
+      if (cs == nullptr) continue;
+      ++partitioned;
+      const c10::Device want = offload ? c10::Device(c10::kCPU) : deepspeed::accelerator::get_accelerator().device();
+      EXPECT_EQ(cs->shard().device(), want) << v.name;
+    }
+    EXPECT_GT(partitioned, 0) << v.name;
+  }
 }
 
 TEST(Stage3, ConstructionTimePartitionStartsFromTheSameValues) {

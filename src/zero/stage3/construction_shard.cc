@@ -10,7 +10,7 @@
 
 namespace deepspeed::zero {
 
-void ConstructionShard::partition(UnitBase& unit) {
+void ConstructionShard::partition(UnitBase& unit, ConstructionPlace place) {
   auto cs = std::make_shared<ConstructionShard>();
   if (!comm::is_initialized()) comm::init_distributed();
   cs->world_ = comm::get_world_group();
@@ -32,10 +32,15 @@ void ConstructionShard::partition(UnitBase& unit) {
   // Parameter by parameter, so nothing but the freshly built unit and this rank's partition is ever alive: take
   // rank 0's values, copy the part of the flat this rank owns, free the parameter.
   at::NoGradGuard no_grad;
-  // Partitions go straight to this rank's device, as DeepSpeed's zero.Init does; a unit built in host memory is
-  // moved one parameter at a time.
-  const c10::Device device = accelerator::get_accelerator().device();
-  cs->shard_ = at::zeros({cs->layout_.partition_size()}, at::TensorOptions().dtype(dtype).device(device));
+  // Partitions go straight to this rank's device, as DeepSpeed's zero.Init does, or to host memory under
+  // offload_param; each parameter passes through the device (where the broadcast runs: NCCL takes device tensors),
+  // a unit built in host memory one parameter at a time.
+  auto& acc = accelerator::get_accelerator();
+  const c10::Device device = acc.device();
+  cs->device_ = device;
+  const c10::Device home = place.host ? c10::Device(c10::kCPU) : device;
+  cs->shard_ = at::zeros({cs->layout_.partition_size()}, at::TensorOptions().dtype(dtype).device(home));
+  if (place.host && place.pin && acc.pin_memory_supported()) cs->shard_ = acc.pin_memory(cs->shard_);
   const int64_t begin = cs->layout_.begin(cs->layout_.rank()), end = begin + cs->layout_.partition_size();
   for (size_t i = 0; i < cs->params_.size(); ++i) {
     at::Tensor p = cs->params_[i].detach().to(device).contiguous();
@@ -63,7 +68,7 @@ void ConstructionShard::add_shapes(std::unordered_map<const void*, std::vector<i
 
 void ConstructionShard::gather() {
   if (full_.defined()) return;
-  full_ = at::empty({layout_.padded_numel()}, shard_.options());
+  full_ = at::empty({layout_.padded_numel()}, shard_.options().device(device_));
   const int64_t part = layout_.partition_size();
   full_.narrow(0, layout_.begin(layout_.rank()), part).copy_(shard_);
   // One broadcast per owner straight into the full buffer: Gloo's all-gathers, the flat one of LibTorch 2.x too,

@@ -18,10 +18,19 @@
 
 namespace deepspeed::zero {
 
+// Where zero::Init keeps the partitions: on the accelerator's device, or in host memory (DeepSpeed's zero.Init under
+// offload_param, remote_device "cpu"), pinned if asked. Collectives and gathers run on the device either way.
+struct ConstructionPlace {
+  bool host = false;
+  bool pin = false;
+};
+
 class ConstructionShard : public detail::UnitHooks {
  public:
   // Partitions `unit`'s parameters now and installs itself as the unit's hooks.
-  static void partition(UnitBase& unit);
+  static void partition(UnitBase& unit, ConstructionPlace place = {});
+  // The partition (tests: where it lives).
+  const at::Tensor& shard() const { return shard_; }
 
   // Elements `param` has when whole (0 if it is not one of this unit's parameters).
   int64_t numel_of(const at::Tensor& param) const;
@@ -46,8 +55,9 @@ class ConstructionShard : public detail::UnitHooks {
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> offsets_, numels_;
   PartitionLayout layout_;
-  at::Tensor shard_;
-  at::Tensor full_;  // while gathered
+  at::Tensor shard_;  // on the device, or in host memory (ConstructionPlace)
+  at::Tensor full_;   // while gathered, on the device
+  c10::Device device_ = c10::Device(c10::kCPU);  // where the model computes and collectives run
   bool materialized_ = false;
 };
 

@@ -234,6 +234,7 @@ at::Tensor Stage3::initial_master(size_t group) const {
 
 void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master) {
   at::NoGradGuard no_grad;
+  wait_host_reads();
   if (!param_io_) {
     lowp_.at(group).narrow(0, offset, master.numel()).copy_(master);
     return;
@@ -266,6 +267,7 @@ at::Tensor Stage3::copy_back_slice(size_t group, int64_t offset, int64_t n) cons
     return at::Tensor();
   // With offload_param nvme only the persistent tail is in memory; other slices go through write_slice.
   if (offset < lowp_base_.at(group)) return at::Tensor();
+  wait_host_reads();  // the optimizer's kernel writes into it next
   return shard.narrow(0, offset - lowp_base_.at(group), n);
 }
 

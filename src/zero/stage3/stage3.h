@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "swap/aio.h"
 #include "deepspeed/zero.h"
@@ -237,6 +238,11 @@ class Stage3 : public Stage {
   void setup_param_swap(const std::vector<int64_t>& group_size);
   // This rank's partition of `f` in the model dtype: read from the swap file, or copied from memory.
   void load_shard(const Flat& f, const at::Tensor& dst);
+  // offload_param cpu with pin_memory on an accelerator: a gather's copy up from a host shard is issued without
+  // waiting (it overlaps compute; the all-gather and the forward follow it on the stream), and every write into the
+  // host shards first waits for the copies issued so far, so none reads a half-written partition.
+  std::unique_ptr<accelerator::Event> host_reads_;
+  void wait_host_reads() const;
   // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.
   void store_shard(const Flat& f, const at::Tensor& values);
   void remove_param_swap() noexcept;

@@ -234,6 +234,7 @@ void Stage3::publish() {
   at::NoGradGuard no_grad;
   // External masters wrote their updated slices into the shards already (write_slice).
   if (separate_shards() && !options_.external_masters) {
+    wait_host_reads();
     for (size_t g = 0; g < masters_.size(); ++g)
       lowp_[g].copy_(masters_[g].narrow(0, lowp_base_[g], lowp_[g].numel()));
     if (param_io_)

@@ -78,7 +78,12 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
 
 void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
   if (f.swap_offset < 0) {
-    dst.copy_(f.shard(*this));
+    const bool async = shards_on_host() && options_.param_pin_memory;
+    dst.copy_(f.shard(*this), /*non_blocking=*/async);
+    if (async) {
+      if (!host_reads_) host_reads_ = accelerator::get_accelerator().new_event();
+      host_reads_->record();
+    }
     return;
   }
   // Synchronous: the all-gather that follows sends these bytes. Issued when the gather is, so a
@@ -95,9 +100,14 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
   param_staging_->fence();
 }
 
+void Stage3::wait_host_reads() const {
+  if (host_reads_) host_reads_->synchronize();
+}
+
 void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
   at::NoGradGuard no_grad;
   if (f.swap_offset < 0) {
+    wait_host_reads();
     f.shard(*this).copy_(values);
     return;
   }

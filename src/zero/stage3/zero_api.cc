@@ -18,6 +18,7 @@ namespace deepspeed::zero {
 namespace {
 
 thread_local bool g_init_active = false;
+thread_local ConstructionPlace g_init_place;
 
 }  // namespace
 
@@ -37,7 +38,7 @@ std::vector<std::shared_ptr<UnitBase>> find_units(const std::shared_ptr<torch::n
 }
 
 void partition_at_construction(UnitBase& unit) {
-  if (g_init_active) ConstructionShard::partition(unit);
+  if (g_init_active) ConstructionShard::partition(unit, g_init_place);
 }
 
 void materialize_construction_shards(const std::shared_ptr<torch::nn::Module>& module) {
@@ -57,15 +58,26 @@ std::unordered_map<const void*, std::vector<int64_t>> construction_shapes(
   return out;
 }
 
-Init::Init(const Config& config) : Init(config.zero.stage == 3) {}
+Init::Init(const Config& config) : Init(config.zero.stage == 3) {
+  // Under offload_param the partitions are built where the engine will keep them (nvme: in host memory until the
+  // engine writes them to its swap file).
+  const auto& op = config.zero.offload_param;
+  g_init_place.host = enabled_ && op.enabled();
+  g_init_place.pin = g_init_place.host && op.pin_memory;
+}
 
 Init::Init(bool enabled) : enabled_(enabled), previous_(g_init_active) {
   if (enabled_ && !comm::is_initialized()) comm::init_distributed();
+  previous_host_ = g_init_place.host;
+  previous_pin_ = g_init_place.pin;
   g_init_active = enabled_;
+  g_init_place = ConstructionPlace{};
 }
 
 Init::~Init() {
   g_init_active = previous_;
+  g_init_place.host = previous_host_;
+  g_init_place.pin = previous_pin_;
   if (enabled_) release_freed_heap();  // the whole parameters built and cut to shards (heap_trim.h)
 }
 
