@@ -53,7 +53,12 @@ void check_supported_features(const config::Config& cfg) {
     DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu,
                "zero_optimization.zenflow: needs offload_optimizer.device \"cpu\" (the unselected columns take the CPU "
                "optimizer's step), got \"", config::to_string(oo.device), "\"");
-    reject_if(z.stage == 3, "zero_optimization.zenflow", "ZenFlow at stage 3 (it runs at stages 1 and 2)");
+    DS_CHECK_T(ConfigError, z.stage != 3 || z.offload_param.device != config::OffloadDevice::kNvme,
+               "zero_optimization.zenflow: the selected values are written into the partitions in memory at every "
+               "iteration; with offload_param \"nvme\" they live in swap files (use offload_param \"cpu\" or none)");
+    DS_CHECK_T(ConfigError, !oo.super_offload,
+               "zero_optimization.zenflow: ZenFlow and offload_optimizer.super_offload both reschedule the CPU "
+               "step; choose one");
     DS_CHECK_T(ConfigError, !zf.update_interval || zf.auto_ratio == config::ZenFlowConfig{}.auto_ratio,
                "zero_optimization.zenflow.auto_ratio: tunes the adaptive window of update_interval \"auto\"; "
                "update_interval is ", zf.update_interval.value_or(0), " here");

@@ -389,8 +389,13 @@ void EngineImpl::build_zenflow(const InitializeOptions& options) {
     names.emplace_back();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) names.back().push_back(parameter_name(g, i));
   }
+  runtime::ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions
+  if (stage_->partitions_parameters()) {
+    partitioned.stage = stage_.get();
+    partitioned.shapes = stage_->param_shapes();
+  }
   zenflow_ = std::make_unique<runtime::ZenFlow>(*config_.zero.zenflow, std::move(params), names, std::move(adam),
-                                                 world_);
+                                                 world_, std::move(partitioned));
 }
 
 void EngineImpl::build_speculative_step(const InitializeOptions& options) {

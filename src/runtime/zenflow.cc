@@ -42,24 +42,29 @@ bool ZenFlowSchedule::ends_window(int64_t i) const {
 }
 
 ZenFlow::ZenFlow(const config::ZenFlowConfig& config, std::vector<std::vector<at::Tensor>> groups,
-                 const std::vector<std::vector<std::string>>& names, ZenFlowAdam adam, comm::ProcessGroup group)
+                 const std::vector<std::vector<std::string>>& names, ZenFlowAdam adam, comm::ProcessGroup group,
+                 ZenFlowPartitioned partitioned)
     : schedule_(ZenFlowSchedule::from_config(config)),
       topk_ratio_(config.topk_ratio),
       adam_(std::move(adam)),
       group_(std::move(group)),
+      partitioned_(std::move(partitioned)),
       auto_ratio_(config.auto_ratio) {
   for (size_t g = 0; g < groups.size(); ++g) {
+    first_slot_.push_back(slots_.size());
     for (size_t i = 0; i < groups[g].size(); ++i) {
       const at::Tensor& p = groups[g][i];
-      DS_CHECK_T(ConfigError, p.dim() <= 2, "zero_optimization.zenflow: selects columns of 2-D weights (and all of "
-                 "1-D parameters); '", names.at(g).at(i), "' has ", p.dim(), " dimensions");
       Slot s;
       s.group = g;
       s.param = p;
-      s.matrix = p.dim() == 2;
+      s.shape = partitioned_.stage ? partitioned_.shapes.at(g).at(i) : p.sizes().vec();
+      DS_CHECK_T(ConfigError, s.shape.size() <= 2, "zero_optimization.zenflow: selects columns of 2-D weights (and "
+                 "all of 1-D parameters); '", names.at(g).at(i), "' has ", s.shape.size(), " dimensions");
+      s.matrix = s.shape.size() == 2;
       slots_.push_back(std::move(s));
     }
   }
+  if (partitioned_.stage) fragments_ = partitioned_.stage->master_fragments();
   for (size_t k = 0; k < slots_.size(); ++k) {
     // A tensor hook sees this backward's gradient of the parameter before it is accumulated (and before the
     // stage's reduction hooks, which run after accumulation).
@@ -83,6 +88,8 @@ void ZenFlow::begin_backward(int64_t iteration) {
 void ZenFlow::reset() {
   for (auto& s : slots_) {
     s.captured = s.grad = s.index = s.value = s.exp_avg = s.exp_avg_sq = at::Tensor();
+    s.chosen_index = s.chosen_grad = at::Tensor();
+    s.chosen = false;
     s.steps = 0;
   }
   armed_ = whole_ = selected_ = false;
@@ -135,9 +142,25 @@ void ZenFlow::end_iteration(int64_t i) {
   end_next_ = caught_up >= static_cast<int64_t>(auto_ratio_ * static_cast<double>(matrices));
 }
 
+size_t ZenFlow::slot_of(size_t group, size_t index) const { return first_slot_.at(group) + index; }
+
 void ZenFlow::capture(size_t k, const at::Tensor& grad) {
   if (!armed_) return;
   Slot& s = slots_[k];
+  if (partitioned_.stage && whole_) {
+    // Stage 3 keeps nothing whole: this parameter's gradient is averaged here, while its unit is gathered, and only
+    // its selected columns are kept. (The averaged sum of two backwards would need the whole gradient kept.)
+    DS_CHECK(!s.chosen, "zero_optimization.zenflow at stage 3: one backward per selection iteration (iteration's "
+             "second backward reached it again)");
+    at::Tensor averaged = grad.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    if (group_.is_member() && group_.size() > 1) {
+      group_.all_reduce(averaged, comm::ReduceOp::kSum);
+      averaged.div_(static_cast<double>(group_.size()));
+    }
+    choose(s, averaged);
+    s.chosen = true;
+    return;
+  }
   at::Tensor part = (s.matrix && !whole_) ? grad.index_select(1, s.index) : grad;
   if (schedule_.adaptive && s.matrix && !whole_) {
     // The masses the adaptive window weighs (a selection iteration takes them from the averaged whole gradient).
@@ -154,11 +177,22 @@ void ZenFlow::capture(size_t k, const at::Tensor& grad) {
 
 void ZenFlow::reduce_gradients() {
   // One flat all-reduce of every captured gradient: whole ones at a selection iteration, else the selected values.
+  if (partitioned_.stage && whole_) {
+    // Stage 3's selection iteration: each hook averaged and chose already; a parameter no backward reached has a
+    // zero gradient (on every rank alike: the graphs agree).
+    for (auto& s : slots_) {
+      if (!s.chosen) choose(s, at::zeros(s.shape, s.param.options().dtype(at::kFloat)));
+      s.chosen = false;
+    }
+    weighed_ = schedule_.adaptive;
+    armed_ = false;
+    return;
+  }
   std::vector<at::Tensor> flat;
   for (auto& s : slots_) {
     if (!s.captured.defined()) {  // unused in this backward: a zero gradient
-      const std::vector<int64_t> shape = (s.matrix && !whole_)
-          ? std::vector<int64_t>{s.param.size(0), s.index.numel()} : s.param.sizes().vec();
+      const std::vector<int64_t> shape =
+          (s.matrix && !whole_) ? std::vector<int64_t>{s.shape[0], s.index.numel()} : s.shape;
       s.captured = at::zeros(shape, s.param.options().dtype(at::kFloat));
     }
     flat.push_back(s.captured.reshape(-1));
@@ -204,34 +238,105 @@ void ZenFlow::reduce_gradients() {
   armed_ = false;
 }
 
+void ZenFlow::choose(Slot& s, const at::Tensor& grad) {
+  if (!s.matrix) {
+    s.chosen_grad = grad;
+    return;
+  }
+  // A column's importance: the sum of |gradient| over it (DeepSpeed's top-k over the weight's input channels).
+  const int64_t columns = s.shape[1];
+  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(columns) * topk_ratio_));
+  const at::Tensor importance = grad.abs().sum(0);
+  s.chosen_index = std::get<0>(std::get<1>(importance.topk(k)).sort());
+  if (schedule_.adaptive) {
+    s.total = importance.sum(at::kDouble).item<double>();
+    s.selected = importance.index_select(0, s.chosen_index).sum(at::kDouble).item<double>();
+  }
+  s.chosen_grad = grad.index_select(1, s.chosen_index);
+}
+
 void ZenFlow::select() {
   DS_ASSERT(whole_, "ZenFlow::select outside a selection iteration");
+  // Stage 3's hooks chose already; the previous selection kept its columns until now (the engine wrote its values
+  // into the masters with them).
+  if (!partitioned_.stage) {
+    for (auto& s : slots_) choose(s, s.grad);
+    weighed_ = schedule_.adaptive;
+  }
   for (auto& s : slots_) {
-    if (s.matrix) {
-      // A column's importance: the sum of |gradient| over it (DeepSpeed's top-k over the weight's input channels).
-      const int64_t columns = s.param.size(1);
-      const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(columns) * topk_ratio_));
-      const at::Tensor importance = s.grad.abs().sum(0);
-      s.index = std::get<0>(std::get<1>(importance.topk(k)).sort());
-      if (schedule_.adaptive) {
-        s.total = importance.sum(at::kDouble).item<double>();
-        s.selected = importance.index_select(0, s.index).sum(at::kDouble).item<double>();
-      }
-      s.grad = s.grad.index_select(1, s.index);
-      s.value = s.param.detach().index_select(1, s.index).to(at::kFloat);
-    } else {
-      s.value = s.param.detach().to(at::kFloat, false, /*copy=*/true);
-    }
+    s.index = std::move(s.chosen_index);
+    s.grad = std::move(s.chosen_grad);
+    s.chosen_index = s.chosen_grad = at::Tensor();
+  }
+  if (partitioned_.stage) {
+    read_selected_from_masters();
+  } else {
+    for (auto& s : slots_)
+      s.value = s.matrix ? s.param.detach().index_select(1, s.index).to(at::kFloat)
+                         : s.param.detach().to(at::kFloat, false, /*copy=*/true);
+  }
+  for (auto& s : slots_) {
     s.exp_avg = at::zeros_like(s.value);
     s.exp_avg_sq = at::zeros_like(s.value);
   }
   selected_ = true;
-  weighed_ = schedule_.adaptive;
+}
+
+std::pair<at::Tensor, at::Tensor> ZenFlow::picks(const Slot& s, int64_t begin, int64_t end) const {
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(s.param.device());
+  if (!s.matrix) {
+    const at::Tensor all = at::arange(begin, end, opts);
+    return {all - begin, all};
+  }
+  // Row r, selected column j sits at r * columns + index[j] in the flattening and at r * k + j in the selection.
+  const int64_t columns = s.shape[1], k = s.index.numel();
+  const at::Tensor rows = at::arange(begin / columns, (end - 1) / columns + 1, opts).unsqueeze(1);
+  const at::Tensor position = (rows * columns + s.index.to(opts.device()).unsqueeze(0)).reshape(-1);
+  const at::Tensor in_selection = (rows * k + at::arange(k, opts).unsqueeze(0)).reshape(-1);
+  const at::Tensor inside = position.ge(begin).logical_and(position.lt(end));
+  return {position.masked_select(inside) - begin, in_selection.masked_select(inside)};
+}
+
+void ZenFlow::read_selected_from_masters() {
+  const std::vector<at::Tensor>& masters = partitioned_.stage->masters();
+  std::vector<at::Tensor> values;
+  for (auto& s : slots_) {
+    const std::vector<int64_t> shape = s.matrix ? std::vector<int64_t>{s.shape[0], s.index.numel()} : s.shape;
+    values.push_back(at::zeros(shape, s.param.options().dtype(at::kFloat)));
+  }
+  for (const auto& f : fragments_) {
+    const size_t k = slot_of(f.group, f.index);
+    auto [in_fragment, in_selection] = picks(slots_[k], f.begin, f.end);
+    const at::Tensor held = masters.at(f.group).narrow(0, f.offset, f.end - f.begin);
+    values[k].view(-1).index_copy_(
+        0, in_selection, held.index_select(0, in_fragment.to(held.device())).to(values[k].device()));
+  }
+  // Every selected element lives in exactly one rank's partition: the sum is the whole selection.
+  std::vector<at::Tensor> flat;
+  for (const auto& v : values) flat.push_back(v.reshape(-1));
+  at::Tensor buffer = at::cat(flat);
+  if (group_.is_member() && group_.size() > 1) group_.all_reduce(buffer, comm::ReduceOp::kSum);
+  int64_t offset = 0;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    slots_[k].value = buffer.narrow(0, offset, values[k].numel()).view(values[k].sizes()).clone();
+    offset += values[k].numel();
+  }
 }
 
 void ZenFlow::write_selected_into_parameters() const {
   if (!selected_) return;
   at::NoGradGuard no_grad;
+  if (partitioned_.stage) {
+    // Into this rank's model-dtype partitions; the next gather of each unit sends them.
+    for (const auto& f : fragments_) {
+      const Slot& s = slots_[slot_of(f.group, f.index)];
+      auto [in_fragment, in_selection] = picks(s, f.begin, f.end);
+      partitioned_.stage->write_partition_values(f.group, in_fragment + f.offset,
+                                                 s.value.reshape(-1).index_select(0, in_selection));
+    }
+    partitioned_.stage->finish_partition_writes();
+    return;
+  }
   for (const auto& s : slots_) {
     at::Tensor p = s.param.detach();
     if (s.matrix)
@@ -244,25 +349,13 @@ void ZenFlow::write_selected_into_parameters() const {
 void ZenFlow::write_selected_into_masters(const std::vector<at::Tensor>& masters,
                                           const std::vector<zero::MasterFragment>& fragments) const {
   if (!selected_) return;
-  // Slot of (group, index in group): slots_ follow the groups' order.
-  std::vector<size_t> first(masters.size() + 1, slots_.size());
-  for (size_t k = slots_.size(); k-- > 0;) first[slots_[k].group] = k;
+  at::NoGradGuard no_grad;
   for (const auto& f : fragments) {
-    const Slot& s = slots_.at(first.at(f.group) + f.index);
-    // The whole parameter as the masters hold it, with the selected values put in; then its fragment.
-    at::Tensor full = s.param.detach().to(at::kFloat, false, /*copy=*/true);
-    at::Tensor mask = at::zeros(full.sizes(), full.options().dtype(at::kBool));
-    if (s.matrix) {
-      full.index_copy_(1, s.index, s.value);
-      mask.index_fill_(1, s.index, true);
-    } else {
-      full.copy_(s.value.view(full.sizes()));
-      mask.fill_(true);
-    }
+    const Slot& s = slots_.at(slot_of(f.group, f.index));
+    auto [in_fragment, in_selection] = picks(s, f.begin, f.end);
     at::Tensor dst = masters.at(f.group).narrow(0, f.offset, f.end - f.begin);
-    const at::Tensor src = full.reshape(-1).narrow(0, f.begin, f.end - f.begin).to(dst.device());
-    const at::Tensor keep = mask.reshape(-1).narrow(0, f.begin, f.end - f.begin).to(dst.device());
-    dst.copy_(at::where(keep, src, dst));
+    dst.index_copy_(0, in_fragment.to(dst.device()),
+                    s.value.reshape(-1).index_select(0, in_selection).to(dst.device(), dst.scalar_type()));
   }
 }
 
@@ -332,11 +425,11 @@ void ZenFlow::load_state_dict(const c10::impl::GenericDict& state, const std::st
     if (s.matrix) {
       s.index = d.at("index").toTensor().to(device);
       if (s.index.dim() != 1 || s.index.scalar_type() != at::kLong || s.index.numel() < 1 ||
-          s.index.min().item<int64_t>() < 0 || s.index.max().item<int64_t>() >= s.param.size(1))
-        fail("'" + name + "': the selected columns do not fit its " + std::to_string(s.param.size(1)) + " columns");
+          s.index.min().item<int64_t>() < 0 || s.index.max().item<int64_t>() >= s.shape[1])
+        fail("'" + name + "': the selected columns do not fit its " + std::to_string(s.shape[1]) + " columns");
     }
     const std::vector<int64_t> shape =
-        s.matrix ? std::vector<int64_t>{s.param.size(0), s.index.numel()} : s.param.sizes().vec();
+        s.matrix ? std::vector<int64_t>{s.shape[0], s.index.numel()} : s.shape;
     for (const char* key : {"value", "exp_avg", "exp_avg_sq"}) {
       const at::Tensor t = d.at(key).toTensor();
       if (t.sizes().vec() != shape || t.scalar_type() != at::kFloat)

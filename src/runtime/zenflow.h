@@ -1,4 +1,4 @@
-// ZenFlow (DeepSpeed's `zero_optimization.zenflow`), stages 1 and 2 with optimizer offload to CPU: after
+// ZenFlow (DeepSpeed's `zero_optimization.zenflow`), ZeRO stages 1-3 with optimizer offload to CPU: after
 // `full_warm_up_rounds` iterations in which every parameter takes the CPU optimizer's step, each 2-D weight's top-k
 // most important input columns (by the sum of |gradient| over the column, on the rank-averaged gradient of a
 // selection iteration) and every 1-D parameter are trained at every iteration by a selective AdamW here, on the
@@ -20,12 +20,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config/zero_config.h"
 #include "zero/partition.h"
+#include "zero/stage.h"
 
 namespace deepspeed::runtime {
 
@@ -52,11 +54,22 @@ struct ZenFlowAdam {
   std::vector<double> weight_decay;  // per group
 };
 
+// ZenFlow over ZeRO stage 3, whose parameters are partitioned: the stage whose model-dtype partitions take the
+// selected values, and the whole shapes (stage.param_shapes()).
+struct ZenFlowPartitioned {
+  zero::Stage* stage = nullptr;
+  std::vector<std::vector<std::vector<int64_t>>> shapes;
+};
+
 class ZenFlow {
  public:
   // `groups[g]` are the trainable parameters of group g; `names` name them for errors (same shape as groups).
+  // With `partitioned.stage` (stage 3) the parameters are whole only while their unit is gathered: a selection
+  // iteration averages each weight's gradient as its hook sees it (one all-reduce per parameter, nothing whole kept),
+  // selected values are read from the stage's masters and written into its partitions.
   ZenFlow(const config::ZenFlowConfig& config, std::vector<std::vector<at::Tensor>> groups,
-          const std::vector<std::vector<std::string>>& names, ZenFlowAdam adam, comm::ProcessGroup group);
+          const std::vector<std::vector<std::string>>& names, ZenFlowAdam adam, comm::ProcessGroup group,
+          ZenFlowPartitioned partitioned = {});
   ~ZenFlow();
   ZenFlow(const ZenFlow&) = delete;
   ZenFlow& operator=(const ZenFlow&) = delete;
@@ -110,7 +123,10 @@ class ZenFlow {
   struct Slot {
     size_t group = 0;
     at::Tensor param;
+    std::vector<int64_t> shape;  // whole (a stage-3 parameter at rest holds nothing)
     bool matrix = false;  // 2-D: columns are selected; otherwise every element is
+    bool chosen = false;  // stage 3: this selection iteration's hook chose the columns (kept aside until select())
+    at::Tensor chosen_index, chosen_grad;
     int64_t hook = -1;
     at::Tensor captured;  // this iteration's local gradient (fp32): whole, or the selected columns
     at::Tensor grad;      // the averaged gradient of the selected values
@@ -125,6 +141,15 @@ class ZenFlow {
     double unselected_sum = 0.0;   // sum over the window of unselected mass / (1 - topk_ratio)
   };
   void capture(size_t slot, const at::Tensor& grad);
+  // A selection: the top-k columns of `grad` (the averaged whole gradient, fp32) into chosen_index, its selected
+  // part into chosen_grad, and the masses.
+  void choose(Slot& s, const at::Tensor& grad);
+  size_t slot_of(size_t group, size_t index) const;
+  // The selected elements of `s` inside elements [begin, end) of its flattening: their offsets from `begin`, and
+  // their flat indices into the selection-shaped tensors (value, grad).
+  std::pair<at::Tensor, at::Tensor> picks(const Slot& s, int64_t begin, int64_t end) const;
+  // Stage 3: the fp32 selected values read from the stage's masters (each rank fills what it holds; one all-reduce).
+  void read_selected_from_masters();
 
   ZenFlowSchedule schedule_;
   double topk_ratio_;
@@ -134,6 +159,9 @@ class ZenFlow {
   bool whole_ = false;     // this iteration's hooks keep whole gradients (a selection iteration)
   bool armed_ = false;
   bool selected_ = false;  // select() has run
+  ZenFlowPartitioned partitioned_;
+  std::vector<zero::MasterFragment> fragments_;  // stage 3: this rank's (fixed for the run)
+  std::vector<size_t> first_slot_;               // slot of (group, 0)
   // Adaptive windows.
   double auto_ratio_ = 0.99;
   bool weighed_ = false;         // this iteration's masses are known (a selective iteration reduced them)

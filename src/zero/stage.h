@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepspeed/error.h"
 #include "deepspeed/zero.h"
 #include "zero/partition.h"
 
@@ -73,6 +74,14 @@ class Stage {
     (void)accept;
     return false;
   }
+  // ZenFlow at stage 3 (partitions_parameters()): `values` written into the model-dtype partitions at `positions`
+  // (int64, this rank's element offsets in masters()' group `group`, as MasterFragment::offset counts), without
+  // touching the masters; after the last write, finish_partition_writes() makes every unit's next gather send them.
+  virtual void write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) {
+    (void)group, (void)positions, (void)values;
+    throw Error("this ZeRO stage keeps whole parameters: write them directly");
+  }
+  virtual void finish_partition_writes() {}
   // offload_optimizer.super_offload: `ready(group, offset, grad)` is called, during a backward that ends an
   // accumulation window, for each range [offset, offset + grad.numel()) of masters()' group `group` whose reduced
   // gradient `grad` is final (each element once per such backward; `grad` stays valid until zero_grads). Returns

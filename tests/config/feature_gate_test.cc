@@ -84,9 +84,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
        "zero_optimization.zero_quantized_nontrainable_weights"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
       {R"({"train_batch_size": 8, "sparse_gradients": true})", "sparse_gradients"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-          "zenflow": {"topk_ratio": 0.1, "update_interval": 2}}})",
-       "zero_optimization.zenflow"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
           "zenflow": {"update_interval": 2, "offload": true}}})",
        "zero_optimization.zenflow.offload"},
@@ -163,6 +160,22 @@ TEST(FeatureGate, ZenFlowKeysAreCheckedAtParseTimeAndNeedCpuOffload) {
   EXPECT_EQ(error(R"({"topk_ratio": 0.1, "auto_ratio": 0.9})"), "");
   const std::string ratio = error(R"({"update_interval": 2, "auto_ratio": 0.9})");
   EXPECT_EQ(ratio.rfind("zero_optimization.zenflow.auto_ratio: tunes the adaptive window", 0), 0u) << ratio;
+  // Stage 3: with partitions in memory (none or cpu); not with nvme partitions or SuperOffload.
+  auto stage3 = [](const std::string& extra) {
+    try {
+      check_supported_features(Config::from_string(
+          R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu")" +
+          extra + R"(, "zenflow": {"update_interval": 2}}})"));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(stage3("}"), "");
+  EXPECT_EQ(stage3(R"(}, "offload_param": {"device": "cpu"})"), "");
+  EXPECT_NE(stage3(R"(}, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})").find("offload_param \"nvme\""),
+            std::string::npos);
+  EXPECT_NE(stage3(R"(, "super_offload": true})").find("super_offload"), std::string::npos);
   const std::string no_offload = error(R"({"update_interval": 2})", "");
   EXPECT_EQ(no_offload.rfind("zero_optimization.zenflow: needs offload_optimizer.device \"cpu\"", 0), 0u) << no_offload;
 }

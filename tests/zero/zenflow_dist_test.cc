@@ -15,6 +15,8 @@
 //     mean gradient (the loss is not divided).
 // A run that ignored the selection, selected other columns, skipped the 1-D parameters, stepped the masters every
 // iteration or landed the overlapped step early parts from this reference by far more than the bound (checked).
+// Stages 1-3: at stage 3 the selection is made in the hooks and the values go through the partitions (a stage-3 run
+// that gave the masters the new selection's columns before the old selection's values measured 0.9 here).
 #include <gtest/gtest.h>
 
 #include <torch/optim/adamw.h>
@@ -212,6 +214,8 @@ std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_t
          ", \"steps_per_print\": 1000, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " +
          std::to_string(kLr) + ", \"weight_decay\": " + std::to_string(kDecay) + ", \"eps\": " + c10::str(rule.eps) +
          "}}, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
+         // Stage 3: every block partitioned (the tiny model's tensors are all under the default threshold).
+         (stage == 3 ? ", \"stage3_param_persistence_threshold\": 0" : "") +
          ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"zenflow\": {\"topk_ratio\": " + std::to_string(kRatio) +
          ", \"select_strategy\": \"step\", \"select_interval\": " + std::to_string(rule.select_interval) +
          ", \"update_interval\": " +
@@ -252,11 +256,11 @@ tiny_gpt::Reference reference(const Rule& rule, const std::vector<double>& lrs) 
 
 // Adam turns rounding differences in near-zero gradients into full-size updates, so no closed form holds: measured
 // at both SIMD levels (tests/common/tolerance.h) at 1-4 ranks, worst case.
-double adam_bound() { return tolerance::measured(6.5e-6, 7.0e-6); }
+double adam_bound() { return tolerance::measured(7.1e-6, 7.0e-6); }
 
 TEST(ZenFlow, SelectiveAndWindowedUpdatesMatchThePlainLoop) {
   for (bool overlap : {false, true}) {
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       Rule rule;
       rule.overlap = overlap;
       const ZenFlowRun run = train_zenflow(rule, stage);
@@ -284,7 +288,7 @@ TEST(ZenFlow, AdaptiveWindowsMatchThePlainLoop) {
   tiny_gpt::ensure_comm();
   const int world = deepspeed::comm::get_world_size();
   for (bool overlap : {false, true}) {
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       Rule rule;
       rule.adaptive = true;
       rule.overlap = overlap;
@@ -469,7 +473,7 @@ TEST(ZenFlow, ACheckpointResumesAsTheRunThatSaved) {
   const auto data = tiny_gpt::dataset(tiny_gpt::config());
   constexpr int kSaveAfter = 5;  // iteration 4 ends a window (warm-up 1, update_interval 2)
   for (bool overlap : {false, true}) {
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       const std::string label = "stage " + std::to_string(stage) + (overlap ? " overlapped" : "");
       const std::string dir = "/tmp/ds_zenflow_ckpt_w" + std::to_string(world) + "_s" + std::to_string(stage) +
                               (overlap ? "_o" : "");

@@ -136,6 +136,9 @@ class Stage3 : public Stage {
   }
   void finish_backward() override;
   void zero_grads() override;
+  void write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) override;
+  // Units held gathered are released and the persistent unit gathered again from the written partitions.
+  void finish_partition_writes() override;
   // Per group: fp32 masters (this rank's partitions).
   const std::vector<at::Tensor>& masters() const override { return masters_; }
   // Their accumulated averaged fp32 gradients, or (offload) copies of them in host memory.
@@ -238,6 +241,8 @@ class Stage3 : public Stage {
   void setup_param_swap(const std::vector<int64_t>& group_size);
   // This rank's partition of `f` in the model dtype: read from the swap file, or copied from memory.
   void load_shard(const Flat& f, const at::Tensor& dst);
+  // The persistent unit gathered again from the partitions (after they changed). Collective.
+  void regather_persistent();
   // offload_param cpu with pin_memory on an accelerator: a gather's copy up from a host shard is issued without
   // waiting (it overlaps compute; the all-gather and the forward follow it on the stream), and every write into the
   // host shards first waits for the copies issued so far, so none reads a half-written partition.

@@ -243,6 +243,10 @@ void Stage3::publish() {
           if (f.swap_offset >= 0)
             store_shard(f, masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()));
   }
+  regather_persistent();
+}
+
+void Stage3::regather_persistent() {
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];
   for (auto& f : persistent.flats) {
@@ -252,6 +256,26 @@ void Stage3::publish() {
     load_shard(f, own);
     if (world_.size() > 1) world_.all_gather_into_tensor(f.gathered, own);
   }
+}
+
+void Stage3::write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  DS_CHECK(param_io_ == nullptr, "write_partition_values: partitions swapped to nvme are not written in place");
+  if (positions.numel() == 0) return;
+  // The model-dtype partitions: their own buffers (the in-memory tail from lowp_base_), or the masters themselves.
+  at::Tensor target = separate_shards() ? lowp_.at(group) : masters_.at(group);
+  at::Tensor where = positions.to(target.device());
+  if (separate_shards()) {
+    wait_host_reads();
+    where = where - lowp_base_[group];
+  }
+  target.index_copy_(0, where, values.to(target.device(), target.scalar_type()));
+}
+
+void Stage3::finish_partition_writes() {
+  for (auto& unit : units_)
+    if (!unit->persistent) release(*unit);
+  regather_persistent();
 }
 
 void Stage3::restore_from_masters() {
