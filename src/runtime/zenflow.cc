@@ -316,9 +316,13 @@ void ZenFlow::read_selected_from_masters() {
   for (const auto& v : values) flat.push_back(v.reshape(-1));
   at::Tensor buffer = at::cat(flat);
   if (group_.is_member() && group_.size() > 1) group_.all_reduce(buffer, comm::ReduceOp::kSum);
+  // As the parameters hold them (stages 1 and 2 read the parameters): a 16-bit model's partitions are the masters
+  // rounded, the selective update's fp32 values included.
   int64_t offset = 0;
   for (size_t k = 0; k < slots_.size(); ++k) {
-    slots_[k].value = buffer.narrow(0, offset, values[k].numel()).view(values[k].sizes()).clone();
+    const at::ScalarType dtype = slots_[k].param.scalar_type();
+    slots_[k].value = buffer.narrow(0, offset, values[k].numel()).view(values[k].sizes()).to(dtype).to(at::kFloat);
+    if (dtype == at::kFloat) slots_[k].value = slots_[k].value.clone();
     offset += values[k].numel();
   }
 }

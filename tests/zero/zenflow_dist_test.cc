@@ -349,6 +349,29 @@ TEST(ZenFlow, AdaptiveWindowsStepOnTheirMeanGradient) {
   EXPECT_GT(tiny_gpt::max_relative_error(reference(fixed, run.lrs).params, ref.params), 20 * adaptive_bound());
 }
 
+// Stage 3 trains as stage 2 does: at one rank (no reduction order differs) bit for bit, also with bf16 parameters,
+// where the selected values' rounding goes into the stage's bf16 partitions instead of the parameters; at more ranks
+// within the Adam bound (fp32).
+TEST(ZenFlow, StageThreeTrainsAsStageTwo) {
+  tiny_gpt::ensure_comm();
+  const bool one = deepspeed::comm::get_world_size() == 1;
+  for (bool overlap : {false, true}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      if (!one && dtype == at::kBFloat16) continue;  // a bf16 rounding step apart is not a bound
+      Rule rule;
+      rule.overlap = overlap;
+      rule.update_interval = 1;  // stage 2 accumulates bf16 gradients across a window in bf16, stage 3 in fp32
+      const ZenFlowRun two = train_zenflow(rule, 2, dtype), three = train_zenflow(rule, 3, dtype);
+      const std::string label = std::string(dtype == at::kFloat ? "fp32" : "bf16") + (overlap ? " overlapped" : "");
+      if (one) {
+        EXPECT_EQ(tiny_gpt::max_relative_error(three.params, two.params), 0.0) << label;
+      } else {
+        EXPECT_WITHIN(tiny_gpt::max_relative_error(three.params, two.params), adam_bound()) << label;
+      }
+    }
+  }
+}
+
 // Adam with the default eps is blind to a constant gradient scale, so the comparison above would pass with the
 // selective gradients summed over the ranks instead of averaged. With eps 0.1 (far above these gradients) the update
 // is nearly lr times the gradient: a scale of 2 moves the reference by far more than the bound.
