@@ -1,20 +1,21 @@
 // Step time of ZeRO-Offload (offload_optimizer "cpu"), of it with the optimizer step overlapped with the next step's
-// forward and backward (offload_optimizer.overlap_step), with ZenFlow (stages 1-2) or SuperOffload's speculative
-// step (stage 3), and of ZeRO-Infinity's optimizer offload ("nvme") against no
+// forward and backward (offload_optimizer.overlap_step), with ZenFlow, with SuperOffload's speculative step (stage
+// 3), and of ZeRO-Infinity's optimizer offload ("nvme") against no
 // offload, on the reference GPT, in one process, as ratios:
 //
 //   build/bin/bench_offload_step [--steps 12 --block 2 --warmup 2 --dir /tmp --bf16 --stage 2 --micro 8 --no-nvme]
 //                                [--vocab 4096 --seq-len 128 --layers 6 --hidden 384]
 //
-// Up to five engines (AdamW, micro --micro, one rank or more through the launcher): no offload, offload_optimizer
-// cpu, cpu with overlap_step, cpu with zenflow (stages 1-2) or super_offload (stage 3), nvme (files in a fresh directory under --dir, pipeline_read/write, --sub-group elements
-// per sub-group, buffer_count 9). They are built from the same seed and fed the same batches, and timed in
-// alternating blocks of --block steps (none, cpu, overlap, zenflow or super, nvme, none, ...) so the drift of this shared machine hits
-// all alike. Printed per configuration: median and best total step time (forward + backward + step) and the median of
-// the engine.step() part alone, which is where the offloads differ; then the ratios of the medians, the optimizer
-// step's share of the synchronous cpu step, and the share of it the overlap hides: (cpu total - overlap total) /
-// cpu step() part. The last losses are printed as a check that the engines trained the same model on the same data
-// (the overlapped one trains one step stale, so its loss differs a little).
+// Up to six engines (AdamW, micro --micro, one rank or more through the launcher): no offload, offload_optimizer
+// cpu, cpu with overlap_step, cpu with zenflow, cpu with super_offload (stage 3), nvme (files in a fresh directory
+// under --dir, pipeline_read/write, --sub-group elements per sub-group, buffer_count 9). They are built from the
+// same seed and fed the same batches, and timed in alternating blocks of --block steps (none, cpu, overlap,
+// zenflow, super at stage 3, nvme, none, ...) so the drift of this shared machine hits all alike. Printed per
+// configuration: median and best total step time (forward + backward + step) and the median of the engine.step()
+// part alone, which is where the offloads differ; then the ratios of the medians, the optimizer step's share of the
+// synchronous cpu step, and the share of it the overlap hides: (cpu total - overlap total) / cpu step() part. The
+// last losses are printed as a check that the engines trained the same model on the same data (the overlapped one
+// trains one step stale, so its loss differs a little).
 #include <ATen/ATen.h>
 #include <stdlib.h>
 
@@ -67,7 +68,7 @@ double load_average_1min() {
   return load;
 }
 
-// `offload` is "" (none), "cpu", "cpu+overlap", "cpu+zenflow" (stages 1-2), "cpu+super" (stage 3) or "nvme".
+// `offload` is "" (none), "cpu", "cpu+overlap", "cpu+zenflow", "cpu+super" (stage 3) or "nvme".
 std::string config_json(const Args& args, const std::string& offload, const std::string& nvme_dir) {
   std::string off;
   if (offload == "cpu") off = R"(, "offload_optimizer": {"device": "cpu"})";
@@ -144,7 +145,8 @@ int main(int argc, char** argv) {
       xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
       ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
     }
-    std::vector<std::string> kinds = {"", "cpu", "cpu+overlap", args.stage == 3 ? "cpu+super" : "cpu+zenflow"};
+    std::vector<std::string> kinds = {"", "cpu", "cpu+overlap", "cpu+zenflow"};
+    if (args.stage == 3) kinds.push_back("cpu+super");
     if (!args.no_nvme) kinds.push_back("nvme");
     std::vector<deepspeed::Engine> engines;
     for (const auto& k : kinds) {

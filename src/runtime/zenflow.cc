@@ -93,6 +93,7 @@ void ZenFlow::reset() {
     s.steps = 0;
   }
   armed_ = whole_ = selected_ = false;
+  fragment_picks_.clear();
   resume_at(0);
 }
 
@@ -280,6 +281,7 @@ void ZenFlow::select() {
     s.exp_avg_sq = at::zeros_like(s.value);
   }
   selected_ = true;
+  refresh_fragment_picks();
 }
 
 std::pair<at::Tensor, at::Tensor> ZenFlow::picks(const Slot& s, int64_t begin, int64_t end) const {
@@ -295,6 +297,12 @@ std::pair<at::Tensor, at::Tensor> ZenFlow::picks(const Slot& s, int64_t begin, i
   const at::Tensor in_selection = (rows * k + at::arange(k, opts).unsqueeze(0)).reshape(-1);
   const at::Tensor inside = position.ge(begin).logical_and(position.lt(end));
   return {position.masked_select(inside) - begin, in_selection.masked_select(inside)};
+}
+
+void ZenFlow::refresh_fragment_picks() {
+  fragment_picks_.clear();
+  if (!partitioned_.stage || !selected_) return;
+  for (const auto& f : fragments_) fragment_picks_.push_back(picks(slots_[slot_of(f.group, f.index)], f.begin, f.end));
 }
 
 void ZenFlow::read_selected_from_masters() {
@@ -332,11 +340,12 @@ void ZenFlow::write_selected_into_parameters() const {
   at::NoGradGuard no_grad;
   if (partitioned_.stage) {
     // Into this rank's model-dtype partitions; the next gather of each unit sends them.
-    for (const auto& f : fragments_) {
-      const Slot& s = slots_[slot_of(f.group, f.index)];
-      auto [in_fragment, in_selection] = picks(s, f.begin, f.end);
+    for (size_t i = 0; i < fragments_.size(); ++i) {
+      const zero::MasterFragment& f = fragments_[i];
+      const auto& [in_fragment, in_selection] = fragment_picks_.at(i);
       partitioned_.stage->write_partition_values(f.group, in_fragment + f.offset,
-                                                 s.value.reshape(-1).index_select(0, in_selection));
+                                                 slots_[slot_of(f.group, f.index)].value.reshape(-1).index_select(
+                                                     0, in_selection));
     }
     partitioned_.stage->finish_partition_writes();
     return;
@@ -453,6 +462,7 @@ void ZenFlow::load_state_dict(const c10::impl::GenericDict& state, const std::st
     slots_[k].exp_avg_sq = next[k].exp_avg_sq;
   }
   selected_ = selected;
+  refresh_fragment_picks();
 }
 
 }  // namespace deepspeed::runtime

@@ -22,6 +22,32 @@ int64_t total(const std::vector<int64_t>& blocks) {
   return n;
 }
 
+// Whole blocks at a time, at most kChunkElements (or one block) each: the per-element temporaries (the block index at
+// 8 bytes, the fp32 values and divisors) stay bounded by the chunk whatever the partition's size.
+constexpr int64_t kChunkElements = int64_t{1} << 20;
+
+struct Chunk {
+  int64_t offset = 0, numel = 0, first_block = 0;
+  std::vector<int64_t> blocks;
+};
+
+template <typename F>
+void for_each_chunk(const std::vector<int64_t>& blocks, F&& body) {
+  Chunk c;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (!c.blocks.empty() && c.numel + blocks[b] > kChunkElements) {
+      body(c);
+      c.offset += c.numel;
+      c.first_block += static_cast<int64_t>(c.blocks.size());
+      c.numel = 0;
+      c.blocks.clear();
+    }
+    c.blocks.push_back(blocks[b]);
+    c.numel += blocks[b];
+  }
+  if (!c.blocks.empty()) body(c);
+}
+
 }  // namespace
 
 std::vector<int64_t> quantization_blocks(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels,
@@ -50,15 +76,19 @@ void quantize_blocks(const at::Tensor& x, const std::vector<int64_t>& blocks, at
                 scales.scalar_type() == at::kFloat && scales.numel() >= n,
             "quantize_blocks: ", n, " blocks over ", numel, " elements into ", q.numel(), " values and ",
             scales.numel(), " scales");
-  if (numel == 0) return;
-  const at::Tensor index = block_index(blocks, x.device());
-  const at::Tensor values = x.reshape({-1}).to(at::kFloat);
-  const at::Tensor scale =
-      at::zeros({n}, values.options()).scatter_reduce_(0, index, values.abs(), "amax").div_(qmax);
-  scales.narrow(0, 0, n).copy_(scale);
-  // A block of zeros has scale 0: divide by the smallest normal instead, which keeps its zeros zeros.
-  const at::Tensor divisor = scale.clamp_min(std::numeric_limits<float>::min()).index_select(0, index);
-  q.view({-1}).copy_(values.div(divisor).round_().clamp_(-qmax, qmax));
+  const at::Tensor flat_x = x.reshape({-1});
+  const at::Tensor flat_q = q.view({-1});
+  for_each_chunk(blocks, [&](const Chunk& c) {
+    const at::Tensor index = block_index(c.blocks, x.device());
+    const at::Tensor values = flat_x.narrow(0, c.offset, c.numel).to(at::kFloat);
+    const int64_t m = static_cast<int64_t>(c.blocks.size());
+    const at::Tensor scale =
+        at::zeros({m}, values.options()).scatter_reduce_(0, index, values.abs(), "amax").div_(qmax);
+    scales.narrow(0, c.first_block, m).copy_(scale);
+    // A block of zeros has scale 0: divide by the smallest normal instead, which keeps its zeros zeros.
+    const at::Tensor divisor = scale.clamp_min(std::numeric_limits<float>::min()).index_select(0, index);
+    flat_q.narrow(0, c.offset, c.numel).copy_(values.div(divisor).round_().clamp_(-qmax, qmax));
+  });
 }
 
 void dequantize_blocks(const at::Tensor& q, const at::Tensor& scales, const std::vector<int64_t>& blocks,
@@ -67,9 +97,14 @@ void dequantize_blocks(const at::Tensor& q, const at::Tensor& scales, const std:
   DS_ASSERT(total(blocks) == numel && out.numel() == numel &&
                 scales.numel() >= static_cast<int64_t>(blocks.size()),
             "dequantize_blocks: ", blocks.size(), " blocks over ", numel, " elements into ", out.numel());
-  if (numel == 0) return;
-  const at::Tensor index = block_index(blocks, q.device());
-  out.view({-1}).copy_(q.reshape({-1}).to(at::kFloat).mul_(scales.index_select(0, index)));
+  const at::Tensor flat_q = q.reshape({-1});
+  const at::Tensor flat_out = out.view({-1});
+  for_each_chunk(blocks, [&](const Chunk& c) {
+    const at::Tensor index = block_index(c.blocks, q.device());
+    const at::Tensor block_scales = scales.narrow(0, c.first_block, static_cast<int64_t>(c.blocks.size()));
+    flat_out.narrow(0, c.offset, c.numel)
+        .copy_(flat_q.narrow(0, c.offset, c.numel).to(at::kFloat).mul_(block_scales.index_select(0, index)));
+  });
 }
 
 int64_t int4_bytes(int64_t n) { return (n + 1) / 2; }

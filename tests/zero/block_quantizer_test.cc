@@ -5,8 +5,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <vector>
 
+#include "counting_allocator.h"
 #include "zero/block_quantizer.h"
 
 namespace {
@@ -19,8 +21,10 @@ using deepspeed::zero::kQuantBlock;
 using deepspeed::zero::quantization_blocks;
 using deepspeed::zero::quantize_blocks;
 
-// Each block of `back` within half its step (largest |x| in the block / qmax / 2, plus the two fp32 roundings of x / s
-// and q * s) of `x`, and off the grid somewhere (random values); with `scales` defined, each is that step.
+// Each block of `back` within half its step s (largest |x| in the block / qmax) of `x`, plus fp32's roundings: of s
+// itself (relative 2^-24), of x / s (which moves x by up to |x| 2^-24 <= qmax s 2^-24 before rounding to an integer)
+// and of q * s (again up to qmax s 2^-24), so s/2 (1 + 2^-24)(1 + 4 qmax 2^-24); and off the grid somewhere (random
+// values); with `scales` defined, each is that step.
 void expect_within_half_a_step(const at::Tensor& x, const at::Tensor& back, const std::vector<int64_t>& blocks,
                                double qmax, const at::Tensor& scales = at::Tensor()) {
   int64_t start = 0;
@@ -31,7 +35,8 @@ void expect_within_half_a_step(const at::Tensor& x, const at::Tensor& back, cons
       EXPECT_FLOAT_EQ(scales[b].item<float>(), static_cast<float>(step));
     }
     const double err = (back.narrow(0, start, blocks[b]) - xb).abs().max().item<double>();
-    EXPECT_LE(err, step / 2 * (1 + 4.0 / (1 << 23))) << "block " << b;
+    const double u = std::ldexp(1.0, -24);
+    EXPECT_LE(err, step / 2 * (1 + u) * (1 + 4 * qmax * u)) << "block " << b;
     EXPECT_GT(err, step / 4) << "block " << b << ": random values are not on the grid";
     start += blocks[b];
   }
@@ -82,6 +87,43 @@ TEST(BlockQuantizer, EachBlockIsWithinHalfItsOwnStep) {
   quantize_blocks(x, blocks, q, s);
   at::Tensor back = at::empty_like(x);
   dequantize_blocks(q, s, blocks, back);
+  expect_within_half_a_step(x, back, blocks, 127, s);
+}
+
+// A partition of millions of elements is worked through whole blocks at a time, at most 2^20 elements each: every
+// block still gets its own scale (blocks on both sides of each chunk edge included), and the temporaries stay within
+// one chunk's: per element of a chunk the block index (8 bytes), its fp32 values (4), their magnitudes (4) and the
+// divisors (4), 20 MiB, where working on the whole 3.4M elements at once held 51 MiB (measured).
+TEST(BlockQuantizer, LargePartitionsWorkInBoundedChunks) {
+  at::manual_seed(5);
+  std::vector<int64_t> blocks;
+  for (int i = 0; i < 1900; ++i) blocks.push_back(i % 7 == 3 ? 100 + i % 50 : kQuantBlock);
+  int64_t n = 0;
+  for (int64_t b : blocks) n += b;
+  ASSERT_GT(n, 3 * (int64_t{1} << 20));
+  at::Tensor x = at::randn({n});
+  // Magnitudes that differ block to block, so a scale landing on a neighbour's elements shows.
+  int64_t start = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    x.narrow(0, start, blocks[b]).mul_(std::pow(2.0, static_cast<double>(b % 9) - 4));
+    start += blocks[b];
+  }
+  at::Tensor q = at::empty({n}, at::kChar), s = at::empty({static_cast<int64_t>(blocks.size())});
+  at::Tensor back = at::empty_like(x);
+  CountingAllocator counter;
+  int64_t quantize_peak = 0, dequantize_peak = 0;
+  {
+    CountingAllocator::Scope scope(&counter);
+    counter.reset_peak();
+    quantize_blocks(x, blocks, q, s);
+    quantize_peak = counter.peak() - counter.live();
+    counter.reset_peak();
+    dequantize_blocks(q, s, blocks, back);
+    dequantize_peak = counter.peak() - counter.live();
+  }
+  const int64_t chunk_bound = 20 * (int64_t{1} << 20) + 64 * 1024;  // + the chunk's block lengths and scales
+  EXPECT_LE(quantize_peak, chunk_bound);
+  EXPECT_LE(dequantize_peak, chunk_bound);
   expect_within_half_a_step(x, back, blocks, 127, s);
 }
 
