@@ -85,6 +85,7 @@ struct ModelStateBytes {
   int64_t master_weights = 0;    // fp32 master copies (0 when the fp32 parameters are their own masters)
   int64_t optimizer_states = 0;  // e.g. Adam's exp_avg and exp_avg_sq
   int64_t working_buffers = 0;   // stage 2's gradient staging buckets / stage 3's gathered-parameter pool in use
+                                 // and hpZ's secondary partitions (held from a forward to its backward)
   // With offload_optimizer "cpu": the masters, optimizer states and host gradient copy, all in host memory; with
   // offload_param "cpu", the parameter partitions (already counted in the fields above; on a GPU they are not
   // device memory).

@@ -23,6 +23,7 @@
 #include "deepspeed/zero.h"
 #include "tiny_gpt.h"
 #include "tolerance.h"
+#include "zero/partition.h"
 
 namespace {
 
@@ -323,6 +324,35 @@ TEST(HierarchicalPartitions, BackwardGathersWithinTheGroupAndTrainingIsPlainStag
       }
     }
   }
+}
+
+// hpZ's secondary partitions are memory of their own from a forward to its backward: model_state_bytes() counts
+// them in working_buffers (each block's padded flat / hpz_size), and they are gone once backward ends.
+TEST(HierarchicalPartitions, SecondaryPartitionsAreCountedWhileHeld) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size();
+  const int h = n % 2 == 0 ? 2 : n;  // 1 at one rank: hpZ off, nothing held
+  deepspeed::models::GPTConfig c = tiny_gpt::config();
+  c.shard_blocks = true;
+  const at::Tensor data = tiny_gpt::dataset(c);
+  auto after_forward = [&](int hpz, int64_t* after_backward) {
+    deepspeed::models::GPT model = tiny_gpt::make_model(c);
+    const std::string json = R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params":
+        {"lr": 0.1}}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+        "stage3_max_reuse_distance": 0, "zero_hpz_partition_size": )" + std::to_string(hpz) + "}}";
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    at::Tensor loss = engine.forward(data.narrow(0, 0, 2).narrow(1, 0, c.seq_len),
+                                     data.narrow(0, 0, 2).narrow(1, 1, c.seq_len));
+    const int64_t held = engine.model_state_bytes().working_buffers;
+    engine.backward(loss);
+    *after_backward = engine.model_state_bytes().working_buffers;
+    return held;
+  };
+  int64_t plain_after = 0, hpz_after = 0;
+  const int64_t plain = after_forward(1, &plain_after), hpz = after_forward(h, &hpz_after);
+  const int64_t block = deepspeed::zero::PartitionLayout(tiny_gpt::block_elements(c), n, 0).padded_numel();
+  EXPECT_EQ(hpz - plain, h > 1 ? c.layers * block / h * 4 : 0) << "fp32 secondary partitions of every block";
+  EXPECT_EQ(hpz_after, plain_after) << "dropped when backward ends";
 }
 
 // The secondary group must stay on one host: a size that does not divide the ranks per host is refused, naming both.

@@ -289,6 +289,14 @@ int64_t Stage3::grad_bytes() const {
   return bytes;
 }
 
+int64_t Stage3::working_bytes() const {
+  int64_t bytes = pool_.bytes_in_use();
+  for (const auto& unit : units_)
+    for (const auto& f : unit->flats)
+      if (f.secondary.defined()) bytes += static_cast<int64_t>(f.secondary.nbytes());
+  return bytes;
+}
+
 StageBytes Stage3::bytes() const {
   StageBytes b;
   b.params = param_bytes();

@@ -176,7 +176,8 @@ class Stage3 : public Stage {
   int64_t param_bytes() const;
   int64_t master_copy_bytes() const;  // fp32 master copies beyond param_bytes (bf16/fp16 models)
   int64_t grad_bytes() const;
-  int64_t working_bytes() const { return pool_.bytes_in_use(); }
+  // Gathered units in use, and hpZ's secondary partitions held between a forward and its backward.
+  int64_t working_bytes() const;
 
   // Called through the unit hooks and autograd (unit_autograd.cc).
   void unit_pre_forward(int id);
