@@ -34,7 +34,7 @@ build=${DS_GPU_BUILD:-/tmp/ds_gpu_build}
 start=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDS_PYTHON="$python" \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" > "$out/configure.log" 2>&1 || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
-targets=(deepspeed_cli ds_report ops_test runtime_test zero_dist_test stage3_dist_test bench_gpt_throughput)
+targets=(deepspeed_cli ds_report ops_test runtime_test swap_test zero_dist_test stage3_dist_test bench_gpt_throughput)
 ninja -C "$build" -j"$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 || { log "build failed"; grep -m20 -A5 "error" "$out/build.log"; exit 1; }
 log "built in $(( $(date +%s) - start )) s"
 

@@ -469,7 +469,10 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
   // Collective: every rank's restored masters into the parameters, as after an optimizer step.
   stage_->restore_from_masters();
   if (zenflow_) {
-    if (!full) zenflow_->reset();  // the module alone was loaded: the selected values held are not its
+    if (!full) {
+      zenflow_->reset();  // the module alone was loaded: the selected values held are not its
+      zenflow_->resume_at(micro_steps_);  // and a window starts here (the iteration count goes on)
+    }
     zenflow_->write_selected_into_parameters();
   }
   if (world_.rank() == 0) {

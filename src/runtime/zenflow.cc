@@ -113,9 +113,11 @@ int64_t ZenFlow::step_gradient_divisor(int64_t i) const {
 void ZenFlow::resume_at(int64_t iteration) {
   window_begin_ = iteration;
   window_weighed_ = 0;
-  end_next_ = weighed_ = false;
+  end_next_ = weighed_ = armed_ = false;
+  // Nothing of an iteration in progress survives (a load between a backward and its step).
   for (auto& s : slots_) {
-    s.local_total = s.local_selected = at::Tensor();
+    s.captured = s.local_total = s.local_selected = s.chosen_index = s.chosen_grad = at::Tensor();
+    s.chosen = false;
     s.selected_mean = s.unselected_sum = 0.0;
   }
 }

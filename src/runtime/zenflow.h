@@ -88,7 +88,8 @@ class ZenFlow {
   // After iteration `iteration`'s step: adaptive windows weigh its gradients and decide whether the next iteration
   // ends the window. The same answer on every rank (it reads only reduced values).
   void end_iteration(int64_t iteration);
-  // A resume at `iteration` (a window start): the adaptive window starts there.
+  // A resume at `iteration` (a window start): the adaptive window starts there, and nothing of an iteration in
+  // progress (captured gradients, a pending choice) survives.
   void resume_at(int64_t iteration);
 
   // Before iteration `iteration`'s backward: arms the gradient hooks (whole gradients when it selects, else the
@@ -97,12 +98,14 @@ class ZenFlow {
   // Forgets the selection and the selective optimizer's state (a checkpoint without them was loaded).
   void reset();
   // After the backward of a selective iteration: the captured gradients averaged over the data-parallel group.
-  // Collective.
+  // Collective (at stage 3's selection iterations the hooks made the collectives and this makes none).
   void reduce_gradients();
   // A selection iteration, after reduce_gradients(): the top-k columns of each weight by the averaged gradient, the
-  // fp32 selected values from the parameters, the selective moments cleared (their step counts go on).
+  // fp32 selected values from the parameters (stage 3: from the masters, rounded to the model dtype; collective),
+  // the selective moments cleared (their step counts go on).
   void select();
-  // The fp32 selected values into the parameters (after anything wrote the masters over them).
+  // The fp32 selected values into the parameters (after anything wrote the masters over them). Stage 3: into the
+  // partitions, then the persistent unit is gathered again (collective).
   void write_selected_into_parameters() const;
   // The fp32 selected values into the stage's masters where this rank holds them (before a new selection, so the
   // CPU optimizer goes on from where the selective one left those columns).

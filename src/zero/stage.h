@@ -76,7 +76,8 @@ class Stage {
   }
   // ZenFlow at stage 3 (partitions_parameters()): `values` written into the model-dtype partitions at `positions`
   // (int64, this rank's element offsets in masters()' group `group`, as MasterFragment::offset counts), without
-  // touching the masters; after the last write, finish_partition_writes() makes every unit's next gather send them.
+  // touching the masters; after the last write, finish_partition_writes() makes every unit's next gather send them
+  // (collective: it gathers the persistent unit again).
   virtual void write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) {
     (void)group, (void)positions, (void)values;
     throw Error("this ZeRO stage keeps whole parameters: write them directly");

@@ -1,12 +1,13 @@
 // swap/staging_ring.h: the host buffers an accelerator's swapped partitions pass through (offload_param nvme's
-// buffer_count). Here on the CPU accelerator, whose events complete at once: the rotation, sizes, lazy allocation and
-// refusals. The GPU check (scripts/gpu_check.sh) runs the copies it fences.
+// buffer_count): the rotation, sizes, lazy allocation, refusals, pinning; and, on a GPU (the gpu-labelled run), that a
+// buffer handed out again is not overwritten under a copy still reading it.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
 #include <set>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "swap/staging_ring.h"
 
@@ -57,6 +58,29 @@ TEST(StagingRing, BadSizesAreRefused) {
   }
   StagingRing ring(2, 8, at::kFloat, false);
   EXPECT_THROW(ring.acquire(9), deepspeed::Error);
+}
+
+// A copy up from the ring's buffer runs without waiting (pinned); the next acquire of that buffer waits for it, so
+// overwriting the buffer then cannot reach the device's copy. On the CPU accelerator the copies are synchronous and
+// this holds trivially; on a GPU it is the fence at work.
+TEST(StagingRing, ABufferIsReusedOnlyAfterItsCopyCompleted) {
+  auto& acc = deepspeed::accelerator::get_accelerator();
+  const c10::Device device = acc.device();
+  for (int count : {1, 2}) {
+    StagingRing ring(count, 1 << 20, at::kFloat, /*pin=*/true);
+    std::vector<at::Tensor> on_device;
+    for (int i = 0; i < 4; ++i) {
+      at::Tensor staged = ring.acquire(1 << 20);
+      staged.fill_(static_cast<double>(i));
+      at::Tensor dst = at::empty({1 << 20}, at::TensorOptions().dtype(at::kFloat).device(device));
+      dst.copy_(staged, /*non_blocking=*/ring.pinned());
+      ring.fence();
+      on_device.push_back(dst);
+    }
+    acc.synchronize();
+    for (int i = 0; i < 4; ++i)
+      EXPECT_TRUE(at::all(on_device[i].cpu().eq(static_cast<double>(i))).item<bool>()) << count << " " << i;
+  }
 }
 
 // The CPU accelerator has nothing to pin: pin_memory asks for nothing it cannot do.

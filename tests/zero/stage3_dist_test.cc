@@ -118,8 +118,9 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
       (std::filesystem::temp_directory_path() / ("ds_param_swap_" + std::string(port ? port : "0"))).string();
   // max_in_cpu 0: every partition goes to the file (DeepSpeed's default, 1e9 elements, keeps a small model in memory).
   auto param_with = [&](const std::string& max_in_cpu) {
+    // pin_memory: on a GPU the swapped partitions go up through pinned ring buffers without waiting.
     return ", \"stage3_param_persistence_threshold\": 64, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" +
-           dir + "\"" + max_in_cpu + "}";
+           dir + "\", \"pin_memory\": true" + max_in_cpu + "}";
   };
   const std::string param = param_with(", \"max_in_cpu\": 0");
   for (const std::string precision : {"", "bf16"}) {

@@ -584,6 +584,12 @@ TEST(ZenFlow, AnAdaptiveRunResumesAtAWindowStart) {
     for (int i = save_after; i < kIterations; ++i) tiny_gpt::train(b, data, 1, i);
     EXPECT_EQ(tiny_gpt::max_relative_error(tiny_gpt::snapshot(loader), tiny_gpt::snapshot(saver)), 0.0)
         << "saved after iteration " << save_after - 1 << (overlap ? ", overlapped" : "");
+    // The module alone loaded into a run that goes on: its window starts at the load (so a save is allowed at once,
+    // and the next window's step divides by its own length, not by every iteration since the start).
+    deepspeed::LoadCheckpointOptions module_only = tag_t;
+    module_only.load_module_only = true;
+    ASSERT_TRUE(a.load_checkpoint(dir, module_only).has_value());
+    a.save_checkpoint(dir, std::string("after_module_only"));
     deepspeed::comm::barrier();
     if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir);
   }

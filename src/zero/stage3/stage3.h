@@ -82,8 +82,8 @@ struct Stage3Options {
   // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
   int64_t param_buffer_elems = 100000000;
   // offload_param.buffer_count / pin_memory: on an accelerator, swapped partitions pass through a ring of this many
-  // host buffers (swap/staging_ring.h; pinned if asked), each read's copy to the device in flight while the next
-  // read runs. A CPU device reads straight into the gather buffer and makes no ring.
+  // host buffers (swap/staging_ring.h); pinned, each read's copy to the device runs while the next read does (not
+  // pinned, the copies are synchronous). A CPU device reads straight into the gather buffer and makes no ring.
   int param_buffer_count = 5;
   bool param_swap_pin = false;
   // offload_param.max_in_cpu: elements of this rank's partitions kept in host memory instead of the swap file (as

@@ -261,14 +261,13 @@ void Stage3::regather_persistent() {
 void Stage3::write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) {
   at::NoGradGuard no_grad;
   DS_CHECK(param_io_ == nullptr, "write_partition_values: partitions swapped to nvme are not written in place");
+  // The masters belong to the optimizer (an overlapped step may be writing them now): only partitions of their own.
+  DS_ASSERT(separate_shards(), "write_partition_values: the partitions are the masters here");
   if (positions.numel() == 0) return;
-  // The model-dtype partitions: their own buffers (the in-memory tail from lowp_base_), or the masters themselves.
-  at::Tensor target = separate_shards() ? lowp_.at(group) : masters_.at(group);
-  at::Tensor where = positions.to(target.device());
-  if (separate_shards()) {
-    wait_host_reads();
-    where = where - lowp_base_[group];
-  }
+  // The in-memory tail of the model-dtype partitions from lowp_base_.
+  at::Tensor target = lowp_.at(group);
+  wait_host_reads();
+  const at::Tensor where = positions.to(target.device()) - lowp_base_[group];
   target.index_copy_(0, where, values.to(target.device(), target.scalar_type()));
 }
 
