@@ -87,14 +87,12 @@ void ZenFlow::begin_backward(int64_t iteration) {
 
 void ZenFlow::reset() {
   for (auto& s : slots_) {
-    s.captured = s.grad = s.index = s.value = s.exp_avg = s.exp_avg_sq = at::Tensor();
-    s.chosen_index = s.chosen_grad = at::Tensor();
-    s.chosen = false;
+    s.grad = s.index = s.value = s.exp_avg = s.exp_avg_sq = at::Tensor();
     s.steps = 0;
   }
-  armed_ = whole_ = selected_ = false;
+  whole_ = selected_ = false;
   fragment_picks_.clear();
-  resume_at(0);
+  resume_at(0);  // and what an iteration in progress held
 }
 
 bool ZenFlow::ends_window(int64_t i) const {
@@ -179,7 +177,6 @@ void ZenFlow::capture(size_t k, const at::Tensor& grad) {
 }
 
 void ZenFlow::reduce_gradients() {
-  // One flat all-reduce of every captured gradient: whole ones at a selection iteration, else the selected values.
   if (partitioned_.stage && whole_) {
     // Stage 3's selection iteration: each hook averaged and chose already; a parameter no backward reached has a
     // zero gradient (on every rank alike: the graphs agree).
@@ -191,6 +188,7 @@ void ZenFlow::reduce_gradients() {
     armed_ = false;
     return;
   }
+  // One flat all-reduce of every captured gradient: whole ones at a selection iteration, else the selected values.
   std::vector<at::Tensor> flat;
   for (auto& s : slots_) {
     if (!s.captured.defined()) {  // unused in this backward: a zero gradient
@@ -272,6 +270,7 @@ void ZenFlow::select() {
     s.chosen_index = s.chosen_grad = at::Tensor();
   }
   if (partitioned_.stage) {
+    refresh_fragment_picks();  // the new selection's positions, which the read below uses too
     read_selected_from_masters();
   } else {
     for (auto& s : slots_)
@@ -283,7 +282,6 @@ void ZenFlow::select() {
     s.exp_avg_sq = at::zeros_like(s.value);
   }
   selected_ = true;
-  refresh_fragment_picks();
 }
 
 std::pair<at::Tensor, at::Tensor> ZenFlow::picks(const Slot& s, int64_t begin, int64_t end) const {
@@ -303,7 +301,7 @@ std::pair<at::Tensor, at::Tensor> ZenFlow::picks(const Slot& s, int64_t begin, i
 
 void ZenFlow::refresh_fragment_picks() {
   fragment_picks_.clear();
-  if (!partitioned_.stage || !selected_) return;
+  if (!partitioned_.stage) return;
   for (const auto& f : fragments_) fragment_picks_.push_back(picks(slots_[slot_of(f.group, f.index)], f.begin, f.end));
 }
 
@@ -314,9 +312,10 @@ void ZenFlow::read_selected_from_masters() {
     const std::vector<int64_t> shape = s.matrix ? std::vector<int64_t>{s.shape[0], s.index.numel()} : s.shape;
     values.push_back(at::zeros(shape, s.param.options().dtype(at::kFloat)));
   }
-  for (const auto& f : fragments_) {
+  for (size_t i = 0; i < fragments_.size(); ++i) {
+    const zero::MasterFragment& f = fragments_[i];
     const size_t k = slot_of(f.group, f.index);
-    auto [in_fragment, in_selection] = picks(slots_[k], f.begin, f.end);
+    const auto& [in_fragment, in_selection] = fragment_picks_.at(i);
     const at::Tensor held = masters.at(f.group).narrow(0, f.offset, f.end - f.begin);
     values[k].view(-1).index_copy_(
         0, in_selection, held.index_select(0, in_fragment.to(held.device())).to(values[k].device()));
@@ -464,7 +463,10 @@ void ZenFlow::load_state_dict(const c10::impl::GenericDict& state, const std::st
     slots_[k].exp_avg_sq = next[k].exp_avg_sq;
   }
   selected_ = selected;
-  refresh_fragment_picks();
+  if (selected_)
+    refresh_fragment_picks();
+  else
+    fragment_picks_.clear();
 }
 
 }  // namespace deepspeed::runtime

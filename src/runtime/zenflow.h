@@ -164,7 +164,8 @@ class ZenFlow {
   bool selected_ = false;  // select() has run
   ZenFlowPartitioned partitioned_;
   std::vector<zero::MasterFragment> fragments_;  // stage 3: this rank's (fixed for the run)
-  // Stage 3: picks() of each of fragments_ under the current selection (the positions every iteration writes).
+  // Stage 3: picks() of each of fragments_ under the current selection (the positions every iteration writes);
+  // refresh_fragment_picks() needs the selection's columns set.
   std::vector<std::pair<at::Tensor, at::Tensor>> fragment_picks_;
   void refresh_fragment_picks();
   std::vector<size_t> first_slot_;               // slot of (group, 0)
