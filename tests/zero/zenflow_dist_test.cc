@@ -377,17 +377,20 @@ TEST(ZenFlow, StageThreeTrainsAsStageTwo) {
 // is nearly lr times the gradient: a scale of 2 moves the reference by far more than the bound.
 TEST(ZenFlow, TheSelectiveGradientIsTheRankAverage) {
   tiny_gpt::ensure_comm();
-  for (bool overlap : {false, true}) {
-    Rule rule;
-    rule.eps = 0.1;
-    rule.overlap = overlap;
-    const ZenFlowRun run = train_zenflow(rule, 2);
-    EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, reference(rule, run.lrs).params), adam_bound())
-        << (overlap ? "overlapped" : "");
-    Rule doubled = rule;
-    doubled.grad_scale = 2;
-    EXPECT_GT(tiny_gpt::max_relative_error(reference(doubled, run.lrs).params, reference(rule, run.lrs).params),
-              20 * adam_bound());
+  // Stage 3 averages in each weight's hook at a selection iteration (stages 1-2 after backward): both are checked.
+  for (int stage : {2, 3}) {
+    for (bool overlap : {false, true}) {
+      Rule rule;
+      rule.eps = 0.1;
+      rule.overlap = overlap;
+      const ZenFlowRun run = train_zenflow(rule, stage);
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(run.params, reference(rule, run.lrs).params), adam_bound())
+          << "stage " << stage << (overlap ? " overlapped" : "");
+      Rule doubled = rule;
+      doubled.grad_scale = 2;
+      EXPECT_GT(tiny_gpt::max_relative_error(reference(doubled, run.lrs).params, reference(rule, run.lrs).params),
+                20 * adam_bound());
+    }
   }
 }
 
