@@ -327,12 +327,23 @@ void EngineImpl::step() {
   observers_.begin_step();
   const int64_t iteration = micro_steps_;
   ++micro_steps_;
-  if (zenflow_ && zenflow_->schedule().selective(iteration)) {
-    zenflow_step(iteration, boundary);
+  if (zenflow_) {
+    // A step's publish and ZenFlow's writes over it each refresh stage 3's persistent unit: once is enough.
+    stage_->begin_batched_writes();
+    try {
+      if (zenflow_->schedule().selective(iteration)) {
+        zenflow_step(iteration, boundary);
+      } else if (boundary) {
+        boundary_step();
+        land_overlapped_step();  // ZenFlow's warm-up steps every parameter synchronously, overlapped or not
+      }
+    } catch (...) {
+      stage_->end_batched_writes(/*refresh=*/false);
+      throw;
+    }
+    stage_->end_batched_writes(/*refresh=*/true);
   } else if (boundary) {
     boundary_step();
-    // ZenFlow's warm-up steps every parameter synchronously, overlapped or not (as DeepSpeed's does).
-    if (zenflow_) land_overlapped_step();
   }
   if (zenflow_) zenflow_->end_iteration(iteration);
   if (boundary) {

@@ -83,6 +83,12 @@ class Stage {
     throw Error("this ZeRO stage keeps whole parameters: write them directly");
   }
   virtual void finish_partition_writes() {}
+  // Between these, publish() and finish_partition_writes() leave the persistent parameters' re-gather to
+  // end_batched_writes(refresh = true), which makes it once if either asked for it: a step published and then
+  // overwritten by ZenFlow's selected values gathers once instead of at each write. refresh = false (unwinding an
+  // error) makes nothing and leaves the request to the next publish. Collective when it gathers.
+  virtual void begin_batched_writes() {}
+  virtual void end_batched_writes(bool refresh) { (void)refresh; }
   // offload_optimizer.super_offload: `ready(group, offset, grad)` is called, during a backward that ends an
   // accumulation window, for each range [offset, offset + grad.numel()) of masters()' group `group` whose reduced
   // gradient `grad` is final (each element once per such backward; `grad` stays valid until zero_grads). Returns

@@ -349,6 +349,64 @@ TEST(ZenFlow, AdaptiveWindowsStepOnTheirMeanGradient) {
   EXPECT_GT(tiny_gpt::max_relative_error(reference(fixed, run.lrs).params, ref.params), 20 * adaptive_bound());
 }
 
+// The all-gathers of each step() of `iterations` iterations (comms logger): at stage 3 each re-gathers the persistent
+// unit once its update is in the partitions.
+std::vector<int64_t> all_gathers_per_step(const std::string& json, int iterations) {
+  tiny_gpt::ensure_comm();
+  deepspeed::models::GPTConfig cfg = tiny_gpt::config();
+  deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
+  auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+  const auto data = tiny_gpt::dataset(cfg);
+  deepspeed::DataParallelSampler sampler(data.size(0), engine.train_micro_batch_size_per_gpu(), 1,
+                                         engine.global_rank(), engine.world_size(), tiny_gpt::kDataSeed);
+  deepspeed::comm::CommsLoggerOptions logging;
+  logging.enabled = true;
+  std::vector<int64_t> out;
+  for (int i = 0; i < iterations; ++i) {
+    at::Tensor x, y;
+    tiny_gpt::split_batch(data, sampler.micro_batch(i, 0), &x, &y);
+    engine.backward(engine.forward(x, y));
+    deepspeed::comm::configure_comms_logger(logging);
+    deepspeed::comm::reset_comms_logger();
+    engine.step();
+    int64_t gathers = 0;
+    for (const auto& s : deepspeed::comm::comms_stats())
+      if (s.op.find("all_gather") != std::string::npos) gathers += s.count;
+    deepspeed::comm::configure_comms_logger({});
+    out.push_back(gathers);
+  }
+  return out;
+}
+
+// A step's publish and ZenFlow's writes of the selected values over it would each gather stage 3's persistent unit
+// again; one gather after both is enough: every ZenFlow step (warm-up, window end or not, overlapped or not) makes as
+// many all-gathers as a plain stage-3 step. The tiny GPT's tensors are all under the default persistence threshold.
+TEST(ZenFlow, AStageThreeStepGathersThePersistentUnitOnce) {
+  tiny_gpt::ensure_comm();
+  if (deepspeed::comm::get_world_size() == 1) GTEST_SKIP() << "one rank gathers nothing";
+  const auto erase = [](std::string& json, const std::string& what) {
+    const size_t at_pos = json.find(what);
+    ASSERT_NE(at_pos, std::string::npos) << what;
+    json.erase(at_pos, what.size());
+  };
+  std::string plain = zenflow_json(Rule(), 3);
+  erase(plain, ", \"stage3_param_persistence_threshold\": 0");
+  erase(plain, plain.substr(plain.find(", \"zenflow\""), plain.find('}', plain.find(", \"zenflow\"")) + 1 -
+                                                                   plain.find(", \"zenflow\"")));
+  ASSERT_EQ(plain.find("zenflow"), std::string::npos) << plain;
+  const std::vector<int64_t> reference = all_gathers_per_step(plain, 1);
+  ASSERT_GT(reference.at(0), 0);
+  for (bool overlap : {false, true}) {
+    Rule rule;
+    rule.overlap = overlap;
+    std::string json = zenflow_json(rule, 3);
+    erase(json, ", \"stage3_param_persistence_threshold\": 0");
+    const std::vector<int64_t> steps = all_gathers_per_step(json, kIterations);
+    for (int i = 0; i < kIterations; ++i)
+      EXPECT_EQ(steps[i], reference[0]) << "iteration " << i << (overlap ? " overlapped" : "");
+  }
+}
+
 // Stage 3 trains as stage 2 does: at one rank (no reduction order differs) bit for bit, also with bf16 parameters,
 // where the selected values' rounding goes into the stage's bf16 partitions instead of the parameters; at more ranks
 // within the Adam bound (fp32).

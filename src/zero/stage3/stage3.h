@@ -139,6 +139,8 @@ class Stage3 : public Stage {
   void write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) override;
   // Units held gathered are released and the persistent unit gathered again from the written partitions.
   void finish_partition_writes() override;
+  void begin_batched_writes() override;
+  void end_batched_writes(bool refresh) override;
   // Per group: fp32 masters (this rank's partitions).
   const std::vector<at::Tensor>& masters() const override { return masters_; }
   // Their accumulated averaged fp32 gradients, or (offload) copies of them in host memory.
@@ -229,6 +231,9 @@ class Stage3 : public Stage {
   PrefetchCoordinator coordinator_;
   std::vector<std::unique_ptr<Unit>> units_;  // units in module order, then root, then persistent
   int root_ = -1, persistent_ = -1;
+  // begin_batched_writes() depth, and whether a re-gather of the persistent unit was put off inside it.
+  int batched_writes_ = 0;
+  bool regather_pending_ = false;
   std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
   std::vector<at::Tensor> host_grads_;              // offload only
   // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.

@@ -246,7 +246,20 @@ void Stage3::publish() {
   regather_persistent();
 }
 
+void Stage3::begin_batched_writes() { ++batched_writes_; }
+
+void Stage3::end_batched_writes(bool refresh) {
+  DS_ASSERT(batched_writes_ > 0, "end_batched_writes without begin_batched_writes");
+  --batched_writes_;
+  if (refresh && batched_writes_ == 0 && regather_pending_) regather_persistent();
+}
+
 void Stage3::regather_persistent() {
+  if (batched_writes_ > 0) {
+    regather_pending_ = true;
+    return;
+  }
+  regather_pending_ = false;
   // The persistent parameters stay gathered, so they take the update now; every other unit on its next gather.
   Unit& persistent = *units_[persistent_];
   for (auto& f : persistent.flats) {
