@@ -67,13 +67,12 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
                                FileSystem* fs) {
   if (fs == nullptr) fs = default_file_system();
   const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
-  // A pipeline with tensor-parallel stages (3D) names its layer files per tensor rank (layer_<L>-model_<t>-...); its
-  // model-parallel ranks mix stages and tensor slices, which the joins below do not sort out.
+  // A pipeline with tensor-parallel stages (3D) names its layer files per tensor rank (layer_<L>-model_<t>-...).
+  std::string tensor_layer_file;
   for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
-    DS_CHECK_T(CheckpointError, !(name.rfind("layer_", 0) == 0 && name.find("-model_") != std::string::npos &&
-                                  name.find("-model_") != name.rfind("-model_states.pt")),
-               "checkpoint ", tag_dir(dir, tag), " is of a pipeline with tensor-parallel stages (", name,
-               "): converting 3D checkpoints to the universal format is not supported yet");
+    if (name.rfind("layer_", 0) == 0 && name.find("-model_") != std::string::npos &&
+        name.find("-model_") != name.rfind("-model_states.pt"))
+      tensor_layer_file = name;
   std::optional<ForeignTag> translated;
   // A pipeline's tag holds each stage's rank files under its model-parallel rank: every stage's parameters go into
   // the one universal folder (a tied weight, kept by several stages alike, once).
@@ -97,20 +96,37 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
       }
   }
 
-  // With tensor parallelism the model-parallel ranks are tensor ranks holding slices of the same parameters: the
-  // model file names how each split parameter's slices join (the others are whole, and equal, on every rank).
-  std::map<std::string, std::pair<int64_t, int64_t>> tp_layout;
+  // The model-parallel ranks are pipeline stages x tensor ranks (stage * T + tensor rank; T is the model file's
+  // mp_world_size). A stage's tensor ranks hold slices of the same parameters: its first model file names how each
+  // split parameter's slices join (the others are whole, and equal, on each of them).
+  int64_t tensor_size = 1;
+  std::vector<std::map<std::string, std::pair<int64_t, int64_t>>> tp_layouts(1);  // per pipeline stage
   if (!translated && stages.size() > 1) {
     std::string file;
-    const StateDict model = read_model_states(dir, tag, {}, 0, fs, &file);
-    if (auto it = model.find(kTensorParallelLayoutKey); it != model.end())
-      for (const auto& e : it->value().toGenericDict()) {
-        const c10::IValue& v = e.value();
-        const bool ok = v.isList() && v.toListRef().size() == 2 && v.toListRef()[0].isInt() && v.toListRef()[1].isInt();
-        DS_CHECK_T(CheckpointError, ok, "checkpoint file ", file, ": ", kTensorParallelLayoutKey, "['",
-                   e.key().toStringRef(), "'] must be [dimension, fused blocks]");
-        tp_layout[e.key().toStringRef()] = {v.toListRef()[0].toInt(), v.toListRef()[1].toInt()};
-      }
+    const StateDict first = read_model_states(dir, tag, {}, 0, fs, &file);
+    if (auto it = first.find("mp_world_size"); it != first.end() && it->value().isInt())
+      tensor_size = it->value().toInt();
+    DS_CHECK_T(CheckpointError, tensor_size >= 1 && static_cast<int64_t>(stages.size()) % tensor_size == 0,
+               "checkpoint ", tag_dir(dir, tag), " holds ", stages.size(), " model-parallel ranks, not a multiple of ",
+               "the tensor-parallel size ", tensor_size, " (mp_world_size in ", file, ")");
+    DS_CHECK_T(CheckpointError, tensor_size > 1 || tensor_layer_file.empty(), "checkpoint ", tag_dir(dir, tag),
+               " is of a pipeline with tensor-parallel stages (", tensor_layer_file, ") but ", file,
+               " records no tensor-parallel size (mp_world_size 1): it was saved before 3D checkpoints recorded it; "
+               "load it into the pipeline that saved it");
+    tp_layouts.assign(stages.size() / static_cast<size_t>(tensor_size), {});
+    for (size_t g = 0; tensor_size > 1 && g < tp_layouts.size(); ++g) {
+      const StateDict model =
+          g == 0 ? first : read_model_states(dir, tag, {}, static_cast<int>(g * tensor_size), fs, &file);
+      if (auto it = model.find(kTensorParallelLayoutKey); it != model.end())
+        for (const auto& e : it->value().toGenericDict()) {
+          const c10::IValue& v = e.value();
+          const bool ok =
+              v.isList() && v.toListRef().size() == 2 && v.toListRef()[0].isInt() && v.toListRef()[1].isInt();
+          DS_CHECK_T(CheckpointError, ok, "checkpoint file ", file, ": ", kTensorParallelLayoutKey, "['",
+                     e.key().toStringRef(), "'] must be [dimension, fused blocks]");
+          tp_layouts[g][e.key().toStringRef()] = {v.toListRef()[0].toInt(), v.toListRef()[1].toInt()};
+        }
+    }
   }
   UniversalStats stats;
   std::set<std::string> written;
@@ -130,22 +146,23 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
     for (at::Tensor& t : v) t = t.view(p.shape);
     return v;
   };
-  for (size_t s = 0; s < stages.size(); ++s) {
+  const auto tensors = static_cast<size_t>(tensor_size);
+  for (size_t g = 0; g < tp_layouts.size(); ++g) {
+    const size_t s = g * tensors;  // the stage's first tensor rank: every parameter of the stage is in its list
     const PartitionIndex& stage = stages[s];
-    if (!tp_layout.empty() && s > 0) break;  // tensor ranks: every parameter is in stage 0's list
     for (const SavedParam& p : stage.params) {
       if (!written.insert(p.name).second) continue;
       const std::string folder = zero + "/" + p.name;
       fs->create_dirs(folder);
       const std::vector<std::string>& names = optimizers[s][0].names;
       std::vector<at::Tensor> values = values_of(s, p);  // fp32, then the states
-      if (auto split = tp_layout.find(p.name); split != tp_layout.end()) {
+      if (auto split = tp_layouts[g].find(p.name); split != tp_layouts[g].end()) {
         std::vector<std::vector<at::Tensor>> slices(values.size());
-        for (size_t r = 0; r < stages.size(); ++r) {
-          const SavedParam* q = stages[r].find(p.name);
-          DS_CHECK_T(CheckpointError, q != nullptr, "checkpoint ", tag_dir(dir, tag), ": tensor rank ", r,
-                     " has no slice of '", p.name, "'");
-          std::vector<at::Tensor> v = r == 0 ? values : values_of(r, *q);
+        for (size_t r = 0; r < tensors; ++r) {
+          const SavedParam* q = stages[s + r].find(p.name);
+          DS_CHECK_T(CheckpointError, q != nullptr, "checkpoint ", tag_dir(dir, tag), ": model-parallel rank ", s + r,
+                     " (tensor rank ", r, ") has no slice of '", p.name, "'");
+          std::vector<at::Tensor> v = r == 0 ? values : values_of(s + r, *q);
           for (size_t k = 0; k < v.size(); ++k) slices[k].push_back(v[k]);
         }
         for (size_t k = 0; k < values.size(); ++k)

@@ -100,12 +100,9 @@ std::string PipelineEngineImpl::save_checkpoint(const std::string& dir, const st
 
 std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const std::string& dir,
                                                                         const LoadCheckpointOptions& options) {
-  // A universal checkpoint holds every parameter whole, so any stage count loads it: each stage's engine takes its
-  // layers' parameters (its tag is in latest_universal).
+  // A universal checkpoint holds every parameter whole, so any stage count and tensor size loads it: each stage's
+  // engine takes its layers' parameters, each tensor rank its slices (its tag is in latest_universal).
   const bool universal = impl_->config().checkpoint.load_universal;
-  DS_CHECK(!universal || grid_.model_parallel_size == 1, "load_checkpoint: checkpoint.load_universal with a pipeline "
-           "with a \"model\" axis (", grid_.model_parallel_size, " tensor-parallel ranks) is not supported yet: "
-           "load a checkpoint this pipeline saved");
   const std::string latest = universal ? dir + "/" + ckpt::kLatestUniversal : ckpt::latest_path(dir);
   if (!options.tag && !ckpt::default_file_system()->file_exists(latest)) {
     if (world_.rank() == 0)
@@ -143,7 +140,8 @@ std::optional<LoadCheckpointResult> PipelineEngineImpl::load_checkpoint(const st
     DS_CHECK_T(ckpt::CheckpointError, saved_tensor_size == grid_.model_parallel_size, "checkpoint ",
                ckpt::tag_dir(dir, tag), " was saved by a pipeline with ", saved_tensor_size,
                " tensor-parallel ranks; this one has ", grid_.model_parallel_size,
-               ": load it at the same tensor size (3D checkpoints do not convert to another size yet)");
+               ": load it at the same tensor size, or convert it with ds_to_universal and load that with "
+               "checkpoint.load_universal");
   });
   LoadCheckpointOptions stage_options = options;
   stage_options.tag = tag;

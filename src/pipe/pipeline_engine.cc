@@ -84,6 +84,8 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
       runtime::make_stage_engine(module_.ptr(), torch::nn::AnyModule(module_), stage_config, std::move(options));
   impl_ = std::move(parts.stage);
   engine_.emplace(std::move(parts.engine));
+  if (grid_.model_parallel_size > 1)
+    impl_->set_tensor_slicing({grid_.model_parallel_id, grid_.model_parallel_size, tp::split_layout(*module_)});
   impl_->set_log_line_source(
       [this](const runtime::StepReport& last, double, const runtime::LogWindow::Span& window) {
         return log_line_parts(last, window);

@@ -345,10 +345,11 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
   // DeepSpeed's model-parallel size is the tensor-parallel one (a pipeline's stages are not counted).
-  state.insert("mp_world_size", static_cast<int64_t>(tensor_parallel_ ? model_parallel_.size() : 1));
-  if (tensor_parallel_) {
+  const runtime::TensorSlicing slicing = tensor_slicing();
+  state.insert("mp_world_size", static_cast<int64_t>(slicing.size));
+  if (slicing.size > 1) {
     c10::impl::GenericDict layout = ckpt::make_any_dict();
-    for (const auto& [name, split] : tensor_parallel_layout())
+    for (const auto& [name, split] : slicing.layout)
       layout.insert(name, c10::List<int64_t>({split.first, split.second}));
     state.insert(std::string(ckpt::kTensorParallelLayoutKey), layout);
   }

@@ -247,12 +247,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       // takes its layers' parameters).
       // A tensor-parallel engine takes its slices of the whole parameters, whatever tensor size saved them.
       ckpt::ParamSlicer slicer;
-      if (tensor_parallel_) {
-        slicer = [layout = tensor_parallel_layout(), rank = model_parallel_.rank(), size = model_parallel_.size()](
-                     const std::string& name, const at::Tensor& whole) {
-          auto it = layout.find(name);
-          return it == layout.end() ? whole
-                                    : tp::slice_split(whole, it->second.first, it->second.second, rank, size);
+      if (runtime::TensorSlicing slicing = tensor_slicing(); slicing.size > 1) {
+        slicer = [s = std::move(slicing)](const std::string& name, const at::Tensor& whole) {
+          auto it = s.layout.find(name);
+          return it == s.layout.end() ? whole
+                                      : tp::slice_split(whole, it->second.first, it->second.second, s.rank, s.size);
         };
       }
       ckpt::ForeignTag foreign = ckpt::read_universal(dir, tag, options.checkpoint_name_map, fs, slicer);
@@ -276,8 +275,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
                                ckpt::LoadOptions{/*mmap=*/true, nullptr, /*verify_checksums=*/false});
       ckpt::check_metadata(model, model_file);
       const int64_t saved_tp = model.contains("mp_world_size") ? model.at("mp_world_size").toInt() : 1;
-      const int64_t our_tp = tensor_parallel_ ? model_parallel_.size() : 1;
-      DS_CHECK_T(CheckpointError, saved_tp == our_tp, "checkpoint file ", model_file, " was saved with ", saved_tp,
+      const int64_t our_tp = tensor_slicing().size;
+      // A 3D pipeline compared its own record of the tensor size already (its checkpoints from before mp_world_size
+      // counted the tensor ranks hold 1 there).
+      DS_CHECK_T(CheckpointError, saved_tp == our_tp || pipeline_slicing_.size > 1, "checkpoint file ", model_file,
+                 " was saved with ", saved_tp,
                  " tensor-parallel ranks (mp_world_size), this engine runs ", our_tp,
                  " (tensor_parallel.autotp_size); to change the size, convert it with ds_to_universal and load that "
                  "with checkpoint.load_universal");

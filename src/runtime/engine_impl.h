@@ -66,6 +66,7 @@ class EngineImpl : public runtime::StageEngine {
   void pipeline_step(int64_t micro_batches) override;
   void discard_gradients() override;
   void report_step(double loss) override;
+  void set_tensor_slicing(runtime::TensorSlicing slicing) override { pipeline_slicing_ = std::move(slicing); }
   // The pipeline engine takes over the log line and keeps its own wall-clock breakdown: this engine stops timing (its
   // timers would only grow, never printed).
   void set_log_line_source(runtime::LogLineSource source) override {
@@ -156,6 +157,7 @@ class EngineImpl : public runtime::StageEngine {
 
   comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
   bool tensor_parallel_ = false;           // model_parallel_ is the tensor-parallel group (engine_tp.cc)
+  runtime::TensorSlicing pipeline_slicing_;  // a 3D pipeline stage's (model_parallel_ spans the stages)
   int sequence_parallel_ = 1;              // ranks splitting each sequence (engine_sp.cc); world_ / this = dp size
   bool has_experts_ = false;               // some groups_ are MoE experts reduced over their own ranks
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
@@ -207,10 +209,11 @@ class EngineImpl : public runtime::StageEngine {
   // engine_tp.cc: tensor_parallel.autotp_size: forms the groups (into `options`), runs AutoTP on a model without
   // deepspeed::tp layers, and lists the parameters another tensor rank counts in the norm.
   void setup_tensor_parallel(InitializeOptions& options);
-  // Parameter name -> (split dimension, fused blocks) of every parameter the tp layers split (empty without tensor
-  // parallelism): saved in the model file as "tp_partitions", so a universal conversion merges the tensor ranks' slices
-  // and a load at another tensor-parallel size slices them again.
-  std::map<std::string, std::pair<int64_t, int64_t>> tensor_parallel_layout() const;
+  // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp
+  // layers split (size 1 and no layout without tensor parallelism): the layout is saved in the model file as
+  // "tp_partitions", so a universal conversion merges the tensor ranks' slices and a load at another tensor-parallel
+  // size slices them again. Either the engine's own (tensor_parallel_) or a 3D pipeline stage's (set_tensor_slicing).
+  runtime::TensorSlicing tensor_slicing() const;
   // engine_sp.cc: sequence_parallel_size: checks the model's DistributedAttention layers against it.
   void setup_sequence_parallel(const InitializeOptions& options);
 

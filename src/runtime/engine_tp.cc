@@ -92,17 +92,9 @@ void EngineImpl::setup_tensor_parallel(InitializeOptions& options) {
     if (p.requires_grad() && sharded.count(p.unsafeGetTensorImpl()) == 0) options.norm_excluded_params.push_back(p);
 }
 
-std::map<std::string, std::pair<int64_t, int64_t>> EngineImpl::tensor_parallel_layout() const {
-  std::map<std::string, std::pair<int64_t, int64_t>> out;
-  if (!tensor_parallel_) return out;
-  std::map<const void*, std::pair<int64_t, int64_t>> by_tensor;
-  for (const tp::SplitParameter& p : tp::split_parameters(*module_))
-    by_tensor[p.param.unsafeGetTensorImpl()] = {p.dim, p.fused_parts};
-  for (const auto& item : module_->named_parameters()) {
-    auto it = by_tensor.find(item.value().unsafeGetTensorImpl());
-    if (it != by_tensor.end()) out[item.key()] = it->second;
-  }
-  return out;
+runtime::TensorSlicing EngineImpl::tensor_slicing() const {
+  if (!tensor_parallel_) return pipeline_slicing_;
+  return runtime::TensorSlicing{model_parallel_.rank(), model_parallel_.size(), tp::split_layout(*module_)};
 }
 
 }  // namespace deepspeed

@@ -7,15 +7,23 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/deepspeed.h"
 #include "runtime/console_observer.h"
 
 namespace deepspeed::runtime {
+
+// A rank's place in its tensor-parallel group and how the layers split each parameter over it.
+struct TensorSlicing {
+  int rank = 0, size = 1;
+  std::map<std::string, std::pair<int64_t, int64_t>> layout;  // parameter name -> (split dimension, fused blocks)
+};
 
 class StageEngine {
  public:
@@ -40,6 +48,10 @@ class StageEngine {
   virtual void pipeline_step(int64_t micro_batches) = 0;
   // Drops the gradients accumulated since the last step (a batch that failed half-way).
   virtual void discard_gradients() = 0;
+
+  // A 3D pipeline's stage: how its layers are split over the tensor ranks (the stage engine's model-parallel group
+  // spans every stage of the replica, so it cannot tell). Checkpoints record it; a universal load slices by it.
+  virtual void set_tensor_slicing(TensorSlicing slicing) = 0;
 
   // After a training batch: its loss (the one every stage received) to the observers, as a StepReport.
   virtual void report_step(double loss) = 0;

@@ -109,6 +109,18 @@ std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, in
   return out;
 }
 
+std::map<std::string, std::pair<int64_t, int64_t>> split_layout(const torch::nn::Module& module) {
+  std::map<const void*, std::pair<int64_t, int64_t>> by_tensor;
+  for (const SplitParameter& p : split_parameters(module))
+    by_tensor[p.param.unsafeGetTensorImpl()] = {p.dim, p.fused_parts};
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  for (const auto& item : module.named_parameters()) {
+    auto it = by_tensor.find(item.value().unsafeGetTensorImpl());
+    if (it != by_tensor.end()) out[item.key()] = it->second;
+  }
+  return out;
+}
+
 std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size) {
   std::vector<at::Tensor> out;
   for (const SplitParameter& p : split_parameters(module, group_size)) out.push_back(p.param);

@@ -29,6 +29,20 @@ final_field() {  # final_field <name>: the value of <name>= in rank 0's final li
   grep -o "final step=.*" "$log" | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
 
+universal_resumes() {  # universal_resumes <config> <dir> <loss> <params_l2> "<procs> <args...>"...: each layout
+  # loads <dir>'s universal checkpoint, resumes at step 3 and ends within DS_LAYOUT_BOUND of the uninterrupted run.
+  local config=$1 dir=$2 want_loss=$3 want_l2=$4 layout
+  shift 4
+  for layout in "$@"; do
+    set -- $layout
+    run "$1" "$config" --steps 6 --load_dir "$dir" "${@:2}" || { rm -rf "$dir"; fail "universal load ($layout) exited with $?"; }
+    grep -q "resumed at step 3" "$log" || { rm -rf "$dir"; fail "$layout did not resume at step 3"; }
+    awk -v a="$want_loss" -v b="$(final_field loss)" -v c="$want_l2" -v d="$(final_field params_l2)" \
+      'BEGIN { e = ENVIRON["DS_LAYOUT_BOUND"]; exit !(b != "" && (a - b) ^ 2 <= (e * a) ^ 2 && (c - d) ^ 2 <= (e * c) ^ 2) }' \
+      || { rm -rf "$dir"; fail "$layout from the universal checkpoint ended at $(final_field loss) $(final_field params_l2), uninterrupted $want_loss $want_l2"; }
+  done
+}
+
 split_layouts() {  # split_layouts <flag> <layout name> <config>: one model, one answer, split or not
   local flag=$1 name=$2 other=$3 layout
   declare -A loss l2
@@ -185,8 +199,8 @@ PY
   pipeline_tensor_parallel)
     # 3D: --pipe_stages with --tp_size (2 stages x 2 tensor ranks; 1 stage x 2 tensor x 2 data) trains the model one
     # rank trains on the same global batch of 8; a 3D run resumed from its checkpoint (DeepSpeed's names: model-parallel
-    # rank = stage x 2 + tensor rank, layer files per tensor rank) ends where the uninterrupted run ends, and a
-    # checkpoint of 2 tensor ranks is refused by a pipeline of 1, naming both sizes.
+    # rank = stage x 2 + tensor rank, layer files per tensor rank) ends where the uninterrupted run ends, a
+    # checkpoint of 2 tensor ranks is refused by a pipeline of 1, naming both sizes, and converts to universal.
     run 1 micro8.json --steps 6 || fail "plain run exited with $?"
     want_loss=$(final_field loss); want_l2=$(final_field params_l2)
     for layout in "micro2_gas4.json 2" "micro4.json 1"; do
@@ -215,11 +229,13 @@ PY
     run 2 micro2_gas4.json --steps 6 --pipe_stages 2 --load_dir "$dir" && { rm -rf "$dir"; fail "a 3D checkpoint loaded without tp"; }
     grep -q "was saved by a pipeline with 2 tensor-parallel ranks; this one has 1: load it at the same tensor size" "$log" || \
       { rm -rf "$dir"; fail "no clear message for the 3D checkpoint's tensor size"; }
-    "$bin/ds_to_universal" --input_folder "$dir/global_step3" --output_folder "$dir/u" > "$log" 2>&1 && \
-      { rm -rf "$dir"; fail "ds_to_universal converted a 3D checkpoint"; }
+    # Through the universal format (each stage's tensor slices joined) it continues on the same layout, at tensor
+    # size 1 (2 stages) and on 1 stage of 2 tensor ranks, the same global batch, as the uninterrupted run ends.
+    "$bin/ds_to_universal" --input_folder "$dir/global_step3" --output_folder "$dir/global_step3_universal" > "$log" 2>&1 || \
+      { rm -rf "$dir"; fail "ds_to_universal failed on the 3D checkpoint"; }
+    universal_resumes micro2_gas4_universal.json "$dir" "$whole_loss" "$whole" "4 --pipe_stages 2 --tp_size 2" \
+      "2 --pipe_stages 2 --tp_size 1" "2 --pipe_stages 1 --tp_size 2"
     rm -rf "$dir"
-    grep -q "converting 3D checkpoints to the universal format is not supported yet" "$log" || \
-      fail "no clear message from ds_to_universal for the 3D checkpoint"
     ;;
   tensor_parallel_resume)
     # A tensor-parallel run resumed from its checkpoint (one model file per tensor rank) ends where the uninterrupted
@@ -241,15 +257,7 @@ PY
     # size 1 (one rank) and 4 (four ranks), the same global batch, as the uninterrupted run ends.
     "$bin/ds_to_universal" --input_folder "$dir/global_step3" --output_folder "$dir/global_step3_universal" > "$log" 2>&1 || \
       { rm -rf "$dir"; fail "ds_to_universal failed"; }
-    for layout in "1 1" "4 4"; do
-      set -- $layout
-      run "$1" adam_micro2_gas2_universal.json --steps 6 --tp_size "$2" --load_dir "$dir" || \
-        { rm -rf "$dir"; fail "universal load at tp $2 exited with $?"; }
-      grep -q "resumed at step 3" "$log" || { rm -rf "$dir"; fail "tp $2 did not resume at step 3"; }
-      awk -v a="$whole_loss" -v b="$(final_field loss)" -v c="$whole" -v d="$(final_field params_l2)" \
-        'BEGIN { e = ENVIRON["DS_LAYOUT_BOUND"]; exit !(b != "" && (a - b) ^ 2 <= (e * a) ^ 2 && (c - d) ^ 2 <= (e * c) ^ 2) }' \
-        || { rm -rf "$dir"; fail "tp $2 from the universal checkpoint ended at $(final_field loss) $(final_field params_l2), uninterrupted $whole_loss $whole"; }
-    done
+    universal_resumes adam_micro2_gas2_universal.json "$dir" "$whole_loss" "$whole" "1 --tp_size 1" "4 --tp_size 4"
     rm -rf "$dir"
     ;;
   tensor_parallel_bad)

@@ -24,6 +24,9 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -136,6 +139,9 @@ struct SplitParameter {
 // the group. `group_size` (when given) receives the groups' size, 0 when there is no such layer; layers over groups
 // of different sizes are an error.
 std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, int* group_size = nullptr);
+// split_parameters() by their names in `module`'s named_parameters(): (dim, fused_parts) each. Checkpoints record
+// it, so that tensor ranks' slices can be joined (and whole tensors sliced) at another tensor size.
+std::map<std::string, std::pair<int64_t, int64_t>> split_layout(const torch::nn::Module& module);
 // The tensors of split_parameters().
 std::vector<at::Tensor> sharded_parameters(const torch::nn::Module& module, int* group_size = nullptr);
 // Sets overlap_comm on every ColumnParallelLinear of `module`'s tree (tensor_parallel.tp_overlap_comm).
