@@ -293,7 +293,8 @@ int64_t Stage3::working_bytes() const {
   int64_t bytes = pool_.bytes_in_use();
   for (const auto& unit : units_)
     for (const auto& f : unit->flats)
-      if (f.secondary.defined()) bytes += static_cast<int64_t>(f.secondary.nbytes());
+      for (const at::Tensor* t : {&f.secondary, &f.secondary_scales, &f.forward_q_values, &f.forward_q_scales})
+        if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
 }
 

@@ -103,7 +103,9 @@ struct Stage3Options {
   // ZeRO++ hpZ (zero_hpz_partition_size): when a unit is released after a forward that backward follows, each rank
   // keeps its 1/hpz_size slice of the gathered unit (a secondary partition over consecutive groups of hpz_size ranks,
   // one host's when hpz_size divides the ranks per host); that backward's gather of the unit is an all-gather within
-  // the group. Secondary partitions are dropped when backward ends (the step changes the weights). 1: off.
+  // the group. Under qwZ the slice is the int8 blocks (and scales) forward received, so the group gather is
+  // quantized too and backward computes with forward's values. Secondary partitions are dropped when backward ends
+  // (the step changes the weights). 1: off.
   int hpz_size = 1;
   // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
   // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
@@ -201,7 +203,8 @@ class Stage3 : public Stage {
   void fetch(Unit& unit);
   // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).
   void gather_async(Unit& unit, bool prefetch, bool exact = false);
-  void dequantize_gathered(Flat& f);
+  // `keep_group_slice`: hpZ after a forward gather: keep this rank's secondary slice of the blocks (keep_secondary).
+  void dequantize_gathered(Flat& f, bool keep_group_slice);
   // hpZ: keeps this rank's slice of the gathered `unit` for its backward's gather; drop_secondary frees it.
   void keep_secondary(Unit& unit);
   void drop_secondary(Unit& unit);

@@ -37,9 +37,24 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     // runs an in-place all-gather on Gloo as one broadcast per owner).
     if (unit.via_secondary) {
       const int64_t chunk = f.secondary.numel();
-      at::Tensor own = f.gathered.narrow(0, hpz_group_.rank() * chunk, chunk);
-      own.copy_(f.secondary);
-      f.gather_work = hpz_group_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+      const int h = hpz_group_.rank();
+      if (!unit.quantized) {
+        at::Tensor own = f.gathered.narrow(0, h * chunk, chunk);
+        own.copy_(f.secondary);
+        f.gather_work = hpz_group_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+        continue;
+      }
+      // The group's ranks hold consecutive world partitions' blocks: gathered, they are q_values / q_scales laid
+      // out as a world gather leaves them.
+      const int64_t scales = f.secondary_scales.numel();
+      f.q_values = at::empty({f.layout.padded_numel()}, f.secondary.options());
+      f.q_scales = at::empty({scales * options_.hpz_size}, f.secondary_scales.options());
+      at::Tensor own_values = f.q_values.narrow(0, h * chunk, chunk);
+      at::Tensor own_scales = f.q_scales.narrow(0, h * scales, scales);
+      own_values.copy_(f.secondary);
+      own_scales.copy_(f.secondary_scales);
+      f.gather_work = hpz_group_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
+      f.scale_work = hpz_group_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
       continue;
     }
     const int64_t part = f.layout.partition_size();
@@ -76,10 +91,10 @@ void Stage3::wait_gathered(Unit& unit) {
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();
-    if (unit.quantized && !unit.via_secondary) {
+    if (unit.quantized) {
       f.scale_work.wait();
       f.scale_work = comm::Work();
-      dequantize_gathered(f);
+      dequantize_gathered(f, /*keep_group_slice=*/options_.hpz_size > 1 && !unit.via_secondary && !in_backward_);
     }
   }
   waits_.end(std::move(span), unit.prefetched ? &stats_.prefetch_wait_ms : &stats_.gather_ms);
@@ -92,8 +107,17 @@ void Stage3::wait_gathered(Unit& unit) {
 
 void Stage3::keep_secondary(Unit& unit) {
   if (options_.hpz_size <= 1 || unit.root || unit.persistent || unit.state != Unit::State::kGathered) return;
+  // A quantized gather that did not land in a forward kept no blocks: backward then gathers from the world.
+  if (unit.quantized)
+    for (const auto& f : unit.flats)
+      if (!f.secondary.defined() && !f.forward_q_values.defined()) return;
   for (auto& f : unit.flats) {
     if (f.secondary.defined()) continue;
+    if (unit.quantized) {
+      f.secondary = std::move(f.forward_q_values);
+      f.secondary_scales = std::move(f.forward_q_scales);
+      continue;
+    }
     const int64_t chunk = f.layout.padded_numel() / options_.hpz_size;
     f.secondary = f.full.narrow(0, hpz_group_.rank() * chunk, chunk).clone();
   }
@@ -101,7 +125,7 @@ void Stage3::keep_secondary(Unit& unit) {
 }
 
 void Stage3::drop_secondary(Unit& unit) {
-  for (auto& f : unit.flats) f.secondary = at::Tensor();
+  for (auto& f : unit.flats) f.secondary = f.secondary_scales = at::Tensor();
 }
 
 void Stage3::plan_quantization(Flat& f) {
@@ -114,12 +138,19 @@ void Stage3::plan_quantization(Flat& f) {
 }
 
 // Every rank's partition from its int8 blocks, its own included: all ranks then compute with the same weights.
-void Stage3::dequantize_gathered(Flat& f) {
+void Stage3::dequantize_gathered(Flat& f, bool keep_group_slice) {
   const int64_t part = f.layout.partition_size();
   const int64_t blocks = f.q_max_blocks;
   for (int r = 0; r < world_.size(); ++r)
     dequantize_blocks(f.q_values.narrow(0, r * part, part), f.q_scales.narrow(0, r * blocks, blocks), f.q_blocks[r],
                       f.gathered.narrow(0, f.layout.begin(r), part));
+  if (keep_group_slice) {
+    // hpZ: the blocks of this rank's secondary slice (world partitions [h * w, (h + 1) * w), w = world / hpz_size),
+    // in case the unit is released with a backward to follow (keep_secondary); release drops them otherwise.
+    const int64_t w = world_.size() / options_.hpz_size, h = hpz_group_.rank();
+    f.forward_q_values = f.q_values.narrow(0, h * w * part, w * part).clone();
+    f.forward_q_scales = f.q_scales.narrow(0, h * w * blocks, w * blocks).clone();
+  }
   f.q_values = at::Tensor();
   f.q_scales = at::Tensor();
 }
@@ -128,6 +159,7 @@ void Stage3::release(Unit& unit) {
   if (unit.state == Unit::State::kReleased || unit.persistent) return;
   wait_gathered(unit);  // an in-flight gather must land before its buffer is reused
   for (auto& f : unit.flats) {
+    f.forward_q_values = f.forward_q_scales = at::Tensor();  // kept by keep_secondary, if it was to be
     for (auto& p : f.params) p.set_data(at::empty({0}, f.full.options()));
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(nullptr, f.full.device()));

@@ -33,7 +33,11 @@ struct Stage3::Flat {
   comm::Work scale_work;
   std::vector<std::vector<int64_t>> q_blocks;  // each rank's quantization blocks (block_quantizer.h), at first use
   int64_t q_max_blocks = 0;                    // the most any rank has: each rank's share of q_scales
-  at::Tensor secondary;  // hpZ: this rank's slice of the padded flat as its last forward gathered it (model dtype)
+  // hpZ: this rank's slice of the padded flat as its last forward gathered it: the model dtype, or under qwZ the
+  // int8 blocks forward received (its group's world partitions) with their scales in secondary_scales, so that
+  // backward's group gather is quantized too and dequantizes to forward's values.
+  at::Tensor secondary, secondary_scales;
+  at::Tensor forward_q_values, forward_q_scales;  // hpZ + qwZ: that slice of a forward gather's blocks until release
   bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
