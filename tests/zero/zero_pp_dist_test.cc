@@ -23,6 +23,7 @@
 #include "deepspeed/zero.h"
 #include "tiny_gpt.h"
 #include "tolerance.h"
+#include "zero/block_quantizer.h"
 #include "zero/partition.h"
 
 namespace {
@@ -384,3 +385,28 @@ TEST(HierarchicalPartitions, AGroupSpanningHostsIsRefused) {
 }
 
 }  // namespace
+
+// qgZ's wire buffers (int4 chunks and scales, sent and received) and the sum's temporaries come from the stage-3
+// pool, as the gradient buffers do: under its limit (stage3_max_live_parameters) and counted in its bytes in use
+// (model_state_bytes' working buffers), so its peak is above plain stage 3's by more than one block's pair of int4
+// wire buffers (2 x ranks x int4 bytes of a partition). Outside the pool they were memory nothing counted.
+TEST(QuantizedGradients, WireBuffersComeFromThePool) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size();
+  if (n == 1) GTEST_SKIP() << "one rank reduces nothing";
+  deepspeed::models::GPTConfig c = tiny_gpt::config();
+  c.shard_blocks = true;
+  const at::Tensor data = tiny_gpt::dataset(c);
+  auto run = [&](const std::string& extra) {
+    deepspeed::models::GPT model = tiny_gpt::make_model(c);
+    const std::string json = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_optimization": {"stage": 3,
+        "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0)" + extra + "}}";
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    tiny_gpt::train(engine, data, 2);
+    return engine.stage3_stats().pool_peak_bytes;
+  };
+  const int64_t plain_peak = run(""), quantized_peak = run(kQgZ);
+  const int64_t part = deepspeed::zero::PartitionLayout(tiny_gpt::block_elements(c), n, 0).partition_size();
+  EXPECT_GT(quantized_peak - plain_peak, 2 * n * deepspeed::zero::int4_bytes(part)) << "the wire buffers are counted";
+}

@@ -136,13 +136,14 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
     r.work.wait();
     r.scale_work.wait();
     waits_.end(std::move(span), &stats_.reduce_wait_ms);
-    const at::Tensor mine = r.quantized ? sum_quantized(r, f)
-                                        : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    at::Tensor mine = r.quantized ? sum_quantized(r, f)
+                                  : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);
     } else {
       acc.add_(mine);
     }
+    if (r.quantized) pool_.release(std::move(mine));
     pool_.release(std::move(r.input));
     if (boundary_backward_ && final_gradients_) {
       final_gradients_(f.group, f.group_offset, acc);
@@ -156,37 +157,42 @@ void Stage3::send_quantized(PendingReduce& r, Flat& f) {
   plan_quantization(f);
   const int n = world_.size();
   const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
-  const auto on = r.input.options();
   r.quantized = true;
-  r.q_send = at::zeros({n * bytes}, on.dtype(at::kChar));
-  r.q_recv = at::empty({n * bytes}, on.dtype(at::kChar));
-  r.s_send = at::zeros({n * blocks}, on.dtype(at::kFloat));
-  r.s_recv = at::empty({n * blocks}, on.dtype(at::kFloat));
-  at::Tensor q = at::empty({part}, on.dtype(at::kChar));
+  // The wire buffers come from the pool, as the gradient buffers do (reused from step to step, counted as in use).
+  r.q_send = pool_.acquire(at::kChar, n * bytes);
+  r.q_recv = pool_.acquire(at::kChar, n * bytes);
+  r.s_send = pool_.acquire(at::kFloat, n * blocks);
+  r.s_recv = pool_.acquire(at::kFloat, n * blocks);
+  r.s_send.zero_();  // a rank's chunk with fewer blocks than the most leaves its tail of scales unwritten
+  r.q_send.narrow(0, f.layout.rank() * bytes, bytes).zero_();  // this rank's own chunk stays exact (sent as zeros)
+  at::Tensor q = pool_.acquire(at::kChar, part);
   for (int d = 0; d < n; ++d) {
-    if (d == f.layout.rank()) continue;  // this rank's own chunk stays exact (and travels as zeros)
+    if (d == f.layout.rank()) continue;
     quantize_blocks(r.input.narrow(0, f.layout.begin(d), part), f.q_blocks[d], q,
                     r.s_send.narrow(0, d * blocks, blocks), /*bits=*/4);
     pack_int4(q, r.q_send.narrow(0, d * bytes, bytes));
   }
+  pool_.release(std::move(q));
   r.work = world_.all_to_all_single(r.q_recv, r.q_send, {}, {}, /*async_op=*/true);
   r.scale_work = world_.all_to_all_single(r.s_recv, r.s_send, {}, {}, /*async_op=*/true);
 }
 
-// This rank's chunk exactly, plus every other rank's int4 copy of it, summed in fp32 in rank order.
+// This rank's chunk exactly, plus every other rank's int4 copy of it, summed in fp32 in rank order (a pool buffer:
+// the caller releases it).
 at::Tensor Stage3::sum_quantized(PendingReduce& r, Flat& f) {
   const int n = world_.size(), me = f.layout.rank();
   const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
-  at::Tensor sum = r.input.narrow(0, f.layout.begin(me), part).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  at::Tensor q = at::empty({part}, sum.options().dtype(at::kChar));
-  at::Tensor values = at::empty({part}, sum.options());
+  at::Tensor sum = pool_.acquire(at::kFloat, part);
+  sum.copy_(r.input.narrow(0, f.layout.begin(me), part));
+  at::Tensor q = pool_.acquire(at::kChar, part);
+  at::Tensor values = pool_.acquire(at::kFloat, part);
   for (int s = 0; s < n; ++s) {
     if (s == me) continue;
     unpack_int4(r.q_recv.narrow(0, s * bytes, bytes), q);
     dequantize_blocks(q, r.s_recv.narrow(0, s * blocks, blocks), f.q_blocks[me], values);
     sum.add_(values);
   }
-  r.q_send = r.q_recv = r.s_send = r.s_recv = at::Tensor();
+  for (at::Tensor* t : {&q, &values, &r.q_send, &r.q_recv, &r.s_send, &r.s_recv}) pool_.release(std::move(*t));
   return sum;
 }
 
