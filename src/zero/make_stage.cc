@@ -63,6 +63,8 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.comm_dtype = gradient_communication_dtype(config);
   so.quantized_weights = z.zero_quantized_weights;
   so.quantized_gradients = z.zero_quantized_gradients;
+  // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).
+  if (world.size() == comm::get_world_size()) so.ranks_per_node = comm::get_local_world_size();
   if (z.zero_hpz_partition_size > 1) {
     const int h = z.zero_hpz_partition_size, local = comm::get_local_world_size();
     DS_CHECK_T(ConfigError, world.size() == comm::get_world_size(), "zero_optimization.zero_hpz_partition_size: "

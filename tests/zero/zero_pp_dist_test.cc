@@ -62,6 +62,13 @@ constexpr const char* kQgZ = ", \"zero_quantized_gradients\": true";
 
 at::Tensor weight_of(const ProbeNet& net) { return net->a->parameters().at(0); }
 
+// qgZ's layout: ranks per host when they span several hosts of more than one rank (two levels), else the world (one
+// level, as if on one host). tests/zero/CMakeLists.txt runs the qgZ tests as 2 hosts of 2 and of 3 ranks.
+int qgz_ranks_per_host() {
+  const int n = deepspeed::comm::get_world_size(), l = deepspeed::comm::get_local_world_size();
+  return l > 1 && l < n && n % l == 0 ? l : n;
+}
+
 TEST(QuantizedWeights, ForwardSeesTheQuantizedWeightsAndGatheredParametersTheExactOnes) {
   tiny_gpt::ensure_comm();
   at::manual_seed(5);
@@ -150,7 +157,8 @@ TEST(QuantizedWeights, AllGathersCarryOneBytePerElementPlusScales) {
 // Half a byte per element instead of the reduce-scatter's wire type (fp32, or bf16 as communication_data_type, what
 // DeepSpeed reduces a bf16 model in), plus the scales: 4 bytes per block against 1024 for a full int4 block, but the
 // probe's small root partitions make up to 3 blocks of 80-160 elements, so under 5% more. The gradients travel by
-// all-to-all instead (every rank's chunk for each other rank).
+// all-to-all instead (every rank's chunk for each other rank); with two levels (L ranks on each of M hosts) the hosts'
+// partial sums travel again, one chunk per host: 1 + 1 / L times the bytes.
 TEST(QuantizedGradients, AllToAllsCarryHalfABytePerElementPlusScales) {
   tiny_gpt::ensure_comm();
   for (const std::string precision : {"", "bf16"}) {
@@ -163,7 +171,9 @@ TEST(QuantizedGradients, AllToAllsCarryHalfABytePerElementPlusScales) {
       EXPECT_EQ(exact, 0);
       continue;
     }
-    const double ratio = static_cast<double>(quantized) / static_cast<double>(exact);
+    const int l = qgz_ranks_per_host();
+    const double levels = l < deepspeed::comm::get_world_size() ? 1.0 + 1.0 / l : 1.0;
+    const double ratio = static_cast<double>(quantized) / static_cast<double>(exact) / levels;
     EXPECT_GT(ratio, 0.5 / element) << precision;
     EXPECT_LT(ratio, 0.5 * 1.05 / element) << precision;
   }
@@ -172,7 +182,11 @@ TEST(QuantizedGradients, AllToAllsCarryHalfABytePerElementPlusScales) {
 // One SGD step at lr 1 from the same weights, with and without qgZ: the masters move by minus the averaged
 // gradient, so their difference is the reduction's error. Each other rank's contribution to this rank's chunk comes
 // within half its block's int4 step (block max / 7 / 2 <= G / 14, G the largest local gradient element on any rank)
-// and this rank's own is exact: at most (n - 1) / n * G / 14 after averaging.
+// and this rank's own is exact: at most (n - 1) / n * G / 14 after averaging. With two levels (L ranks on each of M
+// hosts) this host's L - 1 others come as before; each other host's partial sum holds its L - 1 quantized
+// contributions and is quantized again, within half a step of its block, whose largest element is at most
+// L G + (L - 1) G / 14: in all ((L - 1) + (M - 1) ((L - 1) + L (1 + (L - 1) / (14 L)))) G / 14 / n, which is the
+// one-level bound at M = 1 or L = 1.
 TEST(QuantizedGradients, OneReductionIsWithinTheOtherRanksInt4Steps) {
   tiny_gpt::ensure_comm();
   const int n = deepspeed::comm::get_world_size(), rank = deepspeed::comm::get_rank();
@@ -198,7 +212,9 @@ TEST(QuantizedGradients, OneReductionIsWithinTheOtherRanksInt4Steps) {
   for (const auto& p : plain->parameters()) local = std::max(local, p.grad().abs().max().item<double>());
   at::Tensor g = at::tensor({local}, at::kDouble);
   deepspeed::comm::get_world_group().all_reduce(g, deepspeed::comm::ReduceOp::kMax);
-  const double bound = (n - 1.0) / n * g.item<double>() / 14 * (1 + 8 * tolerance::kFp32Epsilon);
+  const double l = qgz_ranks_per_host(), m = n / l;
+  const double steps = (l - 1) + (m - 1) * ((l - 1) + l * (1 + (l - 1) / (14 * l)));
+  const double bound = steps / n * g.item<double>() / 14 * (1 + 8 * tolerance::kFp32Epsilon);
   double err = 0;
   for (size_t i = 0; i < exact.size(); ++i) err = std::max(err, (quantized[i] - exact[i]).abs().max().item<double>());
   if (n == 1) {
@@ -207,6 +223,33 @@ TEST(QuantizedGradients, OneReductionIsWithinTheOtherRanksInt4Steps) {
     EXPECT_LE(err, bound);
     EXPECT_GT(err, bound / 50) << "the reduction must have gone through int4";
   }
+}
+
+// With ranks on several hosts, qgZ's second level carries one int4 chunk per host where the first carries one per
+// rank of the host for every host: by the comms logger's group sizes (distinct at 3 ranks on each of 2 hosts), the
+// all-to-alls across hosts (groups of M, a rank per host) carry 1 / L of those within a host (groups of L), and none
+// runs over the whole world. One level sends L (M - 1) chunks across hosts per rank, two levels M - 1.
+TEST(QuantizedGradients, TwoLevelsSendOneChunkPerHostAcrossHosts) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size(), l = qgz_ranks_per_host(), m = n / l;
+  if (l == n || l == m) GTEST_SKIP() << "needs hosts of a size other than their count (tests/common/as_hosts.sh)";
+  at::manual_seed(5);
+  ProbeNet net;
+  auto engine = deepspeed::initialize(net, deepspeed::Config::from_string(probe_config(kQgZ)));
+  deepspeed::comm::CommsLoggerOptions logging;
+  logging.enabled = true;
+  deepspeed::comm::configure_comms_logger(logging);
+  deepspeed::comm::reset_comms_logger();
+  const at::Tensor x = at::randn({16, kIn}), y = at::zeros({16, 1});
+  engine.backward(engine.forward(x.to(engine.device()), y.to(engine.device())));
+  engine.step();
+  std::map<int, int64_t> by_group;
+  for (const auto& g : deepspeed::comm::comms_group_stats())
+    if (g.op.find("all_to_all") != std::string::npos) by_group[g.group_size] += g.bytes;
+  deepspeed::comm::configure_comms_logger({});
+  EXPECT_GT(by_group[l], 0);
+  EXPECT_EQ(by_group[m] * l, by_group[l]) << "within the host: L chunks per host; across: 1";
+  EXPECT_EQ(by_group.count(n), 0u) << "no all-to-all over the whole world";
 }
 
 // The tiny GPT with its blocks as units, SGD at lr 0.5 (each update proportional to the gradient), 10 steps: each

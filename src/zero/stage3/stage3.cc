@@ -44,6 +44,24 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
       if (g.is_member()) hpz_group_ = g;
     }
   }
+  // Two-level qgZ when the ranks span hosts (consecutive ranks per host). new_group is collective: every rank
+  // creates every group, in the same order.
+  if (const int n = world_.size(), l = options_.ranks_per_node;
+      options_.quantized_gradients && l > 1 && l < n && n % l == 0) {
+    nodes_ = n / l;
+    for (int node = 0; node < nodes_; ++node) {
+      std::vector<int> ranks;
+      for (int r = node * l; r < (node + 1) * l; ++r) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) node_group_ = g;
+    }
+    for (int local = 0; local < l; ++local) {
+      std::vector<int> ranks;
+      for (int r = local; r < n; r += l) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) cross_node_group_ = g;
+    }
+  }
   DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
            "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
            "stage3_prefetch_bucket_size must be >= 0");

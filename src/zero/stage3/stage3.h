@@ -98,8 +98,10 @@ struct Stage3Options {
   // ZeRO++ qgZ (zero_quantized_gradients): each unit's gradient reduction is an all-to-all of int4 blocks (one fp32
   // scale per block, block_quantizer.h) in place of the reduce-scatter: every rank quantizes the chunk each other rank
   // owns, and sums what it receives, dequantized, with its own chunk unquantized, in fp32. Replaces comm_dtype's wire.
-  // One level: DeepSpeed's second, inter-node all-to-all needs the node layout.
+  // With ranks on several hosts (ranks_per_node below the world) two levels, as ZeRO++: see send_quantized_in_node.
   bool quantized_gradients = false;
+  // Ranks per host (the launcher's LOCAL_WORLD_SIZE), numbered host by host; 0: unknown (one level).
+  int ranks_per_node = 0;
   // ZeRO++ hpZ (zero_hpz_partition_size): when a unit is released after a forward that backward follows, each rank
   // keeps its 1/hpz_size slice of the gathered unit (a secondary partition over consecutive groups of hpz_size ranks,
   // one host's when hpz_size divides the ranks per host); that backward's gather of the unit is an all-gather within
@@ -229,6 +231,9 @@ class Stage3 : public Stage {
 
   mutable comm::ProcessGroup world_;  // collectives are non-const; the handle's identity never changes
   comm::ProcessGroup hpz_group_;      // hpZ: this rank's group of hpz_size consecutive ranks (unset when off)
+  // Two-level qgZ: this rank's host's ranks, and the ranks of its local rank on every host (unset with one level).
+  comm::ProcessGroup node_group_, cross_node_group_;
+  int nodes_ = 1;  // hosts, when node_group_ is set
   Stage3Options options_;
   BufferPool pool_;
   PrefetchCoordinator coordinator_;
@@ -273,9 +278,12 @@ class Stage3 : public Stage {
   std::shared_ptr<Stage3*> self_ref_ = std::make_shared<Stage3*>(this);
   std::vector<uintptr_t> hook_keys_;
   struct PendingReduce;
-  // qgZ: sends the unit gradient in `r.input` as int4 chunks; sum_quantized: this rank's partition of the sum.
+  // qgZ: sends the unit gradient in `r.input` as int4 chunks; sum_quantized: this rank's partition of the sum (a
+  // pool buffer). The two-level variants with hosts: see stage3_grads.cc.
   void send_quantized(PendingReduce& r, Flat& f);
   at::Tensor sum_quantized(PendingReduce& r, Flat& f);
+  void send_quantized_in_node(PendingReduce& r, Flat& f);
+  at::Tensor sum_quantized_across_nodes(PendingReduce& r, Flat& f);
   std::vector<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
   Stage3Stats stats_;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
@@ -87,7 +89,11 @@ void Stage3::reduce_grads(Unit& unit) {
       r.input = f.grad_full;
       r.input_is_grad = true;
       if (pre != 1.0) r.input.mul_(pre);
-      send_quantized(r, f);
+      if (node_group_.is_member()) {
+        send_quantized_in_node(r, f);
+      } else {
+        send_quantized(r, f);
+      }
     } else if (options_.dtype == wire) {
       r.input = f.grad_full;
       r.input_is_grad = true;
@@ -136,8 +142,9 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
     r.work.wait();
     r.scale_work.wait();
     waits_.end(std::move(span), &stats_.reduce_wait_ms);
-    at::Tensor mine = r.quantized ? sum_quantized(r, f)
-                                  : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+    at::Tensor mine = r.across_nodes ? sum_quantized_across_nodes(r, f)
+                      : r.quantized  ? sum_quantized(r, f)
+                                     : r.input.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
     if (post != 1.0) {
       acc.add_(mine, post);
     } else {
@@ -152,6 +159,26 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
+
+namespace {
+
+// qgZ's wire: `x` as int4 blocks packed into `packed` (int4_bytes of x's elements) with their `scales`; `q` is int8
+// scratch of x's size.
+void quantize_int4(const at::Tensor& x, const std::vector<int64_t>& blocks, at::Tensor q, at::Tensor scales,
+                   at::Tensor packed) {
+  quantize_blocks(x, blocks, q, std::move(scales), /*bits=*/4);
+  pack_int4(q, std::move(packed));
+}
+
+// And back: adds the chunk in `packed` / `scales`, dequantized, into `sum` (`q`, `values`: scratch of sum's size).
+void add_int4(const at::Tensor& packed, const at::Tensor& scales, const std::vector<int64_t>& blocks, at::Tensor q,
+              at::Tensor values, at::Tensor sum) {
+  unpack_int4(packed, q);
+  dequantize_blocks(q, scales, blocks, values);
+  sum.add_(values);
+}
+
+}  // namespace
 
 void Stage3::send_quantized(PendingReduce& r, Flat& f) {
   plan_quantization(f);
@@ -168,9 +195,8 @@ void Stage3::send_quantized(PendingReduce& r, Flat& f) {
   at::Tensor q = pool_.acquire(at::kChar, part);
   for (int d = 0; d < n; ++d) {
     if (d == f.layout.rank()) continue;
-    quantize_blocks(r.input.narrow(0, f.layout.begin(d), part), f.q_blocks[d], q,
-                    r.s_send.narrow(0, d * blocks, blocks), /*bits=*/4);
-    pack_int4(q, r.q_send.narrow(0, d * bytes, bytes));
+    quantize_int4(r.input.narrow(0, f.layout.begin(d), part), f.q_blocks[d], q, r.s_send.narrow(0, d * blocks, blocks),
+                  r.q_send.narrow(0, d * bytes, bytes));
   }
   pool_.release(std::move(q));
   r.work = world_.all_to_all_single(r.q_recv, r.q_send, {}, {}, /*async_op=*/true);
@@ -188,11 +214,92 @@ at::Tensor Stage3::sum_quantized(PendingReduce& r, Flat& f) {
   at::Tensor values = pool_.acquire(at::kFloat, part);
   for (int s = 0; s < n; ++s) {
     if (s == me) continue;
-    unpack_int4(r.q_recv.narrow(0, s * bytes, bytes), q);
-    dequantize_blocks(q, r.s_recv.narrow(0, s * blocks, blocks), f.q_blocks[me], values);
-    sum.add_(values);
+    add_int4(r.q_recv.narrow(0, s * bytes, bytes), r.s_recv.narrow(0, s * blocks, blocks), f.q_blocks[me], q, values,
+             sum);
   }
   for (at::Tensor* t : {&q, &values, &r.q_send, &r.q_recv, &r.s_send, &r.s_recv}) pool_.release(std::move(*t));
+  return sum;
+}
+
+// Two levels (ZeRO++'s hierarchical qgZ), for ranks on M hosts of L each (rank = host * L + local rank). Within the
+// host first: local rank l receives from each host peer the int4 chunks of the owners with local rank l on every host
+// (M chunks), and adds them, dequantized, to its own, exact: the host's partial sums for those owners. Then across
+// hosts, among the ranks of local rank l (cross_node_group_): each partial goes, as int4 again, to its owner's host,
+// where the owner adds the M partials (its own host's exact) in host order. A rank sends M - 1 chunks across hosts
+// where one level sends L (M - 1); each other host's share is quantized twice, so the result moves further (the
+// sum of both levels' half steps) from the exact one.
+void Stage3::send_quantized_in_node(PendingReduce& r, Flat& f) {
+  plan_quantization(f);
+  const int l_size = node_group_.size(), me = node_group_.rank();
+  const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
+  const int64_t chunks = static_cast<int64_t>(l_size) * nodes_;
+  r.quantized = r.across_nodes = true;
+  r.q_send = pool_.acquire(at::kChar, chunks * bytes);
+  r.q_recv = pool_.acquire(at::kChar, chunks * bytes);
+  r.s_send = pool_.acquire(at::kFloat, chunks * blocks);
+  r.s_recv = pool_.acquire(at::kFloat, chunks * blocks);
+  r.s_send.zero_();
+  r.q_send.narrow(0, me * nodes_ * bytes, nodes_ * bytes).zero_();  // this rank's owners' chunks stay exact
+  at::Tensor q = pool_.acquire(at::kChar, part);
+  for (int peer = 0; peer < l_size; ++peer) {
+    if (peer == me) continue;
+    for (int host = 0; host < nodes_; ++host) {
+      const int owner = host * l_size + peer;
+      const int64_t slot = static_cast<int64_t>(peer) * nodes_ + host;
+      quantize_int4(r.input.narrow(0, f.layout.begin(owner), part), f.q_blocks[owner], q,
+                    r.s_send.narrow(0, slot * blocks, blocks), r.q_send.narrow(0, slot * bytes, bytes));
+    }
+  }
+  pool_.release(std::move(q));
+  r.work = node_group_.all_to_all_single(r.q_recv, r.q_send, {}, {}, /*async_op=*/true);
+  r.scale_work = node_group_.all_to_all_single(r.s_recv, r.s_send, {}, {}, /*async_op=*/true);
+}
+
+at::Tensor Stage3::sum_quantized_across_nodes(PendingReduce& r, Flat& f) {
+  const int l_size = node_group_.size(), me = node_group_.rank(), host = cross_node_group_.rank();
+  const int64_t part = f.layout.partition_size(), bytes = int4_bytes(part), blocks = f.q_max_blocks;
+  at::Tensor q = pool_.acquire(at::kChar, part);
+  at::Tensor values = pool_.acquire(at::kFloat, part);
+  // This host's partial sums for the owners of local rank `me` on every host.
+  at::Tensor partial = pool_.acquire(at::kFloat, nodes_ * part);
+  for (int h = 0; h < nodes_; ++h) {
+    const int owner = h * l_size + me;
+    at::Tensor sum = partial.narrow(0, h * part, part);
+    sum.copy_(r.input.narrow(0, f.layout.begin(owner), part));
+    for (int peer = 0; peer < l_size; ++peer) {
+      if (peer == me) continue;
+      const int64_t slot = static_cast<int64_t>(peer) * nodes_ + h;
+      add_int4(r.q_recv.narrow(0, slot * bytes, bytes), r.s_recv.narrow(0, slot * blocks, blocks), f.q_blocks[owner],
+               q, values, sum);
+    }
+  }
+  for (at::Tensor* t : {&r.q_send, &r.q_recv, &r.s_send, &r.s_recv}) pool_.release(std::move(*t));
+  // Across hosts: each partial to its owner's host.
+  at::Tensor q_send = pool_.acquire(at::kChar, nodes_ * bytes), q_recv = pool_.acquire(at::kChar, nodes_ * bytes);
+  at::Tensor s_send = pool_.acquire(at::kFloat, nodes_ * blocks), s_recv = pool_.acquire(at::kFloat, nodes_ * blocks);
+  s_send.zero_();
+  q_send.narrow(0, host * bytes, bytes).zero_();
+  for (int h = 0; h < nodes_; ++h) {
+    if (h == host) continue;
+    quantize_int4(partial.narrow(0, h * part, part), f.q_blocks[h * l_size + me], q,
+                  s_send.narrow(0, h * blocks, blocks), q_send.narrow(0, h * bytes, bytes));
+  }
+  {
+    WaitClock::Span span = waits_.begin();
+    comm::Work values_work = cross_node_group_.all_to_all_single(q_recv, q_send, {}, {}, /*async_op=*/true);
+    comm::Work scales_work = cross_node_group_.all_to_all_single(s_recv, s_send, {}, {}, /*async_op=*/true);
+    values_work.wait();
+    scales_work.wait();
+    waits_.end(std::move(span), &stats_.reduce_wait_ms);
+  }
+  at::Tensor sum = pool_.acquire(at::kFloat, part);
+  sum.copy_(partial.narrow(0, host * part, part));
+  for (int h = 0; h < nodes_; ++h) {
+    if (h == host) continue;
+    add_int4(q_recv.narrow(0, h * bytes, bytes), s_recv.narrow(0, h * blocks, blocks), f.q_blocks[f.layout.rank()], q,
+             values, sum);
+  }
+  for (at::Tensor* t : {&q, &values, &partial, &q_send, &q_recv, &s_send, &s_recv}) pool_.release(std::move(*t));
   return sum;
 }
 

@@ -80,6 +80,7 @@ struct Stage3::PendingReduce {
   // qgZ: the int4 chunks and scales sent to each rank and received from each (work brings the values, scale_work
   // the scales); `input` keeps this rank's own chunk exact.
   bool quantized = false;
+  bool across_nodes = false;  // two levels: these buffers are the first's, within the host
   at::Tensor q_send, q_recv, s_send, s_recv;
   comm::Work scale_work;
 };
