@@ -15,9 +15,11 @@
 #
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
-# fp32) O=12. Stage 1 partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is the partitioned terms
-# times (1 - 1/N). The table gives the measured saving (stage 0's peak minus the stage's) and its ratio to the
-# formula's.
+# fp32) O=12; bf16acc: bf16 with data_types.grad_accum_dtype "bf16" (stages 0-2; stage 3 refuses it), G=2. Stage 1
+# partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is the partitioned terms times (1 - 1/N). The
+# table gives the measured saving (stage 0's peak minus the stage's) and its ratio to the formula's; for bf16acc also
+# the peak against bf16's at the same stage (run PRECISIONS="bf16 bf16acc") beside the formula's 2 bytes a parameter
+# (2 / N from stage 2 on).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -47,13 +49,14 @@ model_args() {
 micro_of() { [[ $1 == 25m ]] && echo 4 || echo 8; }
 
 echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], $STEPS steps, $MALLOC_ENV; start: $(uptime)"
-printf "%-5s %-5s %-5s %-6s %12s %12s %14s %14s %8s\n" model prec ranks stage "params" "peak MB" "saving MB" \
+printf "%-5s %-7s %-5s %-6s %12s %12s %14s %14s %8s\n" model prec ranks stage "params" "peak MB" "saving MB" \
   "formula MB" ratio
 for model in $MODELS; do
   for prec in $PRECISIONS; do
     for n in $RANKS; do
       base=""
       for stage in 0 1 2 3; do
+        [[ $prec == bf16acc && $stage == 3 ]] && continue
         cfg="$WORK/z${stage}_${prec}_${model}.json"
         "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" <<'PY'
 import json, sys
@@ -61,8 +64,10 @@ src, dst, micro, prec = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 c = json.load(open(src))
 c["train_micro_batch_size_per_gpu"] = micro
 c["steps_per_print"] = 1000000
-if prec == "bf16":
+if prec in ("bf16", "bf16acc"):
     c["bf16"] = {"enabled": True}
+if prec == "bf16acc":
+    c["data_types"] = {"grad_accum_dtype": "bf16"}
 json.dump(c, open(dst, "w"))
 PY
         # shellcheck disable=SC2046
@@ -74,15 +79,23 @@ PY
         peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
         [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
         [[ -z $base ]] && base=$peak
+        [[ $prec == bf16 ]] && eval "bf16_peak_$stage=$peak"
         awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" '
           BEGIN {
-            P = (p == "bf16") ? 2 : 4; G = 4; O = (p == "bf16") ? 12 : 8;
+            P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc") ? 2 : 4; O = (p == "fp32") ? 8 : 12;
             f = 1 - 1 / n; per = 0;
             if (s >= 1) per += O * f; if (s >= 2) per += G * f; if (s >= 3) per += P * f;
             formula = per * psi / 1048576; saving = base - peak;
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
-            printf "%-5s %-5s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
+            printf "%-5s %-7s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
           }'
+        other=bf16_peak_$stage
+        if [[ $prec == bf16acc && -n ${!other:-} ]]; then
+          awk -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
+            formula = (s >= 2 ? 2 / n : 2) * psi / 1048576;
+            printf "      bf16acc vs bf16 at stage %d: %.1f MB lower (formula %.1f: %.2f)\n", s, bf16 - peak, formula,
+                   (bf16 - peak) / formula }'
+        fi
       done
     done
   done

@@ -97,9 +97,19 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(cfg.bf16.enabled && (cfg.bf16.bf16_master_weights_and_grads || cfg.bf16.bf16_optimizer_states),
             "bf16.bf16_master_weights_and_grads", "bf16 master weights or optimizer states");
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
-  reject_if(cfg.data_types.grad_accum_dtype.has_value() &&
-                *cfg.data_types.grad_accum_dtype != config::DataType::kFp32,
-            "data_types.grad_accum_dtype", "accumulating gradients in a lower precision");
+  // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype at stages 0-2 (zero/flat_params.h). Unset, we
+  // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).
+  if (const auto& accum = cfg.data_types.grad_accum_dtype; accum && *accum != config::DataType::kFp32) {
+    const config::DataType model = cfg.bf16.enabled   ? config::DataType::kBf16
+                                   : cfg.fp16.enabled ? config::DataType::kFp16
+                                                      : config::DataType::kFp32;
+    const std::string key = std::string("data_types.grad_accum_dtype \"") + config::to_string(*accum) + "\"";
+    DS_CHECK_T(ConfigError, *accum == model, key, ": gradients accumulate in fp32 or in the model's own dtype (",
+               config::to_string(model), ")");
+    DS_CHECK_T(ConfigError, z.stage <= 2, key, ": ZeRO stage 3 keeps its gradient partitions in fp32; accumulating "
+               "them in 16 bits is not supported yet (stages 0-2 are)");
+    DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
+  }
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");
   reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");
   // The pipeline engine consumes the pipeline section before its stage engines see the config.

@@ -169,6 +169,12 @@ void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
              " (set them equal: the stage's layers are split over the model axis)");
   DS_CHECK_T(ConfigError, config.sequence_parallel_size == 1,
              "sequence_parallel_size: Ulysses does not combine with pipeline parallelism yet");
+  // The stages reduce tied weights' accumulated gradients in fp32 (accumulated_grad); DeepSpeed too accumulates a
+  // pipeline's gradients in fp32 (its BF16_Optimizer) whatever grad_accum_dtype says.
+  DS_CHECK_T(ConfigError, config.data_types.grad_accum_dtype.value_or(config::DataType::kFp32) ==
+                              config::DataType::kFp32,
+             "data_types.grad_accum_dtype \"", config::to_string(*config.data_types.grad_accum_dtype),
+             "\": a pipeline accumulates its gradients in fp32 (as DeepSpeed's does); leave it unset or fp32");
   int layers_t = 0;
   tp::sharded_parameters(*module_, &layers_t);
   if (t == 1) {

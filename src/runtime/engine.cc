@@ -220,6 +220,13 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
   if (zenflow) build_zenflow(options);
+  // Gradients held in the model's dtype reach the optimizer through step_in_fp32_chunks: element-wise kernels only.
+  const auto& accum = config_.data_types.grad_accum_dtype;
+  DS_CHECK_T(ConfigError, !accum || *accum == config::DataType::kFp32 || !optimizer_ || optimizer_->num_states() >= 0,
+             "data_types.grad_accum_dtype \"", config::to_string(accum.value_or(config::DataType::kFp32)),
+             "\": the step converts the gradients to fp32 a chunk at a time, which the ",
+             optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors); leave "
+             "grad_accum_dtype unset or fp32");
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -537,7 +544,10 @@ bool EngineImpl::take_model_step() {
     }
     speculative_->rollback();
   }
-  if (coef != 1.0)
+  // Gradients accumulated in the model's bf16/fp16 (data_types.grad_accum_dtype) reach the fp32 kernels a chunk at a
+  // time, converted and scaled there: multiplying them in their own dtype would round every one.
+  const bool low_precision = !grads.empty() && grads.front().scalar_type() != at::kFloat;
+  if (coef != 1.0 && !low_precision)
     for (auto& g : grads) g.mul_(coef);
   if (swapper_) {
     // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers.
@@ -550,9 +560,15 @@ bool EngineImpl::take_model_step() {
       at::Tensor grad = grads[g].narrow(0, offset, master.numel());
       // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
       if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
+      if (low_precision) {
+        grad = grad.to(at::kFloat);
+        if (coef != 1.0) grad.mul_(coef);
+      }
       optimizer_->step_slice(g, master, grad, first, second, copy);
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
+  } else if (low_precision) {
+    step_in_fp32_chunks(grads, coef);
   } else if (overlap_step_) {
     // This step's update runs while the next step's forward and backward run on the parameters as they are (one
     // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
@@ -566,6 +582,26 @@ bool EngineImpl::take_model_step() {
   }
   stage_->publish();
   return true;
+}
+
+void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef) {
+  constexpr int64_t kChunk = int64_t{1} << 20;  // elements: a 4 MiB fp32 buffer whatever the model's size
+  const std::vector<at::Tensor>& masters = stage_->masters();
+  int64_t longest = 0;
+  for (const auto& m : masters) longest = std::max(longest, std::min(kChunk, m.numel()));
+  at::Tensor buffer = at::empty({longest}, masters.front().options().dtype(at::kFloat));
+  optimizer_->begin_step();
+  for (size_t g = 0; g < masters.size(); ++g) {
+    const std::vector<at::Tensor> states = optimizer_->group_state(g);
+    for (int64_t offset = 0, n = masters[g].numel(); offset < n; offset += kChunk) {
+      const int64_t len = std::min(kChunk, n - offset);
+      at::Tensor grad = buffer.narrow(0, 0, len);
+      grad.copy_(grads[g].narrow(0, offset, len));
+      if (coef != 1.0) grad.mul_(coef);
+      auto slice = [&](size_t k) { return k < states.size() ? states[k].narrow(0, offset, len) : at::Tensor(); };
+      optimizer_->step_slice(g, masters[g].narrow(0, offset, len), grad, slice(0), slice(1));
+    }
+  }
 }
 
 void EngineImpl::write_master_slice(size_t group, int64_t offset, const at::Tensor& master) {

@@ -198,6 +198,9 @@ class EngineImpl : public runtime::StageEngine {
   std::string timer_table(int64_t steps);
   zero::Stage3Stats logged_waits_;  // the cumulative wait counters as of the last table
   void build_nvme_optimizer(const config::OptimizerConfig& cfg);
+  // The step for gradients held in the model's bf16/fp16 (data_types.grad_accum_dtype): each chunk of a group's
+  // gradient converted to fp32 and scaled by `coef` in one bounded buffer, then the fused kernel on that slice.
+  void step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef);
   // nvme offload: an updated slice of group g's fp32 master partition back into the model-dtype parameters.
   void write_master_slice(size_t group, int64_t offset, const at::Tensor& master);
   // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.

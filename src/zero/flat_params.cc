@@ -27,7 +27,7 @@ const comm::ProcessGroup& copies_group(const FlatGroup& group, const comm::Proce
 }
 
 bool grads_are_views(const FlatGroup& group) {
-  return group.grads_flat.defined() && group.params_flat.scalar_type() == at::kFloat;
+  return group.grads_flat.defined() && group.grads_flat.scalar_type() == group.params_flat.scalar_type();
 }
 
 void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options) {
@@ -58,8 +58,11 @@ void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options)
     auto device = group.params[0].device();
     // Padding stays zero: no gradient reaches it, so no update moves it.
     group.params_flat = at::zeros({padded}, at::TensorOptions().dtype(options.dtype).device(device));
-    group.grads_flat = options.full_grads ? at::zeros({padded}, at::TensorOptions().dtype(at::kFloat).device(device))
-                                          : at::Tensor();
+    DS_CHECK(options.grad_dtype == at::kFloat || options.grad_dtype == options.dtype, "gradients accumulate in fp32 "
+             "or in the parameters' dtype (", options.dtype, "), not ", options.grad_dtype);
+    group.grads_flat =
+        options.full_grads ? at::zeros({padded}, at::TensorOptions().dtype(options.grad_dtype).device(device))
+                           : at::Tensor();
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < group.params.size(); ++i) {
       at::Tensor& p = group.params[i];
@@ -84,7 +87,9 @@ void ensure_grad_views(std::vector<FlatGroup>& groups) {
     for (size_t i = 0; i < group.params.size(); ++i) {
       at::Tensor& p = group.params[i];
       const at::Tensor& grad = p.grad();
-      if (!grad.defined() || grad.data_ptr() != group.grads_flat.data_ptr<float>() + group.offsets[i]) {
+      const char* at = static_cast<const char*>(group.grads_flat.data_ptr()) +
+                       group.offsets[i] * static_cast<int64_t>(group.grads_flat.element_size());
+      if (!grad.defined() || grad.data_ptr() != at) {
         at::Tensor view = view_of(group.grads_flat, group.offsets[i], p);
         if (grad.defined()) view.copy_(grad);
         p.mutable_grad() = view;

@@ -3,8 +3,9 @@
 // kernel per group or partition, lets gradient buckets be plain ranges, and is the layout ZeRO partitions: with
 // partitioning the buffer is padded so each data-parallel rank owns one equal, aligned slice.
 //
-// Gradients: stages 0 and 1 keep a full fp32 gradient buffer `grads_flat` with the same layout. When the model is
-// fp32 the parameters' .grad are views into it, so autograd accumulates in place; otherwise (bf16/fp16) autograd's
+// Gradients: stages 0 and 1 keep a full gradient buffer `grads_flat` with the same layout, fp32 or (with
+// data_types.grad_accum_dtype the model's bf16/fp16) the model's dtype. When it is the parameters' dtype their .grad
+// are views into it, so autograd accumulates in place; otherwise (a bf16/fp16 model accumulating in fp32) autograd's
 // gradients are added into it by the gradient hooks. Stage 2 keeps no full buffer (see grad_reducer.h).
 #pragma once
 
@@ -23,7 +24,7 @@ struct FlatGroup {
   std::vector<at::Tensor> params;      // the model's parameters, now views into `params_flat`
   std::vector<int64_t> offsets;        // element offset of each parameter (64-byte aligned) in the flat buffers
   at::Tensor params_flat;              // model dtype, contiguous, padded
-  at::Tensor grads_flat;               // fp32, same layout; undefined at stage 2
+  at::Tensor grads_flat;               // fp32 or the model's dtype, same layout; undefined at stage 2
   zero::PartitionLayout layout;        // this rank's slice; the whole buffer when not partitioned
   std::optional<double> lr;            // caller's override of the optimizer's lr
   std::optional<double> weight_decay;  // caller's override of the optimizer's weight decay
@@ -43,18 +44,19 @@ struct FlattenOptions {
   bool partitioned = false;
   comm::ProcessGroup group;
   bool full_grads = true;             // allocate grads_flat (stages 0 and 1)
+  at::ScalarType grad_dtype = at::kFloat;  // grads_flat's: fp32, or `dtype` (gradients accumulated in it)
 };
 
 // The ranks a group's copies live on: its own group, else `fallback`.
 const comm::ProcessGroup& copies_group(const FlatGroup& group, const comm::ProcessGroup& fallback);
 
 // Moves each group's parameters into a fresh flat buffer (values kept, converted to options.dtype) and points
-// every parameter at a view of it; with fp32 parameters and full_grads, .grad becomes a view of grads_flat.
+// every parameter at a view of it; with full_grads in the parameters' dtype, .grad becomes a view of grads_flat.
 // Parameters must be floating-point tensors requiring grad, each in at most one group; otherwise throws
 // deepspeed::Error naming the offending parameter index.
 void flatten_into(std::vector<FlatGroup>& groups, const FlattenOptions& options = {});
 
-// True when autograd accumulates straight into grads_flat (fp32 model with a full gradient buffer).
+// True when autograd accumulates straight into grads_flat (a full gradient buffer in the parameters' dtype).
 bool grads_are_views(const FlatGroup& group);
 
 // Zeroes the full gradient buffers in place and re-attaches the views a user may have dropped.

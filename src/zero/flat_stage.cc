@@ -14,6 +14,7 @@ FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, F
   fo.partitioned = stage_ >= 1;
   fo.group = world;
   fo.full_grads = stage_ < 2;
+  fo.grad_dtype = options.grad_dtype;
   flatten_into(groups_, fo);
   // Every rank starts from rank 0's parameters, whatever its own initialization drew.
   // (Experts from the first rank of their own group: other expert-parallel ranks hold other experts.)
@@ -23,8 +24,9 @@ FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, F
   }
   GradReducerOptions ro = options.reducer;
   ro.storage = stage_ == 2 ? GradStorage::kPartitioned
-               : options.dtype == at::kFloat ? GradStorage::kViews
-                                             : GradStorage::kAccumulate;
+               : options.grad_dtype == options.dtype ? GradStorage::kViews
+                                                     : GradStorage::kAccumulate;
+  ro.partition_dtype = options.grad_dtype;
   reducer_ = std::make_unique<GradReducer>(groups_, world, ro);
   MasterWeightsOptions mo = options.masters;
   mo.partitioned = stage_ >= 1;

@@ -23,7 +23,10 @@ namespace deepspeed::zero {
 struct FlatStageOptions {
   int stage = 0;  // 0, 1 or 2
   at::ScalarType dtype = at::kFloat;
-  GradReducerOptions reducer;      // storage and reduction are derived from stage and dtype
+  // Where gradients accumulate over micro-steps (data_types.grad_accum_dtype): fp32, or `dtype` itself (stages 0/1:
+  // .grad are views of a buffer in the model's dtype; stage 2: the partition is kept in it).
+  at::ScalarType grad_dtype = at::kFloat;
+  GradReducerOptions reducer;      // storage, reduction and partition dtype are derived from stage and dtypes
   MasterWeightsOptions masters;    // partitioned is derived from stage
 };
 

@@ -46,7 +46,7 @@ struct GradReducer::State {
   std::vector<Bucket> buckets;
   std::vector<ParamSlot> slots;      // flat parameter index -> where it lives
   std::vector<char> fired;           // flat parameter index -> counted this pass
-  std::vector<at::Tensor> partition; // kPartitioned: this rank's fp32 gradient partition per group
+  std::vector<at::Tensor> partition; // kPartitioned: this rank's gradient partition per group (partition_dtype)
   std::vector<at::Tensor> pool;      // kPartitioned: free staging buffers
   std::vector<size_t> in_flight;     // kPartitioned: launched buckets not yet completed, oldest first
   int live_staging = 0;              // kPartitioned: staging buffers allocated and not dropped
@@ -260,7 +260,7 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup grou
   for (auto& g : groups) {
     DS_ASSERT(options.storage == GradStorage::kPartitioned || g.grads_flat.defined(), "no gradient buffer");
     if (options.storage == GradStorage::kPartitioned)
-      s.partition.push_back(at::zeros({g.layout.partition_size()}, s.fp32));
+      s.partition.push_back(at::zeros({g.layout.partition_size()}, s.fp32.dtype(options.partition_dtype)));
   }
 
   // Flat parameter index: groups in order, parameters in order. Buckets: from the last group's end backwards.

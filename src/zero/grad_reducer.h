@@ -9,10 +9,12 @@
 // their hook), waits, and applies DeepSpeed's averaging factors.
 //
 // Where gradients live (GradStorage):
-//   kViews       fp32 model, stages 0/1: .grad are views of the group's grads_flat; autograd accumulates in place.
-//   kAccumulate  bf16/fp16 model, stages 0/1: the hook adds .grad (in fp32) into grads_flat and frees it.
+//   kViews       stages 0/1, gradients accumulated in the model's dtype (fp32, or bf16/fp16 with grad_accum_dtype):
+//                .grad are views of the group's grads_flat; autograd accumulates in place.
+//   kAccumulate  bf16/fp16 model, stages 0/1, accumulating in fp32: the hook adds .grad into grads_flat and frees it.
 //   kPartitioned stage 2: the hook adds .grad into a pooled staging buffer for its bucket and frees it; every pass is
-//                reduced, and this rank keeps only its partition, accumulated across micro-steps in fp32. Full
+//                reduced, and this rank keeps only its partition, accumulated across micro-steps in
+//                `partition_dtype` (fp32, or the model's with grad_accum_dtype; the staging stays fp32). Full
 //                buckets are reduced from the hooks even without overlap_comm (then synchronously), so staging
 //                holds a few buckets, never the whole gradient.
 // How a bucket is reduced (Reduction): kAllReduce (stage 0, or reduce_scatter=false) or kReduceToOwner, where each
@@ -46,6 +48,7 @@ struct GradReducerOptions {
   // type casts a bucket into a wire buffer of that type (bucket-sized, dropped when the bucket completes), scales
   // and reduces it there as DeepSpeed does, and copies the result back.
   at::ScalarType comm_dtype = at::kFloat;
+  at::ScalarType partition_dtype = at::kFloat;  // kPartitioned: the dtype this rank's partition accumulates in
 };
 
 class GradReducer {
@@ -62,8 +65,8 @@ class GradReducer {
   // Launches the buckets not yet launched, waits for all, applies the averaging factor.
   void finish_backward();
 
-  // This rank's averaged fp32 gradients for its partition of group `g` (valid after a reducing pass): a view of
-  // grads_flat at stages 0/1, the accumulated partition buffer at stage 2.
+  // This rank's averaged gradients for its partition of group `g` (valid after a reducing pass; fp32 unless they
+  // accumulate in the model's dtype): a view of grads_flat at stages 0/1, the accumulated partition at stage 2.
   at::Tensor partition_grads(size_t g) const;
   // Clears stage 2's partition buffers (stages 0/1 clear grads_flat through zero_grads).
   void zero_partition_grads();

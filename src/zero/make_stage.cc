@@ -29,6 +29,9 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   FlatStageOptions o;
   o.stage = z.stage;
   o.dtype = dtype;
+  // data_types.grad_accum_dtype naming the model's 16-bit dtype (the gate refuses any other but fp32).
+  if (config.data_types.grad_accum_dtype && scalar_type(*config.data_types.grad_accum_dtype) == dtype)
+    o.grad_dtype = dtype;
   o.reducer.bucket_elems = z.reduce_bucket_size;
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;

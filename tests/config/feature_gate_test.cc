@@ -103,6 +103,37 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   }
 }
 
+// data_types.grad_accum_dtype: fp32 anywhere; the model's own 16-bit dtype at stages 0-2 without ZenFlow; anything
+// else is refused naming the key, the value and why.
+TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
+  auto config = [](const std::string& precision, const std::string& accum, const std::string& zero) {
+    return R"({"train_batch_size": 8, )" + precision + R"("data_types": {"grad_accum_dtype": ")" + accum +
+           R"("}, "zero_optimization": {)" + zero + "}}";
+  };
+  const std::string bf16 = R"("bf16": {"enabled": true}, )", fp16 = R"("fp16": {"enabled": true}, )";
+  for (const std::string stage : {"0", "1", "2"}) {
+    EXPECT_EQ(rejection(config(bf16, "bf16", "\"stage\": " + stage)), "");
+    EXPECT_EQ(rejection(config(fp16, "fp16", "\"stage\": " + stage)), "");
+    EXPECT_EQ(rejection(config(bf16, "fp32", "\"stage\": " + stage)), "");
+  }
+  EXPECT_EQ(rejection(config(bf16, "fp32", "\"stage\": 3")), "");
+  struct Case {
+    std::string json, says;
+  } cases[] = {
+      {config("", "bf16", "\"stage\": 1"), "data_types.grad_accum_dtype \"bf16\": gradients accumulate in fp32 or "
+                                            "in the model's own dtype (fp32)"},
+      {config(fp16, "bf16", "\"stage\": 1"), "in the model's own dtype (fp16)"},
+      {config(bf16, "bf16", "\"stage\": 3"), "ZeRO stage 3 keeps its gradient partitions in fp32"},
+      {config(bf16, "bf16", R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2})"),
+       "ZenFlow selects and steps on fp32 gradients"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind("data_types.grad_accum_dtype \"", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
 // Parameter offload belongs to stage 3 (as in DeepSpeed): below it every rank keeps whole parameters.
 TEST(FeatureGate, ParameterOffloadNeedsStageThree) {
   for (const char* device : {"cpu", "nvme"}) {
