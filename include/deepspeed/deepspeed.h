@@ -81,8 +81,10 @@ struct InitializeOptions {
 struct ModelStateBytes {
   int64_t params = 0;            // the model's parameters in its dtype: full at stages 0-2; at stage 3 this rank's
                                  // partitions plus the persistent parameters
-  int64_t gradients = 0;         // fp32 gradients kept across the step (full at stages 0/1, partition at stage 2)
-  int64_t master_weights = 0;    // fp32 master copies (0 when the fp32 parameters are their own masters)
+  int64_t gradients = 0;         // gradients kept across the step (full at stages 0/1, partition at stage 2): fp32,
+                                 // or the model's dtype with grad_accum_dtype / bf16_master_weights_and_grads
+  int64_t master_weights = 0;    // fp32 master copies (0 when the parameters are their own masters: an fp32 model,
+                                 // or bf16 ones with bf16_master_weights_and_grads)
   int64_t optimizer_states = 0;  // e.g. Adam's exp_avg and exp_avg_sq
   int64_t working_buffers = 0;   // stage 2's gradient staging buckets / stage 3's gathered-parameter pool in use
                                  // and hpZ's secondary partitions (held from a forward to its backward)

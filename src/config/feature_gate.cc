@@ -13,6 +13,28 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
   DS_CHECK_T(ConfigError, !on, key, ": ", what, " is not implemented in this build of deepspeed-cpp yet");
 }
 
+// bf16.bf16_master_weights_and_grads (and bf16_optimizer_states): gradients, masters and optimizer states kept in
+// the model's bf16, stepped in fp32 a chunk at a time. DeepSpeed's rules: ZeRO stages 1-3, and without ZeRO-Offload
+// the states must be bf16 too. Ours, where they go less far: stages 1 and 2, no offload.
+void check_bf16_masters(const config::Config& cfg) {
+  const config::Bf16Config& b = cfg.bf16;
+  if (!b.bf16_master_weights_and_grads) return;
+  const std::string key = "bf16.bf16_master_weights_and_grads";
+  DS_CHECK_T(ConfigError, b.enabled, key, ": needs bf16.enabled true (the masters are the model's bf16 weights)");
+  const config::ZeroConfig& z = cfg.zero;
+  DS_CHECK_T(ConfigError, z.stage == 1 || z.stage == 2, key, ": supported at ZeRO stages 1 and 2, got stage ",
+             z.stage, " (stage 3 keeps fp32 masters of its shards; not supported yet)");
+  DS_CHECK_T(ConfigError, z.offload_optimizer.device == config::OffloadDevice::kNone, key,
+             ": not supported with offload_optimizer yet (the CPU optimizer keeps fp32 masters)");
+  DS_CHECK_T(ConfigError, b.bf16_optimizer_states, key, ": without ZeRO-Offload the optimizer states must be bf16 "
+             "too: set bf16.bf16_optimizer_states true (as DeepSpeed requires)");
+  DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
+  const auto& accum = cfg.data_types.grad_accum_dtype;
+  DS_CHECK_T(ConfigError, !accum || *accum == config::DataType::kBf16, key, ": the gradients are bf16 with it, but "
+             "data_types.grad_accum_dtype says ", config::to_string(accum.value_or(config::DataType::kBf16)),
+             "; leave grad_accum_dtype unset or bf16");
+}
+
 }  // namespace
 
 void check_supported_features(const config::Config& cfg) {
@@ -94,8 +116,7 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
   reject_if(cfg.fp16.enabled && cfg.fp16.fp16_master_weights_and_grads, "fp16.fp16_master_weights_and_grads",
             "fp16 master weights");
-  reject_if(cfg.bf16.enabled && (cfg.bf16.bf16_master_weights_and_grads || cfg.bf16.bf16_optimizer_states),
-            "bf16.bf16_master_weights_and_grads", "bf16 master weights or optimizer states");
+  check_bf16_masters(cfg);
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype at stages 0-2 (zero/flat_params.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).

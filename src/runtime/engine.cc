@@ -220,13 +220,18 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
   if (zenflow) build_zenflow(options);
-  // Gradients held in the model's dtype reach the optimizer through step_in_fp32_chunks: element-wise kernels only.
+  // Gradients (and, with bf16 masters, masters and states) held in the model's dtype reach the optimizer through
+  // step_in_fp32_chunks: element-wise kernels only.
   const auto& accum = config_.data_types.grad_accum_dtype;
-  DS_CHECK_T(ConfigError, !accum || *accum == config::DataType::kFp32 || !optimizer_ || optimizer_->num_states() >= 0,
-             "data_types.grad_accum_dtype \"", config::to_string(accum.value_or(config::DataType::kFp32)),
-             "\": the step converts the gradients to fp32 a chunk at a time, which the ",
-             optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors); leave "
-             "grad_accum_dtype unset or fp32");
+  const bool bf16_masters = config_.bf16.enabled && config_.bf16.bf16_master_weights_and_grads;
+  const std::string key = bf16_masters ? std::string("bf16.bf16_master_weights_and_grads")
+                                       : std::string("data_types.grad_accum_dtype \"") +
+                                             config::to_string(accum.value_or(config::DataType::kFp32)) + "\"";
+  DS_CHECK_T(ConfigError,
+             !(bf16_masters || (accum && *accum != config::DataType::kFp32)) || !optimizer_ ||
+                 optimizer_->num_states() >= 0,
+             key, ": the step converts the gradients to fp32 a chunk at a time, which the ",
+             optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors)");
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -544,9 +549,11 @@ bool EngineImpl::take_model_step() {
     }
     speculative_->rollback();
   }
-  // Gradients accumulated in the model's bf16/fp16 (data_types.grad_accum_dtype) reach the fp32 kernels a chunk at a
-  // time, converted and scaled there: multiplying them in their own dtype would round every one.
-  const bool low_precision = !grads.empty() && grads.front().scalar_type() != at::kFloat;
+  // Gradients accumulated in the model's bf16/fp16 (data_types.grad_accum_dtype, bf16 masters) reach the fp32 kernels
+  // a chunk at a time, converted and scaled there: multiplying them in their own dtype would round every one.
+  const std::vector<at::Tensor>& masters = stage_->masters();  // empty with nvme offload
+  const bool low_precision = !grads.empty() && (grads.front().scalar_type() != at::kFloat ||
+                                                (!masters.empty() && masters.front().scalar_type() != at::kFloat));
   if (coef != 1.0 && !low_precision)
     for (auto& g : grads) g.mul_(coef);
   if (swapper_) {
@@ -585,21 +592,37 @@ bool EngineImpl::take_model_step() {
 }
 
 void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef) {
-  constexpr int64_t kChunk = int64_t{1} << 20;  // elements: a 4 MiB fp32 buffer whatever the model's size
+  constexpr int64_t kChunk = int64_t{1} << 20;  // elements: 4 MiB fp32 buffers whatever the model's size
   const std::vector<at::Tensor>& masters = stage_->masters();
   int64_t longest = 0;
   for (const auto& m : masters) longest = std::max(longest, std::min(kChunk, m.numel()));
-  at::Tensor buffer = at::empty({longest}, masters.front().options().dtype(at::kFloat));
+  // One fp32 buffer per operand that is not fp32 itself (the gradient; with bf16 masters the master and states).
+  auto options = masters.front().options().dtype(at::kFloat);
+  std::vector<at::Tensor> buffers;
+  for (int k = 0; k < 4; ++k) buffers.push_back(at::empty({longest}, options));
   optimizer_->begin_step();
   for (size_t g = 0; g < masters.size(); ++g) {
     const std::vector<at::Tensor> states = optimizer_->group_state(g);
     for (int64_t offset = 0, n = masters[g].numel(); offset < n; offset += kChunk) {
       const int64_t len = std::min(kChunk, n - offset);
-      at::Tensor grad = buffer.narrow(0, 0, len);
-      grad.copy_(grads[g].narrow(0, offset, len));
-      if (coef != 1.0) grad.mul_(coef);
-      auto slice = [&](size_t k) { return k < states.size() ? states[k].narrow(0, offset, len) : at::Tensor(); };
-      optimizer_->step_slice(g, masters[g].narrow(0, offset, len), grad, slice(0), slice(1));
+      // Operand k's chunk as fp32: the tensor itself, or buffer k holding its converted values.
+      std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (low-precision chunk, its fp32 buffer)
+      auto fp32 = [&](const at::Tensor& t, int k, bool written_back) {
+        if (!t.defined()) return at::Tensor();
+        at::Tensor chunk = t.narrow(0, offset, len);
+        if (chunk.scalar_type() == at::kFloat) return chunk;
+        at::Tensor buffer = buffers[k].narrow(0, 0, len);
+        buffer.copy_(chunk);
+        if (written_back) written.emplace_back(chunk, buffer);
+        return buffer;
+      };
+      at::Tensor grad = fp32(grads[g], 0, false);
+      if (coef != 1.0) grad.mul_(coef);  // an fp32 gradient in place, as the other steps scale it
+      at::Tensor master = fp32(masters[g], 1, true);
+      at::Tensor first = fp32(states.size() > 0 ? states[0] : at::Tensor(), 2, true);
+      at::Tensor second = fp32(states.size() > 1 ? states[1] : at::Tensor(), 3, true);
+      optimizer_->step_slice(g, master, grad, first, second);
+      for (auto& [chunk, buffer] : written) chunk.copy_(buffer);  // rounded to nearest even
     }
   }
 }

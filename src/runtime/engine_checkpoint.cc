@@ -151,6 +151,13 @@ EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
     if (optimizer_)
       for (size_t g = 0; g < out.masters.size(); ++g)
         out.states.push_back(optimizer_->group_state(g));
+    if (!out.masters.empty() && out.masters.front().scalar_type() != at::kFloat) {
+      // bf16 masters and states (bf16_master_weights_and_grads): saved as fp32, exactly, so the files are those of
+      // any other run (DeepSpeed converts on load too); commit_checkpoint_state rounds loaded values back.
+      for (auto& m : out.masters) m = m.to(at::kFloat);
+      for (auto& states : out.states)
+        for (auto& t : states) t = t.to(at::kFloat);
+    }
     return out;
   }
   // NVMe: one pass over the swap files (the swapper writes the unchanged pieces back). The copies
@@ -172,7 +179,16 @@ EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
 }
 
 void EngineImpl::commit_checkpoint_state(const CheckpointState& state) {
-  if (!swapper_) return;
+  if (!swapper_) {
+    const std::vector<at::Tensor>& live = master_buffers();
+    if (live.empty() || live.front().scalar_type() == at::kFloat) return;  // `state` holds the live tensors
+    for (size_t g = 0; g < live.size(); ++g) {
+      live[g].copy_(state.masters[g]);
+      const std::vector<at::Tensor> states = optimizer_ ? optimizer_->group_state(g) : std::vector<at::Tensor>();
+      for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k) states[k].copy_(state.states[g][k]);
+    }
+    return;
+  }
   swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master,
                      const std::vector<at::Tensor>& states) {
     master.copy_(state.masters[g].narrow(0, offset, master.numel()));

@@ -166,8 +166,8 @@ class EngineImpl : public runtime::StageEngine {
   // parameters' names by (group, index).
   const std::vector<at::Tensor>& master_buffers() const;
   // This rank's fp32 masters and optimizer states per group ([group][state]), as checkpoints read and write them:
-  // the live tensors, or with nvme offload copies read out of the swap files (commit_checkpoint_state writes such
-  // copies back, and the parameters from the masters; for live tensors it does nothing).
+  // the live tensors, or fp32 copies (with nvme offload read out of the swap files; with bf16 masters converted),
+  // which commit_checkpoint_state writes back (nvme: the parameters too); for live tensors it does nothing.
   struct CheckpointState {
     std::vector<at::Tensor> masters;
     std::vector<std::vector<at::Tensor>> states;

@@ -32,6 +32,12 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   // data_types.grad_accum_dtype naming the model's 16-bit dtype (the gate refuses any other but fp32).
   if (config.data_types.grad_accum_dtype && scalar_type(*config.data_types.grad_accum_dtype) == dtype)
     o.grad_dtype = dtype;
+  // bf16.bf16_master_weights_and_grads: gradients, masters and (bf16_optimizer_states) the optimizer's states all
+  // stay in the model's bf16 (the gate admits it at stages 1 and 2 with bf16 states).
+  if (config.bf16.enabled && config.bf16.bf16_master_weights_and_grads && dtype == at::kBFloat16) {
+    o.grad_dtype = dtype;
+    o.masters.model_dtype_masters = true;
+  }
   o.reducer.bucket_elems = z.reduce_bucket_size;
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;

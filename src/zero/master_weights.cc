@@ -39,7 +39,7 @@ MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup 
       masters_.push_back(host(slice.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true)));
       host_grads_.push_back(host(at::zeros({slice.numel()}, at::kFloat)));
       copies_ = true;
-    } else if (slice.scalar_type() == at::kFloat) {
+    } else if (slice.scalar_type() == at::kFloat || options_.model_dtype_masters) {
       masters_.push_back(slice);
     } else {
       masters_.push_back(slice.to(at::kFloat));  // fp32 master of a bf16/fp16 model

@@ -1,7 +1,8 @@
 // The fp32 master weights the optimizer updates, and the way back to the model's parameters.
 //
 // Stage 0 with an fp32 model: the master of a group is its flat parameter buffer itself. Stages 1 and 2: each rank's
-// master is its partition of the buffer (a view when the model is fp32, an fp32 copy when it runs in bf16/fp16), and
+// master is its partition of the buffer (a view when the model is fp32 or, with bf16_master_weights_and_grads, when
+// the masters are to stay bf16; an fp32 copy when the model runs in bf16/fp16 otherwise), and
 // publish() all-gathers the updated partitions into every rank's full parameters, in chunks of at most
 // `allgather_bucket_elems` (DeepSpeed's allgather_bucket_size) or by one broadcast per owner when
 // allgather_partitions is false. Norms and overflow checks over partitioned gradients are combined across ranks, so
@@ -38,13 +39,17 @@ struct MasterWeightsOptions {
   bool offload_to_host = false;  // offload_optimizer.device == "cpu"
   bool pin_memory = false;       // offload_optimizer.pin_memory
   bool external_masters = false; // offload_optimizer "nvme": masters live in swap files, written back by slice
+  // bf16.bf16_master_weights_and_grads: the masters are the model's own bf16 partition (views, as with an fp32
+  // model), not fp32 copies; the optimizer's fp32 arithmetic rounds each update back into them.
+  bool model_dtype_masters = false;
 };
 
 class MasterWeights {
  public:
   MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup world, MasterWeightsOptions options);
 
-  // fp32 master weights, one per group (whole buffer or this rank's partition).
+  // Master weights, one per group (whole buffer or this rank's partition): fp32, or the model's bf16 with
+  // model_dtype_masters.
   const std::vector<at::Tensor>& masters() const { return masters_; }
   // Bytes of master weights that are copies (0 when the masters are views of fp32 parameters).
   int64_t copy_bytes() const;

@@ -25,6 +25,7 @@
 #include "deepspeed/zero.h"
 #include "elementwise_net.h"
 #include "safetensors_reader.h"
+#include "shared_temp_dir.h"
 #include "tiny_gpt.h"
 #include "tolerance.h"
 
@@ -33,33 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A directory every rank sees: rank 0 creates it and broadcasts its path; rank 0 removes it after a
-// barrier.
-class SharedTempDir {
- public:
-  SharedTempDir() {
-    tiny_gpt::ensure_comm();
-    auto world = deepspeed::comm::get_world_group();
-    at::Tensor buf = at::zeros({512}, at::kByte);
-    if (world.rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "ds_engine_ckpt_XXXXXX").string();
-      if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + tmpl);
-      std::memcpy(buf.data_ptr(), tmpl.c_str(), tmpl.size());
-    }
-    world.broadcast(buf, 0);
-    path_ = std::string(static_cast<const char*>(buf.data_ptr()));
-  }
-  ~SharedTempDir() {
-    auto world = deepspeed::comm::get_world_group();
-    world.barrier();
-    std::error_code ec;
-    if (world.rank() == 0) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ds_test::SharedTempDir;
 
 void barrier() { deepspeed::comm::get_world_group().barrier(); }
 int rank() { return deepspeed::comm::get_rank(); }

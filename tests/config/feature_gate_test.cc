@@ -134,6 +134,33 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   }
 }
 
+// bf16 master weights (and states): stages 1 and 2 without offload, with bf16 states as DeepSpeed requires there.
+TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
+  auto config = [](const std::string& bf16, const std::string& zero, const std::string& extra = "") {
+    return R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true)" + bf16 +
+           R"(}, "zero_optimization": {)" + zero + "}" + extra + "}";
+  };
+  const std::string states = R"(, "bf16_optimizer_states": true)";
+  EXPECT_EQ(rejection(config(states, "\"stage\": 1")), "");
+  EXPECT_EQ(rejection(config(states, "\"stage\": 2", R"(, "data_types": {"grad_accum_dtype": "bf16"})")), "");
+  struct Case {
+    std::string json, says;
+  } cases[] = {
+      {config(states, "\"stage\": 3"), "supported at ZeRO stages 1 and 2, got stage 3"},
+      {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
+      {config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu"})"), "not supported with offload_optimizer"},
+      {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
+       "data_types.grad_accum_dtype says fp32"},
+      {R"({"train_batch_size": 8, "bf16": {"enabled": false, "bf16_master_weights_and_grads": true}, )"
+       R"("zero_optimization": {"stage": 1}})", "needs bf16.enabled true"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind("bf16.bf16_master_weights_and_grads: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
 // Parameter offload belongs to stage 3 (as in DeepSpeed): below it every rank keeps whole parameters.
 TEST(FeatureGate, ParameterOffloadNeedsStageThree) {
   for (const char* device : {"cpu", "nvme"}) {
