@@ -15,11 +15,13 @@
 #
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
-# fp32) O=12; bf16acc: bf16 with data_types.grad_accum_dtype "bf16" (stages 0-2; stage 3 refuses it), G=2. Stage 1
-# partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is the partitioned terms times (1 - 1/N). The
-# table gives the measured saving (stage 0's peak minus the stage's) and its ratio to the formula's; for bf16acc also
-# the peak against bf16's at the same stage (run PRECISIONS="bf16 bf16acc") beside the formula's 2 bytes a parameter
-# (2 / N from stage 2 on).
+# fp32) O=12; bf16acc: bf16 with data_types.grad_accum_dtype "bf16" (stages 0-2; stage 3 refuses it), G=2; bf16m:
+# bf16 with bf16_master_weights_and_grads and bf16_optimizer_states (stages 1 and 2 only), G=2 O=4 (bf16 m and v; the
+# masters are the weights themselves). Stage 1 partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is
+# the partitioned terms times (1 - 1/N). The table gives the measured saving (stage 0's peak minus the stage's; bf16m,
+# which has no stage 0, against bf16's stage 0) and its ratio to the formula's; for bf16acc and bf16m also the peak
+# against bf16's at the same stage (run them after bf16: PRECISIONS="bf16 bf16acc bf16m") beside the formula's
+# difference: bf16acc 2 bytes a parameter (2 / N from stage 2 on); bf16m 2 + 8 / N at stage 1, 10 / N at stage 2.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -57,6 +59,7 @@ for model in $MODELS; do
       base=""
       for stage in 0 1 2 3; do
         [[ $prec == bf16acc && $stage == 3 ]] && continue
+        [[ $prec == bf16m && ( $stage == 0 || $stage == 3 ) ]] && continue
         cfg="$WORK/z${stage}_${prec}_${model}.json"
         "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" <<'PY'
 import json, sys
@@ -64,8 +67,10 @@ src, dst, micro, prec = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 c = json.load(open(src))
 c["train_micro_batch_size_per_gpu"] = micro
 c["steps_per_print"] = 1000000
-if prec in ("bf16", "bf16acc"):
+if prec in ("bf16", "bf16acc", "bf16m"):
     c["bf16"] = {"enabled": True}
+if prec == "bf16m":
+    c["bf16"].update({"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
 if prec == "bf16acc":
     c["data_types"] = {"grad_accum_dtype": "bf16"}
 json.dump(c, open(dst, "w"))
@@ -78,22 +83,27 @@ PY
         params=$(echo "$out" | sed -n 's/.*train_gpt: \([0-9]*\) parameters.*/\1/p' | head -1)
         peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
         [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
+        [[ $prec == bf16m && -n ${bf16_peak_0:-} ]] && base=$bf16_peak_0
         [[ -z $base ]] && base=$peak
         [[ $prec == bf16 ]] && eval "bf16_peak_$stage=$peak"
         awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" '
           BEGIN {
-            P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc") ? 2 : 4; O = (p == "fp32") ? 8 : 12;
+            P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc" || p == "bf16m") ? 2 : 4;
+            O = (p == "fp32") ? 8 : (p == "bf16m") ? 4 : 12;
             f = 1 - 1 / n; per = 0;
             if (s >= 1) per += O * f; if (s >= 2) per += G * f; if (s >= 3) per += P * f;
+            # bf16m against bf16 stage 0 (P 2 + G 4 + O 12 = 18 bytes a parameter).
+            if (p == "bf16m") per = 18 - (2 + (s >= 2 ? 2 / n : 2) + 4 / n);
             formula = per * psi / 1048576; saving = base - peak;
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
             printf "%-5s %-7s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
           }'
         other=bf16_peak_$stage
-        if [[ $prec == bf16acc && -n ${!other:-} ]]; then
-          awk -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
-            formula = (s >= 2 ? 2 / n : 2) * psi / 1048576;
-            printf "      bf16acc vs bf16 at stage %d: %.1f MB lower (formula %.1f: %.2f)\n", s, bf16 - peak, formula,
+        if [[ ( $prec == bf16acc || $prec == bf16m ) && -n ${!other:-} ]]; then
+          awk -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
+            per = (p == "bf16acc") ? (s >= 2 ? 2 / n : 2) : (s >= 2 ? 10 / n : 2 + 8 / n);
+            formula = per * psi / 1048576;
+            printf "      %s vs bf16 at stage %d: %.1f MB lower (formula %.1f: %.2f)\n", p, s, bf16 - peak, formula,
                    (bf16 - peak) / formula }'
         fi
       done

@@ -170,7 +170,8 @@ class Engine {
   int64_t skipped_steps() const;
   int zero_optimization_stage() const;
   // The dtype data-parallel gradient reductions use (DeepSpeed's engine.communication_data_type): the config's
-  // communication_data_type, or seq_parallel_communication_data_type under sequence parallelism; fp32 when unset.
+  // communication_data_type, or seq_parallel_communication_data_type under sequence parallelism; fp32 when unset
+  // (the gradients' own 16-bit dtype where they accumulate in it at stages 0 and 1: grad_accum_dtype, bf16 masters).
   at::ScalarType communication_data_type() const;
   ModelStateBytes model_state_bytes() const;
 

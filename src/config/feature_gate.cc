@@ -15,7 +15,7 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states): gradients, masters and optimizer states kept in
 // the model's bf16, stepped in fp32 a chunk at a time. DeepSpeed's rules: ZeRO stages 1-3, and without ZeRO-Offload
-// the states must be bf16 too. Ours, where they go less far: stages 1 and 2, no offload.
+// the states must be bf16 too. Ours, where they go less far: stages 1 and 2, offload to "cpu" only.
 void check_bf16_masters(const config::Config& cfg) {
   const config::Bf16Config& b = cfg.bf16;
   if (!b.bf16_master_weights_and_grads) return;
@@ -24,10 +24,14 @@ void check_bf16_masters(const config::Config& cfg) {
   const config::ZeroConfig& z = cfg.zero;
   DS_CHECK_T(ConfigError, z.stage == 1 || z.stage == 2, key, ": supported at ZeRO stages 1 and 2, got stage ",
              z.stage, " (stage 3 keeps fp32 masters of its shards; not supported yet)");
-  DS_CHECK_T(ConfigError, z.offload_optimizer.device == config::OffloadDevice::kNone, key,
-             ": not supported with offload_optimizer yet (the CPU optimizer keeps fp32 masters)");
-  DS_CHECK_T(ConfigError, b.bf16_optimizer_states, key, ": without ZeRO-Offload the optimizer states must be bf16 "
-             "too: set bf16.bf16_optimizer_states true (as DeepSpeed requires)");
+  const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
+  DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kNvme, key,
+             ": not supported with offload_optimizer \"nvme\" yet (its swap files hold fp32 masters); \"cpu\" is");
+  DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu || b.bf16_optimizer_states, key,
+             ": without ZeRO-Offload the optimizer states must be bf16 too: set bf16.bf16_optimizer_states true (as "
+             "DeepSpeed requires; with offload_optimizer \"cpu\" they may stay fp32)");
+  DS_CHECK_T(ConfigError, !oo.overlap_step && !oo.super_offload, key, ": not supported with offload_optimizer.",
+             oo.overlap_step ? "overlap_step" : "super_offload", " yet (they step whole fp32 masters)");
   DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   const auto& accum = cfg.data_types.grad_accum_dtype;
   DS_CHECK_T(ConfigError, !accum || *accum == config::DataType::kBf16, key, ": the gradients are bf16 with it, but "

@@ -211,7 +211,10 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
                "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
     build_nvme_optimizer(*config_.optimizer);
   } else if (config_.optimizer.has_value()) {
-    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters());
+    // bf16_optimizer_states (with bf16 masters, which the gate requires): the states in bf16 too.
+    const bool bf16_states = config_.bf16.enabled && config_.bf16.bf16_optimizer_states;
+    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters(), /*resident_state=*/true,
+                                               bf16_states ? at::kBFloat16 : at::kFloat);
     // Offload with a bf16/fp16 model: the CPU kernels write the updated partition straight into the parameters.
     // Not when the step overlaps the next forward and backward, which read those parameters meanwhile, nor when it
     // is speculative (an update that may be rolled back must not reach them before it is validated).

@@ -29,7 +29,7 @@ class FusedOptimizer final : public EngineOptimizer {
   enum class Kind { kAdam, kSgd, kAdagrad, kLion };
 
   FusedOptimizer(Kind kind, const config::OptimizerConfig& cfg, const std::vector<zero::FlatGroup>& groups,
-                 const std::vector<at::Tensor>& masters, bool resident_state)
+                 const std::vector<at::Tensor>& masters, bool resident_state, at::ScalarType state_dtype)
       : kind_(kind), type_(cfg.type) {
     const Params& p = cfg.params;
     switch (kind_) {
@@ -81,8 +81,9 @@ class FusedOptimizer final : public EngineOptimizer {
       // Step 1 of every kernel ignores the incoming state, so uninitialized memory is fine.
       bool needs_second = kind_ == Kind::kAdam;
       bool needs_first = kind_ != Kind::kSgd || sgd_.momentum != 0.0;
-      if (resident_state && needs_first) s.first = at::empty_like(masters[i]);
-      if (resident_state && needs_second) s.second = at::empty_like(masters[i]);
+      const auto options = masters[i].options().dtype(state_dtype);
+      if (resident_state && needs_first) s.first = at::empty_like(masters[i], options);
+      if (resident_state && needs_second) s.second = at::empty_like(masters[i], options);
       state_.push_back(s);
     }
   }
@@ -281,7 +282,8 @@ double configured_lr(const config::OptimizerConfig& cfg) {
 
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
                                                       const std::vector<zero::FlatGroup>& groups,
-                                                      const std::vector<at::Tensor>& masters, bool resident_state) {
+                                                      const std::vector<at::Tensor>& masters, bool resident_state,
+                                                      at::ScalarType state_dtype) {
   using Kind = FusedOptimizer::Kind;
   DS_ASSERT(groups.size() == masters.size(), "one master tensor per group");
   Kind kind;
@@ -300,7 +302,7 @@ std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerCon
     throw ConfigError("optimizer.type: '" + cfg.type + "' is not implemented in deepspeed-cpp yet (available: Adam, "
                       "AdamW, SGD, Adagrad, Lion, Lamb, Muon)");
   }
-  return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters, resident_state);
+  return std::make_unique<FusedOptimizer>(kind, cfg, groups, masters, resident_state, state_dtype);
 }
 
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {

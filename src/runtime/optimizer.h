@@ -91,13 +91,16 @@ class PerGroupOptimizer : public EngineOptimizer {
   int64_t step_ = 0;
 };
 
-// Builds the config's optimizer for fp32 `masters`, one per group; `groups` supply lr / weight_decay overrides.
-// `resident_state` false: no state is allocated (the caller streams it through step_slice).
+// Builds the config's optimizer for `masters` (fp32, or bf16 with bf16_master_weights_and_grads), one per group;
+// `groups` supply lr / weight_decay overrides. `resident_state` false: no state is allocated (the caller streams it
+// through step_slice). `state_dtype`: the states' (bf16 with bf16_optimizer_states; stepped then through
+// step_slice on fp32 copies, as bf16 masters are).
 // Throws ConfigError for an optimizer type this build does not implement.
 std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerConfig& cfg,
                                                       const std::vector<zero::FlatGroup>& groups,
                                                       const std::vector<at::Tensor>& masters,
-                                                      bool resident_state = true);
+                                                      bool resident_state = true,
+                                                      at::ScalarType state_dtype = at::kFloat);
 
 // Wraps a caller's torch optimizer. Its param groups are matched to ours by position.
 std::unique_ptr<EngineOptimizer> wrap_client_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);

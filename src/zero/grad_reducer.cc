@@ -149,18 +149,29 @@ struct GradReducer::State {
     const zero::PartitionLayout& lay = layout(b);
     const int me = lay.rank();
     at::Tensor src = source(b);
+    // Averaging this rank's reduced elements (its owner segments when reduced to owners).
+    auto average = [&](const at::Tensor& t) {
+      if (options.reduction == Reduction::kAllReduce) {
+        t.mul_(post);
+      } else {
+        for (const auto& seg : lay.owner_segments(b.begin, b.end))
+          if (seg.owner == me) t.narrow(0, seg.begin - b.begin, seg.end - seg.begin).mul_(post);
+      }
+    };
+    bool averaged = false;
     if (b.wire.defined()) {
+      // A wire wider than the buffer (an fp32 wire into 16-bit gradients) is averaged before it is rounded into
+      // it: the sum over ranks may not fit where the mean does (fp16), and it is one rounding, not two.
+      if (options.storage != GradStorage::kPartitioned && post != 1.0 &&
+          b.wire.element_size() > src.element_size()) {
+        average(b.wire);
+        averaged = true;
+      }
       src.copy_(b.wire);
       b.wire = at::Tensor();
     }
     if (options.storage != GradStorage::kPartitioned) {
-      if (post == 1.0) return;
-      if (options.reduction == Reduction::kAllReduce) {
-        src.mul_(post);
-      } else {
-        for (const auto& seg : lay.owner_segments(b.begin, b.end))
-          if (seg.owner == me) src.narrow(0, seg.begin - b.begin, seg.end - seg.begin).mul_(post);
-      }
+      if (post != 1.0 && !averaged) average(src);
       return;
     }
     for (const auto& seg : lay.owner_segments(b.begin, b.end)) {

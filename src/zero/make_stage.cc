@@ -1,6 +1,7 @@
 #include "zero/make_stage.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "deepspeed/accelerator.h"
@@ -29,15 +30,10 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   FlatStageOptions o;
   o.stage = z.stage;
   o.dtype = dtype;
-  // data_types.grad_accum_dtype naming the model's 16-bit dtype (the gate refuses any other but fp32).
-  if (config.data_types.grad_accum_dtype && scalar_type(*config.data_types.grad_accum_dtype) == dtype)
-    o.grad_dtype = dtype;
-  // bf16.bf16_master_weights_and_grads: gradients, masters and (bf16_optimizer_states) the optimizer's states all
-  // stay in the model's bf16 (the gate admits it at stages 1 and 2 with bf16 states).
-  if (config.bf16.enabled && config.bf16.bf16_master_weights_and_grads && dtype == at::kBFloat16) {
-    o.grad_dtype = dtype;
-    o.masters.model_dtype_masters = true;
-  }
+  if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) o.grad_dtype = dtype;
+  // bf16.bf16_master_weights_and_grads: masters and (bf16_optimizer_states) the optimizer's states stay in the
+  // model's bf16 too (the gate admits it at stages 1 and 2).
+  o.masters.model_dtype_masters = config.bf16.enabled && config.bf16.bf16_master_weights_and_grads;
   o.reducer.bucket_elems = z.reduce_bucket_size;
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;
@@ -125,9 +121,26 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
 
 }  // namespace
 
+std::optional<at::ScalarType> sixteen_bit_gradients(const Config& config) {
+  // data_types.grad_accum_dtype naming the model's 16-bit dtype (the gate refuses any other but fp32), or bf16 masters.
+  const std::optional<at::ScalarType> model = config.bf16.enabled   ? std::optional(at::kBFloat16)
+                                              : config.fp16.enabled ? std::optional(at::kHalf)
+                                                                    : std::nullopt;
+  if (!model) return std::nullopt;
+  const auto& accum = config.data_types.grad_accum_dtype;
+  if (accum && scalar_type(*accum) == *model) return model;
+  if (config.bf16.enabled && config.bf16.bf16_master_weights_and_grads) return model;
+  return std::nullopt;
+}
+
 at::ScalarType gradient_communication_dtype(const Config& config) {
   if (config.sequence_parallel_size > 1) return scalar_type(config.seq_parallel_communication_data_type);
-  return scalar_type(config.communication_data_type.value_or(config::DataType::kFp32));
+  if (config.communication_data_type) return scalar_type(*config.communication_data_type);
+  // 16-bit gradient buffers at stages 0 and 1 reduce in their own dtype: an fp32 wire would be a bucket-sized fp32
+  // copy of each, all alive together at the boundary (a whole fp32 gradient again). Stage 2's staging stays fp32.
+  if (config.zero.stage <= 1)
+    if (const auto sixteen = sixteen_bit_gradients(config)) return *sixteen;
+  return at::kFloat;
 }
 
 std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,

@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "deepspeed/comm.h"
@@ -16,8 +17,13 @@ namespace deepspeed::zero {
 
 // The dtype gradients are reduced in: `communication_data_type`, or with sequence_parallel_size > 1 DeepSpeed's
 // `seq_parallel_communication_data_type` (which replaces it there, default fp32). Unset: fp32, where DeepSpeed
-// would use the model's 16-bit type (our buckets accumulate in fp32 and lose nothing on the way).
+// would use the model's 16-bit type (our buckets accumulate in fp32 and lose nothing on the way); but gradients
+// accumulated in 16 bits at stages 0 and 1 (sixteen_bit_gradients) reduce in that dtype, as DeepSpeed's do.
 at::ScalarType gradient_communication_dtype(const Config& config);
+
+// The model's 16-bit dtype when its gradients accumulate in it (data_types.grad_accum_dtype naming it, or
+// bf16.bf16_master_weights_and_grads); nullopt when they accumulate in fp32.
+std::optional<at::ScalarType> sixteen_bit_gradients(const Config& config);
 
 // `groups` are the engine's parameter groups: stages 0-2 flatten them in place and keep a reference (they must
 // outlive the stage); stage 3 partitions their parameters. `dtype` is the model's compute dtype. Every rank ends up

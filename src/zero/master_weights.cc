@@ -36,8 +36,10 @@ MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup 
     at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;
     if (options_.offload_to_host) {
       auto host = [&](const at::Tensor& t) { return options_.pin_memory ? acc.pin_memory(t) : t; };
-      masters_.push_back(host(slice.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true)));
-      host_grads_.push_back(host(at::zeros({slice.numel()}, at::kFloat)));
+      // bf16 masters: the host copy and the gradients' host copy stay in the model's dtype (half the bytes moved).
+      const at::ScalarType dtype = options_.model_dtype_masters ? slice.scalar_type() : at::kFloat;
+      masters_.push_back(host(slice.to(at::kCPU, dtype, /*non_blocking=*/false, /*copy=*/true)));
+      host_grads_.push_back(host(at::zeros({slice.numel()}, at::TensorOptions().dtype(dtype))));
       copies_ = true;
     } else if (slice.scalar_type() == at::kFloat || options_.model_dtype_masters) {
       masters_.push_back(slice);
@@ -131,7 +133,8 @@ at::Tensor MasterWeights::initial_master(size_t group) const {
 
 bool MasterWeights::fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept) {
   DS_ASSERT(copy_back_.empty(), "fuse_copy_back called twice");
-  if (!options_.offload_to_host || masters_.empty()) return false;
+  // bf16 masters are already the parameters' values: publish() copies them as they are.
+  if (!options_.offload_to_host || masters_.empty() || options_.model_dtype_masters) return false;
   std::vector<at::Tensor> targets;
   for (const auto& g : groups_) {
     at::Tensor slice = options_.partitioned ? my_slice(g) : g.params_flat;

@@ -40,7 +40,8 @@ struct MasterWeightsOptions {
   bool pin_memory = false;       // offload_optimizer.pin_memory
   bool external_masters = false; // offload_optimizer "nvme": masters live in swap files, written back by slice
   // bf16.bf16_master_weights_and_grads: the masters are the model's own bf16 partition (views, as with an fp32
-  // model), not fp32 copies; the optimizer's fp32 arithmetic rounds each update back into them.
+  // model; with offload, bf16 host copies beside bf16 host gradients), not fp32 copies; the optimizer's fp32
+  // arithmetic rounds each update back into them.
   bool model_dtype_masters = false;
 };
 

@@ -8,8 +8,14 @@
 // fp32 it is v + 2t, which rounds up to v + one spacing when the fp32 master is rounded into the parameters. SGD at
 // lr 1 from zero weights leaves minus the window's mean gradient (v / 4, or (v + 2t) / 4 rounded: the loss divided
 // by the 4 micro-steps) in the weights, exact in the model's dtype; averaging over ranks moves neither (equal
-// gradients: each rank's sum is exact in fp32, and one rounding of it times 1/n lands back on it). The parameters
-// are long enough (2^20 + 64 elements) that the fp32 step runs in two chunks. Gradient memory: half of fp32's.
+// gradients: the sum over n <= 4 ranks is exact, in fp32 and in 16 bits too, where stages 0/1 reduce 16-bit
+// gradients: 64v is an integer in 64..67, times 3 at most 201, 8 bits; one rounding of it times 1/n lands back on
+// it). The parameters are long enough (2^20 + 64 elements) that at stage 0 the fp32 step runs in two chunks.
+// Gradient memory: half of fp32's.
+//
+// AnFp32WireAveragesBeforeRounding: with communication_data_type fp32 over fp16 gradients, every rank's gradient
+// 40000 sums to 80000 at 2 ranks, past fp16's largest value (65504): the mean must be taken on the fp32 wire before
+// it is rounded into the fp16 buffer, or the step overflows and is skipped.
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
@@ -114,6 +120,44 @@ TEST(GradAccumDtype, SixteenBitModelsAccumulateWhereTheKeySays) {
       }
       // The two accumulations must be told apart, else the test proves nothing.
       EXPECT_FALSE(at::equal(expected(dtype, true), expected(dtype, false)));
+    }
+  }
+}
+
+TEST(GradAccumDtype, AnFp32WireAveragesBeforeRounding) {
+  if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+  for (int stage : {0, 1}) {
+    Probe model;
+    const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
+        "optimizer": {"type": "SGD", "params": {"lr": 1.52587890625e-05}}, "fp16": {"enabled": true, "loss_scale": 1},
+        "communication_data_type": "fp32", "data_types": {"grad_accum_dtype": "fp16"},
+        "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    EXPECT_EQ(engine.communication_data_type(), at::kFloat);
+    const at::Tensor c = at::full({kA + kB}, 40000.0, at::kFloat).to(engine.device());
+    engine.backward(engine.forward(c.narrow(0, 0, kA), c.narrow(0, kA, kB)));
+    engine.step();
+    // lr 2^-16 x 40000 = 0.6103515625, exact in fp16.
+    const at::Tensor params = at::cat({model->a.detach(), model->b.detach()}).to(at::kCPU, at::kFloat);
+    EXPECT_TRUE(std::isfinite(engine.get_global_grad_norm())) << "stage " << stage << ": the step overflowed";
+    EXPECT_TRUE(at::equal(params, at::full_like(params, -0.6103515625))) << "stage " << stage;
+  }
+}
+
+// Unset, communication_data_type follows 16-bit gradients at stages 0 and 1 (an fp32 wire would be a bucket-sized
+// fp32 copy of each bucket, all alive together at the boundary); stage 2 stages in fp32 and reduces in fp32.
+TEST(GradAccumDtype, SixteenBitGradientsReduceInTheirDtype) {
+  if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+  for (int stage : {0, 1, 2}) {
+    for (const std::string accum : {"bf16", "fp32"}) {
+      Probe model;
+      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+          "optimizer": {"type": "SGD", "params": {"lr": 1.0}}, "data_types": {"grad_accum_dtype": ")" + accum +
+                               R"("}, "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+      auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+      const bool sixteen = accum == "bf16" && stage <= 1;
+      EXPECT_EQ(engine.communication_data_type(), sixteen ? at::kBFloat16 : at::kFloat)
+          << "stage " << stage << ", grad_accum_dtype " << accum;
     }
   }
 }
