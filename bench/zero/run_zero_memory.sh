@@ -83,9 +83,10 @@ PY
         params=$(echo "$out" | sed -n 's/.*train_gpt: \([0-9]*\) parameters.*/\1/p' | head -1)
         peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
         [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
-        [[ $prec == bf16m && -n ${bf16_peak_0:-} ]] && base=$bf16_peak_0
+        other0=bf16_peak_${n}_0
+        [[ $prec == bf16m && -n ${!other0:-} ]] && base=${!other0}
         [[ -z $base ]] && base=$peak
-        [[ $prec == bf16 ]] && eval "bf16_peak_$stage=$peak"
+        [[ $prec == bf16 ]] && eval "bf16_peak_${n}_$stage=$peak"
         awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" '
           BEGIN {
             P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc" || p == "bf16m") ? 2 : 4;
@@ -98,7 +99,7 @@ PY
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
             printf "%-5s %-7s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
           }'
-        other=bf16_peak_$stage
+        other=bf16_peak_${n}_$stage
         if [[ ( $prec == bf16acc || $prec == bf16m ) && -n ${!other:-} ]]; then
           awk -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
             per = (p == "bf16acc") ? (s >= 2 ? 2 / n : 2) : (s >= 2 ? 10 / n : 2 + 8 / n);
