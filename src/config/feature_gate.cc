@@ -122,7 +122,7 @@ void check_supported_features(const config::Config& cfg) {
             "fp16 master weights");
   check_bf16_masters(cfg);
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
-  // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype at stages 0-2 (zero/flat_params.h). Unset, we
+  // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype (zero/flat_params.h, stage3.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).
   if (const auto& accum = cfg.data_types.grad_accum_dtype; accum && *accum != config::DataType::kFp32) {
     const config::DataType model = cfg.bf16.enabled   ? config::DataType::kBf16
@@ -131,8 +131,8 @@ void check_supported_features(const config::Config& cfg) {
     const std::string key = std::string("data_types.grad_accum_dtype \"") + config::to_string(*accum) + "\"";
     DS_CHECK_T(ConfigError, *accum == model, key, ": gradients accumulate in fp32 or in the model's own dtype (",
                config::to_string(model), ")");
-    DS_CHECK_T(ConfigError, z.stage <= 2, key, ": ZeRO stage 3 keeps its gradient partitions in fp32; accumulating "
-               "them in 16 bits is not supported yet (stages 0-2 are)");
+    DS_CHECK_T(ConfigError, !z.offload_optimizer.super_offload, key, ": super_offload's speculative step reads "
+               "fp32 gradient partitions; not supported with it");
     DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   }
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");

@@ -66,6 +66,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.prescale_gradients = config.prescale_gradients;
   so.gradient_predivide_factor = config.gradient_predivide_factor;
   so.comm_dtype = gradient_communication_dtype(config);
+  if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) so.grad_dtype = dtype;
   so.quantized_weights = z.zero_quantized_weights;
   so.quantized_gradients = z.zero_quantized_gradients;
   // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).

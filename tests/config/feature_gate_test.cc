@@ -111,7 +111,7 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
            R"("}, "zero_optimization": {)" + zero + "}}";
   };
   const std::string bf16 = R"("bf16": {"enabled": true}, )", fp16 = R"("fp16": {"enabled": true}, )";
-  for (const std::string stage : {"0", "1", "2"}) {
+  for (const std::string stage : {"0", "1", "2", "3"}) {
     EXPECT_EQ(rejection(config(bf16, "bf16", "\"stage\": " + stage)), "");
     EXPECT_EQ(rejection(config(fp16, "fp16", "\"stage\": " + stage)), "");
     EXPECT_EQ(rejection(config(bf16, "fp32", "\"stage\": " + stage)), "");
@@ -123,7 +123,8 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
       {config("", "bf16", "\"stage\": 1"), "data_types.grad_accum_dtype \"bf16\": gradients accumulate in fp32 or "
                                             "in the model's own dtype (fp32)"},
       {config(fp16, "bf16", "\"stage\": 1"), "in the model's own dtype (fp16)"},
-      {config(bf16, "bf16", "\"stage\": 3"), "ZeRO stage 3 keeps its gradient partitions in fp32"},
+      {config(bf16, "bf16", R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
+       "super_offload's speculative step reads fp32 gradient partitions"},
       {config(bf16, "bf16", R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2})"),
        "ZenFlow selects and steps on fp32 gradients"},
   };

@@ -1,5 +1,5 @@
 // data_types.grad_accum_dtype: a bf16 or fp16 model accumulates its gradients over micro-steps in its own dtype when
-// the key names it (stages 0-2), in fp32 otherwise. The gradients are chosen so that the two differ exactly, in any
+// the key names it (any stage), in fp32 otherwise. The gradients are chosen so that the two differ exactly, in any
 // reduction order and at any rank count: loss = sum(a * c_a) + sum(b * c_b) makes each micro-step's gradient exactly
 // its constants (the same on every rank), and over 4 micro-steps they are
 //   v, t, t, 0   with v = 1 + k 2^-6 (k = 0..3) and t = 15/16 of half v's spacing in the model's dtype (2^-7 in
@@ -24,6 +24,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
 #include "tolerance.h"
 
 namespace {
@@ -87,6 +88,7 @@ Outcome train_one_step(int stage, at::ScalarType dtype, const std::string& accum
     engine.step();
   }
   out.grad_norm = engine.get_global_grad_norm();
+  deepspeed::zero::GatheredParameters whole(*model, /*modifier_rank=*/-1, /*enabled=*/stage == 3);
   out.params = at::cat({model->a.detach(), model->b.detach()}).to(at::kCPU, at::kFloat);
   return out;
 }
@@ -96,7 +98,7 @@ double norm_of(const at::Tensor& t) { return t.to(at::kDouble).norm().item<doubl
 TEST(GradAccumDtype, SixteenBitModelsAccumulateWhereTheKeySays) {
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     const std::string own = dtype == at::kBFloat16 ? "bf16" : "fp16";
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       int64_t fp32_bytes = 0;
       for (const std::string& accum : {std::string(), std::string("fp32"), own}) {
         const std::string name = own + " model, stage " + std::to_string(stage) + ", grad_accum_dtype '" + accum + "'";

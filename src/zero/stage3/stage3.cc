@@ -142,7 +142,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   };
   for (size_t g = 0; g < groups.size(); ++g) {
     masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(at::kFloat))));
-    grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(at::kFloat)));
+    grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(options_.grad_dtype)));
     lowp_.push_back(separate_shards() ? shard_buffer(group_size[g] - lowp_base_[g]) : at::Tensor());
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
   }

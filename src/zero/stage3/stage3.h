@@ -63,8 +63,11 @@ struct Stage3Options {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   // communication_data_type: the dtype of each flat's reduce-scatter. The model's dtype reduces in place on the
-  // gradient buffer; another takes a pooled buffer of that type. Each rank's partition accumulates in fp32.
+  // gradient buffer; another takes a pooled buffer of that type. Each rank's partition accumulates in grad_dtype.
   at::ScalarType comm_dtype = at::kFloat;
+  // The dtype this rank's gradient partitions accumulate in over micro-steps (data_types.grad_accum_dtype): fp32, or
+  // the model's 16-bit dtype (half the bytes; each micro-step's reduced gradient rounded into the sum).
+  at::ScalarType grad_dtype = at::kFloat;
   // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
