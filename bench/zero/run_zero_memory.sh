@@ -16,12 +16,12 @@
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
 # fp32) O=12; bf16acc: bf16 with data_types.grad_accum_dtype "bf16", G=2; bf16m:
-# bf16 with bf16_master_weights_and_grads and bf16_optimizer_states (stages 1 and 2 only), G=2 O=4 (bf16 m and v; the
+# bf16 with bf16_master_weights_and_grads and bf16_optimizer_states (stages 1-3), G=2 O=4 (bf16 m and v; the
 # masters are the weights themselves). Stage 1 partitions O, stage 2 also G, stage 3 also P: the saving vs stage 0 is
 # the partitioned terms times (1 - 1/N). The table gives the measured saving (stage 0's peak minus the stage's; bf16m,
 # which has no stage 0, against bf16's stage 0) and its ratio to the formula's; for bf16acc and bf16m also the peak
 # against bf16's at the same stage (run them after bf16: PRECISIONS="bf16 bf16acc bf16m") beside the formula's
-# difference: bf16acc 2 bytes a parameter (2 / N from stage 2 on); bf16m 2 + 8 / N at stage 1, 10 / N at stage 2.
+# difference: bf16acc 2 bytes a parameter (2 / N from stage 2 on); bf16m 2 + 8 / N at stage 1, 10 / N from stage 2.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -58,7 +58,7 @@ for model in $MODELS; do
     for n in $RANKS; do
       base=""
       for stage in 0 1 2 3; do
-        [[ $prec == bf16m && ( $stage == 0 || $stage == 3 ) ]] && continue
+        [[ $prec == bf16m && $stage == 0 ]] && continue
         cfg="$WORK/z${stage}_${prec}_${model}.json"
         "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" <<'PY'
 import json, sys
@@ -93,7 +93,7 @@ PY
             f = 1 - 1 / n; per = 0;
             if (s >= 1) per += O * f; if (s >= 2) per += G * f; if (s >= 3) per += P * f;
             # bf16m against bf16 stage 0 (P 2 + G 4 + O 12 = 18 bytes a parameter).
-            if (p == "bf16m") per = 18 - (2 + (s >= 2 ? 2 / n : 2) + 4 / n);
+            if (p == "bf16m") per = 18 - ((s >= 3 ? 2 / n : 2) + (s >= 2 ? 2 / n : 2) + 4 / n);
             formula = per * psi / 1048576; saving = base - peak;
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
             printf "%-5s %-7s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio

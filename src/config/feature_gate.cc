@@ -15,15 +15,16 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states): gradients, masters and optimizer states kept in
 // the model's bf16, stepped in fp32 a chunk at a time. DeepSpeed's rules: ZeRO stages 1-3, and without ZeRO-Offload
-// the states must be bf16 too. Ours, where they go less far: stages 1 and 2, offload to "cpu" only.
+// the states must be bf16 too. Ours, where they go less far: offload to "cpu" only.
 void check_bf16_masters(const config::Config& cfg) {
   const config::Bf16Config& b = cfg.bf16;
   if (!b.bf16_master_weights_and_grads) return;
   const std::string key = "bf16.bf16_master_weights_and_grads";
   DS_CHECK_T(ConfigError, b.enabled, key, ": needs bf16.enabled true (the masters are the model's bf16 weights)");
   const config::ZeroConfig& z = cfg.zero;
-  DS_CHECK_T(ConfigError, z.stage == 1 || z.stage == 2, key, ": supported at ZeRO stages 1 and 2, got stage ",
-             z.stage, " (stage 3 keeps fp32 masters of its shards; not supported yet)");
+  DS_CHECK_T(ConfigError, z.stage >= 1, key, ": needs ZeRO stage 1, 2 or 3, got ", z.stage);
+  DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme, key,
+             ": not supported with offload_param \"nvme\" yet (its swapped partitions assume fp32 masters)");
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kNvme, key,
              ": not supported with offload_optimizer \"nvme\" yet (its swap files hold fp32 masters); \"cpu\" is");

@@ -67,6 +67,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.gradient_predivide_factor = config.gradient_predivide_factor;
   so.comm_dtype = gradient_communication_dtype(config);
   if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) so.grad_dtype = dtype;
+  so.model_dtype_masters = config.bf16.enabled && config.bf16.bf16_master_weights_and_grads;
   so.quantized_weights = z.zero_quantized_weights;
   so.quantized_gradients = z.zero_quantized_gradients;
   // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).

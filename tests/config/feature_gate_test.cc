@@ -135,7 +135,7 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   }
 }
 
-// bf16 master weights (and states): stages 1 and 2, offload to the CPU or bf16 states (as DeepSpeed requires).
+// bf16 master weights (and states): stages 1-3, offload to the CPU or bf16 states (as DeepSpeed requires).
 TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
   auto config = [](const std::string& bf16, const std::string& zero, const std::string& extra = "") {
     return R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true)" + bf16 +
@@ -143,6 +143,7 @@ TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
   };
   const std::string states = R"(, "bf16_optimizer_states": true)";
   EXPECT_EQ(rejection(config(states, "\"stage\": 1")), "");
+  EXPECT_EQ(rejection(config(states, "\"stage\": 3")), "");
   EXPECT_EQ(rejection(config(states, "\"stage\": 2", R"(, "data_types": {"grad_accum_dtype": "bf16"})")), "");
   // With offload to the CPU the states may stay fp32 (DeepSpeed's CPU Adam keeps them so by default).
   EXPECT_EQ(rejection(config("", R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "");
@@ -150,7 +151,8 @@ TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
   struct Case {
     std::string json, says;
   } cases[] = {
-      {config(states, "\"stage\": 3"), "supported at ZeRO stages 1 and 2, got stage 3"},
+      {config(states, R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})"),
+       "not supported with offload_param \"nvme\""},
       {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
       {config(states, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
        "not supported with offload_optimizer \"nvme\""},

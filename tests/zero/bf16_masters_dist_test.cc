@@ -1,4 +1,4 @@
-// bf16.bf16_master_weights_and_grads at ZeRO stages 1 and 2: the masters are the model's own bf16 partition (with
+// bf16.bf16_master_weights_and_grads at ZeRO stages 1-3: the masters are the model's own bf16 partition (with
 // offload_optimizer "cpu", a bf16 host copy), gradients bf16 too, the optimizer states bf16 (bf16_optimizer_states;
 // required without offload) or fp32, each update computed in fp32 and rounded back.
 //
@@ -26,6 +26,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/zero.h"
 #include "shared_temp_dir.h"
 
 namespace ckpt = deepspeed::checkpoint;
@@ -67,6 +68,12 @@ std::string config_json(int stage, const std::string& optimizer, const Variant& 
   return json + "}}";
 }
 
+// The probe's weights as fp32 on the host (gathered at stage 3, where each rank holds a partition).
+at::Tensor weights_of(const Probe& model, int stage) {
+  deepspeed::zero::GatheredParameters whole(*model, /*modifier_rank=*/-1, /*enabled=*/stage == 3);
+  return model->w.detach().to(at::kCPU, at::kFloat);
+}
+
 bool is_bf16_valued(const at::Tensor& t) { return at::equal(t, t.to(at::kBFloat16).to(at::kFloat)); }
 
 constexpr int64_t kLong = (int64_t{1} << 22) + 48;
@@ -76,7 +83,7 @@ TEST(Bf16Masters, MastersAreTheBf16Weights) {
   ensure_comm();
   const double spacing = std::ldexp(1.0, -7), t = 15.0 / 16.0 * spacing / 2;
   const at::Tensor v = 1.0 + at::arange(kLong, at::kDouble).remainder(4) / 64.0;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     for (const Variant& variant : {kBf16Variants[0], kBf16Variants[1], Variant{false, false, false}}) {
       const std::string name = variant.name(stage);
       Probe model(v.to(at::kFloat));
@@ -87,7 +94,7 @@ TEST(Bf16Masters, MastersAreTheBf16Weights) {
         engine.backward(engine.forward(c));
         engine.step();
       }
-      const at::Tensor got = model->w.detach().to(at::kCPU, at::kFloat);
+      const at::Tensor got = weights_of(model, stage);
       const at::Tensor want = (variant.bf16_masters ? v : v + 2 * spacing).to(at::kFloat);
       EXPECT_TRUE(at::equal(got, want)) << name << ": max difference " << (got - want).abs().max().item<double>();
       const auto bytes = engine.model_state_bytes();
@@ -148,7 +155,7 @@ std::vector<at::Tensor> saved_optimizer_tensors(const std::string& dir) {
 TEST(Bf16Masters, AdamAgainstAReference) {
   ensure_comm();
   const int steps = 5;
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     for (const Variant& variant : kBf16Variants) {
       const std::string name = variant.name(stage);
       const at::ScalarType states = variant.bf16_states ? at::kBFloat16 : at::kFloat;
@@ -159,7 +166,7 @@ TEST(Bf16Masters, AdamAgainstAReference) {
       Probe model(initial_weights());
       auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(stage, kAdamW, variant)));
       train(engine, 0, steps);
-      const at::Tensor got = model->w.detach().to(at::kCPU, at::kFloat);
+      const at::Tensor got = weights_of(model, stage);
       const at::Tensor want = ref.w.to(at::kFloat);
       // One bf16 spacing per step at the largest weight's magnitude (|w| < 2^-3: spacing 2^-11).
       ASSERT_LT(want.abs().max().item<double>(), 0.125) << name;
@@ -207,7 +214,7 @@ TEST(Bf16Masters, AdamAgainstAReference) {
       auto resumed = deepspeed::initialize(second, deepspeed::Config::from_string(config_json(stage, kAdamW, variant)));
       ASSERT_TRUE(resumed.load_checkpoint(resume_dir.path()).has_value()) << name;
       train(resumed, 2, steps);
-      EXPECT_TRUE(at::equal(second->w.detach().to(at::kCPU, at::kFloat), got)) << name << ": resumed run differs";
+      EXPECT_TRUE(at::equal(weights_of(second, stage), got)) << name << ": resumed run differs";
     }
   }
 }

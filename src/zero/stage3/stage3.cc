@@ -141,10 +141,12 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     return options_.param_pin_memory ? acc.pin_memory(t) : t;
   };
   for (size_t g = 0; g < groups.size(); ++g) {
-    masters_.push_back(host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(at::kFloat))));
+    masters_.push_back(
+        host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(master_dtype()))));
     grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(options_.grad_dtype)));
     lowp_.push_back(separate_shards() ? shard_buffer(group_size[g] - lowp_base_[g]) : at::Tensor());
-    if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::kFloat)));
+    // The host copy of the gradients: fp32 for fp32 masters, the model's dtype beside masters in it.
+    if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::dtype(master_dtype()))));
   }
   // Index of every parameter in its group, for names in overflow messages.
   for (auto& unit : units_)

@@ -68,6 +68,9 @@ struct Stage3Options {
   // The dtype this rank's gradient partitions accumulate in over micro-steps (data_types.grad_accum_dtype): fp32, or
   // the model's 16-bit dtype (half the bytes; each micro-step's reduced gradient rounded into the sum).
   at::ScalarType grad_dtype = at::kFloat;
+  // bf16.bf16_master_weights_and_grads: the masters are in the model's dtype; without offload they are the shards
+  // themselves (as an fp32 model's are), with offload_optimizer "cpu" host copies in that dtype.
+  bool model_dtype_masters = false;
   // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
@@ -247,9 +250,10 @@ class Stage3 : public Stage {
   bool regather_pending_ = false;
   std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
   std::vector<at::Tensor> host_grads_;              // offload only
-  // The model-dtype shards are their own buffers (lowp_) rather than the fp32 masters themselves.
+  // The model-dtype shards are their own buffers (lowp_) rather than the masters themselves.
+  at::ScalarType master_dtype() const { return options_.model_dtype_masters ? options_.dtype : at::kFloat; }
   bool separate_shards() const {
-    return options_.dtype != at::kFloat || options_.offload_to_host || options_.external_masters ||
+    return options_.dtype != master_dtype() || options_.offload_to_host || options_.external_masters ||
            param_io_ != nullptr || shards_on_host();
   }
   // offload_param "cpu" with the model on another device: the shards are host buffers of their own.
