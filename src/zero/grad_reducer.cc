@@ -160,10 +160,11 @@ struct GradReducer::State {
     };
     bool averaged = false;
     if (b.wire.defined()) {
-      // A wire wider than the buffer (an fp32 wire into 16-bit gradients) is averaged before it is rounded into
-      // it: the sum over ranks may not fit where the mean does (fp16), and it is one rounding, not two.
+      // A wire wider than the buffer (an fp32 wire into 16-bit gradients), or any other wire into fp16, is averaged
+      // before it is rounded into it: the sum over ranks may not fit fp16's range where the mean does, and it is
+      // one rounding, not two.
       if (options.storage != GradStorage::kPartitioned && post != 1.0 &&
-          b.wire.element_size() > src.element_size()) {
+          (b.wire.element_size() > src.element_size() || src.scalar_type() == at::kHalf)) {
         average(b.wire);
         averaged = true;
       }

@@ -136,7 +136,7 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
 }
 
 // bf16 master weights (and states): stages 1-3, offload to the CPU or bf16 states (as DeepSpeed requires).
-TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
+TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   auto config = [](const std::string& bf16, const std::string& zero, const std::string& extra = "") {
     return R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true)" + bf16 +
            R"(}, "zero_optimization": {)" + zero + "}" + extra + "}";
@@ -158,6 +158,8 @@ TEST(FeatureGate, Bf16MastersAtStagesOneAndTwo) {
        "not supported with offload_optimizer \"nvme\""},
       {config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})"),
        "not supported with offload_optimizer.overlap_step"},
+      {config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
+       "not supported with offload_optimizer.super_offload"},
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "bf16": {"enabled": false, "bf16_master_weights_and_grads": true}, )"

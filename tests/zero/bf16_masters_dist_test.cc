@@ -62,6 +62,9 @@ std::string config_json(int stage, const std::string& optimizer, const Variant& 
                      R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
                      R"(, "reduce_bucket_size": 300000)";
   if (v.offload) json += R"(, "offload_optimizer": {"device": "cpu"})";
+  // Stage 3: the probe is not kept whole, so its gradients are reduced from the hooks and its weights gathered and
+  // released like any unit's.
+  if (stage == 3) json += R"(, "stage3_param_persistence_threshold": 0)";
   json += R"(}, "bf16": {"enabled": true)";
   if (v.bf16_masters) json += R"(, "bf16_master_weights_and_grads": true)";
   if (v.bf16_states) json += R"(, "bf16_optimizer_states": true)";

@@ -13,9 +13,10 @@
 // it). The parameters are long enough (2^20 + 64 elements) that at stage 0 the fp32 step runs in two chunks.
 // Gradient memory: half of fp32's.
 //
-// AnFp32WireAveragesBeforeRounding: with communication_data_type fp32 over fp16 gradients, every rank's gradient
-// 40000 sums to 80000 at 2 ranks, past fp16's largest value (65504): the mean must be taken on the fp32 wire before
-// it is rounded into the fp16 buffer, or the step overflows and is skipped.
+// AWireIntoFp16AveragesBeforeRounding: with communication_data_type fp32 or bf16 over fp16 gradients, every rank's
+// gradient 40960 sums to 81920 at 2 ranks, past fp16's largest value (65504): the mean must be taken on the wire
+// before it is rounded into the fp16 buffer, or the step overflows and is skipped. (With the default fp16 wire the
+// sum itself overflows, as in DeepSpeed, and the loss scaler skips the step.)
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
@@ -126,23 +127,27 @@ TEST(GradAccumDtype, SixteenBitModelsAccumulateWhereTheKeySays) {
   }
 }
 
-TEST(GradAccumDtype, AnFp32WireAveragesBeforeRounding) {
+TEST(GradAccumDtype, AWireIntoFp16AveragesBeforeRounding) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
-  for (int stage : {0, 1}) {
-    Probe model;
-    const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
-        "optimizer": {"type": "SGD", "params": {"lr": 1.52587890625e-05}}, "fp16": {"enabled": true, "loss_scale": 1},
-        "communication_data_type": "fp32", "data_types": {"grad_accum_dtype": "fp16"},
-        "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
-    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
-    EXPECT_EQ(engine.communication_data_type(), at::kFloat);
-    const at::Tensor c = at::full({kA + kB}, 40000.0, at::kFloat).to(engine.device());
-    engine.backward(engine.forward(c.narrow(0, 0, kA), c.narrow(0, kA, kB)));
-    engine.step();
-    // lr 2^-16 x 40000 = 0.6103515625, exact in fp16.
-    const at::Tensor params = at::cat({model->a.detach(), model->b.detach()}).to(at::kCPU, at::kFloat);
-    EXPECT_TRUE(std::isfinite(engine.get_global_grad_norm())) << "stage " << stage << ": the step overflowed";
-    EXPECT_TRUE(at::equal(params, at::full_like(params, -0.6103515625))) << "stage " << stage;
+  for (const std::string wire : {"fp32", "bf16"}) {
+    for (int stage : {0, 1}) {
+      const std::string name = "stage " + std::to_string(stage) + ", communication_data_type " + wire;
+      Probe model;
+      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
+          "optimizer": {"type": "SGD", "params": {"lr": 1.52587890625e-05}}, "fp16": {"enabled": true, "loss_scale": 1},
+          "communication_data_type": ")" + wire + R"(", "data_types": {"grad_accum_dtype": "fp16"},
+          "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+      auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+      EXPECT_EQ(engine.communication_data_type(), wire == "fp32" ? at::kFloat : at::kBFloat16) << name;
+      // 40960 = 160 x 2^8: exact in bf16 and fp16; twice it is past fp16's range.
+      const at::Tensor c = at::full({kA + kB}, 40960.0, at::kFloat).to(engine.device());
+      engine.backward(engine.forward(c.narrow(0, 0, kA), c.narrow(0, kA, kB)));
+      engine.step();
+      // lr 2^-16 x 40960 = 0.625, exact in fp16.
+      const at::Tensor params = at::cat({model->a.detach(), model->b.detach()}).to(at::kCPU, at::kFloat);
+      EXPECT_TRUE(std::isfinite(engine.get_global_grad_norm())) << name << ": the step overflowed";
+      EXPECT_TRUE(at::equal(params, at::full_like(params, -0.625))) << name;
+    }
   }
 }
 
