@@ -7,6 +7,8 @@
 set -uo pipefail
 ds=$1 hosts=$2 ranks=$3 port=$4
 shift 4
+# The layout, for tests that must check they really run as these hosts rather than skip.
+export DS_TEST_HOSTS=$hosts DS_TEST_RANKS_PER_HOST=$ranks
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for h in $(seq 0 $((hosts - 1))); do echo "host$h slots=$ranks" >> "$dir/hostfile"; done
