@@ -599,10 +599,10 @@ void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, doubl
   const std::vector<at::Tensor>& masters = stage_->masters();
   int64_t longest = 0;
   for (const auto& m : masters) longest = std::max(longest, std::min(kChunk, m.numel()));
-  // One fp32 buffer per operand that is not fp32 itself (the gradient; with bf16 masters the master and states).
-  auto options = masters.front().options().dtype(at::kFloat);
-  std::vector<at::Tensor> buffers;
-  for (int k = 0; k < 4; ++k) buffers.push_back(at::empty({longest}, options));
+  // One fp32 buffer per operand that is not fp32 itself (the gradient; with bf16 masters the master and states),
+  // taken when first needed.
+  const auto options = masters.front().options().dtype(at::kFloat);
+  std::vector<at::Tensor> buffers(4);
   optimizer_->begin_step();
   for (size_t g = 0; g < masters.size(); ++g) {
     const std::vector<at::Tensor> states = optimizer_->group_state(g);
@@ -614,6 +614,7 @@ void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, doubl
         if (!t.defined()) return at::Tensor();
         at::Tensor chunk = t.narrow(0, offset, len);
         if (chunk.scalar_type() == at::kFloat) return chunk;
+        if (!buffers[k].defined()) buffers[k] = at::empty({longest}, options);
         at::Tensor buffer = buffers[k].narrow(0, 0, len);
         buffer.copy_(chunk);
         if (written_back) written.emplace_back(chunk, buffer);

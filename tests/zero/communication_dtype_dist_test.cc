@@ -12,7 +12,6 @@
 // The reference is plain LibTorch arithmetic: cast each rank's constants to the wire type, add them exactly, round
 // the sum to the wire type once, divide by the ranks in fp32.
 #include <gtest/gtest.h>
-#include <torch/nn/module.h>
 
 #include <memory>
 #include <string>
@@ -20,6 +19,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
+#include "linear_probe.h"
 #include "tolerance.h"
 #include "zero/make_stage.h"
 
@@ -27,15 +27,7 @@ namespace {
 
 constexpr int64_t kA = 64, kB = 64;  // parameter sizes (b: 16 of group B, then 48 of group C or A)
 
-struct ProbeImpl : torch::nn::Module {
-  at::Tensor a, b;
-  ProbeImpl() {
-    a = register_parameter("a", at::zeros({kA}));
-    b = register_parameter("b", at::zeros({kB}));
-  }
-  at::Tensor forward(const at::Tensor& ca, const at::Tensor& cb) { return (a * ca).sum() + (b * cb).sum(); }
-};
-TORCH_MODULE(Probe);
+using ds_test::LinearProbe;
 
 // Rank r's gradient of both parameters, concatenated (a then b).
 at::Tensor constants(int r, int world) {
@@ -68,7 +60,7 @@ struct Result {
 
 Result train_one_step(int stage, at::ScalarType model_dtype, const std::string& comm) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
-  Probe model;
+  LinearProbe model(kA, kB);
   std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
       "optimizer": {"type": "SGD", "params": {"lr": 1.0}},
       "zero_optimization": {"stage": )" +

@@ -18,7 +18,6 @@
 // before it is rounded into the fp16 buffer, or the step overflows and is skipped. (With the default fp16 wire the
 // sum itself overflows, as in DeepSpeed, and the loss scaler skips the step.)
 #include <gtest/gtest.h>
-#include <torch/nn/module.h>
 
 #include <cmath>
 #include <string>
@@ -26,6 +25,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero.h"
+#include "linear_probe.h"
 #include "tolerance.h"
 
 namespace {
@@ -33,15 +33,7 @@ namespace {
 constexpr int64_t kA = (int64_t{1} << 20) + 48, kB = 16;
 constexpr int kMicroSteps = 4;
 
-struct ProbeImpl : torch::nn::Module {
-  at::Tensor a, b;
-  ProbeImpl() {
-    a = register_parameter("a", at::zeros({kA}));
-    b = register_parameter("b", at::zeros({kB}));
-  }
-  at::Tensor forward(const at::Tensor& ca, const at::Tensor& cb) { return (a * ca).sum() + (b * cb).sum(); }
-};
-TORCH_MODULE(Probe);
+using ds_test::LinearProbe;
 
 // The spacing of the model's dtype at 1.
 double spacing(at::ScalarType dtype) { return dtype == at::kBFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10); }
@@ -71,7 +63,7 @@ struct Outcome {
 
 Outcome train_one_step(int stage, at::ScalarType dtype, const std::string& accum) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
-  Probe model;
+  LinearProbe model(kA, kB);
   const std::string precision = dtype == at::kBFloat16 ? R"("bf16": {"enabled": true})"
                                                        : R"("fp16": {"enabled": true, "initial_scale_power": 8})";
   std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
@@ -132,7 +124,7 @@ TEST(GradAccumDtype, AWireIntoFp16AveragesBeforeRounding) {
   for (const std::string wire : {"fp32", "bf16"}) {
     for (int stage : {0, 1}) {
       const std::string name = "stage " + std::to_string(stage) + ", communication_data_type " + wire;
-      Probe model;
+      LinearProbe model(kA, kB);
       const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
           "optimizer": {"type": "SGD", "params": {"lr": 1.52587890625e-05}}, "fp16": {"enabled": true, "loss_scale": 1},
           "communication_data_type": ")" + wire + R"(", "data_types": {"grad_accum_dtype": "fp16"},
@@ -157,7 +149,7 @@ TEST(GradAccumDtype, SixteenBitGradientsReduceInTheirDtype) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
   for (int stage : {0, 1, 2}) {
     for (const std::string accum : {"bf16", "fp32"}) {
-      Probe model;
+      LinearProbe model(kA, kB);
       const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
           "optimizer": {"type": "SGD", "params": {"lr": 1.0}}, "data_types": {"grad_accum_dtype": ")" + accum +
                                R"("}, "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
@@ -172,7 +164,7 @@ TEST(GradAccumDtype, SixteenBitGradientsReduceInTheirDtype) {
 // Refused where the fp32 step would need whole tensors: Lamb's trust ratio (and Muon's matrices).
 TEST(GradAccumDtype, AnOptimizerThatStepsWholeTensorsIsRefused) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
-  Probe model;
+  LinearProbe model(kA, kB);
   const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
       "optimizer": {"type": "Lamb", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 1},
       "data_types": {"grad_accum_dtype": "bf16"}})";
