@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$root/.gpu_deps
-packages=(nlohmann-json3-dev libcli11-dev liburing-dev liburing2 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian)
+packages=(libgloo-dev nlohmann-json3-dev libcli11-dev liburing-dev liburing2 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian)
 mkdir -p "$dir/debs" "$dir/prefix"
 cd "$dir/debs"
 for p in "${packages[@]}"; do

@@ -28,6 +28,15 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Model FLOPs of one training step of `m` on `micro` sequences, Megatron's count without recomputation:
+// 72 B s L h^2 (1 + s / (6 h) + V / (12 L h)). Model TFLOP/s divide it by the step time.
+inline double gpt_model_flops_per_step(const models::GPTConfig& m, int64_t micro) {
+  const double B = static_cast<double>(micro), s = static_cast<double>(m.seq_len);
+  const double L = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  const double V = static_cast<double>(m.vocab_size);
+  return 72.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * L * h));
+}
+
 // Element-wise maximum over ranks: a data-parallel step is as slow as its slowest rank, and memory is sized for
 // the largest rank.
 inline void max_over_ranks(std::vector<double>& v) {

@@ -4,7 +4,8 @@
 // offload, on the reference GPT, in one process, as ratios:
 //
 //   build/bin/bench_offload_step [--steps 12 --block 2 --warmup 2 --dir /tmp --bf16 --stage 2 --micro 8 --no-nvme]
-//                                [--vocab 4096 --seq-len 128 --layers 6 --hidden 384]
+//                                [--vocab 4096 --seq-len 128 --layers 6 --hidden 384 --heads 6]
+//                                [--kinds none,cpu,cpu+overlap --pin-memory]
 //
 // Up to six engines (AdamW, micro --micro, one rank or more through the launcher): no offload, offload_optimizer
 // cpu, cpu with overlap_step, cpu with zenflow, cpu with super_offload (stage 3), nvme (files in a fresh directory
@@ -15,7 +16,9 @@
 // part alone, which is where the offloads differ; then the ratios of the medians, the optimizer step's share of the
 // synchronous cpu step, and the share of it the overlap hides: (cpu total - overlap total) / cpu step() part. The
 // last losses are printed as a check that the engines trained the same model on the same data (the overlapped one
-// trains one step stale, so its loss differs a little).
+// trains one step stale, so its loss differs a little). --kinds runs a subset (none and cpu always among them).
+// On a GPU the batches live on the device, each part is timed between device synchronizations, --pin-memory pins
+// the offloaded host buffers, and model TFLOP/s (Megatron's count, bench_util.h) are printed per configuration.
 #include <ATen/ATen.h>
 #include <stdlib.h>
 
@@ -26,10 +29,12 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "gpt.h"
@@ -51,6 +56,8 @@ struct Args {
   std::string dir = "/tmp";
   bool bf16 = false;
   bool no_nvme = false;
+  bool pin_memory = false;
+  std::string kinds;
   int stage = 2;
   deepspeed::models::GPTConfig model = deepspeed::bench::reference_gpt();
 };
@@ -71,14 +78,17 @@ double load_average_1min() {
 // `offload` is "" (none), "cpu", "cpu+overlap", "cpu+zenflow", "cpu+super" (stage 3) or "nvme".
 std::string config_json(const Args& args, const std::string& offload, const std::string& nvme_dir) {
   std::string off;
-  if (offload == "cpu") off = R"(, "offload_optimizer": {"device": "cpu"})";
-  if (offload == "cpu+overlap") off = R"(, "offload_optimizer": {"device": "cpu", "overlap_step": true})";
+  const std::string pin = args.pin_memory ? R"(, "pin_memory": true)" : "";
+  if (offload == "cpu") off = R"(, "offload_optimizer": {"device": "cpu")" + pin + "}";
+  if (offload == "cpu+overlap")
+    off = R"(, "offload_optimizer": {"device": "cpu", "overlap_step": true)" + pin + "}";
   // ZenFlow with DeepSpeed's typical selection: top 10% reselected every 50 iterations, a CPU step every iteration,
   // overlapped (examples/configs/gpt_zero2_zenflow.json selects 30% every 10).
   if (offload == "cpu+zenflow")
-    off = R"(, "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1, "select_strategy": "step",
+    off = R"(, "offload_optimizer": {"device": "cpu")" + pin + R"(}, "zenflow": {"topk_ratio": 0.1, "select_strategy": "step",
               "select_interval": 50, "update_interval": 1, "overlap_step": true})";
-  if (offload == "cpu+super") off = R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})";
+  if (offload == "cpu+super")
+    off = R"(, "offload_optimizer": {"device": "cpu", "super_offload": true)" + pin + "}";
   if (offload == "nvme")
     off =
         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_dir +
@@ -121,6 +131,11 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", args.model.seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
   app.add_option("--layers", args.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--hidden", args.model.hidden, "hidden size")->check(CLI::PositiveNumber);
+  app.add_option("--heads", args.model.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--kinds", args.kinds,
+                 "configurations to run, comma separated, from none,cpu,cpu+overlap,cpu+zenflow,cpu+super,nvme "
+                 "(default: all that apply; none and cpu are always run)");
+  app.add_flag("--pin-memory", args.pin_memory, "offload_optimizer.pin_memory: pinned host buffers");
   int local_rank = 0;
   app.add_option("--local_rank", local_rank, "set by the launcher; unused");
   CLI11_PARSE(app, argc, argv);
@@ -138,16 +153,33 @@ int main(int argc, char** argv) {
     nvme_dir.assign(name.begin(), name.end());
 
     const auto& cfg = args.model;
+    auto& accel = deepspeed::accelerator::get_accelerator();
+    const c10::Device device = accel.device();
     at::manual_seed(static_cast<uint64_t>(args.seed) * 1000 + static_cast<uint64_t>(rank));
     std::vector<at::Tensor> xs, ys;
     for (int i = 0; i < 4; ++i) {
-      at::Tensor tokens = at::randint(cfg.vocab_size, {args.micro, cfg.seq_len + 1}, at::kLong);
+      at::Tensor tokens = at::randint(cfg.vocab_size, {args.micro, cfg.seq_len + 1}, at::kLong).to(device);
       xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
       ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
     }
     std::vector<std::string> kinds = {"", "cpu", "cpu+overlap", "cpu+zenflow"};
     if (args.stage == 3) kinds.push_back("cpu+super");
     if (!args.no_nvme) kinds.push_back("nvme");
+    if (!args.kinds.empty()) {
+      const std::vector<std::string> known = kinds;
+      kinds = {"", "cpu"};
+      std::stringstream list(args.kinds);
+      for (std::string k; std::getline(list, k, ',');) {
+        if (k == "none" || k == "cpu") continue;
+        if (std::find(known.begin(), known.end(), k) == known.end())
+          throw std::runtime_error("--kinds: unknown or inapplicable configuration '" + k +
+                                   "' (cpu+super needs --stage 3, nvme is left out by --no-nvme)");
+        kinds.push_back(k);
+      }
+    }
+    auto index_of = [&](const std::string& k) {
+      return static_cast<size_t>(std::find(kinds.begin(), kinds.end(), k) - kinds.begin());
+    };
     std::vector<deepspeed::Engine> engines;
     for (const auto& k : kinds) {
       at::manual_seed(static_cast<uint64_t>(args.seed));
@@ -161,12 +193,15 @@ int main(int argc, char** argv) {
     std::vector<int64_t> done(n, 0);
     auto run_step = [&](size_t c, bool timed) {
       const int64_t i = done[c]++ % static_cast<int64_t>(xs.size());
+      accel.synchronize();
       dc::barrier();
       const auto t0 = Clock::now();
       at::Tensor loss = engines[c].forward(xs[i], ys[i]);
       engines[c].backward(loss);
+      accel.synchronize();
       const auto t1 = Clock::now();
       engines[c].step();
+      accel.synchronize();
       const double s = seconds_since(t1);
       last_loss[c] = loss.item<double>();
       if (!timed) return;
@@ -191,26 +226,31 @@ int main(int argc, char** argv) {
           args.bf16 ? "bf16" : "fp32", static_cast<long long>(args.micro), dc::get_world_size(),
           static_cast<long long>(args.steps), static_cast<long long>(args.block),
           load_average_1min());
-      std::printf("  %-22s %10s %10s %14s %10s\n", "offload_optimizer", "median s", "best s",
-                  "step() med s", "last loss");
+      // Model FLOPs of one rank's step; TFLOP/s per rank.
+      const double flops = deepspeed::bench::gpt_model_flops_per_step(cfg, args.micro);
+      std::printf("  device %s, %.1f GFLOP per rank per step\n", device.str().c_str(), flops / 1e9);
+      std::printf("  %-22s %10s %10s %14s %10s %10s\n", "offload_optimizer", "median s", "best s",
+                  "step() med s", "TFLOP/s", "last loss");
       std::vector<double> med(n);
       for (size_t c = 0; c < n; ++c) {
         med[c] = median(total[c]);
-        std::printf("  %-22s %10.4f %10.4f %14.4f %10.4f\n",
+        std::printf("  %-22s %10.4f %10.4f %14.4f %10.2f %10.4f\n",
                     kinds[c].empty() ? "none" : kinds[c].c_str(), med[c],
                     *std::min_element(total[c].begin(), total[c].end()), median(step_part[c]),
-                    last_loss[c]);
+                    flops / med[c] / 1e12, last_loss[c]);
       }
       const double cpu_step = median(step_part[1]);
-      std::printf("  ratios of median step time: cpu/none %.3f, overlap/cpu %.3f, overlap/none %.3f\n",
-                  med[1] / med[0], med[2] / med[1], med[2] / med[0]);
-      std::printf("  cpu offload: the step() part is %.0f%% of the step; overlap_step hides %.0f%% of it\n",
-                  100.0 * cpu_step / med[1], 100.0 * (med[1] - med[2]) / cpu_step);
-      std::printf("  %s: %s/cpu %.3f, hides %.0f%% of the cpu step() part\n", kinds[3].c_str(), kinds[3].c_str(),
-                  med[3] / med[1], 100.0 * (med[1] - med[3]) / cpu_step);
-      if (!args.no_nvme)
-        std::printf("  nvme: nvme/cpu %.3f, nvme/none %.3f; step() part nvme/cpu %.3f\n", med[4] / med[1],
-                    med[4] / med[0], median(step_part[4]) / cpu_step);
+      std::printf("  cpu offload: cpu/none %.3f; the step() part is %.0f%% of the step\n", med[1] / med[0],
+                  100.0 * cpu_step / med[1]);
+      for (const std::string k : {"cpu+overlap", "cpu+zenflow", "cpu+super"}) {
+        const size_t c = index_of(k);
+        if (c == n) continue;
+        std::printf("  %s: %s/cpu %.3f, %s/none %.3f, hides %.0f%% of the cpu step() part\n", k.c_str(), k.c_str(),
+                    med[c] / med[1], k.c_str(), med[c] / med[0], 100.0 * (med[1] - med[c]) / cpu_step);
+      }
+      if (const size_t c = index_of("nvme"); c < n)
+        std::printf("  nvme: nvme/cpu %.3f, nvme/none %.3f; step() part nvme/cpu %.3f\n", med[c] / med[1],
+                    med[c] / med[0], median(step_part[c]) / cpu_step);
     }
     engines.clear();
     dc::barrier();

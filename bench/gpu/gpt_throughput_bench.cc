@@ -8,7 +8,7 @@
 // bf16, AdamW and zero_optimization.stage S (stage 3 with every block a unit), engine.forward / backward / step.
 // Both see the same token batches. Blocks of --steps steps alternate (plain, ours, plain, ours, ...) so drift
 // hits both; each block is timed between two device synchronizations. Model FLOPs per step follow Megatron's
-// count without recomputation, 72 B s L h^2 (1 + s / (6 h) + V / (12 L h)), so TFLOP/s are model TFLOP/s, and the
+// count without recomputation (bench_util.h), so TFLOP/s are model TFLOP/s, and the
 // share of --peak_tflops (the H200's ~790 dense bf16 by default) is printed beside them. Runs on CPU too (tiny
 // sizes), where the figures mean nothing but the code path is the same.
 #include <ATen/ATen.h>
@@ -24,6 +24,7 @@
 #include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
+#include "bench_util.h"
 #include "gpt.h"
 
 namespace {
@@ -48,12 +49,6 @@ deepspeed::models::GPTConfig gpt_config(const Options& o, bool units) {
   c.tied_head = false;
   c.shard_blocks = units;
   return c;
-}
-
-double model_flops_per_step(const Options& o) {
-  const double B = static_cast<double>(o.micro), s = static_cast<double>(o.seq), L = static_cast<double>(o.layers);
-  const double h = static_cast<double>(o.hidden), V = static_cast<double>(o.vocab);
-  return 72.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * L * h));
 }
 
 // The token batches every side trains on, on the device.
@@ -97,7 +92,7 @@ int main(int argc, char** argv) {
 
   deepspeed::comm::init_distributed();
   const c10::Device device = acc::get_accelerator().device();
-  const double flops = model_flops_per_step(o);
+  const double flops = deepspeed::bench::gpt_model_flops_per_step(gpt_config(o, false), o.micro);
   const auto data = batches(o, o.steps, device);
 
   // (a) the plain loop.

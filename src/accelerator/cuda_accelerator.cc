@@ -1,5 +1,6 @@
 #include "accelerator/cuda_accelerator.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -64,6 +65,10 @@ void CudaStreamHandle::wait_event(const Event& event) const {
   e->block(stream_);
 }
 
+// LibTorch starts CUDA (and its caching allocator) at the first CUDA tensor: the allocator's statistics before
+// then are an error ("Invalid device argument 0: did you call init?"), which ds_report met first.
+void ensure_cuda_initialized() { at::globalContext().lazyInitDevice(c10::kCUDA); }
+
 }  // namespace
 
 bool CudaAccelerator::is_available() { return c10::cuda::device_count() > 0; }
@@ -98,6 +103,7 @@ MemoryStats CudaAccelerator::memory_stats(int index) const {
     stats.total_bytes = static_cast<int64_t>(total_bytes);
     stats.available_bytes = static_cast<int64_t>(free_bytes);
   }
+  ensure_cuda_initialized();
   auto device_stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(idx));
   // Index 0 is the aggregate over all pool kinds in every LibTorch version we build against.
   stats.allocated_bytes = device_stats.allocated_bytes[0].current;
@@ -106,6 +112,7 @@ MemoryStats CudaAccelerator::memory_stats(int index) const {
 }
 
 void CudaAccelerator::reset_peak_memory_stats(int index) {
+  ensure_cuda_initialized();
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(resolve(index)));
 }
 

@@ -33,7 +33,8 @@ std::string fp16_config(int stage, const std::string& fp16_extra) {
 std::vector<at::Tensor> params_of(const ElementwiseNet& net) {
   deepspeed::zero::GatheredParameters gathered(*net);  // stage 3: whole parameters
   std::vector<at::Tensor> out;
-  for (const auto& p : net->parameters()) out.push_back(p.detach().clone());
+  // In host memory: the tests compare them with references built there, whichever device the engine trains on.
+  for (const auto& p : net->parameters()) out.push_back(p.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
   return out;
 }
 
@@ -60,7 +61,7 @@ TEST(Fp16, OneRanksInfSkipsTheStepEverywhereAndHalvesTheScale) {
       if (step == 2 && rank == poisoned)
         x[0][5] = 300.0;  // (300 w1)^2 * scale overflows fp16 in backward
       auto before = params_of(net);
-      engine.backward(engine.forward(x, t));
+      engine.backward(engine.forward(x.to(engine.device()), t.to(engine.device())));
       engine.step();
       if (step == 2) {
         EXPECT_EQ(engine.skipped_steps(), 1) << "stage " << stage;
@@ -94,7 +95,7 @@ TEST(Fp16, OverflowAtMinimumScaleNamesTheParameter) {
     at::Tensor t;
     at::Tensor x = batch_for(rank, 0, &t);
     x[0][3] = 300.0;
-    engine.backward(engine.forward(x, t));
+    engine.backward(engine.forward(x.to(engine.device()), t.to(engine.device())));
     try {
       engine.step();
       FAIL() << "an overflow at min_loss_scale must be an error";
@@ -129,7 +130,7 @@ TEST(Fp16, TrainsLikeFp32AtEveryStage) {
         x = x.to(at::kFloat);
         t = t.to(at::kFloat);
       }
-      engine.backward(engine.forward(x, t));
+      engine.backward(engine.forward(x.to(engine.device()), t.to(engine.device())));
       engine.step();
     }
     EXPECT_EQ(engine.skipped_steps(), 0);
@@ -161,7 +162,7 @@ TEST(Fp16, StaticScaleNeverChanges) {
   for (int step = 0; step < 3; ++step) {
     at::Tensor t;
     at::Tensor x = batch_for(rank, step, &t);
-    engine.backward(engine.forward(x, t));
+    engine.backward(engine.forward(x.to(engine.device()), t.to(engine.device())));
     engine.step();
   }
   EXPECT_EQ(engine.loss_scale(), 64.0);

@@ -253,13 +253,12 @@ TEST(Stage3, ParamCpuOffloadOnTheHostIsTheSameRunWithNoExtraBytes) {
       const Run want = run(plain), got = run(offload);
       ASSERT_EQ(got.params.size(), want.params.size());
       for (size_t i = 0; i < got.params.size(); ++i) EXPECT_TRUE(at::equal(got.params[i], want.params[i])) << i;
-      if (!deepspeed::accelerator::get_accelerator().device().is_cpu()) {
-        // On a GPU the partitions moved into host memory, which the counter sees.
-        EXPECT_GT(got.resident, want.resident);
-        continue;
+      // On a GPU the partitions move into pinned host memory, which CUDA's host allocator hands out (the counter
+      // sees only the CPU allocator): the engine's own accounting below says where they are.
+      if (deepspeed::accelerator::get_accelerator().device().is_cpu()) {
+        EXPECT_EQ(got.resident, want.resident) << "offload_param cpu allocated memory of its own on a CPU device";
+        EXPECT_EQ(got.peak, want.peak);
       }
-      EXPECT_EQ(got.resident, want.resident) << "offload_param cpu allocated memory of its own on a CPU device";
-      EXPECT_EQ(got.peak, want.peak);
       EXPECT_EQ(got.bytes.params, want.bytes.params);
       EXPECT_EQ(got.bytes.total(), want.bytes.total());
       // The partitions in the model dtype (the fp32 masters themselves for an fp32 model without optimizer offload).

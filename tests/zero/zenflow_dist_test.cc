@@ -365,7 +365,7 @@ std::vector<int64_t> all_gathers_per_step(const std::string& json, int iteration
   for (int i = 0; i < iterations; ++i) {
     at::Tensor x, y;
     tiny_gpt::split_batch(data, sampler.micro_batch(i, 0), &x, &y);
-    engine.backward(engine.forward(x, y));
+    engine.backward(engine.forward(x.to(engine.device()), y.to(engine.device())));
     deepspeed::comm::configure_comms_logger(logging);
     deepspeed::comm::reset_comms_logger();
     engine.step();

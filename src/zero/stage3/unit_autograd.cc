@@ -2,6 +2,7 @@
 // its gradients are computed, the AccumulateGrad post-hooks that count a unit's gradients in, and the hooks object
 // a UnitBase calls around its forward. Kept in one file because it alone needs LibTorch's autograd internals.
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
