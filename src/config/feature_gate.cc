@@ -13,14 +13,19 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
   DS_CHECK_T(ConfigError, !on, key, ": ", what, " is not implemented in this build of deepspeed-cpp yet");
 }
 
-// bf16.bf16_master_weights_and_grads (and bf16_optimizer_states): gradients, masters and optimizer states kept in
-// the model's bf16, stepped in fp32 a chunk at a time. DeepSpeed's rules: ZeRO stages 1-3, and without ZeRO-Offload
-// the states must be bf16 too. Ours, where they go less far: offload to "cpu" only.
-void check_bf16_masters(const config::Config& cfg) {
-  const config::Bf16Config& b = cfg.bf16;
-  if (!b.bf16_master_weights_and_grads) return;
-  const std::string key = "bf16.bf16_master_weights_and_grads";
-  DS_CHECK_T(ConfigError, b.enabled, key, ": needs bf16.enabled true (the masters are the model's bf16 weights)");
+// bf16.bf16_master_weights_and_grads (and bf16_optimizer_states), fp16.fp16_master_weights_and_grads: gradients,
+// masters (and bf16 optimizer states) kept in the model's 16-bit dtype, stepped in fp32 a chunk at a time.
+// DeepSpeed's rules: ZeRO stages 1-3; fp16 masters always with ZeRO-Offload (its CPU Adam keeps fp32 states); bf16
+// ones without it only with bf16 states. Ours, where they go less far: offload to "cpu" only.
+void check_model_dtype_masters(const config::Config& cfg) {
+  const bool bf16 = cfg.bf16.bf16_master_weights_and_grads, fp16 = cfg.fp16.fp16_master_weights_and_grads;
+  if (!bf16 && !fp16) return;
+  DS_CHECK_T(ConfigError, !(bf16 && fp16), "bf16.bf16_master_weights_and_grads and "
+             "fp16.fp16_master_weights_and_grads: choose one (they name the model's dtype)");
+  const std::string key = bf16 ? "bf16.bf16_master_weights_and_grads" : "fp16.fp16_master_weights_and_grads";
+  const std::string dtype = bf16 ? "bf16" : "fp16";
+  DS_CHECK_T(ConfigError, bf16 ? cfg.bf16.enabled : cfg.fp16.enabled, key, ": needs ", dtype,
+             ".enabled true (the masters are the model's ", dtype, " weights)");
   const config::ZeroConfig& z = cfg.zero;
   DS_CHECK_T(ConfigError, z.stage >= 1, key, ": needs ZeRO stage 1, 2 or 3, got ", z.stage);
   DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme, key,
@@ -28,16 +33,23 @@ void check_bf16_masters(const config::Config& cfg) {
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kNvme, key,
              ": not supported with offload_optimizer \"nvme\" yet (its swap files hold fp32 masters); \"cpu\" is");
-  DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu || b.bf16_optimizer_states, key,
-             ": without ZeRO-Offload the optimizer states must be bf16 too: set bf16.bf16_optimizer_states true (as "
-             "DeepSpeed requires; with offload_optimizer \"cpu\" they may stay fp32)");
+  if (bf16) {
+    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu || cfg.bf16.bf16_optimizer_states, key,
+               ": without ZeRO-Offload the optimizer states must be bf16 too: set bf16.bf16_optimizer_states true "
+               "(as DeepSpeed requires; with offload_optimizer \"cpu\" they may stay fp32)");
+  } else {
+    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu, key,
+               ": needs zero_optimization.offload_optimizer.device \"cpu\" (as DeepSpeed requires: the CPU "
+               "optimizer keeps fp32 states beside the fp16 masters)");
+  }
   DS_CHECK_T(ConfigError, !oo.overlap_step && !oo.super_offload, key, ": not supported with offload_optimizer.",
              oo.overlap_step ? "overlap_step" : "super_offload", " yet (they step whole fp32 masters)");
   DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   const auto& accum = cfg.data_types.grad_accum_dtype;
-  DS_CHECK_T(ConfigError, !accum || *accum == config::DataType::kBf16, key, ": the gradients are bf16 with it, but "
-             "data_types.grad_accum_dtype says ", config::to_string(accum.value_or(config::DataType::kBf16)),
-             "; leave grad_accum_dtype unset or bf16");
+  const config::DataType model = bf16 ? config::DataType::kBf16 : config::DataType::kFp16;
+  DS_CHECK_T(ConfigError, !accum || *accum == model, key, ": the gradients are ", dtype, " with it, but "
+             "data_types.grad_accum_dtype says ", config::to_string(accum.value_or(model)),
+             "; leave grad_accum_dtype unset or ", dtype);
 }
 
 }  // namespace
@@ -119,9 +131,7 @@ void check_supported_features(const config::Config& cfg) {
              "zero_optimization.zero_quantized_gradients: quantizes stage 3's gradient reductions (ZeRO++ qgZ), got "
              "stage ", z.stage);
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
-  reject_if(cfg.fp16.enabled && cfg.fp16.fp16_master_weights_and_grads, "fp16.fp16_master_weights_and_grads",
-            "fp16 master weights");
-  check_bf16_masters(cfg);
+  check_model_dtype_masters(cfg);
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype (zero/flat_params.h, stage3.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).

@@ -177,6 +177,8 @@ void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
              "\": a pipeline accumulates its gradients in fp32 (as DeepSpeed's does); leave it unset or fp32");
   DS_CHECK_T(ConfigError, !config.bf16.bf16_master_weights_and_grads,
              "bf16.bf16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
+  DS_CHECK_T(ConfigError, !config.fp16.fp16_master_weights_and_grads,
+             "fp16.fp16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
   int layers_t = 0;
   tp::sharded_parameters(*module_, &layers_t);
   if (t == 1) {

@@ -226,12 +226,13 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   // Gradients (and, with bf16 masters, masters and states) held in the model's dtype reach the optimizer through
   // step_in_fp32_chunks: element-wise kernels only.
   const auto& accum = config_.data_types.grad_accum_dtype;
-  const bool bf16_masters = config_.bf16.enabled && config_.bf16.bf16_master_weights_and_grads;
-  const std::string key = bf16_masters ? std::string("bf16.bf16_master_weights_and_grads")
-                                       : std::string("data_types.grad_accum_dtype \"") +
-                                             config::to_string(accum.value_or(config::DataType::kFp32)) + "\"";
+  const bool masters16 = zero::model_dtype_masters(config_);
+  const std::string key = masters16 ? std::string(config_.bf16.enabled ? "bf16.bf16_master_weights_and_grads"
+                                                                       : "fp16.fp16_master_weights_and_grads")
+                                    : std::string("data_types.grad_accum_dtype \"") +
+                                          config::to_string(accum.value_or(config::DataType::kFp32)) + "\"";
   DS_CHECK_T(ConfigError,
-             !(bf16_masters || (accum && *accum != config::DataType::kFp32)) || !optimizer_ ||
+             !(masters16 || (accum && *accum != config::DataType::kFp32)) || !optimizer_ ||
                  optimizer_->num_states() >= 0,
              key, ": the step converts the gradients to fp32 a chunk at a time, which the ",
              optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors)");

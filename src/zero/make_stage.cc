@@ -31,9 +31,9 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   o.stage = z.stage;
   o.dtype = dtype;
   if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) o.grad_dtype = dtype;
-  // bf16.bf16_master_weights_and_grads: masters and (bf16_optimizer_states) the optimizer's states stay in the
-  // model's bf16 too (the gate admits it at stages 1 and 2).
-  o.masters.model_dtype_masters = config.bf16.enabled && config.bf16.bf16_master_weights_and_grads;
+  // bf16/fp16 master weights: masters and (bf16_optimizer_states) the optimizer's states stay in the model's dtype
+  // too (the gate admits them at stages 1 and 2).
+  o.masters.model_dtype_masters = model_dtype_masters(config);
   o.reducer.bucket_elems = z.reduce_bucket_size;
   o.reducer.overlap_comm = z.overlap_comm;
   o.reducer.prescale_gradients = config.prescale_gradients;
@@ -67,7 +67,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.gradient_predivide_factor = config.gradient_predivide_factor;
   so.comm_dtype = gradient_communication_dtype(config);
   if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) so.grad_dtype = dtype;
-  so.model_dtype_masters = config.bf16.enabled && config.bf16.bf16_master_weights_and_grads;
+  so.model_dtype_masters = model_dtype_masters(config);
   so.quantized_weights = z.zero_quantized_weights;
   so.quantized_gradients = z.zero_quantized_gradients;
   // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).
@@ -131,8 +131,13 @@ std::optional<at::ScalarType> sixteen_bit_gradients(const Config& config) {
   if (!model) return std::nullopt;
   const auto& accum = config.data_types.grad_accum_dtype;
   if (accum && scalar_type(*accum) == *model) return model;
-  if (config.bf16.enabled && config.bf16.bf16_master_weights_and_grads) return model;
+  if (model_dtype_masters(config)) return model;
   return std::nullopt;
+}
+
+bool model_dtype_masters(const Config& config) {
+  return (config.bf16.enabled && config.bf16.bf16_master_weights_and_grads) ||
+         (config.fp16.enabled && config.fp16.fp16_master_weights_and_grads);
 }
 
 at::ScalarType gradient_communication_dtype(const Config& config) {

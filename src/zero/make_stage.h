@@ -22,8 +22,12 @@ namespace deepspeed::zero {
 at::ScalarType gradient_communication_dtype(const Config& config);
 
 // The model's 16-bit dtype when its gradients accumulate in it (data_types.grad_accum_dtype naming it, or
-// bf16.bf16_master_weights_and_grads); nullopt when they accumulate in fp32.
+// bf16/fp16 master weights); nullopt when they accumulate in fp32.
 std::optional<at::ScalarType> sixteen_bit_gradients(const Config& config);
+
+// bf16.bf16_master_weights_and_grads or fp16.fp16_master_weights_and_grads for the model's dtype: the masters (and
+// gradients) stay in it; the optimizer steps them in fp32 a chunk at a time.
+bool model_dtype_masters(const Config& config);
 
 // `groups` are the engine's parameter groups: stages 0-2 flatten them in place and keep a reference (they must
 // outlive the stage); stage 3 partitions their parameters. `dtype` is the model's compute dtype. Every rank ends up

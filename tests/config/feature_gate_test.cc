@@ -172,6 +172,40 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   }
 }
 
+// fp16 master weights: stages 1-3 with the optimizer offloaded to the CPU (as DeepSpeed requires), and one 16-bit
+// master dtype at a time.
+TEST(FeatureGate, Fp16MastersNeedCpuOffload) {
+  auto config = [](const std::string& zero, const std::string& extra = "") {
+    return R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}, )"
+           R"("zero_optimization": {)" + zero + "}" + extra + "}";
+  };
+  const std::string cpu = R"(, "offload_optimizer": {"device": "cpu"})";
+  for (const char* stage : {"1", "2", "3"}) EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + cpu)), "");
+  EXPECT_EQ(rejection(config("\"stage\": 2" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp16"})")), "");
+  struct Case {
+    std::string json, says;
+  } cases[] = {
+      {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\""},
+      {config(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
+       "not supported with offload_optimizer \"nvme\""},
+      {config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})"),
+       "not supported with offload_optimizer.overlap_step"},
+      {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
+       "data_types.grad_accum_dtype says fp32"},
+      {R"({"train_batch_size": 8, "fp16": {"enabled": false, "fp16_master_weights_and_grads": true}, )"
+       R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})", "needs fp16.enabled true"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind("fp16.fp16_master_weights_and_grads: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+  const std::string both = rejection(
+      R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}, )"
+      R"("bf16": {"bf16_master_weights_and_grads": true}, "zero_optimization": {"stage": 1}})");
+  EXPECT_NE(both.find("choose one"), std::string::npos) << both;
+}
+
 // Parameter offload belongs to stage 3 (as in DeepSpeed): below it every rank keeps whole parameters.
 TEST(FeatureGate, ParameterOffloadNeedsStageThree) {
   for (const char* device : {"cpu", "nvme"}) {

@@ -443,6 +443,24 @@ TEST_F(PipelineEngineTest, BadInputIsRejectedWithAClearMessage) {
         dsp::initialize(m, make_config("fp32", "Adam", 0, 0.0, R"(, "checkpoint": {"save_layout": "python_deepspeed"})"));
       },
       "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine");
+  // 16-bit master weights: a pipeline keeps fp32 masters and gradients.
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, make_config("fp32", "Adam", 1, 0.0,
+                                       R"(, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, )"
+                                       R"("bf16_optimizer_states": true})"));
+      },
+      "bf16.bf16_master_weights_and_grads: a pipeline keeps fp32 masters");
+  expect_error(
+      [&] {
+        dsp::PipelineModule m(toy_options(world));
+        dsp::initialize(m, ds::Config::from_string(
+                               R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Adam", "params": )"
+                               R"({"lr": 0.01}}, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}, )"
+                               R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})"));
+      },
+      "fp16.fp16_master_weights_and_grads: a pipeline keeps fp32 masters");
   // ZeRO stages 2 and 3 are not for pipelines (checked before any communication, on every rank).
   for (int stage : {2, 3}) {
     expect_error(

@@ -1,20 +1,26 @@
-// bf16.bf16_master_weights_and_grads at ZeRO stages 1-3: the masters are the model's own bf16 partition (with
-// offload_optimizer "cpu", a bf16 host copy), gradients bf16 too, the optimizer states bf16 (bf16_optimizer_states;
-// required without offload) or fp32, each update computed in fp32 and rounded back.
+// 16-bit master weights at ZeRO stages 1-3: bf16.bf16_master_weights_and_grads and fp16.fp16_master_weights_and_grads.
+// The masters are the model's own 16-bit partition (with offload_optimizer "cpu", a 16-bit host copy), gradients
+// 16-bit too, the optimizer states bf16 (bf16_optimizer_states; required for bf16 without offload) or fp32 (fp16
+// masters always run with offload and fp32 states, as DeepSpeed's), each update computed in fp32 and rounded back.
 //
-// MastersAreTheBf16Weights: a probe whose gradient is the same constant on every rank and step, -t with
-// t = 15/16 of half the bf16 spacing in [1, 2). SGD at lr 1 adds t to each weight v in [1, 2) per step: a bf16
-// master rounds v + t back to v every step, so after 4 steps the weights are still v; an fp32 master accumulates 4t,
-// which rounds to v + 2 spacings. Averaging equal gradients over ranks is exact. The probe is long enough (2^22 + 48
-// elements) that a rank's partition spans several of the step's 2^20-element fp32 chunks even at 4 ranks.
+// MastersAreThe16BitWeights: a probe whose gradient is the same constant on every rank and step, -t with
+// t = 15/16 of half the 16-bit spacing in [1, 2) (2^-7 for bf16, 2^-10 for fp16). SGD at lr 1 adds t to each weight
+// v in [1, 2) per step: a 16-bit master rounds v + t back to v every step, so after 4 steps the weights are still v;
+// an fp32 master accumulates 4t, which rounds to v + 2 spacings. Averaging equal gradients over ranks is exact, and
+// so is fp16's static loss scale (a power of two). The probe is long enough (2^22 + 48 elements) that a rank's
+// partition spans several of the step's 2^20-element fp32 chunks even at 4 ranks.
 //
-// AdamAgainstAReference: Adam on bf16 masters against the same update written here in fp32 with the weights (and
-// bf16 states) rounded to bf16 after each step. Our kernel orders the fp32 arithmetic differently, so a value lying
-// near a bf16 rounding boundary may round the other way: a weight by one bf16 spacing per step; a bf16 state by one
+// AdamAgainstAReference: Adam on 16-bit masters against the same update written here in fp32 with the weights (and
+// bf16 states) rounded to 16 bits after each step. Our kernel orders the fp32 arithmetic differently, so a value
+// lying near a rounding boundary may round the other way: a weight by one spacing per step; a bf16 state by one
 // spacing (2^-8 to 2^-7 relative), which moves the next update by at most about lr x 2^-7 = 2^-15, far below the
-// weights' spacing (2^-11 at |w| < 2^-3). So the weights agree within one spacing per step. Holding fp32 states
-// where bf16 ones are asked would pass that bound, so the saved states must also be bf16 values (they are saved as
-// fp32, exactly) at half the bytes; and a resumed run must equal the uninterrupted one.
+// weights' spacing (2^-11 for bf16 at |w| < 2^-3; fp16 keeps fp32 states). So the weights agree within one spacing
+// per step. Holding fp32 states where bf16 ones are asked would pass that bound, so the saved states must also be
+// bf16 values (they are saved as fp32, exactly) at half the bytes; and a resumed run must equal the uninterrupted
+// one.
+//
+// Fp16MastersSkipAnOverflowedStep: with fp16 masters a gradient that overflows under the loss scale skips the step
+// on every rank (the masters and the weights unchanged, the scale halved), and the next step trains.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
@@ -40,22 +46,26 @@ void ensure_comm() {
 struct ProbeImpl : torch::nn::Module {
   at::Tensor w;
   explicit ProbeImpl(const at::Tensor& initial) { w = register_parameter("w", initial.clone()); }
-  at::Tensor forward(const at::Tensor& c) { return (w * c).sum(); }
+  // The loss in fp32: an fp16 sum times fp16's loss scale would overflow (the gradient would not).
+  at::Tensor forward(const at::Tensor& c) { return (w.to(at::kFloat) * c).sum(); }
 };
 TORCH_MODULE(Probe);
 
-// How the bf16 masters run: where they live and the states' dtype.
+// How the 16-bit masters run: the model's dtype, where they live and the states' dtype.
 struct Variant {
-  bool bf16_masters = true;
-  bool offload = false;     // offload_optimizer "cpu": bf16 host masters and gradients
-  bool bf16_states = true;  // bf16_optimizer_states (required without offload)
+  bool masters16 = true;    // bf16_master_weights_and_grads / fp16_master_weights_and_grads
+  bool offload = false;     // offload_optimizer "cpu": 16-bit host masters and gradients
+  bool bf16_states = true;  // bf16_optimizer_states (required for bf16 without offload)
+  at::ScalarType dtype = at::kBFloat16;
   std::string name(int stage) const {
-    if (!bf16_masters) return "stage " + std::to_string(stage) + ", fp32 masters";
-    return "stage " + std::to_string(stage) + ", bf16 masters" + (offload ? ", offload" : "") +
+    const std::string model = dtype == at::kHalf ? "fp16" : "bf16";
+    if (!masters16) return "stage " + std::to_string(stage) + ", " + model + " model, fp32 masters";
+    return "stage " + std::to_string(stage) + ", " + model + " masters" + (offload ? ", offload" : "") +
            (bf16_states ? ", bf16 states" : ", fp32 states");
   }
 };
-const Variant kBf16Variants[] = {{true, false, true}, {true, true, true}, {true, true, false}};
+const Variant kVariants[] = {{true, false, true}, {true, true, true}, {true, true, false},
+                             {true, true, false, at::kHalf}};
 
 std::string config_json(int stage, const std::string& optimizer, const Variant& v) {
   std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000, "optimizer": )" + optimizer +
@@ -65,8 +75,14 @@ std::string config_json(int stage, const std::string& optimizer, const Variant& 
   // Stage 3: the probe is not kept whole, so its gradients are reduced from the hooks and its weights gathered and
   // released like any unit's.
   if (stage == 3) json += R"(, "stage3_param_persistence_threshold": 0)";
+  if (v.dtype == at::kHalf) {
+    // A static loss scale: a power of two, so scaling and unscaling are exact.
+    json += R"(}, "fp16": {"enabled": true, "loss_scale": 1024)";
+    if (v.masters16) json += R"(, "fp16_master_weights_and_grads": true)";
+    return json + "}}";
+  }
   json += R"(}, "bf16": {"enabled": true)";
-  if (v.bf16_masters) json += R"(, "bf16_master_weights_and_grads": true)";
+  if (v.masters16) json += R"(, "bf16_master_weights_and_grads": true)";
   if (v.bf16_states) json += R"(, "bf16_optimizer_states": true)";
   return json + "}}";
 }
@@ -77,18 +93,23 @@ at::Tensor weights_of(const Probe& model, int stage) {
   return model->w.detach().to(at::kCPU, at::kFloat);
 }
 
-bool is_bf16_valued(const at::Tensor& t) { return at::equal(t, t.to(at::kBFloat16).to(at::kFloat)); }
+bool is_valued_in(const at::Tensor& t, at::ScalarType dtype) { return at::equal(t, t.to(dtype).to(at::kFloat)); }
+
+// The spacing of `dtype` in [2^e, 2^(e+1)).
+double spacing_at(at::ScalarType dtype, int e) { return std::ldexp(1.0, e - (dtype == at::kHalf ? 10 : 7)); }
 
 constexpr int64_t kLong = (int64_t{1} << 22) + 48;
 constexpr const char* kSgd = R"({"type": "SGD", "params": {"lr": 1.0}})";
 
-TEST(Bf16Masters, MastersAreTheBf16Weights) {
+TEST(SixteenBitMasters, MastersAreThe16BitWeights) {
   ensure_comm();
-  const double spacing = std::ldexp(1.0, -7), t = 15.0 / 16.0 * spacing / 2;
   const at::Tensor v = 1.0 + at::arange(kLong, at::kDouble).remainder(4) / 64.0;
+  const Variant fp16{true, true, false, at::kHalf};
   for (int stage : {1, 2, 3}) {
-    for (const Variant& variant : {kBf16Variants[0], kBf16Variants[1], Variant{false, false, false}}) {
+    for (const Variant& variant : {kVariants[0], kVariants[1], Variant{false, false, false}, fp16,
+                                   Variant{false, true, false, at::kHalf}}) {
       const std::string name = variant.name(stage);
+      const double spacing = spacing_at(variant.dtype, 0), t = 15.0 / 16.0 * spacing / 2;
       Probe model(v.to(at::kFloat));
       auto engine =
           deepspeed::initialize(model, deepspeed::Config::from_string(config_json(stage, kSgd, variant)));
@@ -98,11 +119,11 @@ TEST(Bf16Masters, MastersAreTheBf16Weights) {
         engine.step();
       }
       const at::Tensor got = weights_of(model, stage);
-      const at::Tensor want = (variant.bf16_masters ? v : v + 2 * spacing).to(at::kFloat);
+      const at::Tensor want = (variant.masters16 ? v : v + 2 * spacing).to(at::kFloat);
       EXPECT_TRUE(at::equal(got, want)) << name << ": max difference " << (got - want).abs().max().item<double>();
       const auto bytes = engine.model_state_bytes();
-      if (variant.bf16_masters && !variant.offload) {
-        EXPECT_EQ(bytes.master_weights, 0) << name << ": the masters are views of the bf16 weights";
+      if (variant.masters16 && !variant.offload) {
+        EXPECT_EQ(bytes.master_weights, 0) << name << ": the masters are views of the 16-bit weights";
       } else {
         EXPECT_GT(bytes.master_weights, 0) << name;
       }
@@ -123,7 +144,7 @@ struct ReferenceAdam {
     at::Tensor vf = v.to(at::kFloat) * beta2 + (1 - beta2) * g * g;
     const double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
     at::Tensor wf = w.to(at::kFloat) * (1 - lr * decay) - lr / bc1 * mf / (vf.sqrt() / std::sqrt(bc2) + eps);
-    w = wf.to(at::kBFloat16);
+    w = wf.to(w.scalar_type());
     m = mf.to(m.scalar_type());
     v = vf.to(v.scalar_type());
   }
@@ -135,7 +156,8 @@ constexpr const char* kAdamW =
     R"({"type": "AdamW", "params": {"lr": 0.00390625, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}})";
 
 at::Tensor initial_weights() { return (at::arange(kShort, at::kFloat).remainder(97) - 48) / 512.0; }
-// Step s's gradient, the same on every rank: varied signs and magnitudes, exact in bf16.
+// Step s's gradient, the same on every rank: varied signs and magnitudes, exact in bf16 (and so in fp16, whose
+// significand is longer, at these magnitudes).
 at::Tensor gradient(int s) {
   return (at::sin(at::arange(kShort, at::kFloat) * 0.37 + s) * 3.0).to(at::kBFloat16).to(at::kFloat);
 }
@@ -155,14 +177,14 @@ std::vector<at::Tensor> saved_optimizer_tensors(const std::string& dir) {
           state.at("exp_avg_sq").toTensor()};
 }
 
-TEST(Bf16Masters, AdamAgainstAReference) {
+TEST(SixteenBitMasters, AdamAgainstAReference) {
   ensure_comm();
   const int steps = 5;
   for (int stage : {1, 2, 3}) {
-    for (const Variant& variant : kBf16Variants) {
+    for (const Variant& variant : kVariants) {
       const std::string name = variant.name(stage);
       const at::ScalarType states = variant.bf16_states ? at::kBFloat16 : at::kFloat;
-      ReferenceAdam ref{initial_weights().to(at::kBFloat16), at::zeros({kShort}, states), at::zeros({kShort}, states),
+      ReferenceAdam ref{initial_weights().to(variant.dtype), at::zeros({kShort}, states), at::zeros({kShort}, states),
                         kLr, 0.9, 0.999, 1e-8, 0.01};
       for (int s = 0; s < steps; ++s) ref.update(gradient(s));
 
@@ -171,16 +193,16 @@ TEST(Bf16Masters, AdamAgainstAReference) {
       train(engine, 0, steps);
       const at::Tensor got = weights_of(model, stage);
       const at::Tensor want = ref.w.to(at::kFloat);
-      // One bf16 spacing per step at the largest weight's magnitude (|w| < 2^-3: spacing 2^-11).
+      // One spacing per step at the largest weight's magnitude (|w| < 2^-3: bf16 2^-11, fp16 2^-14).
       ASSERT_LT(want.abs().max().item<double>(), 0.125) << name;
-      const double bound = steps * std::ldexp(1.0, -11);
+      const double bound = steps * spacing_at(variant.dtype, -4);
       EXPECT_LE((got - want).abs().max().item<double>(), bound) << name;
       // The weights moved by many spacings: the comparison is not between two unchanged tensors.
       EXPECT_GT((want - initial_weights()).abs().max().item<double>(), 4 * bound) << name;
 
       // States: bf16 values at half the bytes of fp32 states (Adam: 2 states per element of the partition), or
       // fp32 ones at the fp32 run's bytes.
-      const Variant fp32_masters{false, variant.offload, false};
+      const Variant fp32_masters{false, variant.offload, false, variant.dtype};
       Probe fp32_model(initial_weights());
       auto fp32_run =
           deepspeed::initialize(fp32_model, deepspeed::Config::from_string(config_json(stage, kAdamW, fp32_masters)));
@@ -193,16 +215,18 @@ TEST(Bf16Masters, AdamAgainstAReference) {
       for (size_t k = 0; k < saved.size(); ++k) {
         EXPECT_EQ(saved[k].scalar_type(), at::kFloat) << name << ": saved as fp32, as any run's";
         EXPECT_GT(saved[k].numel(), 0) << name;
-        // The masters always hold bf16 values; the moments when they are bf16.
+        // The masters always hold 16-bit values; the moments when they are bf16.
         if (k == 0 || variant.bf16_states) {
-          EXPECT_TRUE(is_bf16_valued(saved[k])) << name << ": every saved value is a bf16 value (tensor " << k << ")";
+          const at::ScalarType held = k == 0 ? variant.dtype : at::kBFloat16;
+          EXPECT_TRUE(is_valued_in(saved[k], held)) << name << ": every saved value is a 16-bit value (tensor " << k
+                                                    << ")";
         }
       }
       // fp32 moments are not all bf16 values: the check above tells the two apart.
       train(fp32_run, 0, 2);
       ds_test::SharedTempDir fp32_dir("ds_bf16_masters");
       fp32_run.save_checkpoint(fp32_dir.path(), std::string("t"));
-      EXPECT_FALSE(is_bf16_valued(saved_optimizer_tensors(fp32_dir.path())[2])) << name;
+      EXPECT_FALSE(is_valued_in(saved_optimizer_tensors(fp32_dir.path())[2], at::kBFloat16)) << name;
 
       // Resuming: 2 steps, save, a fresh engine loads and takes the other 3: the weights equal the uninterrupted
       // run's.
@@ -218,6 +242,38 @@ TEST(Bf16Masters, AdamAgainstAReference) {
       ASSERT_TRUE(resumed.load_checkpoint(resume_dir.path()).has_value()) << name;
       train(resumed, 2, steps);
       EXPECT_TRUE(at::equal(weights_of(second, stage), got)) << name << ": resumed run differs";
+    }
+  }
+}
+
+TEST(SixteenBitMasters, Fp16MastersSkipAnOverflowedStep) {
+  ensure_comm();
+  const int poisoned = deepspeed::comm::get_world_size() - 1;
+  const std::string sgd = R"({"type": "SGD", "params": {"lr": 0.00390625}})";
+  for (int stage : {1, 2, 3}) {
+    const std::string name = "stage " + std::to_string(stage);
+    std::string json = config_json(stage, sgd, Variant{true, true, false, at::kHalf});
+    const std::string fixed = R"("loss_scale": 1024)";
+    ASSERT_NE(json.find(fixed), std::string::npos);
+    json.replace(json.find(fixed), fixed.size(), R"("initial_scale_power": 10, "hysteresis": 1)");
+    Probe model(initial_weights());
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    ASSERT_EQ(engine.loss_scale(), 1024.0) << name;
+    for (int s = 0; s < 3; ++s) {
+      at::Tensor c = gradient(s);
+      // 60000 x 1024 is past fp16's largest value: that rank's gradient overflows.
+      if (s == 1 && deepspeed::comm::get_rank() == poisoned) c[5] = 60000.0;
+      const at::Tensor before = weights_of(model, stage);
+      engine.backward(engine.forward(c.to(engine.device())));
+      engine.step();
+      const at::Tensor after = weights_of(model, stage);
+      if (s == 1) {
+        EXPECT_TRUE(at::equal(after, before)) << name << ": the overflowed step moved the weights";
+        EXPECT_EQ(engine.skipped_steps(), 1) << name;
+        EXPECT_EQ(engine.loss_scale(), 512.0) << name;
+      } else {
+        EXPECT_FALSE(at::equal(after, before)) << name << ": step " << s << " should train";
+      }
     }
   }
 }
