@@ -148,6 +148,9 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   // With offload to the CPU the states may stay fp32 (DeepSpeed's CPU Adam keeps them so by default).
   EXPECT_EQ(rejection(config("", R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "");
   EXPECT_EQ(rejection(config(states, R"("stage": 1, "offload_optimizer": {"device": "cpu"})")), "");
+  // The overlapped step takes them as the synchronous one does (in fp32 chunks).
+  EXPECT_EQ(rejection(config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")),
+            "");
   struct Case {
     std::string json, says;
   } cases[] = {
@@ -156,8 +159,6 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
       {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
       {config(states, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
        "not supported with offload_optimizer \"nvme\""},
-      {config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})"),
-       "not supported with offload_optimizer.overlap_step"},
       {config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
        "not supported with offload_optimizer.super_offload"},
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
@@ -182,14 +183,15 @@ TEST(FeatureGate, Fp16MastersNeedCpuOffload) {
   const std::string cpu = R"(, "offload_optimizer": {"device": "cpu"})";
   for (const char* stage : {"1", "2", "3"}) EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + cpu)), "");
   EXPECT_EQ(rejection(config("\"stage\": 2" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp16"})")), "");
+  EXPECT_EQ(rejection(config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")), "");
   struct Case {
     std::string json, says;
   } cases[] = {
       {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\""},
       {config(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
        "not supported with offload_optimizer \"nvme\""},
-      {config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})"),
-       "not supported with offload_optimizer.overlap_step"},
+      {config(R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
+       "not supported with offload_optimizer.super_offload"},
       {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": false, "fp16_master_weights_and_grads": true}, )"

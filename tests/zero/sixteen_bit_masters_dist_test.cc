@@ -246,6 +246,47 @@ TEST(SixteenBitMasters, AdamAgainstAReference) {
   }
 }
 
+// offload_optimizer.overlap_step with 16-bit masters or gradients: the update of step s runs while step s + 1's
+// forward and backward run, so after step s the weights are those of the synchronous run after step s - 1. The
+// probe's gradients do not depend on its weights, so the updates themselves are the synchronous run's, bit for bit.
+// A run that stepped synchronously (the overlap silently off) would be one step ahead; one that dropped an update or
+// took another would drift from the synchronous weights. Variants: bf16 masters (fp32 and bf16 states), fp16
+// masters, and fp32 masters with bf16 gradients (data_types.grad_accum_dtype).
+TEST(SixteenBitMasters, AnOverlappedStepTakesTheSynchronousUpdatesOneStepLate) {
+  ensure_comm();
+  struct Run {
+    Variant variant;
+    bool accum16;  // data_types.grad_accum_dtype bf16 with fp32 masters
+  };
+  const Run runs[] = {{kVariants[1], false}, {kVariants[2], false}, {kVariants[3], false},
+                      {Variant{false, true, false}, true}};
+  for (int stage : {1, 2, 3}) {
+    for (const Run& run : runs) {
+      const std::string name = run.variant.name(stage) + (run.accum16 ? ", bf16 gradients" : "") + ", overlapped";
+      std::string json = config_json(stage, kAdamW, run.variant);
+      if (run.accum16) json.insert(json.rfind('}'), R"(, "data_types": {"grad_accum_dtype": "bf16"})");
+      const std::string cpu = R"("offload_optimizer": {"device": "cpu"})";
+      ASSERT_NE(json.find(cpu), std::string::npos) << json;
+      std::string overlapped = json;
+      overlapped.replace(overlapped.find(cpu), cpu.size(),
+                         R"("offload_optimizer": {"device": "cpu", "overlap_step": true})");
+      Probe sync_model(initial_weights()), overlap_model(initial_weights());
+      auto sync = deepspeed::initialize(sync_model, deepspeed::Config::from_string(json));
+      auto overlap = deepspeed::initialize(overlap_model, deepspeed::Config::from_string(overlapped));
+      at::Tensor previous = weights_of(sync_model, stage);
+      for (int s = 0; s < 4; ++s) {
+        train(sync, s, s + 1);
+        train(overlap, s, s + 1);
+        const at::Tensor now = weights_of(sync_model, stage);
+        EXPECT_TRUE(at::equal(weights_of(overlap_model, stage), previous))
+            << name << ": after step " << s << " the weights are not the synchronous run's after step " << s - 1;
+        EXPECT_FALSE(at::equal(now, previous)) << name << ": step " << s << " did not train";
+        previous = now;
+      }
+    }
+  }
+}
+
 TEST(SixteenBitMasters, Fp16MastersSkipAnOverflowedStep) {
   ensure_comm();
   const int poisoned = deepspeed::comm::get_world_size() - 1;
