@@ -578,23 +578,25 @@ bool EngineImpl::take_model_step() {
       optimizer_->step_slice(g, master, grad, first, second, copy);
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
-  } else if (overlap_step_) {
-    // This step's update runs while the next step's forward and backward run on the parameters as they are (one
-    // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
-    // 16-bit gradients (or masters) take the chunked fp32 step there, scaled by `coef` as they go.
-    overlapped_.launch([this, grads, coef, low_precision] {
-      at::NoGradGuard no_grad;
+  } else {
+    // 16-bit gradients (or masters) take the chunked fp32 step, scaled by `coef` as they go; fp32 ones were scaled.
+    auto update = [this, grads, coef, low_precision] {
       if (low_precision) {
         step_in_fp32_chunks(grads, coef);
       } else {
         optimizer_->step(stage_->masters(), grads);
       }
-    });
-    return true;
-  } else if (low_precision) {
-    step_in_fp32_chunks(grads, coef);
-  } else {
-    optimizer_->step(stage_->masters(), grads);
+    };
+    if (overlap_step_) {
+      // This step's update runs while the next step's forward and backward run on the parameters as they are (one
+      // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
+      overlapped_.launch([update] {
+        at::NoGradGuard no_grad;
+        update();
+      });
+      return true;
+    }
+    update();
   }
   stage_->publish();
   return true;
