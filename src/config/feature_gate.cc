@@ -16,7 +16,7 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states), fp16.fp16_master_weights_and_grads: gradients,
 // masters (and bf16 optimizer states) kept in the model's 16-bit dtype, stepped in fp32 a chunk at a time.
 // DeepSpeed's rules: ZeRO stages 1-3; fp16 masters always with ZeRO-Offload (its CPU Adam keeps fp32 states); bf16
-// ones without it only with bf16 states. Ours, where they go less far: offload to "cpu" only, no super_offload.
+// ones without it only with bf16 states. Ours, where they go less far: no offload_param "nvme", no super_offload.
 void check_model_dtype_masters(const config::Config& cfg) {
   const bool bf16 = cfg.bf16.bf16_master_weights_and_grads, fp16 = cfg.fp16.fp16_master_weights_and_grads;
   if (!bf16 && !fp16) return;
@@ -31,16 +31,14 @@ void check_model_dtype_masters(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme, key,
              ": not supported with offload_param \"nvme\" yet (its swapped partitions assume fp32 masters)");
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
-  DS_CHECK_T(ConfigError, oo.device != config::OffloadDevice::kNvme, key,
-             ": not supported with offload_optimizer \"nvme\" yet (its swap files hold fp32 masters); \"cpu\" is");
   if (bf16) {
-    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu || cfg.bf16.bf16_optimizer_states, key,
+    DS_CHECK_T(ConfigError, oo.enabled() || cfg.bf16.bf16_optimizer_states, key,
                ": without ZeRO-Offload the optimizer states must be bf16 too: set bf16.bf16_optimizer_states true "
-               "(as DeepSpeed requires; with offload_optimizer \"cpu\" they may stay fp32)");
+               "(as DeepSpeed requires; with offload_optimizer \"cpu\" or \"nvme\" they may stay fp32)");
   } else {
-    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu, key,
-               ": needs zero_optimization.offload_optimizer.device \"cpu\" (as DeepSpeed requires: the CPU "
-               "optimizer keeps fp32 states beside the fp16 masters)");
+    DS_CHECK_T(ConfigError, oo.enabled(), key,
+               ": needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\" (as DeepSpeed requires: the "
+               "CPU optimizer keeps fp32 states beside the fp16 masters)");
   }
   DS_CHECK_T(ConfigError, !oo.super_offload, key,
              ": not supported with offload_optimizer.super_offload yet (its speculative step reads fp32 masters)");

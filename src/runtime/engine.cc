@@ -19,6 +19,7 @@
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "runtime/engine_impl.h"
+#include "runtime/fp32_operands.h"
 #include "runtime/lamb_optimizer.h"
 #include "runtime/muon_optimizer.h"
 #include "config/feature_gate.h"
@@ -483,6 +484,9 @@ void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
   so.dir = oo.nvme_path.value() + "/zero_stage_" + std::to_string(config_.zero.stage) + "/optimizer/rank" +
            std::to_string(world_.rank());
   so.num_states = optimizer_->num_states();
+  // 16-bit masters (and bf16 optimizer states) are swapped as they are: half the bytes on disk and in the pool.
+  if (zero::model_dtype_masters(config_)) so.master_dtype = config_.bf16.enabled ? at::kBFloat16 : at::kHalf;
+  if (config_.bf16.enabled && config_.bf16.bf16_optimizer_states) so.state_dtype = at::kBFloat16;
   so.sub_group_size = config_.zero.sub_group_size;
   so.buffer_count = oo.buffer_count;
   so.pipeline = oo.pipeline();
@@ -561,21 +565,26 @@ bool EngineImpl::take_model_step() {
   if (coef != 1.0 && !low_precision)
     for (auto& g : grads) g.mul_(coef);
   if (swapper_) {
-    // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers.
+    // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers. 16-bit gradients, masters
+    // or states step in fp32 a piece at a time, as step_in_fp32_chunks does.
+    runtime::Fp32Operands fp32(swapper_->slice_size(), at::TensorOptions().dtype(at::kFloat));
     optimizer_->begin_step();
     swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
-      at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
-      at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
-      // bf16/fp16 parameters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
-      const at::Tensor copy = stage_->copy_back_slice(g, offset, master.numel());
+      // bf16/fp16 parameters of fp32 masters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
+      // 16-bit masters are the parameters' values once rounded: write_master_slice copies them.
+      const bool master16 = master.scalar_type() != at::kFloat;
+      const at::Tensor copy = master16 ? at::Tensor() : stage_->copy_back_slice(g, offset, master.numel());
       at::Tensor grad = grads[g].narrow(0, offset, master.numel());
       // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
       if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
       if (low_precision) {
-        grad = grad.to(at::kFloat);
+        grad = fp32.take(grad, 0, false);
         if (coef != 1.0) grad.mul_(coef);
       }
-      optimizer_->step_slice(g, master, grad, first, second, copy);
+      optimizer_->step_slice(g, fp32.take(master, 1, true), grad,
+                             fp32.take(states.size() > 0 ? states[0] : at::Tensor(), 2, true),
+                             fp32.take(states.size() > 1 ? states[1] : at::Tensor(), 3, true), copy);
+      fp32.write_back();
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
   } else {
@@ -607,34 +616,24 @@ void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, doubl
   const std::vector<at::Tensor>& masters = stage_->masters();
   int64_t longest = 0;
   for (const auto& m : masters) longest = std::max(longest, std::min(kChunk, m.numel()));
-  // One fp32 buffer per operand that is not fp32 itself (the gradient; with bf16 masters the master and states),
+  // One fp32 buffer per operand that is not fp32 itself (the gradient; with 16-bit masters the master and states),
   // taken when first needed.
-  const auto options = masters.front().options().dtype(at::kFloat);
-  std::vector<at::Tensor> buffers(4);
+  runtime::Fp32Operands fp32(longest, masters.front().options());
   optimizer_->begin_step();
   for (size_t g = 0; g < masters.size(); ++g) {
     const std::vector<at::Tensor> states = optimizer_->group_state(g);
+    auto chunk_of = [&](const at::Tensor& t, int64_t offset, int64_t len) {
+      return t.defined() ? t.narrow(0, offset, len) : t;
+    };
     for (int64_t offset = 0, n = masters[g].numel(); offset < n; offset += kChunk) {
       const int64_t len = std::min(kChunk, n - offset);
-      // Operand k's chunk as fp32: the tensor itself, or buffer k holding its converted values.
-      std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (low-precision chunk, its fp32 buffer)
-      auto fp32 = [&](const at::Tensor& t, int k, bool written_back) {
-        if (!t.defined()) return at::Tensor();
-        at::Tensor chunk = t.narrow(0, offset, len);
-        if (chunk.scalar_type() == at::kFloat) return chunk;
-        if (!buffers[k].defined()) buffers[k] = at::empty({longest}, options);
-        at::Tensor buffer = buffers[k].narrow(0, 0, len);
-        buffer.copy_(chunk);
-        if (written_back) written.emplace_back(chunk, buffer);
-        return buffer;
-      };
-      at::Tensor grad = fp32(grads[g], 0, false);
+      at::Tensor grad = fp32.take(grads[g].narrow(0, offset, len), 0, false);
       if (coef != 1.0) grad.mul_(coef);  // an fp32 gradient in place, as the other steps scale it
-      at::Tensor master = fp32(masters[g], 1, true);
-      at::Tensor first = fp32(states.size() > 0 ? states[0] : at::Tensor(), 2, true);
-      at::Tensor second = fp32(states.size() > 1 ? states[1] : at::Tensor(), 3, true);
+      at::Tensor master = fp32.take(masters[g].narrow(0, offset, len), 1, true);
+      at::Tensor first = fp32.take(chunk_of(states.size() > 0 ? states[0] : at::Tensor(), offset, len), 2, true);
+      at::Tensor second = fp32.take(chunk_of(states.size() > 1 ? states[1] : at::Tensor(), offset, len), 3, true);
       optimizer_->step_slice(g, master, grad, first, second);
-      for (auto& [chunk, buffer] : written) chunk.copy_(buffer);  // rounded to nearest even
+      fp32.write_back();  // rounded to nearest even
     }
   }
 }

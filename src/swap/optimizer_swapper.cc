@@ -15,9 +15,6 @@
 namespace deepspeed::swap {
 namespace {
 
-// File offsets of pieces must stay O_DIRECT-aligned: 1024 floats = 4096 bytes.
-constexpr int64_t kElemAlign = kAioAlignment / 4;
-
 int64_t align_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 // Reserves a swap file's blocks in one go, so the file gets a few large extents even when several
@@ -40,15 +37,22 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
            "optimizer swapper: unsupported state count ", options_.num_states);
   DS_CHECK(options_.sub_group_size >= 1, "zero_optimization.sub_group_size must be >= 1, got ",
            options_.sub_group_size);
+  for (at::ScalarType t : {options_.master_dtype, options_.state_dtype})
+    DS_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+             "optimizer swapper: masters and states are fp32, bf16 or fp16, got ", c10::toString(t));
+  // Pieces start at multiples of elem_align elements, so every tensor's piece starts O_DIRECT-aligned, in the
+  // buffers and in the file, whatever its element size: 1024 elements with fp32 only, 2048 with a 16-bit tensor.
+  const int64_t smallest = std::min(element_size(0), element_size(1));
+  const int64_t elem_align = kAioAlignment / smallest;
   int64_t largest = 0;
   for (const auto& m : masters) largest = std::max(largest, m.numel());
   sub_ = std::min(options_.sub_group_size, std::max<int64_t>(largest, 1));
-  sub_ = align_up(sub_, kElemAlign);
+  sub_ = align_up(sub_, elem_align);
   // A slot carries at least one aio block per tensor, so slicing never makes requests smaller
   // than block_size; small sub-groups stay one slot per set.
   const int64_t block_elems =
-      align_up(std::max<int64_t>(options_.aio.block_size / 4, 1), kElemAlign);
-  slice_ = align_up((sub_ + kSlicesPerSet - 1) / kSlicesPerSet, kElemAlign);
+      align_up(std::max<int64_t>(options_.aio.block_size / smallest, 1), elem_align);
+  slice_ = align_up((sub_ + kSlicesPerSet - 1) / kSlicesPerSet, elem_align);
   slice_ = std::min(sub_, std::max(slice_, block_elems));
   const int64_t slices_per_set = sub_ / slice_;
 
@@ -70,7 +74,8 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
   writer_ = std::make_unique<AioHandle>(options_.aio);
   sets_.resize(static_cast<size_t>(sets_needed));
   for (auto& set : sets_) {
-    for (int t = 0; t < per_set; ++t) set.push_back(aligned_empty(sub_, at::kFloat));
+    for (int t = 0; t < per_set; ++t)
+      set.push_back(aligned_empty(sub_, t == 0 ? options_.master_dtype : options_.state_dtype));
     for (int64_t j = 0; j < slices_per_set; ++j) {
       std::vector<at::Tensor> slot;
       for (const auto& buffer : set) slot.push_back(buffer.narrow(0, j * slice_, slice_));
@@ -89,7 +94,7 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
     for (int64_t off = 0; off < numel; off += slice_) {
       const int64_t length = std::min(slice_, numel - off);
       pieces_.push_back({g, off, length, file_offset});
-      file_offset += per_set * padded_bytes(length * 4);
+      file_offset += piece_bytes(length);
     }
     files_.push_back(
         std::make_unique<SwapFile>(options_.dir + "/group" + std::to_string(g) + ".swp",
@@ -144,9 +149,21 @@ std::vector<at::Tensor> OptimizerSwapper::views(size_t piece) const {
   return out;
 }
 
+int64_t OptimizerSwapper::element_size(size_t tensor) const {
+  return static_cast<int64_t>(c10::elementSize(tensor == 0 ? options_.master_dtype : options_.state_dtype));
+}
+
+int64_t OptimizerSwapper::piece_bytes(int64_t length) const {
+  int64_t bytes = 0;
+  for (size_t t = 0; t <= static_cast<size_t>(options_.num_states); ++t)
+    bytes += padded_bytes(length * element_size(t));
+  return bytes;
+}
+
 int64_t OptimizerSwapper::tensor_offset(size_t p, size_t tensor) const {
-  return pieces_[p].file_offset +
-         static_cast<int64_t>(tensor) * padded_bytes(pieces_[p].length * 4);
+  int64_t offset = pieces_[p].file_offset;
+  for (size_t t = 0; t < tensor; ++t) offset += padded_bytes(pieces_[p].length * element_size(t));
+  return offset;
 }
 
 void OptimizerSwapper::read(size_t p) {
@@ -227,8 +244,7 @@ int64_t OptimizerSwapper::resident_bytes() const {
 
 int64_t OptimizerSwapper::file_bytes() const {
   int64_t bytes = 0;
-  for (const auto& piece : pieces_)
-    bytes += padded_bytes(piece.length * 4) * (1 + options_.num_states);
+  for (const auto& piece : pieces_) bytes += piece_bytes(piece.length);
   return bytes;
 }
 

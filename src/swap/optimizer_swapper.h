@@ -1,13 +1,15 @@
-// ZeRO-Infinity's optimizer-state offload to NVMe: each group's fp32 master partition and optimizer
+// ZeRO-Infinity's optimizer-state offload to NVMe: each group's master partition and optimizer
 // states live in one file under `dir` (group<g>.swp), and a step streams them through a fixed pool
-// of aligned buffers. Resident memory for optimizer state is the pool, whatever the model's size.
+// of aligned buffers. Masters and states are fp32, or 16-bit where the config keeps them so
+// (bf16/fp16 masters, bf16 optimizer states): each tensor in its own dtype, in memory and on disk.
+// Resident memory for optimizer state is the pool, whatever the model's size.
 // The file is laid out piece by piece ([master | states...] of each piece, 4096-padded), so a step
 // reads it front to back and writes it back in order: two sequential streams, which a disk serves
 // at its sequential speed, rather than one stream per tensor.
 //
 // The pool: one buffer set without pipelining, three with pipeline_read/pipeline_write (DeepSpeed's
 // read i+1 / update i / write i-1), each set holding 1 + num_states tensors of sub_group_size
-// floats. Each set is cut into up to kSlicesPerSet slots (a slot is never smaller than one aio
+// elements. Each set is cut into up to kSlicesPerSet slots (a slot is never smaller than one aio
 // block per tensor), and a step walks every group in slot-sized pieces through the ring of slots:
 // reads run up to (slots - 2) pieces ahead, a piece's write proceeds while the next pieces are
 // updated, and a slot is reused as soon as its own write has finished (AioHandle::wait_for: no
@@ -40,8 +42,10 @@ namespace deepspeed::swap {
 struct OptimizerSwapperOptions {
   std::string dir;     // created if missing; the files in it are unlinked at once (see above)
   int num_states = 2;  // optimizer state tensors per element (Adam: 2)
+  at::ScalarType master_dtype = at::kFloat;  // bf16/fp16 with 16-bit masters
+  at::ScalarType state_dtype = at::kFloat;   // bf16 with bf16_optimizer_states
   int64_t sub_group_size = 1000000000;
-  int buffer_count = 4;   // buffers of sub_group_size floats in the pool (DeepSpeed's meaning)
+  int buffer_count = 4;   // buffers of sub_group_size elements in the pool (DeepSpeed's meaning)
   bool pipeline = false;  // pipeline_read || pipeline_write
   AioOptions aio;
 };
@@ -51,7 +55,7 @@ class OptimizerSwapper {
   // Each buffer set is cut into at most this many slots.
   static constexpr int kSlicesPerSet = 4;
 
-  // Writes every group's initial fp32 master (`masters[g]`) and zeroed states to files. Throws
+  // Writes every group's initial master (`masters[g]`, converted to master_dtype) and zeroed states to files. Throws
   // AioError / Error naming the directory or file when it cannot be created or written, and Error
   // naming buffer_count when the pool is too small for the requested pipelining.
   OptimizerSwapper(const OptimizerSwapperOptions& options, const std::vector<at::Tensor>& masters);
@@ -78,9 +82,9 @@ class OptimizerSwapper {
   std::vector<std::string> files() const { return io_paths(); }
   // The names the files were created under (<dir>/group<g>.swp), as error messages give them.
   std::vector<std::string> file_names() const;
-  // Floats per tensor in one buffer set (sub_group_size, capped by the largest group, aligned).
+  // Elements per tensor in one buffer set (sub_group_size, capped by the largest group, aligned).
   int64_t sub_group_size() const { return sub_; }
-  // Floats per tensor in one slot: the largest piece update() sees.
+  // Elements per tensor in one slot: the largest piece update() sees.
   int64_t slice_size() const { return slice_; }
   // Slots in the ring (buffer sets x slices per set).
   int slot_count() const { return static_cast<int>(slots_.size()); }
@@ -98,6 +102,9 @@ class OptimizerSwapper {
   std::string with_file_names(std::string message) const;
   // Byte offset of tensor `tensor` (0 = master) of piece `p` in its group's file.
   int64_t tensor_offset(size_t p, size_t tensor) const;
+  // Bytes per element of tensor `tensor` (0 = master), and the file bytes one piece of `length` elements takes.
+  int64_t element_size(size_t tensor) const;
+  int64_t piece_bytes(int64_t length) const;
   std::vector<at::Tensor> views(size_t piece) const;
   // Queues the reads (or writes) of piece `p` in its slot and records the handle's ticket.
   void read(size_t p);
@@ -112,8 +119,8 @@ class OptimizerSwapper {
   int64_t sub_ = 0;
   int64_t slice_ = 0;
   std::vector<Piece> pieces_;
-  std::vector<std::vector<at::Tensor>> sets_;   // [set][0 = master, 1.. = states], sub_ floats
-  std::vector<std::vector<at::Tensor>> slots_;  // [slot][tensor]: slice_-float views into sets_
+  std::vector<std::vector<at::Tensor>> sets_;   // [set][0 = master, 1.. = states], sub_ elements
+  std::vector<std::vector<at::Tensor>> slots_;  // [slot][tensor]: slice_-element views into sets_
   std::vector<int64_t> read_ticket_, write_ticket_;  // per piece: handle tickets after its I/O
   std::vector<int64_t> group_numels_;
   std::unique_ptr<AioHandle> reader_, writer_;

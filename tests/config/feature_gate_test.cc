@@ -135,7 +135,8 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   }
 }
 
-// bf16 master weights (and states): stages 1-3, offload to the CPU or bf16 states (as DeepSpeed requires).
+// bf16 master weights (and states): stages 1-3, optimizer offload (cpu or nvme) or bf16 states (as DeepSpeed
+// requires).
 TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   auto config = [](const std::string& bf16, const std::string& zero, const std::string& extra = "") {
     return R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true)" + bf16 +
@@ -151,14 +152,15 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   // The overlapped step takes them as the synchronous one does (in fp32 chunks).
   EXPECT_EQ(rejection(config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")),
             "");
+  // NVMe swaps them in their own dtype, with fp32 or bf16 states.
+  for (const std::string& s : {std::string(), states})
+    EXPECT_EQ(rejection(config(s, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})")), "");
   struct Case {
     std::string json, says;
   } cases[] = {
       {config(states, R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})"),
        "not supported with offload_param \"nvme\""},
       {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
-      {config(states, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
-       "not supported with offload_optimizer \"nvme\""},
       {config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
        "not supported with offload_optimizer.super_offload"},
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
@@ -173,23 +175,27 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   }
 }
 
-// fp16 master weights: stages 1-3 with the optimizer offloaded to the CPU (as DeepSpeed requires), and one 16-bit
+// fp16 master weights: stages 1-3 with the optimizer offloaded (cpu or nvme, as DeepSpeed requires), and one 16-bit
 // master dtype at a time.
-TEST(FeatureGate, Fp16MastersNeedCpuOffload) {
+TEST(FeatureGate, Fp16MastersNeedOptimizerOffload) {
   auto config = [](const std::string& zero, const std::string& extra = "") {
     return R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}, )"
            R"("zero_optimization": {)" + zero + "}" + extra + "}";
   };
   const std::string cpu = R"(, "offload_optimizer": {"device": "cpu"})";
-  for (const char* stage : {"1", "2", "3"}) EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + cpu)), "");
+  const std::string nvme = R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})";
+  for (const char* stage : {"1", "2", "3"}) {
+    EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + cpu)), "");
+    EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + nvme)), "");
+  }
   EXPECT_EQ(rejection(config("\"stage\": 2" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp16"})")), "");
   EXPECT_EQ(rejection(config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")), "");
   struct Case {
     std::string json, says;
   } cases[] = {
-      {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\""},
-      {config(R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})"),
-       "not supported with offload_optimizer \"nvme\""},
+      {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\""},
+      {config(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})" + nvme),
+       "not supported with offload_param \"nvme\""},
       {config(R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
        "not supported with offload_optimizer.super_offload"},
       {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),

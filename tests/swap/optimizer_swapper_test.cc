@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -120,6 +122,71 @@ TEST(OptimizerSwapperTest, PoolNotModelBoundsResidentMemory) {
   int64_t on_disk = 0;
   for (const auto& f : big.files()) on_disk += static_cast<int64_t>(fs::file_size(f));
   EXPECT_EQ(on_disk, big.file_bytes());
+}
+
+// 16-bit masters (bf16/fp16 master weights) and bf16 states (bf16_optimizer_states) are swapped in their own dtype:
+// the update sees them so, every tensor of every piece starts O_DIRECT-aligned (pieces of 2048 elements, 4096 bytes
+// of a 16-bit tensor), their values round-trip exactly, and pool and files take their true bytes, not fp32's.
+TEST(OptimizerSwapperTest, SixteenBitTensorsSwapInTheirOwnDtype) {
+  struct Case {
+    at::ScalarType master, state;
+  };
+  const Case cases[] = {{at::kBFloat16, at::kFloat}, {at::kBFloat16, at::kBFloat16}, {at::kHalf, at::kFloat}};
+  for (const Case c : cases) {
+    const std::string name = std::string(c10::toString(c.master)) + " masters, " + c10::toString(c.state) + " states";
+    TempDir dir("ds_swapper_test");
+    OptimizerSwapperOptions o = small_options(dir.path(), /*pipeline=*/false, 2);
+    o.master_dtype = c.master;
+    o.state_dtype = c.state;
+    const std::vector<int64_t> sizes = {10000, 1, 3001};
+    std::vector<at::Tensor> masters, ref_master;
+    std::vector<std::vector<at::Tensor>> ref_states(sizes.size());
+    at::manual_seed(12);
+    for (size_t g = 0; g < sizes.size(); ++g) {
+      ref_master.push_back(at::randn({sizes[g]}).to(c.master));
+      masters.push_back(ref_master.back().to(at::kFloat));  // the engine hands fp32 copies of 16-bit values
+      for (int s = 0; s < 2; ++s) ref_states[g].push_back(at::zeros({sizes[g]}, c.state));
+    }
+    OptimizerSwapper swapper(o, masters);
+    EXPECT_EQ(swapper.slice_size(), 2048) << name;
+    const int64_t master_bytes = static_cast<int64_t>(c10::elementSize(c.master));
+    const int64_t state_bytes = static_cast<int64_t>(c10::elementSize(c.state));
+    EXPECT_EQ(swapper.resident_bytes(), 4096 * (master_bytes + 2 * state_bytes)) << name;
+    int64_t file_bytes = 0;
+    for (int64_t n : sizes)
+      for (int64_t off = 0; off < n; off += 2048) {
+        const int64_t len = std::min<int64_t>(2048, n - off);
+        file_bytes += padded_bytes(len * master_bytes) + 2 * padded_bytes(len * state_bytes);
+      }
+    EXPECT_EQ(swapper.file_bytes(), file_bytes) << name;
+    int64_t on_disk = 0;
+    for (const auto& f : swapper.files()) on_disk += static_cast<int64_t>(fs::file_size(f));
+    EXPECT_EQ(on_disk, file_bytes) << name;
+
+    auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % kAioAlignment == 0; };
+    for (int step = 1; step <= 3; ++step) {
+      swapper.step([&](size_t, int64_t, const at::Tensor& master, const std::vector<at::Tensor>& states) {
+        ASSERT_EQ(master.scalar_type(), c.master) << name;
+        ASSERT_TRUE(aligned(master)) << name;
+        for (size_t s = 0; s < states.size(); ++s) {
+          ASSERT_EQ(states[s].scalar_type(), c.state) << name;
+          ASSERT_TRUE(aligned(states[s])) << name;
+          states[s].mul_(0.5).add_(master, static_cast<double>(s + 1));
+        }
+        master.add_(static_cast<double>(step) / 8);
+      });
+      for (size_t g = 0; g < sizes.size(); ++g) {
+        for (int s = 0; s < 2; ++s) ref_states[g][s].mul_(0.5).add_(ref_master[g], static_cast<double>(s + 1));
+        ref_master[g].add_(static_cast<double>(step) / 8);
+      }
+    }
+    swapper.step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
+      const int64_t n = master.numel();
+      EXPECT_TRUE(at::equal(master, ref_master[g].narrow(0, offset, n))) << name << ": group " << g;
+      for (size_t s = 0; s < states.size(); ++s)
+        EXPECT_TRUE(at::equal(states[s], ref_states[g][s].narrow(0, offset, n))) << name << ": group " << g;
+    });
+  }
 }
 
 // Names in `dir` (none when it does not exist).

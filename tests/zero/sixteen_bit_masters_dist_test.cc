@@ -19,6 +19,12 @@
 // bf16 values (they are saved as fp32, exactly) at half the bytes; and a resumed run must equal the uninterrupted
 // one.
 //
+// NvmeSwapsSixteenBitMasters: offload_optimizer "nvme" keeps the 16-bit masters (and bf16 states) in its swap files
+// in their own dtype and steps them as offload "cpu" does: the same weights, saved masters and moments bit for bit
+// (the same fp32 arithmetic per element, on pieces of the partition instead of 2^20-element chunks), a resumed run
+// equal to the uninterrupted one, and a buffer pool of the 16-bit bytes (an fp32-masters run beside it checks the
+// formula: 16-bit tensors swapped as fp32 would fail it).
+//
 // Fp16MastersSkipAnOverflowedStep: with fp16 masters a gradient that overflows under the loss scale skips the step
 // on every rank (the masters and the weights unchanged, the scale halved), and the run ends where one without that
 // step ends.
@@ -284,6 +290,77 @@ TEST(SixteenBitMasters, AnOverlappedStepTakesTheSynchronousUpdatesOneStepLate) {
         EXPECT_FALSE(at::equal(now, previous)) << name << ": step " << s << " did not train";
         previous = now;
       }
+    }
+  }
+}
+
+TEST(SixteenBitMasters, NvmeSwapsSixteenBitMasters) {
+  ensure_comm();
+  // A partition of 24576 / world elements (a multiple of 2048 at 1-4 ranks, and at least one sub-group of 4096): the
+  // pool is one set of 4096 elements per tensor whatever the dtype (aligned to 2048 elements for 16-bit tensors, 1024
+  // for fp32).
+  constexpr int64_t n = 24576;
+  ASSERT_EQ(n % (2048 * deepspeed::comm::get_world_size()), 0);
+  const at::Tensor initial = (at::arange(n, at::kFloat).remainder(97) - 48) / 512.0;
+  auto grad_of = [](int s) {
+    return (at::sin(at::arange(n, at::kFloat) * 0.37 + s) * 3.0).to(at::kBFloat16).to(at::kFloat);
+  };
+  auto run = [&](deepspeed::Engine& engine, int first, int last) {
+    for (int s = first; s < last; ++s) {
+      engine.backward(engine.forward(grad_of(s).to(engine.device())));
+      engine.step();
+    }
+  };
+  // Variants: bf16 masters with fp32 and with bf16 states, fp16 masters (fp32 states), and fp32 masters of a bf16
+  // model (the control for the pool's bytes).
+  for (const Variant& variant : {kVariants[2], kVariants[1], kVariants[3], Variant{false, true, false}}) {
+    for (int stage : {1, 2, 3}) {
+      const std::string name = variant.name(stage) + ", nvme";
+      ds_test::SharedTempDir swap("ds_nvme_masters");
+      const std::string cpu_json = config_json(stage, kAdamW, variant);
+      const std::string cpu = R"("offload_optimizer": {"device": "cpu"})";
+      ASSERT_NE(cpu_json.find(cpu), std::string::npos) << cpu_json;
+      std::string nvme_json = cpu_json;
+      nvme_json.replace(nvme_json.find(cpu), cpu.size(),
+                        R"("sub_group_size": 4096, "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+                            swap.path() + R"(", "buffer_count": 3})");
+      nvme_json.insert(nvme_json.rfind('}'), R"(, "aio": {"block_size": 4096})");
+      const int steps = 4;
+      Probe cpu_model(initial), nvme_model(initial);
+      auto on_cpu = deepspeed::initialize(cpu_model, deepspeed::Config::from_string(cpu_json));
+      auto on_nvme = deepspeed::initialize(nvme_model, deepspeed::Config::from_string(nvme_json));
+      run(on_cpu, 0, steps);
+      run(on_nvme, 0, steps);
+      const at::Tensor want = weights_of(cpu_model, stage);
+      EXPECT_TRUE(at::equal(weights_of(nvme_model, stage), want)) << name << ": the weights differ from offload cpu's";
+      EXPECT_GT((want - initial).abs().max().item<double>(), 0.01) << name << ": the run did not train";
+
+      const int64_t master_bytes = variant.masters16 ? 2 : 4, state_bytes = variant.bf16_states ? 2 : 4;
+      EXPECT_EQ(on_nvme.model_state_bytes().optimizer_states, 4096 * (master_bytes + 2 * state_bytes))
+          << name << ": the swap pool";
+
+      ds_test::SharedTempDir cpu_dir("ds_nvme_masters"), nvme_dir("ds_nvme_masters");
+      on_cpu.save_checkpoint(cpu_dir.path(), std::string("t"));
+      on_nvme.save_checkpoint(nvme_dir.path(), std::string("t"));
+      const std::vector<at::Tensor> cpu_saved = saved_optimizer_tensors(cpu_dir.path());
+      const std::vector<at::Tensor> nvme_saved = saved_optimizer_tensors(nvme_dir.path());
+      ASSERT_EQ(cpu_saved.size(), nvme_saved.size()) << name;
+      for (size_t k = 0; k < cpu_saved.size(); ++k)
+        EXPECT_TRUE(at::equal(nvme_saved[k], cpu_saved[k])) << name << ": saved tensor " << k << " differs";
+
+      // Resumed from step 2 (the swap files written from the checkpoint): the uninterrupted run's weights.
+      ds_test::SharedTempDir resume_dir("ds_nvme_masters");
+      {
+        Probe first(initial);
+        auto e = deepspeed::initialize(first, deepspeed::Config::from_string(nvme_json));
+        run(e, 0, 2);
+        e.save_checkpoint(resume_dir.path());
+      }
+      Probe second(at::zeros({n}));
+      auto resumed = deepspeed::initialize(second, deepspeed::Config::from_string(nvme_json));
+      ASSERT_TRUE(resumed.load_checkpoint(resume_dir.path()).has_value()) << name;
+      run(resumed, 2, steps);
+      EXPECT_TRUE(at::equal(weights_of(second, stage), want)) << name << ": resumed run differs";
     }
   }
 }
