@@ -16,7 +16,7 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states), fp16.fp16_master_weights_and_grads: gradients,
 // masters (and bf16 optimizer states) kept in the model's 16-bit dtype, stepped in fp32 a chunk at a time.
 // DeepSpeed's rules: ZeRO stages 1-3; fp16 masters always with ZeRO-Offload (its CPU Adam keeps fp32 states); bf16
-// ones without it only with bf16 states. Ours, where they go less far: no offload_param "nvme", no super_offload.
+// ones without it only with bf16 states. Ours, where they go less far: no offload_param "nvme".
 void check_model_dtype_masters(const config::Config& cfg) {
   const bool bf16 = cfg.bf16.bf16_master_weights_and_grads, fp16 = cfg.fp16.fp16_master_weights_and_grads;
   if (!bf16 && !fp16) return;
@@ -40,8 +40,6 @@ void check_model_dtype_masters(const config::Config& cfg) {
                ": needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\" (as DeepSpeed requires: the "
                "CPU optimizer keeps fp32 states beside the fp16 masters)");
   }
-  DS_CHECK_T(ConfigError, !oo.super_offload, key,
-             ": not supported with offload_optimizer.super_offload yet (its speculative step reads fp32 masters)");
   DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   const auto& accum = cfg.data_types.grad_accum_dtype;
   const config::DataType model = bf16 ? config::DataType::kBf16 : config::DataType::kFp16;
@@ -140,8 +138,6 @@ void check_supported_features(const config::Config& cfg) {
     const std::string key = std::string("data_types.grad_accum_dtype \"") + config::to_string(*accum) + "\"";
     DS_CHECK_T(ConfigError, *accum == model, key, ": gradients accumulate in fp32 or in the model's own dtype (",
                config::to_string(model), ")");
-    DS_CHECK_T(ConfigError, !z.offload_optimizer.super_offload, key, ": super_offload's speculative step reads "
-               "fp32 gradient partitions; not supported with it");
     DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   }
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");

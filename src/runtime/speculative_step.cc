@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "deepspeed/error.h"
+#include "runtime/fp32_operands.h"
 
 namespace deepspeed::runtime {
 
@@ -73,11 +75,34 @@ void SpeculativeStep::run(Slice& s) {
   }
   // The same arithmetic as the engine's step: the gradient times the unscale coefficient, then the kernel. The
   // stage's gradient itself stays as it is (the global norm is taken from it after backward).
-  at::Tensor grad = s.grad.to(at::kCPU, at::kFloat);
+  at::Tensor grad = s.grad.to(at::kCPU);
   s.grad = at::Tensor();
-  if (unscale_ != 1.0) grad = grad.mul(unscale_);
-  optimizer_.step_slice(s.group, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
-                        states.size() > 1 ? states[1] : at::Tensor(), at::Tensor());
+  at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
+  at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
+  const bool sixteen = grad.scalar_type() != at::kFloat || master.scalar_type() != at::kFloat ||
+                       (first.defined() && first.scalar_type() != at::kFloat);
+  if (!sixteen) {
+    if (unscale_ != 1.0) grad = grad.mul(unscale_);
+    optimizer_.step_slice(s.group, master, grad, first, second, at::Tensor());
+    return;
+  }
+  // 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states): stepped in fp32 a chunk at a time,
+  // as the engine's synchronous step does, so the two agree bit for bit.
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  Fp32Operands fp32(std::min(kChunk, s.n), at::TensorOptions().dtype(at::kFloat));
+  auto chunk_of = [](const at::Tensor& t, int64_t offset, int64_t len) {
+    return t.defined() ? t.narrow(0, offset, len) : t;
+  };
+  for (int64_t offset = 0; offset < s.n; offset += kChunk) {
+    const int64_t len = std::min(kChunk, s.n - offset);
+    at::Tensor g = grad.narrow(0, offset, len);
+    g = g.scalar_type() == at::kFloat ? g.clone() : fp32.take(g, 0, false);
+    if (unscale_ != 1.0) g.mul_(unscale_);
+    optimizer_.step_slice(s.group, fp32.take(chunk_of(master, offset, len), 1, true), g,
+                          fp32.take(chunk_of(first, offset, len), 2, true),
+                          fp32.take(chunk_of(second, offset, len), 3, true), at::Tensor());
+    fp32.write_back();
+  }
 }
 
 void SpeculativeStep::wait() {

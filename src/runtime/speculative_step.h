@@ -7,8 +7,10 @@
 //
 // The rollback restores copies taken just before each slice's update (masters and optimizer states), so it is
 // exact; DeepSpeed inverts Adam's arithmetic instead, which needs no copies but is not exact. The copies cost
-// (1 + number of optimizer states) x 4 bytes per element of this rank's partition, in host memory, during the step,
-// and are taken only when something can undo the step (gradient clipping, fp16 loss scaling).
+// (1 + number of optimizer states) x 4 bytes per element of this rank's partition (2 for 16-bit masters and states),
+// in host memory, during the step, and are taken only when something can undo the step (gradient clipping, fp16
+// loss scaling). 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states) step in fp32 a chunk
+// at a time, as the synchronous step does.
 //
 // Thread-safety: submit() is called from the training thread (during backward), the worker runs the updates;
 // wait(), rollback() and begin() from the training thread only.
@@ -31,8 +33,9 @@ namespace deepspeed::runtime {
 
 class SpeculativeStep {
  public:
-  // `masters` are the optimizer's fp32 masters per group (host memory). `may_roll_back` false (no clipping, no loss
-  // scaling: nothing can change the step after the fact) takes no copies; rollback() is then an error.
+  // `masters` are the optimizer's masters per group (host memory; fp32, or the model's 16-bit dtype).
+  // `may_roll_back` false (no clipping, no loss scaling: nothing can change the step after the fact) takes no copies;
+  // rollback() is then an error.
   SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back);
   ~SpeculativeStep();  // finishes queued work first
   SpeculativeStep(const SpeculativeStep&) = delete;

@@ -103,7 +103,7 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   }
 }
 
-// data_types.grad_accum_dtype: fp32 anywhere; the model's own 16-bit dtype at stages 0-2 without ZenFlow; anything
+// data_types.grad_accum_dtype: fp32 anywhere; the model's own 16-bit dtype at stages 0-3 without ZenFlow; anything
 // else is refused naming the key, the value and why.
 TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   auto config = [](const std::string& precision, const std::string& accum, const std::string& zero) {
@@ -117,14 +117,16 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
     EXPECT_EQ(rejection(config(bf16, "fp32", "\"stage\": " + stage)), "");
   }
   EXPECT_EQ(rejection(config(bf16, "fp32", "\"stage\": 3")), "");
+  // SuperOffload's speculative step takes 16-bit gradients as the synchronous step does (in fp32 chunks).
+  EXPECT_EQ(
+      rejection(config(bf16, "bf16", R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")),
+      "");
   struct Case {
     std::string json, says;
   } cases[] = {
       {config("", "bf16", "\"stage\": 1"), "data_types.grad_accum_dtype \"bf16\": gradients accumulate in fp32 or "
                                             "in the model's own dtype (fp32)"},
       {config(fp16, "bf16", "\"stage\": 1"), "in the model's own dtype (fp16)"},
-      {config(bf16, "bf16", R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
-       "super_offload's speculative step reads fp32 gradient partitions"},
       {config(bf16, "bf16", R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2})"),
        "ZenFlow selects and steps on fp32 gradients"},
   };
@@ -152,6 +154,9 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   // The overlapped step takes them as the synchronous one does (in fp32 chunks).
   EXPECT_EQ(rejection(config(states, R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")),
             "");
+  // SuperOffload speculates their step in fp32 chunks too.
+  EXPECT_EQ(rejection(config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")),
+            "");
   // NVMe swaps them in their own dtype, with fp32 or bf16 states.
   for (const std::string& s : {std::string(), states})
     EXPECT_EQ(rejection(config(s, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})")), "");
@@ -161,8 +166,6 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
       {config(states, R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})"),
        "not supported with offload_param \"nvme\""},
       {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
-      {config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
-       "not supported with offload_optimizer.super_offload"},
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "bf16": {"enabled": false, "bf16_master_weights_and_grads": true}, )"
@@ -190,14 +193,13 @@ TEST(FeatureGate, Fp16MastersNeedOptimizerOffload) {
   }
   EXPECT_EQ(rejection(config("\"stage\": 2" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp16"})")), "");
   EXPECT_EQ(rejection(config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")), "");
+  EXPECT_EQ(rejection(config(R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")), "");
   struct Case {
     std::string json, says;
   } cases[] = {
       {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\""},
       {config(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})" + nvme),
        "not supported with offload_param \"nvme\""},
-      {config(R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})"),
-       "not supported with offload_optimizer.super_offload"},
       {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": false, "fp16_master_weights_and_grads": true}, )"
