@@ -16,7 +16,7 @@ void reject_if(bool on, const std::string& key, const std::string& what) {
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states), fp16.fp16_master_weights_and_grads: gradients,
 // masters (and bf16 optimizer states) kept in the model's 16-bit dtype, stepped in fp32 a chunk at a time.
 // DeepSpeed's rules: ZeRO stages 1-3; fp16 masters always with ZeRO-Offload (its CPU Adam keeps fp32 states); bf16
-// ones without it only with bf16 states. Ours, where they go less far: no offload_param "nvme".
+// ones without it only with bf16 states.
 void check_model_dtype_masters(const config::Config& cfg) {
   const bool bf16 = cfg.bf16.bf16_master_weights_and_grads, fp16 = cfg.fp16.fp16_master_weights_and_grads;
   if (!bf16 && !fp16) return;
@@ -28,8 +28,6 @@ void check_model_dtype_masters(const config::Config& cfg) {
              ".enabled true (the masters are the model's ", dtype, " weights)");
   const config::ZeroConfig& z = cfg.zero;
   DS_CHECK_T(ConfigError, z.stage >= 1, key, ": needs ZeRO stage 1, 2 or 3, got ", z.stage);
-  DS_CHECK_T(ConfigError, z.offload_param.device != config::OffloadDevice::kNvme, key,
-             ": not supported with offload_param \"nvme\" yet (its swapped partitions assume fp32 masters)");
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   if (bf16) {
     DS_CHECK_T(ConfigError, oo.enabled() || cfg.bf16.bf16_optimizer_states, key,

@@ -157,14 +157,14 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
   // SuperOffload speculates their step in fp32 chunks too.
   EXPECT_EQ(rejection(config(states, R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")),
             "");
+  // Swapped parameter partitions hold the model's dtype whatever the masters'.
+  EXPECT_EQ(rejection(config(states, R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})")), "");
   // NVMe swaps them in their own dtype, with fp32 or bf16 states.
   for (const std::string& s : {std::string(), states})
     EXPECT_EQ(rejection(config(s, R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})")), "");
   struct Case {
     std::string json, says;
   } cases[] = {
-      {config(states, R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})"),
-       "not supported with offload_param \"nvme\""},
       {config("", "\"stage\": 2"), "set bf16.bf16_optimizer_states true"},
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
@@ -191,6 +191,7 @@ TEST(FeatureGate, Fp16MastersNeedOptimizerOffload) {
     EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + cpu)), "");
     EXPECT_EQ(rejection(config(std::string("\"stage\": ") + stage + nvme)), "");
   }
+  EXPECT_EQ(rejection(config(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})" + nvme)), "");
   EXPECT_EQ(rejection(config("\"stage\": 2" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp16"})")), "");
   EXPECT_EQ(rejection(config(R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})")), "");
   EXPECT_EQ(rejection(config(R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")), "");
@@ -198,8 +199,6 @@ TEST(FeatureGate, Fp16MastersNeedOptimizerOffload) {
     std::string json, says;
   } cases[] = {
       {config("\"stage\": 2"), "needs zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\""},
-      {config(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"})" + nvme),
-       "not supported with offload_param \"nvme\""},
       {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": false, "fp16_master_weights_and_grads": true}, )"

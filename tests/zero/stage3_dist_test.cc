@@ -214,6 +214,37 @@ TEST(Stage3, ParamNvmeOffloadMatchesStageZero) {
   if (deepspeed::comm::get_rank() == 0) std::filesystem::remove_all(dir, ec);
 }
 
+// offload_param nvme with 16-bit masters (bf16 with bf16 states and no optimizer offload, or with the optimizer
+// offloaded to cpu or nvme; fp16 with cpu): the swapped partitions change where the shards live, not the arithmetic,
+// so the run equals the same configuration without parameter offload bit for bit.
+TEST(Stage3, ParamNvmeOffloadWithSixteenBitMasters) {
+  tiny_gpt::ensure_comm();
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ds_param_swap16_" + std::string(port ? port : "0"))).string();
+  const std::string param = ", \"stage3_param_persistence_threshold\": 64, \"offload_param\": {\"device\": \"nvme\", "
+                            "\"nvme_path\": \"" + dir + "\", \"max_in_cpu\": 0}";
+  const std::string cpu = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+  const std::string nvme =
+      ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir + "\"}, \"sub_group_size\": 700";
+  const std::pair<std::string, std::string> runs[] = {
+      {"bf16_masters_states", ""}, {"bf16_masters", cpu}, {"bf16_masters_states", nvme}, {"fp16_masters", cpu}};
+  for (const auto& [precision, optimizer] : runs) {
+    Variant plain{"offload_param nvme, " + precision + optimizer};
+    plain.uneven = true;
+    plain.gas = 2;
+    plain.clip = 0.1;
+    plain.precision = precision;
+    plain.zero_extra = ", \"stage3_param_persistence_threshold\": 64" + optimizer;
+    Variant swapped = plain;
+    swapped.zero_extra = param + optimizer;
+    const auto want = train_stage(plain, 3);
+    auto initial = tiny_gpt::snapshot(tiny_gpt::make_model(model_config(plain)));
+    ASSERT_GT(tiny_gpt::max_relative_error(want, initial), 1e-3) << plain.name << ": training must move the weights";
+    EXPECT_EQ(tiny_gpt::max_relative_error(train_stage(swapped, 3), want), 0.0) << plain.name;
+  }
+}
+
 // offload_param cpu (ZeRO-Offload of parameters): on a CPU device the partitions already are in host memory, so the
 // run must be the run without it: the same parameters bit for bit, not one byte more allocated (a counting
 // allocator: the bytes at rest after training, and the peak), the same checkpoint; only the accounting lists the
