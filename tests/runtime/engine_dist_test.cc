@@ -420,6 +420,24 @@ TEST(EngineOptions, ParamGroupsCarryTheirOwnLearningRate) {
   expect_close(got, want, reordered_bound(r), r);
 }
 
+// The 1-bit optimizers parse (older DeepSpeed configs name them) but are refused by name at initialize: DeepSpeed
+// 0.19 removed them.
+TEST(EngineOptions, OneBitOptimizersAreRefusedByName) {
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    GPT model = make_model();
+    auto cfg = deepspeed::Config::from_string(std::string(R"({"train_micro_batch_size_per_gpu": 2, "optimizer": )") +
+                                              R"({"type": ")" + type + R"(", "params": {"lr": 0.001}}})");
+    try {
+      deepspeed::initialize(model, cfg);
+      FAIL() << type << ": expected a ConfigError";
+    } catch (const deepspeed::ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("optimizer.type: '", 0), 0u) << msg;
+      EXPECT_NE(msg.find("DeepSpeed itself removed its 1-bit optimizers"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(EngineOptions, ClientOptimizerWithConfigOptimizerIsAnError) {
   GPT model = make_model();
   deepspeed::InitializeOptions options;
