@@ -265,8 +265,10 @@ class Stage3 : public Stage {
   // The persistent unit gathered again from the partitions (after they changed). Collective.
   void regather_persistent();
   // offload_param cpu with pin_memory on an accelerator: a gather's copy up from a host shard is issued without
-  // waiting (it overlaps compute; the all-gather and the forward follow it on the stream), and every write into the
-  // host shards first waits for the copies issued so far, so none reads a half-written partition.
+  // waiting, on copy_stream_ (gather_async): it and the all-gather after it overlap the compute stream's work, which
+  // waits for them only where the unit is used (wait_gathered). Every write into the host shards first waits for the
+  // copies issued so far, so none reads a half-written partition.
+  std::unique_ptr<accelerator::Stream> copy_stream_;
   std::unique_ptr<accelerator::Event> host_reads_;
   void wait_host_reads() const;
   // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.

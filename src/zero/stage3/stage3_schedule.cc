@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <optional>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
 #include "zero/block_quantizer.h"
@@ -27,8 +30,22 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   unit.via_secondary = in_backward_ && !exact && !unit.flats.empty() && unit.flats.front().secondary.defined();
   unit.quantized = unit.via_secondary ? unit.secondary_quantized
                                       : options_.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
+  // Pinned host shards go up on the copy stream, and their all-gathers are issued there too (a collective waits for
+  // the stream current at its call), so neither holds up the compute stream's kernels queued meanwhile. The copy
+  // stream first waits for the compute stream's work so far: a pooled buffer's last reader is among it. Quantized
+  // and hpZ gathers, which run kernels of their own on what arrives, stay on the compute stream.
+  auto& acc = accelerator::get_accelerator();
+  unit.on_copy_stream = shards_on_host() && options_.param_pin_memory && !unit.via_secondary && !unit.quantized;
+  for (auto& f : unit.flats) f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
+  std::optional<accelerator::StreamGuard> on_copy_stream;  // after the buffers: they belong to the compute stream
+  if (unit.on_copy_stream) {
+    if (!copy_stream_) copy_stream_ = acc.new_stream();
+    const std::unique_ptr<accelerator::Event> queued = acc.new_event();
+    queued->record();
+    copy_stream_->wait_event(*queued);
+    on_copy_stream.emplace(*copy_stream_);
+  }
   for (auto& f : unit.flats) {
-    f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
     st->set_nbytes(f.gathered.nbytes());
@@ -76,6 +93,10 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
       f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
     }
   }
+  if (unit.on_copy_stream) {
+    if (!unit.copied) unit.copied = acc.new_event();
+    unit.copied->record(copy_stream_.get());
+  }
   unit.state = Unit::State::kInflight;
   unit.prefetched = prefetch;
   ++stats_.gathers;
@@ -88,6 +109,11 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
 void Stage3::wait_gathered(Unit& unit) {
   if (unit.state != Unit::State::kInflight) return;
   WaitClock::Span span = waits_.begin();
+  if (unit.on_copy_stream) {
+    // The copies up (and, at one rank, the only step): the compute stream goes on once they are done.
+    accelerator::get_accelerator().current_stream()->wait_event(*unit.copied);
+    unit.on_copy_stream = false;
+  }
   for (auto& f : unit.flats) {
     f.gather_work.wait();
     f.gather_work = comm::Work();

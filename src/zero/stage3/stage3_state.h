@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "zero/partition.h"
 #include "zero/stage3/stage3.h"
@@ -55,6 +56,10 @@ struct Stage3::Unit {
   bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
   bool quantized = false;   // gathered through int8 (quantized_weights): the values are not exact
   bool via_secondary = false;        // the gather in flight or done came from hpZ's secondary partitions
+  // offload_param cpu with pinned shards on an accelerator: the copies up (and the all-gathers) of the gather in
+  // flight were issued on the copy stream, ending at this event, which the compute stream waits for at its use.
+  std::unique_ptr<accelerator::Event> copied;
+  bool on_copy_stream = false;
   bool secondary_quantized = false;  // the secondary partitions hold int8-gathered values
   bool running = false;  // inside its forward, or armed for its backward and not yet reduced
   bool awaiting_grads = false;  // its backward has begun and its gradients are not reduced yet
