@@ -332,7 +332,8 @@ void EngineImpl::backward(const at::Tensor& loss) {
     if (speculative_) speculative_->abandon();  // no half-speculated step is left for the next step() to accept
     throw;
   }
-  step_loss_sum_ += loss.item<double>();
+  const at::Tensor value = loss.detach().to(at::kDouble).reshape({});
+  step_loss_sum_ = step_loss_sum_.defined() ? step_loss_sum_ + value : value;
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");
   observers_.end_backward();
@@ -365,8 +366,10 @@ void EngineImpl::step() {
   if (zenflow_) zenflow_->end_iteration(iteration);
   if (boundary) {
     // The loss observers get: this rank's mean over the step's micro-batches, as DeepSpeed logs it.
-    const double step_loss = step_loss_count_ > 0 ? step_loss_sum_ / static_cast<double>(step_loss_count_) : 0.0;
-    step_loss_sum_ = 0.0;
+    const double step_loss = step_loss_count_ > 0 && step_loss_sum_.defined()
+                                 ? step_loss_sum_.item<double>() / static_cast<double>(step_loss_count_)
+                                 : 0.0;
+    step_loss_sum_ = at::Tensor();
     step_loss_count_ = 0;
     observers_.on_report(step_report(step_loss));
   }
@@ -559,32 +562,43 @@ bool EngineImpl::take_model_step() {
   }
   // Gradients accumulated in the model's bf16/fp16 (data_types.grad_accum_dtype, bf16 masters) reach the fp32 kernels
   // a chunk at a time, converted and scaled there: multiplying them in their own dtype would round every one.
-  const std::vector<at::Tensor>& masters = stage_->masters();  // empty with nvme offload
+  // With nvme offload: none (stages 1-2), or zero-length ones of the masters' dtype (stage 3).
+  const std::vector<at::Tensor>& masters = stage_->masters();
   const bool low_precision = !grads.empty() && (grads.front().scalar_type() != at::kFloat ||
                                                 (!masters.empty() && masters.front().scalar_type() != at::kFloat));
   if (coef != 1.0 && !low_precision)
     for (auto& g : grads) g.mul_(coef);
   if (swapper_) {
     // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers. 16-bit gradients, masters
-    // or states step in fp32 a piece at a time, as step_in_fp32_chunks does.
-    runtime::Fp32Operands fp32(swapper_->slice_size(), at::TensorOptions().dtype(at::kFloat));
+    // or states step in fp32 chunks of 2^20 elements, as step_in_fp32_chunks does, so the fp32 buffers stay 4 MiB
+    // each whatever the pieces' size.
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    runtime::Fp32Operands fp32(std::min(kChunk, swapper_->slice_size()), at::TensorOptions().dtype(at::kFloat));
     optimizer_->begin_step();
     swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
+      const int64_t n = master.numel();
       // bf16/fp16 parameters of fp32 masters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
       // 16-bit masters are the parameters' values once rounded: write_master_slice copies them.
       const bool master16 = master.scalar_type() != at::kFloat;
-      const at::Tensor copy = master16 ? at::Tensor() : stage_->copy_back_slice(g, offset, master.numel());
-      at::Tensor grad = grads[g].narrow(0, offset, master.numel());
+      const at::Tensor copy = master16 ? at::Tensor() : stage_->copy_back_slice(g, offset, n);
+      at::Tensor grad = grads[g].narrow(0, offset, n);
       // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
       if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
-      if (low_precision) {
-        grad = fp32.take(grad, 0, false);
-        if (coef != 1.0) grad.mul_(coef);
+      auto part = [](const at::Tensor& t, int64_t pos, int64_t len) { return t.defined() ? t.narrow(0, pos, len) : t; };
+      const at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
+      const at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
+      for (int64_t pos = 0; pos < n; pos += kChunk) {
+        const int64_t len = std::min(kChunk, n - pos);
+        at::Tensor grad32 = part(grad, pos, len);
+        if (low_precision) {
+          grad32 = fp32.take(grad32, 0, false);
+          if (coef != 1.0) grad32.mul_(coef);
+        }
+        optimizer_->step_slice(g, fp32.take(part(master, pos, len), 1, true), grad32,
+                               fp32.take(part(first, pos, len), 2, true), fp32.take(part(second, pos, len), 3, true),
+                               part(copy, pos, len));
+        fp32.write_back();
       }
-      optimizer_->step_slice(g, fp32.take(master, 1, true), grad,
-                             fp32.take(states.size() > 0 ? states[0] : at::Tensor(), 2, true),
-                             fp32.take(states.size() > 1 ? states[1] : at::Tensor(), 3, true), copy);
-      fp32.write_back();
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
   } else {

@@ -457,7 +457,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
       }
       micro_steps_at_load_ = micro_steps_;
       // Losses and clocks of steps before the load belong to no step after it.
-      step_loss_sum_ = 0.0;
+      step_loss_sum_ = at::Tensor();
       step_loss_count_ = 0;
       observers_.on_resume(steps);
       if (scaler_state) scaler_->load_state(*scaler_state);

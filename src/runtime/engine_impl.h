@@ -220,7 +220,9 @@ class EngineImpl : public runtime::StageEngine {
   // engine_sp.cc: sequence_parallel_size: checks the model's DistributedAttention layers against it.
   void setup_sequence_parallel(const InitializeOptions& options);
 
-  double step_loss_sum_ = 0.0;  // unscaled micro-batch losses of the step in progress
+  // Unscaled micro-batch losses of the step in progress, summed where the loss is (fp64): read once per step, so an
+  // accelerator's backward is not waited for at every micro-step. Undefined until the first backward of a step.
+  at::Tensor step_loss_sum_;
   int64_t step_loss_count_ = 0;
 
   bool breakdown_ = false;

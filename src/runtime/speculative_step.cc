@@ -96,8 +96,13 @@ void SpeculativeStep::run(Slice& s) {
   for (int64_t offset = 0; offset < s.n; offset += kChunk) {
     const int64_t len = std::min(kChunk, s.n - offset);
     at::Tensor g = grad.narrow(0, offset, len);
-    g = g.scalar_type() == at::kFloat ? g.clone() : fp32.take(g, 0, false);
-    if (unscale_ != 1.0) g.mul_(unscale_);
+    // The stage's gradient is only read: an fp32 one is scaled into a copy, a 16-bit one in its fp32 buffer.
+    if (g.scalar_type() != at::kFloat) {
+      g = fp32.take(g, 0, false);
+      if (unscale_ != 1.0) g.mul_(unscale_);
+    } else if (unscale_ != 1.0) {
+      g = g.mul(unscale_);
+    }
     optimizer_.step_slice(s.group, fp32.take(chunk_of(master, offset, len), 1, true), g,
                           fp32.take(chunk_of(first, offset, len), 2, true),
                           fp32.take(chunk_of(second, offset, len), 3, true), at::Tensor());

@@ -125,17 +125,25 @@ TEST(OptimizerSwapperTest, PoolNotModelBoundsResidentMemory) {
 }
 
 // 16-bit masters (bf16/fp16 master weights) and bf16 states (bf16_optimizer_states) are swapped in their own dtype:
-// the update sees them so, every tensor of every piece starts O_DIRECT-aligned (pieces of 2048 elements, 4096 bytes
-// of a 16-bit tensor), their values round-trip exactly, and pool and files take their true bytes, not fp32's.
+// the update sees them so, every tensor of every piece starts O_DIRECT-aligned in memory (pieces of 2048 elements,
+// 4096 bytes of a 16-bit tensor; file offsets are sums of padded sizes), their values round-trip exactly, and pool
+// and files take their true bytes, not fp32's; with 0-2 states, pipelined or not.
 TEST(OptimizerSwapperTest, SixteenBitTensorsSwapInTheirOwnDtype) {
   struct Case {
     at::ScalarType master, state;
+    bool pipeline;
+    int num_states;
   };
-  const Case cases[] = {{at::kBFloat16, at::kFloat}, {at::kBFloat16, at::kBFloat16}, {at::kHalf, at::kFloat}};
+  const Case cases[] = {{at::kBFloat16, at::kFloat, false, 2},
+                        {at::kBFloat16, at::kBFloat16, false, 2},
+                        {at::kHalf, at::kFloat, false, 2},
+                        {at::kBFloat16, at::kFloat, true, 1},
+                        {at::kHalf, at::kBFloat16, true, 0}};
   for (const Case c : cases) {
-    const std::string name = std::string(c10::toString(c.master)) + " masters, " + c10::toString(c.state) + " states";
+    const std::string name = std::string(c10::toString(c.master)) + " masters, " + std::to_string(c.num_states) + " " +
+                             c10::toString(c.state) + " states" + (c.pipeline ? ", pipelined" : "");
     TempDir dir("ds_swapper_test");
-    OptimizerSwapperOptions o = small_options(dir.path(), /*pipeline=*/false, 2);
+    OptimizerSwapperOptions o = small_options(dir.path(), c.pipeline, c.num_states);
     o.master_dtype = c.master;
     o.state_dtype = c.state;
     const std::vector<int64_t> sizes = {10000, 1, 3001};
@@ -145,18 +153,19 @@ TEST(OptimizerSwapperTest, SixteenBitTensorsSwapInTheirOwnDtype) {
     for (size_t g = 0; g < sizes.size(); ++g) {
       ref_master.push_back(at::randn({sizes[g]}).to(c.master));
       masters.push_back(ref_master.back().to(at::kFloat));  // the engine hands fp32 copies of 16-bit values
-      for (int s = 0; s < 2; ++s) ref_states[g].push_back(at::zeros({sizes[g]}, c.state));
+      for (int s = 0; s < c.num_states; ++s) ref_states[g].push_back(at::zeros({sizes[g]}, c.state));
     }
     OptimizerSwapper swapper(o, masters);
     EXPECT_EQ(swapper.slice_size(), 2048) << name;
     const int64_t master_bytes = static_cast<int64_t>(c10::elementSize(c.master));
     const int64_t state_bytes = static_cast<int64_t>(c10::elementSize(c.state));
-    EXPECT_EQ(swapper.resident_bytes(), 4096 * (master_bytes + 2 * state_bytes)) << name;
+    const int sets = c.pipeline ? 3 : 1;
+    EXPECT_EQ(swapper.resident_bytes(), sets * 4096 * (master_bytes + c.num_states * state_bytes)) << name;
     int64_t file_bytes = 0;
     for (int64_t n : sizes)
       for (int64_t off = 0; off < n; off += 2048) {
         const int64_t len = std::min<int64_t>(2048, n - off);
-        file_bytes += padded_bytes(len * master_bytes) + 2 * padded_bytes(len * state_bytes);
+        file_bytes += padded_bytes(len * master_bytes) + c.num_states * padded_bytes(len * state_bytes);
       }
     EXPECT_EQ(swapper.file_bytes(), file_bytes) << name;
     int64_t on_disk = 0;
@@ -168,6 +177,7 @@ TEST(OptimizerSwapperTest, SixteenBitTensorsSwapInTheirOwnDtype) {
       swapper.step([&](size_t, int64_t, const at::Tensor& master, const std::vector<at::Tensor>& states) {
         ASSERT_EQ(master.scalar_type(), c.master) << name;
         ASSERT_TRUE(aligned(master)) << name;
+        ASSERT_EQ(states.size(), static_cast<size_t>(c.num_states)) << name;
         for (size_t s = 0; s < states.size(); ++s) {
           ASSERT_EQ(states[s].scalar_type(), c.state) << name;
           ASSERT_TRUE(aligned(states[s])) << name;
@@ -176,7 +186,8 @@ TEST(OptimizerSwapperTest, SixteenBitTensorsSwapInTheirOwnDtype) {
         master.add_(static_cast<double>(step) / 8);
       });
       for (size_t g = 0; g < sizes.size(); ++g) {
-        for (int s = 0; s < 2; ++s) ref_states[g][s].mul_(0.5).add_(ref_master[g], static_cast<double>(s + 1));
+        for (int s = 0; s < c.num_states; ++s)
+          ref_states[g][s].mul_(0.5).add_(ref_master[g], static_cast<double>(s + 1));
         ref_master[g].add_(static_cast<double>(step) / 8);
       }
     }

@@ -75,7 +75,7 @@ struct Stage3Options {
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
   bool pin_memory = false;
-  // ZeRO-Infinity (offload_optimizer.device "nvme"): the fp32 masters live in the optimizer swapper's files, not
+  // ZeRO-Infinity (offload_optimizer.device "nvme"): the masters live in the optimizer swapper's files, not
   // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
   // slice into them with write_slice().
   bool external_masters = false;

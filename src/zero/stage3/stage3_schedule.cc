@@ -314,7 +314,7 @@ void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
     if (modifier_rank >= 0) {
       DS_CHECK(!options_.external_masters, "GatheredParameters: modifying parameters (modifier_rank ",
                modifier_rank, ") of a ZeRO-3 engine whose optimizer is offloaded to nvme is not supported: the "
-               "fp32 masters live in the swap files; modify them before initialize (under zero::Init)");
+               "masters live in the swap files; modify them before initialize (under zero::Init)");
       for (auto& f : unit.flats) {
         if (world_.size() > 1) world_.broadcast(f.full, modifier_rank);
         at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
