@@ -186,6 +186,9 @@ struct Stage3Stats {
   // speculation was rolled back (skipped for an overflow, or redone because clipping bound).
   int64_t speculative_slices = 0;
   int64_t speculative_rollbacks = 0;
+  // The OpenMP threads its worker's kernels ran with (offload_optimizer.cpuadam_cores_perc of the training thread's
+  // count at initialize); 0 before its first update.
+  int speculative_worker_threads = 0;
 };
 
 // Every unit wrapper under `module` (itself included), in module order.

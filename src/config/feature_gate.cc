@@ -75,9 +75,14 @@ void check_supported_features(const config::Config& cfg) {
              "zero_optimization.offload_optimizer.super_offload: SuperOffload speculates the CPU optimizer's step of "
              "ZeRO stage 3 with offload_optimizer.device \"cpu\" (as in DeepSpeed), got stage ", z.stage,
              " and device \"", config::to_string(oo.device), "\"");
-  reject_if(oo.cpuadam_cores_perc != config::OffloadOptimizerConfig{}.cpuadam_cores_perc,
-            "zero_optimization.offload_optimizer.cpuadam_cores_perc",
-            "giving the CPU optimizer's worker its own share of the cores (it shares LibTorch's threads)");
+  // DeepSpeed reads it only for SuperOffload's CPU Adam worker; changed anywhere else it would do nothing.
+  DS_CHECK_T(ConfigError,
+             oo.super_offload || oo.cpuadam_cores_perc == config::OffloadOptimizerConfig{}.cpuadam_cores_perc,
+             "zero_optimization.offload_optimizer.cpuadam_cores_perc: the share of the cores for SuperOffload's CPU "
+             "optimizer worker, so it needs offload_optimizer.super_offload true (as in DeepSpeed); remove it");
+  DS_CHECK_T(ConfigError, oo.cpuadam_cores_perc > 0.0,
+             "zero_optimization.offload_optimizer.cpuadam_cores_perc must be in (0, 1] (DeepSpeed's range), got ",
+             oo.cpuadam_cores_perc);
   DS_CHECK_T(ConfigError, !(oo.super_offload && oo.overlap_step),
              "zero_optimization.offload_optimizer: super_offload and overlap_step are two ways to hide the CPU step; "
              "choose one");

@@ -436,7 +436,10 @@ void EngineImpl::build_speculative_step(const InitializeOptions& options) {
   // Without clipping or loss scaling nothing can change the step once its gradients are known (a non-finite norm is
   // stepped on all the same), so no copies are kept for a rollback.
   const bool may_roll_back = config_.gradient_clipping > 0.0 || dtype_ == at::kHalf;
-  speculative_ = std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters(), may_roll_back);
+  const int worker_threads =
+      runtime::SpeculativeStep::share_of(at::get_num_threads(), config_.zero.offload_optimizer.cpuadam_cores_perc);
+  speculative_ =
+      std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters(), may_roll_back, worker_threads);
   const bool hooked = stage_->on_final_gradients(
       [this](size_t group, int64_t offset, const at::Tensor& grad) { speculative_->submit(group, offset, grad); });
   DS_ASSERT(hooked, "the stage cannot report final gradients");

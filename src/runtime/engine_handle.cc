@@ -37,6 +37,7 @@ zero::Stage3Stats Engine::stage3_stats() const {
   if (impl_->speculative_) {
     s.speculative_slices = impl_->speculative_->slices();
     s.speculative_rollbacks = impl_->speculative_->rollbacks();
+    s.speculative_worker_threads = impl_->speculative_->worker_threads();
   }
   return s;
 }

@@ -1,6 +1,8 @@
 #include "runtime/speculative_step.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <utility>
@@ -10,9 +12,16 @@
 
 namespace deepspeed::runtime {
 
-SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back)
-    : optimizer_(optimizer), masters_(std::move(masters)), may_roll_back_(may_roll_back) {
+SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back,
+                                 int worker_threads)
+    : optimizer_(optimizer), masters_(std::move(masters)), may_roll_back_(may_roll_back),
+      worker_threads_(std::max(1, worker_threads)) {
   worker_ = std::thread([this] { work(); });
+}
+
+int SpeculativeStep::share_of(int threads, double perc) {
+  const int kept = static_cast<int>((1.0 - perc) * threads);
+  return std::max(1, threads - kept);
 }
 
 SpeculativeStep::~SpeculativeStep() {
@@ -43,6 +52,10 @@ void SpeculativeStep::submit(size_t group, int64_t offset, const at::Tensor& gra
 
 void SpeculativeStep::work() {
   at::NoGradGuard no_grad;
+  // LibTorch sets a new thread's OpenMP count at its first parallel region (to the process-wide count): that first,
+  // then this thread's own count, which OpenMP keeps per thread (the training thread's is left as it is).
+  (void)at::get_num_threads();
+  omp_set_num_threads(worker_threads_);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -66,6 +79,7 @@ void SpeculativeStep::work() {
 }
 
 void SpeculativeStep::run(Slice& s) {
+  observed_threads_.store(at::get_num_threads());
   at::Tensor master = masters_.at(s.group).narrow(0, s.offset, s.n);
   std::vector<at::Tensor> states = optimizer_.group_state(s.group);
   for (auto& t : states) t = t.narrow(0, s.offset, s.n);

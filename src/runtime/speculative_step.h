@@ -12,12 +12,17 @@
 // loss scaling). 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states) step in fp32 a chunk
 // at a time, as the synchronous step does.
 //
+// The worker runs its kernels with `worker_threads` OpenMP threads of its own (offload_optimizer.cpuadam_cores_perc
+// of the training thread's count, as DeepSpeed gives its CPU Adam process that share of the cores), so the CPU step
+// and the backward it overlaps do not each claim every core. The training thread keeps its own count.
+//
 // Thread-safety: submit() is called from the training thread (during backward), the worker runs the updates;
 // wait(), rollback() and begin() from the training thread only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,7 +41,9 @@ class SpeculativeStep {
   // `masters` are the optimizer's masters per group (host memory; fp32, or the model's 16-bit dtype).
   // `may_roll_back` false (no clipping, no loss scaling: nothing can change the step after the fact) takes no copies;
   // rollback() is then an error.
-  SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back);
+  // `worker_threads` >= 1: the worker's OpenMP thread count.
+  SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Tensor> masters, bool may_roll_back,
+                  int worker_threads);
   ~SpeculativeStep();  // finishes queued work first
   SpeculativeStep(const SpeculativeStep&) = delete;
   SpeculativeStep& operator=(const SpeculativeStep&) = delete;
@@ -61,6 +68,12 @@ class SpeculativeStep {
 
   int64_t slices() const { return slices_; }        // slices updated speculatively, in all (kept or not)
   int64_t rollbacks() const { return rollbacks_; }  // steps rolled back
+  // The thread count the worker's kernels run with (LibTorch's view from inside the worker), once it has run one.
+  int worker_threads() const { return observed_threads_.load(); }
+
+  // cpuadam_cores_perc's share of `threads` (the training thread's count), DeepSpeed's split: the training side keeps
+  // int((1 - perc) x threads), the worker the rest, and at least one.
+  static int share_of(int threads, double perc);
 
  private:
   struct Slice {
@@ -75,6 +88,8 @@ class SpeculativeStep {
   EngineOptimizer& optimizer_;
   std::vector<at::Tensor> masters_;
   bool may_roll_back_ = true;
+  int worker_threads_ = 1;
+  std::atomic<int> observed_threads_{0};
   double unscale_ = 1.0;
   bool pending_ = false;
   std::vector<Slice> done_;  // the worker's, read by the training thread after wait()

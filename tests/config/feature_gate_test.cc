@@ -65,6 +65,22 @@ TEST(FeatureGate, QuantizedCommunicationNeedsStageThree) {
   }
 }
 
+// offload_optimizer.cpuadam_cores_perc: SuperOffload's worker share of the cores, as in DeepSpeed; changed without
+// super_offload it would do nothing, so it is refused there, and 0 is out of DeepSpeed's range.
+TEST(FeatureGate, CpuAdamCoresPercIsSuperOffloads) {
+  auto config = [](const std::string& offload) {
+    return R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu")" +
+           offload + "}}}";
+  };
+  EXPECT_EQ(rejection(config(R"(, "super_offload": true, "cpuadam_cores_perc": 0.5)")), "");
+  EXPECT_EQ(rejection(config(R"(, "cpuadam_cores_perc": 0.8)")), "");  // DeepSpeed's default, said explicitly
+  const std::string alone = rejection(config(R"(, "cpuadam_cores_perc": 0.5)"));
+  EXPECT_EQ(alone.rfind("zero_optimization.offload_optimizer.cpuadam_cores_perc: ", 0), 0u) << alone;
+  EXPECT_NE(alone.find("needs offload_optimizer.super_offload true"), std::string::npos) << alone;
+  const std::string zero = rejection(config(R"(, "super_offload": true, "cpuadam_cores_perc": 0)"));
+  EXPECT_NE(zero.find("must be in (0, 1]"), std::string::npos) << zero;
+}
+
 TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
   struct Case {
     const char* json;
@@ -90,9 +106,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
           "zenflow": {"update_interval": 2, "pt_reserved_cores_perc": 0.5}}})",
        "zero_optimization.zenflow.pt_reserved_cores_perc"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-          "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 0.5}}})",
-       "zero_optimization.offload_optimizer.cpuadam_cores_perc"},
       {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
   };

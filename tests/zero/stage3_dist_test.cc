@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/nn/modules/linear.h>
 
 #include <algorithm>
@@ -796,6 +797,33 @@ TEST(Stage3, SuperOffloadSpeculatesAndRollsBackToTheSynchronousStep) {
         EXPECT_EQ(sync_stats.speculative_slices, 0) << v.name;
       }
     }
+  }
+}
+
+// offload_optimizer.cpuadam_cores_perc: the speculative worker's kernels run with DeepSpeed's share of the training
+// thread's OpenMP threads (the training side keeps int((1 - perc) x threads), the worker the rest, at least one),
+// while the training thread keeps its own count; and the result is the synchronous step's as before.
+TEST(Stage3, SuperOffloadWorkerTakesCpuAdamCoresPerc) {
+  tiny_gpt::ensure_comm();
+  const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\"";
+  Variant v{"super_offload cpuadam_cores_perc"};
+  v.uneven = true;
+  v.clip = 100.0;
+  v.zero_extra = cpu + "}";
+  const auto sync = train_stage(v, 3);
+  for (double perc : {0.8, 0.01}) {
+    Variant speculative = v;
+    speculative.zero_extra = cpu + ", \"super_offload\": true, \"cpuadam_cores_perc\": " + std::to_string(perc) + "}";
+    auto cfg = deepspeed::Config::from_string(config_json(speculative, 3));
+    GPT model = build_model(speculative, cfg);
+    auto engine = deepspeed::initialize(model, cfg);
+    const int threads = at::get_num_threads();  // the training thread's, as the engine set it
+    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(speculative)), 5);
+    const int want = std::max(1, threads - static_cast<int>((1.0 - perc) * threads));
+    EXPECT_EQ(engine.stage3_stats().speculative_worker_threads, want) << "perc " << perc << ", " << threads
+                                                                      << " training threads";
+    EXPECT_EQ(at::get_num_threads(), threads) << "the training thread's count must stay";
+    EXPECT_EQ(tiny_gpt::max_relative_error(gathered_snapshot(model), sync), 0.0) << "perc " << perc;
   }
 }
 
