@@ -89,6 +89,10 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
                  "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
   so.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
+  // Not when a step may read the host gradients while the next backward runs (overlap_step, ZenFlow), nor with
+  // super_offload, whose worker takes each final gradient itself.
+  so.early_host_grads = so.offload_to_host && !z.offload_optimizer.overlap_step && !z.offload_optimizer.super_offload &&
+                        !z.zenflow;
   so.pin_memory = z.offload_optimizer.pin_memory;
   so.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
   const config::OffloadParamConfig& op = z.offload_param;

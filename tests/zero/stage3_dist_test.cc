@@ -426,6 +426,40 @@ TEST(Stage3, CpuOffloadMatchesStageZero) {
   expect_stage3_matches(v, kBf16Stage3);
 }
 
+// With offload_optimizer "cpu" each partition's final gradient goes to host memory as soon as the boundary backward
+// has reduced it (on a GPU on a copy stream, overlapping the rest of backward), every element once per step, none in
+// the other micro-steps; and the run is the one that copies everything at the step (the matches above, and here
+// gas 2 against overlap_step's synchronous twin, which copies at the step). Not with overlap_step or super_offload,
+// whose steps read the host gradients on their own schedule.
+TEST(Stage3, CpuOffloadCopiesEachFinalGradientDuringBackward) {
+  tiny_gpt::ensure_comm();
+  const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\"";
+  constexpr int kSteps = 3;
+  auto run = [&](const std::string& offload, int64_t* copied, int64_t* partition) {
+    Variant v{"offload cpu gas 2" + offload};
+    v.uneven = true;
+    v.gas = 2;
+    v.clip = 100.0;
+    v.zero_extra = cpu + offload + "}";
+    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+    GPT model = build_model(v, cfg);
+    auto engine = deepspeed::initialize(model, cfg);
+    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), kSteps);
+    *copied = engine.stage3_stats().host_grad_copies_in_backward;
+    *partition = engine.model_state_bytes().gradients / 4;  // this rank's fp32 gradient partitions
+    return gathered_snapshot(model);
+  };
+  int64_t copied = 0, partition = 0, unused = 0;
+  const auto early = run("", &copied, &partition);
+  ASSERT_GT(partition, 0);
+  EXPECT_EQ(copied, kSteps * partition) << "each step's final gradients, once, in the boundary backwards";
+  int64_t late_copied = -1;
+  // super_offload with clipping that never binds: its synchronous result, with the gradients read at the step.
+  const auto speculated = run(", \"super_offload\": true", &late_copied, &unused);
+  EXPECT_EQ(late_copied, 0) << "super_offload's worker reads the final gradients itself";
+  EXPECT_EQ(tiny_gpt::max_relative_error(early, speculated), 0.0);
+}
+
 TEST(Stage3, ConstructionTimePartitionMatchesStageZero) {
   Variant v{"zero::Init"};
   v.construct = true;

@@ -299,7 +299,20 @@ int64_t Stage3::host_grad_bytes() const {
 
 std::vector<at::Tensor> Stage3::step_grads() {
   if (!options_.offload_to_host) return grads_;
-  for (size_t g = 0; g < grads_.size(); ++g) host_grads_[g].copy_(grads_[g]);
+  if (!options_.early_host_grads) {
+    for (size_t g = 0; g < grads_.size(); ++g) host_grads_[g].copy_(grads_[g]);
+    return host_grads_;
+  }
+  // The partitions the boundary backward copied already (their copies finish here); the rest now.
+  if (grad_copy_stream_) grad_copy_stream_->synchronize();
+  for (auto& unit : units_)
+    for (auto& f : unit->flats) {
+      if (!f.host_copied) {
+        const int64_t part = f.layout.partition_size();
+        host_grads_[f.group].narrow(0, f.group_offset, part).copy_(grads_[f.group].narrow(0, f.group_offset, part));
+      }
+      f.host_copied = false;
+    }
   return host_grads_;
 }
 

@@ -74,6 +74,11 @@ struct Stage3Options {
   // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
+  // With offload_to_host: each partition's final gradient goes to its host copy as soon as a boundary backward has
+  // reduced it (on an accelerator asynchronously, on a copy stream, overlapping the rest of backward), rather than
+  // all at step_grads. Only when nothing reads the host copies during the next backward (no overlapped or
+  // speculative step, no ZenFlow).
+  bool early_host_grads = false;
   bool pin_memory = false;
   // ZeRO-Infinity (offload_optimizer.device "nvme"): the masters live in the optimizer swapper's files, not
   // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
@@ -269,6 +274,10 @@ class Stage3 : public Stage {
   // waits for them only where the unit is used (wait_gathered). Every write into the host shards first waits for the
   // copies issued so far, so none reads a half-written partition.
   std::unique_ptr<accelerator::Stream> copy_stream_;
+  // early_host_grads on an accelerator: the gradient partitions' copies down, and their end.
+  std::unique_ptr<accelerator::Stream> grad_copy_stream_;
+  // Copies `f`'s final gradient partition (`acc`) into its host copy (early_host_grads).
+  void copy_final_grad_to_host(Flat& f, const at::Tensor& acc);
   std::unique_ptr<accelerator::Event> host_reads_;
   void wait_host_reads() const;
   // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/wall_clock.h"
 #include "zero/global_norm.h"
@@ -156,6 +158,7 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
       final_gradients_(f.group, f.group_offset, acc);
       f.reported = true;
     }
+    if (boundary_backward_ && options_.early_host_grads) copy_final_grad_to_host(f, acc);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
@@ -325,9 +328,10 @@ void Stage3::finish_backward() {
   // same: they are final now.
   for (auto& unit : units_)
     for (auto& f : unit->flats) {
-      if (boundary_backward_ && final_gradients_ && !f.reported)
-        final_gradients_(f.group, f.group_offset, grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size()));
+      const at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
+      if (boundary_backward_ && final_gradients_ && !f.reported) final_gradients_(f.group, f.group_offset, acc);
       f.reported = false;
+      if (boundary_backward_ && options_.early_host_grads && !f.host_copied) copy_final_grad_to_host(f, acc);
     }
   boundary_backward_ = false;
   for (auto& unit : units_) {
@@ -337,6 +341,25 @@ void Stage3::finish_backward() {
     drop_secondary(*unit);  // the step changes the weights; the next forward gathers afresh
   }
   coordinator_.end_pass();
+}
+
+void Stage3::copy_final_grad_to_host(Flat& f, const at::Tensor& acc) {
+  at::Tensor host = host_grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
+  if (acc.device().is_cpu()) {
+    host.copy_(acc);
+  } else {
+    // After the reduction's add, which the compute stream has queued; into pinned memory the copy does not block.
+    // `acc` is not written again before step_grads waits for the copy (zero_grads comes after the step).
+    auto& accel = accelerator::get_accelerator();
+    if (!grad_copy_stream_) grad_copy_stream_ = accel.new_stream();
+    const std::unique_ptr<accelerator::Event> reduced = accel.new_event();
+    reduced->record();
+    grad_copy_stream_->wait_event(*reduced);
+    accelerator::StreamGuard on_copy_stream(*grad_copy_stream_);
+    host.copy_(acc, /*non_blocking=*/true);
+  }
+  f.host_copied = true;
+  stats_.host_grad_copies_in_backward += f.layout.partition_size();
 }
 
 void Stage3::zero_grads() {

@@ -40,6 +40,7 @@ struct Stage3::Flat {
   at::Tensor secondary, secondary_scales;
   at::Tensor forward_q_values, forward_q_scales;  // hpZ + qwZ: that slice of a forward gather's blocks until release
   bool reported = false;     // on_final_gradients: its final gradient was reported in this boundary backward
+  bool host_copied = false;  // early_host_grads: its final gradient was copied to host memory in this backward
 
   at::Tensor shard(const Stage3& s) const;  // this rank's partition in the model dtype
 };
