@@ -332,7 +332,8 @@ void EngineImpl::backward(const at::Tensor& loss) {
     if (speculative_) speculative_->abandon();  // no half-speculated step is left for the next step() to accept
     throw;
   }
-  const at::Tensor value = loss.detach().to(at::kDouble).reshape({});
+  // A copy: an fp64 loss would otherwise be the caller's own tensor, which it may change before step().
+  const at::Tensor value = loss.detach().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true).reshape({});
   step_loss_sum_ = step_loss_sum_.defined() ? step_loss_sum_ + value : value;
   ++step_loss_count_;
   if (breakdown_) timers_.stop("bwd");

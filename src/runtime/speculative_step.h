@@ -12,9 +12,10 @@
 // loss scaling). 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states) step in fp32 a chunk
 // at a time, as the synchronous step does.
 //
-// The worker runs its kernels with `worker_threads` OpenMP threads of its own (offload_optimizer.cpuadam_cores_perc
-// of the training thread's count, as DeepSpeed gives its CPU Adam process that share of the cores), so the CPU step
-// and the backward it overlaps do not each claim every core. The training thread keeps its own count.
+// The worker runs its kernels with `worker_threads` OpenMP threads of its own: offload_optimizer.cpuadam_cores_perc's
+// share of the training thread's count, by DeepSpeed's split (which gives its CPU Adam process those cores). The
+// training thread keeps its whole count (DeepSpeed also confines its trainer to the other cores; a thread of ours
+// shares the process with it, so it is left alone).
 //
 // Thread-safety: submit() is called from the training thread (during backward), the worker runs the updates;
 // wait(), rollback() and begin() from the training thread only.
@@ -71,8 +72,8 @@ class SpeculativeStep {
   // The thread count the worker's kernels run with (LibTorch's view from inside the worker), once it has run one.
   int worker_threads() const { return observed_threads_.load(); }
 
-  // cpuadam_cores_perc's share of `threads` (the training thread's count), DeepSpeed's split: the training side keeps
-  // int((1 - perc) x threads), the worker the rest, and at least one.
+  // cpuadam_cores_perc's share of `threads` (the training thread's count), DeepSpeed's split: threads minus
+  // int((1 - perc) x threads), and at least one.
   static int share_of(int threads, double perc);
 
  private:

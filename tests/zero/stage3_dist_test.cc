@@ -428,9 +428,10 @@ TEST(Stage3, CpuOffloadMatchesStageZero) {
 
 // With offload_optimizer "cpu" each partition's final gradient goes to host memory as soon as the boundary backward
 // has reduced it (on a GPU on a copy stream, overlapping the rest of backward), every element once per step, none in
-// the other micro-steps; and the run is the one that copies everything at the step (the matches above, and here
-// gas 2 against overlap_step's synchronous twin, which copies at the step). Not with overlap_step or super_offload,
-// whose steps read the host gradients on their own schedule.
+// the other micro-steps; and the run is the one that reads the gradients at the step (the matches above, and here
+// gas 2 against super_offload with clipping that never binds, whose worker reads each final gradient itself and
+// which makes no early copies). Not with overlap_step or super_offload, whose steps read the host gradients on their
+// own schedule.
 TEST(Stage3, CpuOffloadCopiesEachFinalGradientDuringBackward) {
   tiny_gpt::ensure_comm();
   const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\"";
@@ -844,8 +845,15 @@ TEST(Stage3, SuperOffloadWorkerTakesCpuAdamCoresPerc) {
   v.uneven = true;
   v.clip = 100.0;
   v.zero_extra = cpu + "}";
-  const auto sync = train_stage(v, 3);
-  for (double perc : {0.8, 0.01}) {
+  // Four training threads whatever the machine (the engine keeps LibTorch's count when OMP_NUM_THREADS is set), so
+  // the shares differ from the count a worker would take by default: 0.5 gives 2, 0.01 gives 1.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_omp = omp ? omp : "";
+  const int saved_threads = at::get_num_threads();
+  ::setenv("OMP_NUM_THREADS", "4", 1);
+  at::set_num_threads(4);
+  const auto sync = train_stage(v, 3);  // with those threads too: the same forward and backward
+  for (double perc : {0.5, 0.01}) {
     Variant speculative = v;
     speculative.zero_extra = cpu + ", \"super_offload\": true, \"cpuadam_cores_perc\": " + std::to_string(perc) + "}";
     auto cfg = deepspeed::Config::from_string(config_json(speculative, 3));
@@ -857,8 +865,15 @@ TEST(Stage3, SuperOffloadWorkerTakesCpuAdamCoresPerc) {
     EXPECT_EQ(engine.stage3_stats().speculative_worker_threads, want) << "perc " << perc << ", " << threads
                                                                       << " training threads";
     EXPECT_EQ(at::get_num_threads(), threads) << "the training thread's count must stay";
+    EXPECT_LT(want, threads) << "perc " << perc << ": the share must differ from the whole count";
     EXPECT_EQ(tiny_gpt::max_relative_error(gathered_snapshot(model), sync), 0.0) << "perc " << perc;
   }
+  if (omp) {
+    ::setenv("OMP_NUM_THREADS", saved_omp.c_str(), 1);
+  } else {
+    ::unsetenv("OMP_NUM_THREADS");
+  }
+  at::set_num_threads(saved_threads);
 }
 
 // Between the backward that starts a speculative step and the step() that validates it, nothing may read or replace

@@ -214,6 +214,9 @@ Stage3::~Stage3() {
     drain_reductions(0);
     for (auto& unit : units_)
       if (unit->state == Unit::State::kInflight) wait_gathered(*unit);
+    // Copies still reading the gradient partitions or host shards about to be freed.
+    if (grad_copy_stream_) grad_copy_stream_->synchronize();
+    if (copy_stream_) copy_stream_->synchronize();
   } catch (...) {
   }
   for (auto& unit : units_)
@@ -345,6 +348,8 @@ StageBytes Stage3::bytes() const {
 }
 
 StageStates Stage3::states() const {
+  // The caller may move or free what it gets: the early gradient copies down must have read it first.
+  if (grad_copy_stream_) grad_copy_stream_->synchronize();
   StageStates s;
   s.hp_params = masters_;
   s.lp_params = shard_buffers();

@@ -75,8 +75,8 @@ struct Stage3Options {
   // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
   bool offload_to_host = false;
   // With offload_to_host: each partition's final gradient goes to its host copy as soon as a boundary backward has
-  // reduced it (on an accelerator asynchronously, on a copy stream, overlapping the rest of backward), rather than
-  // all at step_grads. Only when nothing reads the host copies during the next backward (no overlapped or
+  // reduced it (on an accelerator, into pinned memory only: asynchronously, on a copy stream, overlapping the rest
+  // of backward), rather than all at step_grads. Only when nothing reads the host copies during the next backward (no overlapped or
   // speculative step, no ZenFlow).
   bool early_host_grads = false;
   bool pin_memory = false;

@@ -344,6 +344,9 @@ void Stage3::finish_backward() {
 }
 
 void Stage3::copy_final_grad_to_host(Flat& f, const at::Tensor& acc) {
+  // Into pageable memory a device's copy would block the host until the device caught up, at every partition: such
+  // copies stay at step_grads, all in one go.
+  if (!acc.device().is_cpu() && !options_.pin_memory) return;
   at::Tensor host = host_grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
   if (acc.device().is_cpu()) {
     host.copy_(acc);

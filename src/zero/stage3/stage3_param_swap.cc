@@ -102,6 +102,8 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
 
 void Stage3::wait_host_reads() const {
   if (host_reads_) host_reads_->synchronize();
+  // host_reads_ holds the latest record only, on whichever stream was current: the copy stream's earlier copies too.
+  if (copy_stream_) copy_stream_->synchronize();
 }
 
 void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
