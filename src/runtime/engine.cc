@@ -576,8 +576,8 @@ bool EngineImpl::take_model_step() {
     // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers. 16-bit gradients, masters
     // or states step in fp32 chunks of 2^20 elements, as step_in_fp32_chunks does, so the fp32 buffers stay 4 MiB
     // each whatever the pieces' size.
-    constexpr int64_t kChunk = int64_t{1} << 20;
-    runtime::Fp32Operands fp32(std::min(kChunk, swapper_->slice_size()), at::TensorOptions().dtype(at::kFloat));
+    runtime::Fp32Operands fp32(std::min(runtime::Fp32Operands::kChunk, swapper_->slice_size()),
+                               at::TensorOptions().dtype(at::kFloat));
     optimizer_->begin_step();
     swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
       const int64_t n = master.numel();
@@ -588,21 +588,10 @@ bool EngineImpl::take_model_step() {
       at::Tensor grad = grads[g].narrow(0, offset, n);
       // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
       if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
-      auto part = [](const at::Tensor& t, int64_t pos, int64_t len) { return t.defined() ? t.narrow(0, pos, len) : t; };
-      const at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
-      const at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
-      for (int64_t pos = 0; pos < n; pos += kChunk) {
-        const int64_t len = std::min(kChunk, n - pos);
-        at::Tensor grad32 = part(grad, pos, len);
-        if (low_precision) {
-          grad32 = fp32.take(grad32, 0, false);
-          if (coef != 1.0) grad32.mul_(coef);
-        }
-        optimizer_->step_slice(g, fp32.take(part(master, pos, len), 1, true), grad32,
-                               fp32.take(part(first, pos, len), 2, true), fp32.take(part(second, pos, len), 3, true),
-                               part(copy, pos, len));
-        fp32.write_back();
-      }
+      fp32.step_chunks(low_precision ? coef : 1.0, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
+                       states.size() > 1 ? states[1] : at::Tensor(), copy,
+                       [&](const at::Tensor& m, const at::Tensor& g32, const at::Tensor& first, const at::Tensor& second,
+                           const at::Tensor& c) { optimizer_->step_slice(g, m, g32, first, second, c); });
       if (!copy.defined()) write_master_slice(g, offset, master);
     });
   } else {
@@ -630,29 +619,19 @@ bool EngineImpl::take_model_step() {
 }
 
 void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef) {
-  constexpr int64_t kChunk = int64_t{1} << 20;  // elements: 4 MiB fp32 buffers whatever the model's size
   const std::vector<at::Tensor>& masters = stage_->masters();
   int64_t longest = 0;
-  for (const auto& m : masters) longest = std::max(longest, std::min(kChunk, m.numel()));
+  for (const auto& m : masters) longest = std::max(longest, std::min(runtime::Fp32Operands::kChunk, m.numel()));
   // One fp32 buffer per operand that is not fp32 itself (the gradient; with 16-bit masters the master and states),
   // taken when first needed.
   runtime::Fp32Operands fp32(longest, masters.front().options());
   optimizer_->begin_step();
   for (size_t g = 0; g < masters.size(); ++g) {
     const std::vector<at::Tensor> states = optimizer_->group_state(g);
-    auto chunk_of = [&](const at::Tensor& t, int64_t offset, int64_t len) {
-      return t.defined() ? t.narrow(0, offset, len) : t;
-    };
-    for (int64_t offset = 0, n = masters[g].numel(); offset < n; offset += kChunk) {
-      const int64_t len = std::min(kChunk, n - offset);
-      at::Tensor grad = fp32.take(grads[g].narrow(0, offset, len), 0, false);
-      if (coef != 1.0) grad.mul_(coef);  // an fp32 gradient in place, as the other steps scale it
-      at::Tensor master = fp32.take(masters[g].narrow(0, offset, len), 1, true);
-      at::Tensor first = fp32.take(chunk_of(states.size() > 0 ? states[0] : at::Tensor(), offset, len), 2, true);
-      at::Tensor second = fp32.take(chunk_of(states.size() > 1 ? states[1] : at::Tensor(), offset, len), 3, true);
-      optimizer_->step_slice(g, master, grad, first, second);
-      fp32.write_back();  // rounded to nearest even
-    }
+    fp32.step_chunks(coef, masters[g], grads[g], states.size() > 0 ? states[0] : at::Tensor(),
+                     states.size() > 1 ? states[1] : at::Tensor(), at::Tensor(),
+                     [&](const at::Tensor& m, const at::Tensor& grad, const at::Tensor& first, const at::Tensor& second,
+                         const at::Tensor&) { optimizer_->step_slice(g, m, grad, first, second); });
   }
 }
 

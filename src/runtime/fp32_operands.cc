@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "deepspeed/error.h"
 
 namespace deepspeed::runtime {
@@ -24,6 +26,24 @@ at::Tensor Fp32Operands::take(const at::Tensor& chunk, int slot, bool written_ba
 void Fp32Operands::write_back() {
   for (auto& [chunk, values] : written_) chunk.copy_(values);
   written_.clear();
+}
+
+void Fp32Operands::step_chunks(double coef, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+                               const at::Tensor& second, const at::Tensor& copy, const Step& step) {
+  auto chunk_of = [](const at::Tensor& t, int64_t pos, int64_t len) { return t.defined() ? t.narrow(0, pos, len) : t; };
+  for (int64_t pos = 0, n = master.numel(); pos < n; pos += capacity_) {
+    const int64_t len = std::min(capacity_, n - pos);
+    at::Tensor g = chunk_of(grad, pos, len);
+    if (g.scalar_type() != at::kFloat) {
+      g = take(g, 0, false);
+      if (coef != 1.0) g.mul_(coef);
+    } else if (coef != 1.0) {
+      g = g.mul(coef);
+    }
+    step(take(chunk_of(master, pos, len), 1, true), g, take(chunk_of(first, pos, len), 2, true),
+         take(chunk_of(second, pos, len), 3, true), chunk_of(copy, pos, len));
+    write_back();
+  }
 }
 
 }  // namespace deepspeed::runtime

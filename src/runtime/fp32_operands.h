@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace deepspeed::runtime {
 
 class Fp32Operands {
  public:
+  // The chunk the steps use: 2^20 elements, 4 MiB fp32 buffers whatever the model's size.
+  static constexpr int64_t kChunk = int64_t{1} << 20;
+
   // Chunks of at most `capacity` elements; buffers allocated with `options` (fp32, where the step runs).
   Fp32Operands(int64_t capacity, at::TensorOptions options);
 
@@ -23,6 +27,15 @@ class Fp32Operands {
   at::Tensor take(const at::Tensor& chunk, int slot, bool written_back);
   // Rounds the updated operands back into their chunks, and starts the next chunk.
   void write_back();
+
+  // One optimizer step over equal-length ranges (undefined ones stay undefined), a chunk of at most `capacity`
+  // elements at a time: `step` gets each chunk's master, gradient and states as fp32 (and `copy`'s chunk as it is),
+  // the gradient times `coef` (a 16-bit one in its buffer, an fp32 one in a copy: the caller's gradient is only
+  // read), and what it changes in 16-bit operands is rounded back after it.
+  using Step = std::function<void(const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+                                  const at::Tensor& second, const at::Tensor& copy)>;
+  void step_chunks(double coef, const at::Tensor& master, const at::Tensor& grad, const at::Tensor& first,
+                   const at::Tensor& second, const at::Tensor& copy, const Step& step);
 
  private:
   int64_t capacity_;

@@ -91,37 +91,14 @@ void SpeculativeStep::run(Slice& s) {
   // stage's gradient itself stays as it is (the global norm is taken from it after backward).
   at::Tensor grad = s.grad.to(at::kCPU);
   s.grad = at::Tensor();
-  at::Tensor first = states.size() > 0 ? states[0] : at::Tensor();
-  at::Tensor second = states.size() > 1 ? states[1] : at::Tensor();
-  const bool sixteen = grad.scalar_type() != at::kFloat || master.scalar_type() != at::kFloat ||
-                       (first.defined() && first.scalar_type() != at::kFloat);
-  if (!sixteen) {
-    if (unscale_ != 1.0) grad = grad.mul(unscale_);
-    optimizer_.step_slice(s.group, master, grad, first, second, at::Tensor());
-    return;
-  }
-  // 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states): stepped in fp32 a chunk at a time,
-  // as the engine's synchronous step does, so the two agree bit for bit.
-  constexpr int64_t kChunk = int64_t{1} << 20;
-  Fp32Operands fp32(std::min(kChunk, s.n), at::TensorOptions().dtype(at::kFloat));
-  auto chunk_of = [](const at::Tensor& t, int64_t offset, int64_t len) {
-    return t.defined() ? t.narrow(0, offset, len) : t;
-  };
-  for (int64_t offset = 0; offset < s.n; offset += kChunk) {
-    const int64_t len = std::min(kChunk, s.n - offset);
-    at::Tensor g = grad.narrow(0, offset, len);
-    // The stage's gradient is only read: an fp32 one is scaled into a copy, a 16-bit one in its fp32 buffer.
-    if (g.scalar_type() != at::kFloat) {
-      g = fp32.take(g, 0, false);
-      if (unscale_ != 1.0) g.mul_(unscale_);
-    } else if (unscale_ != 1.0) {
-      g = g.mul(unscale_);
-    }
-    optimizer_.step_slice(s.group, fp32.take(chunk_of(master, offset, len), 1, true), g,
-                          fp32.take(chunk_of(first, offset, len), 2, true),
-                          fp32.take(chunk_of(second, offset, len), 3, true), at::Tensor());
-    fp32.write_back();
-  }
+  // fp32 operands are stepped in place; 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states)
+  // and 16-bit gradients in fp32 a chunk at a time, as the engine's synchronous step does, so the two agree bit for
+  // bit.
+  Fp32Operands fp32(std::min(Fp32Operands::kChunk, s.n), at::TensorOptions().dtype(at::kFloat));
+  fp32.step_chunks(unscale_, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
+                   states.size() > 1 ? states[1] : at::Tensor(), at::Tensor(),
+                   [&](const at::Tensor& m, const at::Tensor& g, const at::Tensor& first, const at::Tensor& second,
+                       const at::Tensor& copy) { optimizer_.step_slice(s.group, m, g, first, second, copy); });
 }
 
 void SpeculativeStep::wait() {
