@@ -11,7 +11,8 @@
 #     bf16, optimizer offload to pinned host memory and NVMe), at world 1 over NCCL and 2 ranks sharing the GPU over
 #     Gloo with CUDA tensors; the precision keys, ZenFlow; stage 3 with parameter offload and ZeRO++;
 #   - ds_report (the GPU section);
-#   - bench_gpt_throughput: the ~350M GPT in bf16, stages 0 and 3 against a plain loop, model TFLOP/s;
+#   - bench_gpt_throughput: the ~350M GPT in bf16, stages 0 and 3 against a plain loop, model TFLOP/s, each stage
+#     with the fused CUDA Adam and again with the tensor-op step, and where each side's time goes;
 #   - bench_offload_step: a 1.3B GPT in bf16 at stage 2, offload_optimizer none / cpu / cpu with overlap_step
 #     (pinned), model TFLOP/s.
 # Everything it prints also lands in $OUT (default ./gpu_check_out). Exit status: 0 when the tests passed.
@@ -37,6 +38,12 @@ python=${DS_GPU_PYTHON:-python3}
 torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') \
   || { log "no torch in $python"; exit 2; }
 log "torch $("$python" -c 'import torch; print(torch.__version__, torch.version.cuda)')"
+# The fused CUDA optimizer steps need nvcc (the build falls back to tensor-op steps without it, and the gpu test
+# FusedCudaSteps then fails, saying so); the toolkit's usual place when it is not on PATH.
+if ! command -v nvcc > /dev/null && [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+log "nvcc: ${CUDACXX:-$(command -v nvcc || echo none)}"
 build=${DS_GPU_BUILD:-/tmp/ds_gpu_build}
 start=$(date +%s)
 deadline=$(( start + ${DS_GPU_DEADLINE_S:-560} ))
@@ -48,7 +55,8 @@ cap() {
   echo $(( left < $1 ? left : $1 ))
 }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${DS_GPU_BUILD_TYPE:-Release} -DDS_PYTHON="$python" \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" > "$out/configure.log" 2>&1 \
+  -DDS_CUDA_ARCHITECTURES="${DS_GPU_CUDA_ARCH:-90}" -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
+  > "$out/configure.log" 2>&1 \
   || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 targets=(deepspeed_cli ds_report ops_test runtime_test swap_test zero_dist_test stage3_dist_test bench_gpt_throughput
          bench_offload_step)
@@ -104,12 +112,15 @@ log "tests done at $(( $(date +%s) - start )) s"
 [ -e "$out/ctest.log" ] && grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Failed|Timeout|Not Run" \
   "$out/ctest.log" | tee -a "$out/summary.txt"
 timeout 60 "$build/bin/ds_report" > "$out/ds_report.txt" 2>&1
-sed -n '/^GPU:/,/^---/p' "$out/ds_report.txt" | tee -a "$out/summary.txt"
+{ grep -i "fused CUDA" "$out/ds_report.txt"; sed -n '/^GPU:/,/^---/p' "$out/ds_report.txt"; } \
+  | tee -a "$out/summary.txt"
 
 t=$(cap 150 ${DS_GPU_BENCH_RESERVE:-80})
 if [ "$t" -ge 30 ]; then
   log "bench_gpt_throughput: up to $t s"
-  timeout "$t" "$build/bin/bench_gpt_throughput" ${DS_GPU_BENCH_ARGS:-} > "$out/throughput.txt" 2>&1 \
+  # shellcheck disable=SC2086
+  timeout "$t" "$build/bin/bench_gpt_throughput" ${DS_GPU_BENCH_ARGS:---tensor-op-steps} \
+    > "$out/throughput.txt" 2>&1 \
     || log "bench_gpt_throughput failed or timed out (exit $?)"
   tee -a "$out/summary.txt" < "$out/throughput.txt"
   log "throughput done at $(( $(date +%s) - start )) s"

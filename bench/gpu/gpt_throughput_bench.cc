@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -37,6 +38,7 @@ struct Options {
   int steps = 10, warmup = 3, rounds = 2;
   std::string stages = "0,3";
   double peak_tflops = 790.0;
+  bool tensor_op_steps = false;  // also run each stage with DS_CUDA_FUSED_STEPS=0
 };
 
 deepspeed::models::GPTConfig gpt_config(const Options& o, bool units) {
@@ -72,6 +74,16 @@ double timed(int steps, const Step& step) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Adds the milliseconds `fn` takes, device work included, to `total`.
+template <typename Fn>
+void phase(double& total, const Fn& fn) {
+  acc::get_accelerator().synchronize();
+  const auto start = Clock::now();
+  fn();
+  acc::get_accelerator().synchronize();
+  total += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "alternating blocks per side");
   app.add_option("--stages", o.stages, "ZeRO stages of the engine runs, comma separated");
   app.add_option("--peak_tflops", o.peak_tflops);
+  app.add_flag("--tensor-op-steps", o.tensor_op_steps,
+               "also run each stage with the tensor-op optimizer step instead of the fused CUDA one");
   CLI11_PARSE(app, argc, argv);
 
   deepspeed::comm::init_distributed();
@@ -110,10 +124,15 @@ int main(int argc, char** argv) {
               device.str().c_str(), static_cast<long>(o.hidden), static_cast<long>(o.layers),
               static_cast<long>(o.heads), static_cast<long>(o.seq), static_cast<long>(o.vocab),
               static_cast<long>(o.micro), flops / 1e9);
-  std::printf("%-10s %12s %10s %10s %14s\n", "run", "s/step", "TFLOP/s", "of peak", "vs plain loop");
+  std::printf("%-26s %12s %10s %10s %14s\n", "run", "s/step", "TFLOP/s", "of peak", "vs plain loop");
+  std::vector<std::pair<int, bool>> runs;  // (stage, fused optimizer step)
   std::stringstream stages(o.stages);
   for (std::string stage_text; std::getline(stages, stage_text, ',');) {
-    const int stage = std::stoi(stage_text);
+    runs.emplace_back(std::stoi(stage_text), true);
+    if (o.tensor_op_steps) runs.emplace_back(std::stoi(stage_text), false);
+  }
+  for (const auto& [stage, fused] : runs) {
+    setenv("DS_CUDA_FUSED_STEPS", fused ? "1" : "0", 1);
     deepspeed::models::GPT model(gpt_config(o, stage == 3));
     const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.micro) +
                              ", \"bf16\": {\"enabled\": true}, \"steps_per_print\": 1000000, "
@@ -133,12 +152,31 @@ int main(int argc, char** argv) {
       ours_s += timed(o.steps, engine_step);
     }
     const int n = o.steps * o.rounds;
-    for (const auto& [name, secs] : {std::pair<std::string, double>{"plain", plain_s},
-                                     {"stage " + std::to_string(stage), ours_s}}) {
+    const std::string name = "stage " + std::to_string(stage) + (fused ? "" : " tensor-op step");
+    for (const auto& [label, secs] : {std::pair<std::string, double>{"plain", plain_s}, {name, ours_s}}) {
       const double per_step = secs / n, tflops = flops / per_step / 1e12;
-      std::printf("%-10s %12.4f %10.1f %9.1f%% %13.3fx\n", name.c_str(), per_step, tflops,
+      std::printf("%-26s %12.4f %10.1f %9.1f%% %13.3fx\n", label.c_str(), per_step, tflops,
                   100.0 * tflops / o.peak_tflops, plain_s / secs);
     }
+    // Where the time goes: one more block of each side with a device synchronization after every phase (slower
+    // than the blocks above, which let the phases overlap; milliseconds per step).
+    double plain_ms[3] = {0, 0, 0}, ours_ms[3] = {0, 0, 0};
+    for (int i = 0; i < o.steps; ++i) {
+      at::Tensor loss;
+      phase(plain_ms[0], [&] { loss = plain->forward(data[i].first, data[i].second); });
+      phase(plain_ms[1], [&] { loss.backward(); });
+      phase(plain_ms[2], [&] {
+        plain_opt.step();
+        plain_opt.zero_grad();
+      });
+      phase(ours_ms[0], [&] { loss = engine.forward(data[i].first, data[i].second); });
+      phase(ours_ms[1], [&] { engine.backward(loss); });
+      phase(ours_ms[2], [&] { engine.step(); });
+    }
+    std::printf("  phases, ms per step (forward / backward / step): plain %.1f / %.1f / %.1f, %s %.1f / %.1f / "
+                "%.1f\n",
+                plain_ms[0] / o.steps, plain_ms[1] / o.steps, plain_ms[2] / o.steps, name.c_str(),
+                ours_ms[0] / o.steps, ours_ms[1] / o.steps, ours_ms[2] / o.steps);
   }
   return 0;
 }

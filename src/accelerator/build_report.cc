@@ -20,6 +20,9 @@
 #ifndef DS_BUILD_GIT_COMMIT
 #define DS_BUILD_GIT_COMMIT ""
 #endif
+#ifndef DS_BUILD_CUDA_KERNELS
+#define DS_BUILD_CUDA_KERNELS ""
+#endif
 
 namespace deepspeed {
 
@@ -32,6 +35,9 @@ ReportSection build_report() {
   lines.emplace_back("compile flags", std::string(*DS_BUILD_FLAGS ? DS_BUILD_FLAGS : "none"));
   lines.emplace_back("compiler launcher",
                      std::string(*DS_BUILD_LAUNCHER ? DS_BUILD_LAUNCHER : "none"));
+  lines.emplace_back("fused CUDA optimizer steps",
+                     *DS_BUILD_CUDA_KERNELS ? std::string("yes, for sm ") + DS_BUILD_CUDA_KERNELS
+                                            : std::string("no (tensor-op steps on GPUs: no nvcc at configure)"));
   lines.emplace_back("git commit",
                      *DS_BUILD_GIT_COMMIT
                          ? std::string(DS_BUILD_GIT_COMMIT) + " (when cmake last configured)"

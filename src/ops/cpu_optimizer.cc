@@ -13,6 +13,7 @@
 
 #include "deepspeed/error.h"
 #include "ops/convert_kernels.h"
+#include "ops/cuda_steps.h"
 #include "ops/optimizer_kernels.h"
 #include "ops/tensor_op_steps.h"
 
@@ -222,6 +223,10 @@ void adam_step(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at:
       kOp,
       {{"param", &param}, {"grad", &grad}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   const detail::AdamScalars s = detail::adam_scalars(params, step);
+  if (param.is_cuda() && detail::fused_cuda_steps_enabled() &&
+      (!param_copy.defined() || param_copy.is_contiguous())) {
+    return detail::adam_fused_cuda(param, grad, exp_avg, exp_avg_sq, s, param_copy);
+  }
   if (!param.device().is_cpu()) return detail::adam_tensor_ops(param, grad, exp_avg, exp_avg_sq, s, param_copy);
   const SimdLevel level = resolve_simd_level(simd);
   const auto kernel = detail::kernel_table(level).adam;

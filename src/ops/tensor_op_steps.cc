@@ -16,14 +16,18 @@ double f(float x) { return static_cast<double>(x); }
 
 void copy_back(const at::Tensor& param_copy, const at::Tensor& param) {
   if (!param_copy.defined()) return;
-  DS_CHECK((param_copy.scalar_type() == at::kBFloat16 || param_copy.scalar_type() == at::kHalf) &&
-               param_copy.device() == param.device() && param_copy.numel() == param.numel(),
-           "param_copy must be a bfloat16 or float16 tensor of param's numel on param's device (", param.device(),
-           "), got dtype=", param_copy.scalar_type(), " device=", param_copy.device(), " numel=", param_copy.numel());
+  check_param_copy(param_copy, param);
   param_copy.view({-1}).copy_(param.view({-1}));  // round to nearest even, as the kernels' converters
 }
 
 }  // namespace
+
+void check_param_copy(const at::Tensor& param_copy, const at::Tensor& param) {
+  DS_CHECK((param_copy.scalar_type() == at::kBFloat16 || param_copy.scalar_type() == at::kHalf) &&
+               param_copy.device() == param.device() && param_copy.numel() == param.numel(),
+           "param_copy must be a bfloat16 or float16 tensor of param's numel on param's device (", param.device(),
+           "), got dtype=", param_copy.scalar_type(), " device=", param_copy.device(), " numel=", param_copy.numel());
+}
 
 void adam_tensor_ops(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
                      const AdamScalars& s, const at::Tensor& param_copy) {

@@ -15,6 +15,9 @@
 
 namespace deepspeed::ops::detail {
 
+// Throws unless `param_copy` is a bf16 or fp16 tensor of param's numel on param's device.
+void check_param_copy(const at::Tensor& param_copy, const at::Tensor& param);
+
 void adam_tensor_ops(at::Tensor param, const at::Tensor& grad, at::Tensor exp_avg, at::Tensor exp_avg_sq,
                      const AdamScalars& s, const at::Tensor& param_copy);
 // `momentum_buffer` is unused (may be undefined) when s.momentum == 0.

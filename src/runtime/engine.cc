@@ -606,10 +606,16 @@ bool EngineImpl::take_model_step() {
     if (overlap_step_) {
       // This step's update runs while the next step's forward and backward run on the parameters as they are (one
       // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
-      overlapped_.launch([update] {
-        at::NoGradGuard no_grad;
-        update();
-      });
+      // On an accelerator the training thread only launches kernels, and a CPU optimizer team on every core would
+      // keep preempting it (the GPU then waits for launches): the step leaves it one core. On a CPU both compute.
+      const int threads = at::get_num_threads();
+      const int worker_threads = device_.is_cpu() ? 0 : std::max(1, threads - 1);
+      overlapped_.launch(
+          [update] {
+            at::NoGradGuard no_grad;
+            update();
+          },
+          worker_threads);
       return true;
     }
     update();

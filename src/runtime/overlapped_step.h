@@ -17,8 +17,9 @@ class OverlappedStep {
   // dropped then (nothing is left to report it to).
   ~OverlappedStep();
 
-  // Starts `work` on its own thread. One at a time: the previous step must have been waited for.
-  void launch(std::function<void()> work);
+  // Starts `work` on its own thread. One at a time: the previous step must have been waited for. `omp_threads` > 0
+  // sets that thread's OpenMP count (the CPU optimizer's kernels) before `work` runs; 0 keeps LibTorch's.
+  void launch(std::function<void()> work, int omp_threads = 0);
   bool pending() const { return result_.valid(); }
   // Blocks until the launched work has finished; rethrows what it threw. Nothing pending: returns at once.
   void wait();

@@ -19,6 +19,7 @@
 
 #include "deepspeed/error.h"
 #include "deepspeed/ops.h"
+#include "ops/cuda_steps.h"
 #include "ops/tensor_op_steps.h"
 
 namespace deepspeed::ops {
@@ -102,13 +103,14 @@ std::vector<BothPaths> optimizers() {
 
 // Five steps from the same start; state tensors begin as garbage (different on the two paths) to show step 1
 // ignores them. Gradients include zeros and values far apart in magnitude.
-std::vector<at::Tensor> run(const BothPaths& opt, bool tensor_ops, bool with_copy, int garbage_seed) {
+std::vector<at::Tensor> run(const BothPaths& opt, bool tensor_ops, bool with_copy, int garbage_seed,
+                            at::ScalarType copy_dtype = at::kBFloat16) {
   const int64_t n = 4099;
   at::manual_seed(11);
   std::vector<at::Tensor> t = {at::randn({n})};
   at::manual_seed(garbage_seed);
   for (int i = 0; i < opt.states; ++i) t.push_back(at::randn({n}) * 1e3);
-  at::Tensor copy = with_copy ? at::empty({n}, at::kBFloat16) : at::Tensor();
+  at::Tensor copy = with_copy ? at::empty({n}, copy_dtype) : at::Tensor();
   at::manual_seed(12);
   for (int64_t step = 1; step <= 5; ++step) {
     at::Tensor g = at::randn({n}) * at::pow(10.0, at::randint(-4, 3, {n}));
@@ -167,6 +169,43 @@ TEST(TensorOpSteps, OnTheGpuMatchTheKernelsBitForBit) {
     const auto gpu = run(on_gpu, /*tensor_ops=*/true, /*with_copy=*/true, 2);
     ASSERT_EQ(kernel.size(), gpu.size());
     for (size_t i = 0; i < kernel.size(); ++i) EXPECT_TRUE(at::equal(kernel[i], gpu[i])) << "tensor " << i;
+  }
+}
+
+// The public Adam step on CUDA tensors takes the fused CUDA kernel (cuda_kernels.cu): the same arithmetic in one
+// pass, so every tensor (parameter, both moments, the bf16 or fp16 copy) equals the CPU kernels' bit for bit. A
+// contracted multiply-add, a reordered product or a copy rounded another way shows. Needs a GPU and a build that
+// found nvcc; scripts/gpu_check.sh runs it.
+TEST(FusedCudaSteps, AdamMatchesTheKernelsBitForBit) {
+  if (at::detail::getCUDAHooks().getNumGPUs() == 0) GTEST_SKIP() << "no GPU visible";
+  ASSERT_TRUE(detail::fused_cuda_steps_enabled())
+      << "this build has no fused CUDA steps (configure found no nvcc) or DS_CUDA_FUSED_STEPS=0 is set";
+  const c10::Device cuda(c10::kCUDA, 0);
+  for (const BothPaths& opt : optimizers()) {
+    if (std::string(opt.name).rfind("adam", 0) != 0) continue;
+    for (const auto copy_dtype : {at::kBFloat16, at::kHalf}) {
+      for (bool with_copy : {false, true}) {
+        SCOPED_TRACE(std::string(opt.name) + (with_copy ? std::string(" with copy ") + c10::toString(copy_dtype)
+                                                        : std::string()));
+        const auto kernel = run(opt, /*tensor_ops=*/false, with_copy, 1, copy_dtype);
+        BothPaths on_gpu = opt;
+        on_gpu.kernel = [&](std::vector<at::Tensor>& t, const at::Tensor& g, int64_t step, const at::Tensor& c) {
+          std::vector<at::Tensor> d;
+          for (const auto& x : t) d.push_back(x.to(cuda));
+          at::Tensor dc = c.defined() ? c.to(cuda) : at::Tensor();
+          opt.kernel(d, g.to(cuda), step, dc);  // adam_step on CUDA tensors: the fused kernel
+          for (size_t i = 0; i < t.size(); ++i) t[i].copy_(d[i]);
+          if (c.defined()) c.copy_(dc);
+        };
+        const auto gpu = run(on_gpu, /*tensor_ops=*/false, with_copy, 2, copy_dtype);
+        ASSERT_EQ(kernel.size(), gpu.size());
+        for (size_t i = 0; i < kernel.size(); ++i) {
+          EXPECT_TRUE(at::equal(kernel[i], gpu[i]))
+              << "tensor " << i << " max diff "
+              << (kernel[i].to(at::kFloat) - gpu[i].to(at::kFloat)).abs().max().item<float>();
+        }
+      }
+    }
   }
 }
 
