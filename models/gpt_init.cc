@@ -44,11 +44,14 @@ void init_gpt_weights(torch::nn::Module& module, int64_t layers, std::optional<a
     if (name.find("ln") != std::string::npos) continue;
     if (p.dim() == 1) {
       p.zero_();
-    } else if (name.find("proj.weight") != std::string::npos) {
-      p.normal_(0.0, residual_std, gen);
-    } else {
-      p.normal_(0.0, 0.02, gen);
+      continue;
     }
+    // Drawn in host memory from the CPU generator wherever the parameter lives: a block built under zero::Init on a
+    // GPU is gathered there for this, and the device's own generator would give another model than plain
+    // construction does (Stage3.ConstructionTimePartitionStartsFromTheSameValues).
+    at::Tensor draw = p.is_cpu() ? p : at::empty(p.sizes(), p.options().device(at::kCPU));
+    draw.normal_(0.0, name.find("proj.weight") != std::string::npos ? residual_std : 0.02, gen);
+    if (!p.is_cpu()) p.copy_(draw);
   }
 }
 

@@ -390,8 +390,8 @@ TEST(HierarchicalPartitions, SecondaryPartitionsAreCountedWhileHeld) {
         {"lr": 0.1}}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
         "stage3_max_reuse_distance": 0, "zero_hpz_partition_size": )" + std::to_string(hpz) + extra + "}}";
     auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
-    at::Tensor loss = engine.forward(data.narrow(0, 0, 2).narrow(1, 0, c.seq_len),
-                                     data.narrow(0, 0, 2).narrow(1, 1, c.seq_len));
+    at::Tensor loss = engine.forward(data.narrow(0, 0, 2).narrow(1, 0, c.seq_len).to(engine.device()),
+                                     data.narrow(0, 0, 2).narrow(1, 1, c.seq_len).to(engine.device()));
     const int64_t held = engine.model_state_bytes().working_buffers;
     engine.backward(loss);
     *after_backward = engine.model_state_bytes().working_buffers;
