@@ -37,7 +37,7 @@ ReportSection build_report() {
                      std::string(*DS_BUILD_LAUNCHER ? DS_BUILD_LAUNCHER : "none"));
   lines.emplace_back("fused CUDA optimizer steps",
                      *DS_BUILD_CUDA_KERNELS ? std::string("yes, for sm ") + DS_BUILD_CUDA_KERNELS
-                                            : std::string("no (tensor-op steps on GPUs: no nvcc at configure)"));
+                                            : std::string("no (tensor-op steps on GPUs)"));
   lines.emplace_back("git commit",
                      *DS_BUILD_GIT_COMMIT
                          ? std::string(DS_BUILD_GIT_COMMIT) + " (when cmake last configured)"

@@ -1,9 +1,10 @@
-// Fused optimizer steps as CUDA kernels, for fp32 masters on a GPU (cuda_kernels.cu, compiled by nvcc when the
-// build finds one: DS_WITH_CUDA_KERNELS). The tensor-op steps (tensor_op_steps.h) make one pass over memory per
-// operation, about sixteen for Adam; the fused step reads each element once and writes it once, which is the whole
-// cost of a memory-bound update. Same scalars and the same operation order as the CPU kernels
-// (optimizer_kernels.cc), compiled without multiply-add contraction, with IEEE division and square root: the
-// results agree with the CPU kernels bit for bit (test: FusedCudaSteps.MatchTheKernelsBitForBit, on a GPU).
+// Fused optimizer steps as CUDA kernels, for fp32 masters on a GPU (cuda_kernels.cu, compiled by nvcc in every CUDA
+// build unless DS_CUDA_KERNELS=OFF: DS_WITH_CUDA_KERNELS). The tensor-op steps (tensor_op_steps.h) make one pass
+// over memory per operation, about sixteen for Adam; the fused step reads each element once and writes it once,
+// which is the whole cost of a memory-bound update. Same scalars and the same operation order as the CPU kernels
+// (optimizer_kernels.cc), compiled without multiply-add contraction, with IEEE division and square root: finite
+// results agree with the CPU kernels bit for bit (test: FusedCudaSteps.AdamMatchesTheKernelsBitForBit, on a GPU; a
+// NaN may come out with another payload).
 //
 // Plain pointers and scalars only, so that nvcc never parses LibTorch; cuda_steps.cc adapts tensors to it.
 #pragma once

@@ -57,7 +57,7 @@ void adam_fused_cuda(at::Tensor param, const at::Tensor& grad, at::Tensor exp_av
            " (set DS_CUDA_FUSED_STEPS=0 to use the tensor-op step, or build for this GPU's architecture with "
            "-DDS_CUDA_ARCHITECTURES)");
 #else
-  DS_CHECK(false, "adam_fused_cuda: this build has no CUDA kernels (no nvcc was found when it was configured)");
+  DS_CHECK(false, "adam_fused_cuda: this build has no CUDA kernels (built without CUDA, or with DS_CUDA_KERNELS=OFF)");
 #endif
 }
 

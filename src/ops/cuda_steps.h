@@ -1,7 +1,7 @@
 // The fused CUDA optimizer steps (cuda_kernels.h) behind the public step functions (cpu_optimizer.h): for tensors on
 // a CUDA device, when this build compiled the kernels. Otherwise, or with DS_CUDA_FUSED_STEPS=0 in the environment
-// (a switch for benchmarks and bisecting), GPU tensors take the tensor-op steps (tensor_op_steps.h); both agree
-// with the CPU kernels bit for bit.
+// (exactly "0": a switch for benchmarks and bisecting), GPU tensors take the tensor-op steps (tensor_op_steps.h);
+// both agree with the CPU kernels bit for bit on finite values.
 #pragma once
 
 #include <ATen/core/Tensor.h>

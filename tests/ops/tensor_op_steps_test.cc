@@ -172,6 +172,13 @@ TEST(TensorOpSteps, OnTheGpuMatchTheKernelsBitForBit) {
   }
 }
 
+// Equal bit patterns (at::equal compares values: +0 equals -0).
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  const auto bits = a.element_size() == 4 ? at::kInt : at::kShort;
+  return at::equal(a.cpu().view(bits), b.cpu().view(bits));
+}
+
 // The public Adam step on CUDA tensors takes the fused CUDA kernel (cuda_kernels.cu): the same arithmetic in one
 // pass, so every tensor (parameter, both moments, the bf16 or fp16 copy) equals the CPU kernels' bit for bit. A
 // contracted multiply-add, a reordered product or a copy rounded another way shows. Needs a GPU and a build that
@@ -179,7 +186,7 @@ TEST(TensorOpSteps, OnTheGpuMatchTheKernelsBitForBit) {
 TEST(FusedCudaSteps, AdamMatchesTheKernelsBitForBit) {
   if (at::detail::getCUDAHooks().getNumGPUs() == 0) GTEST_SKIP() << "no GPU visible";
   ASSERT_TRUE(detail::fused_cuda_steps_enabled())
-      << "this build has no fused CUDA steps (configure found no nvcc) or DS_CUDA_FUSED_STEPS=0 is set";
+      << "this build has no fused CUDA steps (configured with DS_CUDA_KERNELS=OFF) or DS_CUDA_FUSED_STEPS=0 is set";
   const c10::Device cuda(c10::kCUDA, 0);
   for (const BothPaths& opt : optimizers()) {
     if (std::string(opt.name).rfind("adam", 0) != 0) continue;
@@ -200,13 +207,24 @@ TEST(FusedCudaSteps, AdamMatchesTheKernelsBitForBit) {
         const auto gpu = run(on_gpu, /*tensor_ops=*/false, with_copy, 2, copy_dtype);
         ASSERT_EQ(kernel.size(), gpu.size());
         for (size_t i = 0; i < kernel.size(); ++i) {
-          EXPECT_TRUE(at::equal(kernel[i], gpu[i]))
+          EXPECT_TRUE(same_bits(kernel[i], gpu[i]))
               << "tensor " << i << " max diff "
               << (kernel[i].to(at::kFloat) - gpu[i].to(at::kFloat)).abs().max().item<float>();
         }
       }
     }
   }
+  // More elements than one grid covers (65536 blocks of 256 threads): the grid-stride loop's second round.
+  const int64_t n = int64_t{65536} * 256 + 4099;
+  at::manual_seed(13);
+  const at::Tensor p0 = at::randn({n}), g = at::randn({n}), m0 = at::randn({n}), v0 = at::rand({n});
+  AdamParams hp;
+  hp.weight_decay = 0.01;
+  std::vector<at::Tensor> cpu = {p0.clone(), m0.clone(), v0.clone()};
+  adam_step(cpu[0], g, cpu[1], cpu[2], hp, /*step=*/3, SimdLevel::kScalar);
+  std::vector<at::Tensor> dev = {p0.to(cuda), m0.to(cuda), v0.to(cuda)};
+  adam_step(dev[0], g.to(cuda), dev[1], dev[2], hp, /*step=*/3, SimdLevel::kScalar);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(same_bits(cpu[i], dev[i].cpu())) << "large tensor " << i;
 }
 
 TEST(TensorOpSteps, ACopyBackOnAnotherDeviceOrDtypeIsRefused) {
