@@ -216,11 +216,15 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     const bool bf16_states = config_.bf16.enabled && config_.bf16.bf16_optimizer_states;
     optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters(), /*resident_state=*/true,
                                                bf16_states ? at::kBFloat16 : at::kFloat);
-    // Offload with a bf16/fp16 model: the CPU kernels write the updated partition straight into the parameters.
-    // Not when the step overlaps the next forward and backward, which read those parameters meanwhile, nor when it
-    // is speculative (an update that may be rolled back must not reach them before it is validated).
+    // Offload with a bf16/fp16 model: the CPU kernels write the updated partition in the model's dtype as they go,
+    // on a CPU device straight into the parameters, on an accelerator into host buffers that publish() copies up.
+    // Not when it is speculative (an update that may be rolled back must not reach them before it is validated).
+    // An overlapped step may write the accelerator's host buffers while the next forward and backward run (publish()
+    // copies them when the step lands), not a CPU device's parameters, which those read meanwhile; nor with ZenFlow,
+    // whose selected columns change the masters between the kernel's pass and the publish.
     if (config_.zero.offload_optimizer.super_offload) build_speculative_step(options);
-    if (!overlap_step_ && !speculative_)
+    const bool buffers_apart = !device_.is_cpu() && !zenflow;
+    if (!speculative_ && (!overlap_step_ || buffers_apart))
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
   }
   if (zenflow) build_zenflow(options);
