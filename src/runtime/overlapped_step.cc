@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::runtime {
@@ -18,7 +19,12 @@ OverlappedStep::~OverlappedStep() {
 
 void OverlappedStep::launch(std::function<void()> work, int omp_threads) {
   DS_ASSERT(!pending(), "an overlapped optimizer step is still running");
-  result_ = std::async(std::launch::async, [work = std::move(work), omp_threads] {
+  // The caller's device, bound in the new thread too: a CUDA call there (an event wait) would otherwise run on
+  // device 0 and open a context there for every rank of a multi-GPU node.
+  auto& acc = accelerator::get_accelerator();
+  const int device = acc.device().is_cpu() ? -1 : acc.current_device();
+  result_ = std::async(std::launch::async, [work = std::move(work), omp_threads, device] {
+    if (device >= 0) accelerator::get_accelerator().set_device(device);
     if (omp_threads > 0) {
       // LibTorch sets a new thread's OpenMP count at its first parallel region: that first, then this thread's own
       // count, which OpenMP keeps per thread.
