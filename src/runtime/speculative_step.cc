@@ -2,13 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <utility>
 
 #include "deepspeed/error.h"
 #include "runtime/fp32_operands.h"
+#include "runtime/worker_thread.h"
 
 namespace deepspeed::runtime {
 
@@ -16,7 +16,10 @@ SpeculativeStep::SpeculativeStep(EngineOptimizer& optimizer, std::vector<at::Ten
                                  int worker_threads)
     : optimizer_(optimizer), masters_(std::move(masters)), may_roll_back_(may_roll_back),
       worker_threads_(std::max(1, worker_threads)) {
-  worker_ = std::thread([this] { work(); });
+  worker_ = std::thread([this, setup = WorkerThreadSetup::of_caller(worker_threads_)] {
+    setup.apply();
+    work();
+  });
 }
 
 int SpeculativeStep::share_of(int threads, double perc) {
@@ -52,10 +55,6 @@ void SpeculativeStep::submit(size_t group, int64_t offset, const at::Tensor& gra
 
 void SpeculativeStep::work() {
   at::NoGradGuard no_grad;
-  // LibTorch sets a new thread's OpenMP count at its first parallel region (to the process-wide count): that first,
-  // then this thread's own count, which OpenMP keeps per thread (the training thread's is left as it is).
-  (void)at::get_num_threads();
-  omp_set_num_threads(worker_threads_);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

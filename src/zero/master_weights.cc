@@ -154,10 +154,6 @@ bool MasterWeights::fuse_copy_back(const std::function<bool(const std::vector<at
 
 void MasterWeights::publish() { publish_impl(/*from_masters=*/false); }
 
-void MasterWeights::wait_host_reads() const {
-  if (host_reads_) host_reads_->synchronize();
-}
-
 void MasterWeights::restore_params() { publish_impl(/*from_masters=*/true); }
 
 std::vector<zero::MasterFragment> MasterWeights::master_fragments() const {
@@ -194,10 +190,7 @@ void MasterWeights::publish_impl(bool from_masters) {
       // (masters()). A conversion on the way (fp32 masters) goes through a pageable temporary: blocking.
       const bool async = !mine.is_cpu() && source.is_pinned() && source.scalar_type() == mine.scalar_type();
       if (!written_in_place) mine.copy_(source, async);
-      if (!written_in_place && async) {
-        if (!host_reads_) host_reads_ = accelerator::get_accelerator().new_event();
-        host_reads_->record();
-      }
+      if (!written_in_place && async) host_reads_.record();
     }
     if (!options_.partitioned) continue;
     const int world = g.layout.world_size();

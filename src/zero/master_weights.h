@@ -23,14 +23,13 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "zero/flat_params.h"
+#include "zero/host_read_fence.h"
 
 namespace deepspeed::zero {
 
@@ -56,7 +55,7 @@ class MasterWeights {
   // Waits first for the copies up that publish() may still run from them (pinned host memory, a GPU): every writer of
   // the masters, and of the fused copy-back buffers the optimizer fills in the same step, asks for them here.
   const std::vector<at::Tensor>& masters() const {
-    wait_host_reads();
+    host_reads_.wait();
     return masters_;
   }
   // Bytes of master weights that are copies (0 when the masters are views of fp32 parameters).
@@ -96,8 +95,6 @@ class MasterWeights {
 
  private:
   void publish_impl(bool from_masters);
-  // Blocks until publish()'s asynchronous copies up have read their host buffers.
-  void wait_host_reads() const;
   // Whether some group's copies live on fewer ranks than world_ (MoE experts): norms and overflow checks then
   // combine over world_ even when nothing is partitioned.
   bool has_narrow_groups() const;
@@ -110,8 +107,8 @@ class MasterWeights {
   std::vector<at::Tensor> copy_back_;   // fused copy-back targets, one per group; empty when not fused
   bool copies_ = false;
   bool narrow_groups_ = false;
-  // Recorded after publish() copied pinned host buffers up without blocking; null until the first such copy.
-  std::unique_ptr<accelerator::Event> host_reads_;
+  // Recorded after publish() copied pinned host buffers up without blocking.
+  HostReadFence host_reads_;
 };
 
 }  // namespace deepspeed::zero

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -148,10 +149,20 @@ TEST(TensorOpSteps, MatchTheKernels) {
   }
 }
 
+// Whether LibTorch sees a GPU. The GPU runner (tests/gpu/run_on_gpu.sh, DS_REQUIRE_GPU=1) has found one with
+// nvidia-smi, so there a LibTorch that sees none fails the test instead of letting it skip.
+bool gpu_visible() {
+  const bool visible = at::detail::getCUDAHooks().getNumGPUs() > 0;
+  if (!visible && std::getenv("DS_REQUIRE_GPU") != nullptr) {
+    ADD_FAILURE() << "DS_REQUIRE_GPU is set (the GPU runner saw a GPU) but LibTorch sees none";
+  }
+  return visible;
+}
+
 // On a GPU (the path's purpose) sqrtf is correctly rounded, so every tensor agrees with the CPU kernels bit for
 // bit. Skipped where no GPU is visible (run by scripts/gpu_check.sh on the GPU machine).
 TEST(TensorOpSteps, OnTheGpuMatchTheKernelsBitForBit) {
-  if (at::detail::getCUDAHooks().getNumGPUs() == 0) GTEST_SKIP() << "no GPU visible";
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU visible";
   const c10::Device cuda(c10::kCUDA, 0);
   for (const BothPaths& opt : optimizers()) {
     SCOPED_TRACE(opt.name);
@@ -184,7 +195,7 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 // contracted multiply-add, a reordered product or a copy rounded another way shows. Needs a GPU and a build that
 // found nvcc; scripts/gpu_check.sh runs it.
 TEST(FusedCudaSteps, AdamMatchesTheKernelsBitForBit) {
-  if (at::detail::getCUDAHooks().getNumGPUs() == 0) GTEST_SKIP() << "no GPU visible";
+  if (!gpu_visible()) GTEST_SKIP() << "no GPU visible";
   ASSERT_TRUE(detail::fused_cuda_steps_enabled())
       << "this build has no fused CUDA steps (configured with DS_CUDA_KERNELS=OFF) or DS_CUDA_FUSED_STEPS=0 is set";
   const c10::Device cuda(c10::kCUDA, 0);

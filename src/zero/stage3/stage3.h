@@ -39,6 +39,7 @@
 #include "swap/aio.h"
 #include "deepspeed/zero.h"
 #include "zero/grad_accumulator_ref.h"
+#include "zero/host_read_fence.h"
 #include "swap/staging_ring.h"
 #include "swap/swap_file.h"
 #include "zero/partition.h"
@@ -278,7 +279,7 @@ class Stage3 : public Stage {
   std::unique_ptr<accelerator::Stream> grad_copy_stream_;
   // Copies `f`'s final gradient partition (`acc`) into its host copy (early_host_grads).
   void copy_final_grad_to_host(Flat& f, const at::Tensor& acc);
-  std::unique_ptr<accelerator::Event> host_reads_;
+  HostReadFence host_reads_;
   void wait_host_reads() const;
   // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.
   void store_shard(const Flat& f, const at::Tensor& values);

@@ -81,8 +81,7 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
     const bool async = shards_on_host() && options_.param_pin_memory;
     dst.copy_(f.shard(*this), /*non_blocking=*/async);
     if (async) {
-      if (!host_reads_) host_reads_ = accelerator::get_accelerator().new_event();
-      host_reads_->record();
+      host_reads_.record();
     }
     return;
   }
@@ -101,7 +100,7 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
 }
 
 void Stage3::wait_host_reads() const {
-  if (host_reads_) host_reads_->synchronize();
+  host_reads_.wait();
   // host_reads_ holds the latest record only, on whichever stream was current: the copy stream's earlier copies too.
   if (copy_stream_) copy_stream_->synchronize();
 }
