@@ -27,10 +27,19 @@ FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, F
                : options.grad_dtype == options.dtype ? GradStorage::kViews
                                                      : GradStorage::kAccumulate;
   ro.partition_dtype = options.grad_dtype;
-  reducer_ = std::make_unique<GradReducer>(groups_, world, ro);
   MasterWeightsOptions mo = options.masters;
   mo.partitioned = stage_ >= 1;
-  masters_ = std::make_unique<MasterWeights>(groups_, std::move(world), mo);
+  // ZeRO-Offload: each bucket's final gradients go to host memory as its reduction completes (the masters are built
+  // first: the reducer's hooks write into them).
+  mo.early_host_grads = mo.early_host_grads && mo.offload_to_host && mo.partitioned;
+  masters_ = std::make_unique<MasterWeights>(groups_, world, mo);
+  if (mo.early_host_grads) {
+    MasterWeights* masters = masters_.get();
+    ro.on_partition_final = [masters](size_t g, int64_t begin, const at::Tensor& grads) {
+      masters->copy_final_grads(g, begin, grads);
+    };
+  }
+  reducer_ = std::make_unique<GradReducer>(groups_, std::move(world), ro);
 }
 
 void FlatStage::begin_backward(bool boundary) {
@@ -41,8 +50,15 @@ void FlatStage::begin_backward(bool boundary) {
 void FlatStage::finish_backward() { reducer_->finish_backward(); }
 
 void FlatStage::zero_grads() {
-  zero::zero_grads(groups_);  // the free function of flat_params.h, not this member
+  masters_->forget_final_grads();  // first: their copies may still be reading the gradients
+  zero::zero_grads(groups_);        // the free function of flat_params.h, not this member
   reducer_->zero_partition_grads();
+}
+
+Stage3Stats FlatStage::stats() const {
+  Stage3Stats s;
+  s.host_grad_copies_in_backward = masters_->final_grad_copies();
+  return s;
 }
 
 std::vector<at::Tensor> FlatStage::step_grads() {

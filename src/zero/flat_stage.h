@@ -65,6 +65,8 @@ class FlatStage : public Stage {
   StageBytes bytes() const override;
   StageStates states() const override;
   double reduce_blocked_ms() const override { return reducer_->blocked_ms(); }
+  // Only host_grad_copies_in_backward (ZeRO-Offload); the rest are stage 3's.
+  Stage3Stats stats() const override;
 
   // ---- For the pipeline engine (stages 0 and 1) ----
   // Reduces the gradients accumulated by backward passes begun with boundary = false. Collective.
@@ -77,8 +79,8 @@ class FlatStage : public Stage {
  private:
   std::vector<FlatGroup>& groups_;
   int stage_;
+  std::unique_ptr<MasterWeights> masters_;  // before the reducer, whose hooks may write into it: outlives them
   std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<MasterWeights> masters_;
 };
 
 }  // namespace deepspeed::zero

@@ -55,6 +55,7 @@ struct GradReducer::State {
   double blocked_ms = 0;  // see GradReducer::blocked_ms
   WaitClock clock;        // the spans behind blocked_ms
   bool armed = false;
+  bool reducing = false;  // this pass ends an accumulation window: what complete() leaves is final
   std::mutex mutex;  // autograd may run hooks from its worker thread
   // Kept alive here: a parameter holds only a weak pointer to its AccumulateGrad node (FACTS.md).
   std::vector<GradAccumulatorRef> accumulators;
@@ -173,6 +174,7 @@ struct GradReducer::State {
     }
     if (options.storage != GradStorage::kPartitioned) {
       if (post != 1.0 && !averaged) average(src);
+      announce_final(b);
       return;
     }
     for (const auto& seg : lay.owner_segments(b.begin, b.end)) {
@@ -185,6 +187,7 @@ struct GradReducer::State {
         target.add_(piece, post);
       }
     }
+    announce_final(b);
     release(b.staging);
     b.staging = at::Tensor();
     for (size_t i = 0; i < in_flight.size(); ++i) {
@@ -193,6 +196,19 @@ struct GradReducer::State {
         break;
       }
     }
+  }
+
+  // After complete(b) in a reducing pass: this rank's share of the bucket's range holds its final gradient.
+  void announce_final(const Bucket& b) {
+    if (!reducing || !options.on_partition_final) return;
+    const zero::PartitionLayout& lay = layout(b);
+    const int64_t mine = lay.begin(lay.rank());
+    const int64_t lo = std::max(b.begin, mine), hi = std::min(b.end, lay.end(lay.rank()));
+    if (lo >= hi) return;
+    const at::Tensor grads = options.storage == GradStorage::kPartitioned
+                                 ? partition[b.group].narrow(0, lo - mine, hi - lo)
+                                 : (*groups)[b.group].grads_flat.narrow(0, lo, hi - lo);
+    options.on_partition_final(b.group, lo - mine, grads);
   }
 
   // Launch, in the fixed order, every bucket that is complete and whose predecessors are launched.
@@ -234,8 +250,9 @@ struct GradReducer::State {
     WaitClock::Span span = clock.begin();
     const size_t first_new = next_launch;
     launch_ready_in_order();
-    if (!options.overlap_comm)
-      for (size_t i = first_new; i < next_launch; ++i) complete(buckets[i]);
+    if (!options.overlap_comm)  // (a bucket with no other rank to reduce with completed at its launch)
+      for (size_t i = first_new; i < next_launch; ++i)
+        if (buckets[i].staging.defined()) complete(buckets[i]);
     clock.end(std::move(span), &blocked_ms);
   }
 };
@@ -326,6 +343,7 @@ void GradReducer::begin_backward(bool reduce) {
   State& s = *state_;
   const bool partitioned = s.options.storage == GradStorage::kPartitioned;
   s.armed = partitioned || (reduce && s.group.size() > 1);
+  s.reducing = reduce;
   s.next_launch = 0;
   s.launched_in_hooks = 0;
   std::fill(s.fired.begin(), s.fired.end(), 0);

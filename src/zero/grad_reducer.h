@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,6 +50,12 @@ struct GradReducerOptions {
   // and reduces it there as DeepSpeed does, and copies the result back.
   at::ScalarType comm_dtype = at::kFloat;
   at::ScalarType partition_dtype = at::kFloat;  // kPartitioned: the dtype this rank's partition accumulates in
+  // Told, in a pass begun with reduce = true, as each bucket's reduction completes: elements [begin, begin +
+  // final_grads.numel()) of this rank's partition of group g now hold their final averaged gradient, `final_grads`
+  // (a view of partition_grads(g), written again only after zero_grads). Runs under the reducer's lock on the
+  // autograd thread, after the reduction's work was queued on the current stream. ZeRO-Offload copies them to host
+  // memory here, while backward goes on with earlier layers.
+  std::function<void(size_t g, int64_t begin, const at::Tensor& final_grads)> on_partition_final;
 };
 
 class GradReducer {

@@ -46,6 +46,8 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   o.masters.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
   o.masters.pin_memory = z.offload_optimizer.pin_memory;
   o.masters.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
+  // As at stage 3: not when a step reads the host gradients while the next backward runs (overlap_step, ZenFlow).
+  o.masters.early_host_grads = o.masters.offload_to_host && !z.offload_optimizer.overlap_step && !z.zenflow;
   return std::make_unique<FlatStage>(groups, world, o);
 }
 

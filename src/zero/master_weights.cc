@@ -65,8 +65,40 @@ int64_t MasterWeights::host_grad_bytes() const {
 
 std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>& grads) {
   if (!options_.offload_to_host) return grads;
-  for (size_t i = 0; i < grads.size(); ++i) host_grads_[i].copy_(grads[i]);
+  grad_copies_.wait();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (i >= final_ranges_.size() || final_ranges_[i].empty()) {
+      host_grads_[i].copy_(grads[i]);
+      continue;
+    }
+    // The gaps between what backward copied (ranges may repeat if a window was reduced twice before this step).
+    auto& ranges = final_ranges_[i];
+    std::sort(ranges.begin(), ranges.end());
+    int64_t done = 0;
+    auto fill = [&](int64_t begin, int64_t end) {
+      if (begin < end) host_grads_[i].narrow(0, begin, end - begin).copy_(grads[i].narrow(0, begin, end - begin));
+    };
+    for (const auto& [begin, end] : ranges) {
+      fill(done, begin);
+      done = std::max(done, end);
+    }
+    fill(done, grads[i].numel());
+    ranges.clear();
+  }
   return host_grads_;
+}
+
+void MasterWeights::copy_final_grads(size_t g, int64_t begin, const at::Tensor& final_grads) {
+  if (!options_.offload_to_host || !options_.early_host_grads || g >= host_grads_.size()) return;
+  if (!grad_copies_.copy(host_grads_[g].narrow(0, begin, final_grads.numel()), final_grads)) return;
+  if (final_ranges_.size() < host_grads_.size()) final_ranges_.resize(host_grads_.size());
+  final_ranges_[g].emplace_back(begin, begin + final_grads.numel());
+  final_grad_copies_ += final_grads.numel();
+}
+
+void MasterWeights::forget_final_grads() {
+  grad_copies_.wait();  // before the gradients they read are cleared
+  for (auto& ranges : final_ranges_) ranges.clear();
 }
 
 bool MasterWeights::has_narrow_groups() const {

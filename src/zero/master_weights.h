@@ -25,10 +25,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/comm.h"
 #include "zero/flat_params.h"
+#include "zero/grad_copy_down.h"
 #include "zero/host_read_fence.h"
 
 namespace deepspeed::zero {
@@ -44,6 +46,9 @@ struct MasterWeightsOptions {
   // model; with offload, bf16 host copies beside bf16 host gradients), not fp32 copies; the optimizer's fp32
   // arithmetic rounds each update back into them.
   bool model_dtype_masters = false;
+  // With offload_to_host: each partition's final gradient may arrive during backward (copy_final_grads), not all at
+  // stage_grads. Off where a step reads the host gradients while the next backward runs (overlap_step, ZenFlow).
+  bool early_host_grads = false;
 };
 
 class MasterWeights {
@@ -64,8 +69,18 @@ class MasterWeights {
   int64_t host_grad_bytes() const;
   bool offloaded() const { return options_.offload_to_host; }
 
-  // The gradients the optimizer should read: `grads` itself, or (offload) their copies in host memory.
+  // The gradients the optimizer should read: `grads` itself, or (offload) their copies in host memory, where what
+  // copy_final_grads did not bring is copied now.
   std::vector<at::Tensor> stage_grads(const std::vector<at::Tensor>& grads);
+  // early_host_grads: elements [begin, begin + final_grads.numel()) of this rank's gradients of group g are final;
+  // copies them into their host copy now. From a device that is a copy on a stream of its own into pinned memory,
+  // which does not block the host (stage_grads waits for it); into pageable memory it would, so those wait for
+  // stage_grads. `final_grads` must not be written before stage_grads or forget_final_grads.
+  void copy_final_grads(size_t g, int64_t begin, const at::Tensor& final_grads);
+  // The gradients were cleared before a step read them: nothing copied so far counts.
+  void forget_final_grads();
+  // Gradient elements copy_final_grads copied (cumulative).
+  int64_t final_grad_copies() const { return final_grad_copies_; }
 
   // L2 norm over every group's gradients `grads` (matching masters()), combined across ranks when partitioned or
   // when groups live on different ranks (FlatGroup::group).
@@ -109,6 +124,11 @@ class MasterWeights {
   bool narrow_groups_ = false;
   // Recorded after publish() copied pinned host buffers up without blocking.
   HostReadFence host_reads_;
+  // early_host_grads: the copies, per group the [begin, end) ranges of host_grads_ they wrote since the last
+  // stage_grads, and the count behind final_grad_copies().
+  GradCopyDown grad_copies_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> final_ranges_;
+  int64_t final_grad_copies_ = 0;
 };
 
 }  // namespace deepspeed::zero

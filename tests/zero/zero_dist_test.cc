@@ -146,6 +146,46 @@ TEST(ZeroOffload, CpuOffloadMatchesStageZero) {
       << "bf16 + cpu offload";
 }
 
+// With offload_optimizer "cpu" each bucket's final gradients go to host memory as its reduction completes in the
+// boundary backward (on a GPU on a copy stream, overlapping the rest of backward), not all at the step: each rank's
+// whole partition once per step, none in the other micro-steps, and the step reads what a copy at the step would
+// (the run matches stage 0; CpuOffloadMatchesStageZero above takes this path too). Small buckets with overlap_comm off
+// complete in the hooks and, past the staging limit, from the buffer pool. At world 1 stage 1 reduces nothing and its
+// copies stay at the step. Not with overlap_step, whose step reads the host gradients while the next backward runs.
+TEST(ZeroOffload, CpuOffloadCopiesEachFinalGradientDuringBackward) {
+  tiny_gpt::ensure_comm();
+  constexpr int kSteps = 3;
+  const int n = deepspeed::comm::get_world_size();
+  const std::string offload = "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true";
+  auto run = [&](int stage, const std::string& zero_extra, int64_t* copied, int64_t* partition) {
+    Variant v{"offload cpu gas 2", 2, 2, 100.0, true};  // clipping that never binds: the norm is read, not used
+    v.zero_extra = zero_extra;
+    auto cfg = tiny_gpt::config(true);
+    auto model = tiny_gpt::make_model(cfg);
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(v, stage)));
+    tiny_gpt::train(engine, tiny_gpt::dataset(cfg), kSteps);
+    if (copied) *copied = engine.stage3_stats().host_grad_copies_in_backward;
+    if (partition) *partition = engine.model_state_bytes().params / 4 / n;  // fp32: the padded flat buffer / ranks
+    return tiny_gpt::snapshot(model);
+  };
+  const auto reference = run(0, "", nullptr, nullptr);
+  for (int stage : {1, 2}) {
+    for (const std::string& extra : {", " + offload + "}", ", \"overlap_comm\": false, \"reduce_bucket_size\": 2000, " +
+                                                           offload + "}"}) {
+      int64_t copied = -1, partition = 0;
+      const auto got = run(stage, extra, &copied, &partition);
+      ASSERT_GT(partition, 0);
+      const int64_t want = stage == 1 && n == 1 ? 0 : kSteps * partition;
+      EXPECT_EQ(copied, want) << "stage " << stage << extra << ": each step's final gradients, once, in backward";
+      EXPECT_WITHIN(tiny_gpt::max_relative_error(got, reference), tiny_gpt::bound_at_this_world(kAdamStages))
+          << "stage " << stage << extra << " vs stage 0";
+    }
+  }
+  int64_t copied = -1;
+  run(2, ", " + offload + ", \"overlap_step\": true}", &copied, nullptr);
+  EXPECT_EQ(copied, 0) << "overlap_step: the host gradients are copied at the step";
+}
+
 std::string nvme_dir() {
   static std::string dir = [] {
     char tmpl[] = "/tmp/ds_nvme_test_XXXXXX";

@@ -215,7 +215,7 @@ Stage3::~Stage3() {
     for (auto& unit : units_)
       if (unit->state == Unit::State::kInflight) wait_gathered(*unit);
     // Copies still reading the gradient partitions or host shards about to be freed.
-    if (grad_copy_stream_) grad_copy_stream_->synchronize();
+    grad_copies_.wait();
     if (copy_stream_) copy_stream_->synchronize();
   } catch (...) {
   }
@@ -307,7 +307,7 @@ std::vector<at::Tensor> Stage3::step_grads() {
     return host_grads_;
   }
   // The partitions the boundary backward copied already (their copies finish here); the rest now.
-  if (grad_copy_stream_) grad_copy_stream_->synchronize();
+  grad_copies_.wait();
   for (auto& unit : units_)
     for (auto& f : unit->flats) {
       if (!f.host_copied) {
@@ -349,7 +349,7 @@ StageBytes Stage3::bytes() const {
 
 StageStates Stage3::states() const {
   // The caller may move or free what it gets: the early gradient copies down must have read it first.
-  if (grad_copy_stream_) grad_copy_stream_->synchronize();
+  grad_copies_.wait();
   StageStates s;
   s.hp_params = masters_;
   s.lp_params = shard_buffers();

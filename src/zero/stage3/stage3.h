@@ -39,6 +39,7 @@
 #include "swap/aio.h"
 #include "deepspeed/zero.h"
 #include "zero/grad_accumulator_ref.h"
+#include "zero/grad_copy_down.h"
 #include "zero/host_read_fence.h"
 #include "swap/staging_ring.h"
 #include "swap/swap_file.h"
@@ -275,8 +276,8 @@ class Stage3 : public Stage {
   // waits for them only where the unit is used (wait_gathered). Every write into the host shards first waits for the
   // copies issued so far, so none reads a half-written partition.
   std::unique_ptr<accelerator::Stream> copy_stream_;
-  // early_host_grads on an accelerator: the gradient partitions' copies down, and their end.
-  std::unique_ptr<accelerator::Stream> grad_copy_stream_;
+  // early_host_grads: the gradient partitions' copies down, and their end.
+  GradCopyDown grad_copies_;
   // Copies `f`'s final gradient partition (`acc`) into its host copy (early_host_grads).
   void copy_final_grad_to_host(Flat& f, const at::Tensor& acc);
   HostReadFence host_reads_;

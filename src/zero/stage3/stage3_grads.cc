@@ -344,23 +344,9 @@ void Stage3::finish_backward() {
 }
 
 void Stage3::copy_final_grad_to_host(Flat& f, const at::Tensor& acc) {
-  // Into pageable memory a device's copy would block the host until the device caught up, at every partition: such
-  // copies stay at step_grads, all in one go.
-  if (!acc.device().is_cpu() && !options_.pin_memory) return;
-  at::Tensor host = host_grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
-  if (acc.device().is_cpu()) {
-    host.copy_(acc);
-  } else {
-    // After the reduction's add, which the compute stream has queued; into pinned memory the copy does not block.
-    // `acc` is not written again before step_grads waits for the copy (zero_grads comes after the step).
-    auto& accel = accelerator::get_accelerator();
-    if (!grad_copy_stream_) grad_copy_stream_ = accel.new_stream();
-    const std::unique_ptr<accelerator::Event> reduced = accel.new_event();
-    reduced->record();
-    grad_copy_stream_->wait_event(*reduced);
-    accelerator::StreamGuard on_copy_stream(*grad_copy_stream_);
-    host.copy_(acc, /*non_blocking=*/true);
-  }
+  // Not from a device into pageable memory (those stay at step_grads). `acc` is not written again before step_grads
+  // waits for the copy (zero_grads comes after the step).
+  if (!grad_copies_.copy(host_grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size()), acc)) return;
   f.host_copied = true;
   stats_.host_grad_copies_in_backward += f.layout.partition_size();
 }
