@@ -78,6 +78,7 @@ std::string config_json(const Args& args) {
   std::snprintf(buf, sizeof(buf), R"({
     "train_micro_batch_size_per_gpu": %lld,
     "gradient_accumulation_steps": 1,
+    "gradient_clipping": 0,
     "steps_per_print": 1000000000,
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                                               "weight_decay": 0.01}},

@@ -35,7 +35,7 @@ struct Args {
   int64_t layers = 2;  // L; the second run has 2L
 };
 
-const char* kConfig = R"({"train_micro_batch_size_per_gpu": %lld, "steps_per_print": 1000000,
+const char* kConfig = R"({"train_micro_batch_size_per_gpu": %lld, "steps_per_print": 1000000, "gradient_clipping": 0,
   "optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "comms_logger": {"enabled": true, "prof_all": true},
   %s})";
 

@@ -53,7 +53,8 @@ double measure(const Args& a, int m) {
   dsp::PipelineModule module(o);
   auto config = deepspeed::Config::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.micro) + R"(, "gradient_accumulation_steps": )" +
-      std::to_string(m) + R"(, "steps_per_print": 1000, "optimizer": {"type": "SGD", "params": {"lr": 0.001}}})");
+      std::to_string(m) +
+      R"(, "steps_per_print": 1000, "gradient_clipping": 0, "optimizer": {"type": "SGD", "params": {"lr": 0.001}}})");
   auto engine = dsp::initialize(module, config);
   at::Tensor x = at::randn({a.micro, a.hidden}), y = at::randn({a.micro, a.hidden});
   auto data = [&] { return dsp::MicroBatch{x, y}; };

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   const at::Tensor y = at::randint(cfg.vocab_size, {micro, cfg.seq_len}, at::kLong);
   for (Variant& v : variants) {
     const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
-                             ", \"steps_per_print\": 1000000, \"bf16\": {\"enabled\": true},"
+                             ", \"steps_per_print\": 1000000, \"gradient_clipping\": 0, \"bf16\": {\"enabled\": true},"
                              " \"communication_data_type\": \"bf16\","
                              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.0003}},"
                              " \"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 0" +

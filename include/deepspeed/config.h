@@ -44,7 +44,8 @@ struct Config {
   int dp_world_size = 0;  // set by resolve_batch; 0 until then
 
   int steps_per_print = 10;
-  double gradient_clipping = 0.0;  // 0 disables clipping
+  // Max global gradient norm; 0 disables clipping. DeepSpeed 0.19 clips at 1.0 when the key is absent: so do we.
+  double gradient_clipping = 1.0;
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;
   bool dump_state = false;

@@ -163,7 +163,8 @@ class Engine {
   int64_t global_samples() const;
   // Current learning rate of each parameter group.
   std::vector<double> get_lr() const;
-  // L2 norm of the averaged gradients at the last boundary (before clipping); -1 before the first step.
+  // L2 norm of the averaged gradients at the last boundary (before clipping); -1 before the first step and with
+  // zero_optimization.compute_grad_norm false (DeepSpeed's None), +inf after a step skipped for an overflow.
   double get_global_grad_norm() const;
   // fp16: the current loss scale (1 without fp16) and the steps skipped because gradients overflowed.
   double loss_scale() const;

@@ -439,7 +439,7 @@ class Exporter {
       inner.insert(std::string("loss_scaler"), loss_scaler_object());
       inner.insert(std::string("dynamic_loss_scale"), false);
       inner.insert(std::string("overflow"), false);
-      inner.insert(std::string("clip_grad"), config_.value("gradient_clipping", 0.0));
+      inner.insert(std::string("clip_grad"), config_.value("gradient_clipping", 1.0));  // DeepSpeed's default
       GenericDict torch_sd = make_any_dict();
       torch_sd.insert(std::string("state"), state);
       torch_sd.insert(std::string("param_groups"), torch_groups);

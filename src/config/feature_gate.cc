@@ -46,6 +46,25 @@ void check_model_dtype_masters(const config::Config& cfg) {
              "; leave grad_accum_dtype unset or ", dtype);
 }
 
+// zero_optimization.compute_grad_norm false: no global norm at the step, so nothing may need one. DeepSpeed 0.19's
+// rules, so a config moves between the two unchanged.
+void check_compute_grad_norm(const config::Config& cfg) {
+  const config::ZeroConfig& z = cfg.zero;
+  if (z.compute_grad_norm) return;
+  const std::string key = "zero_optimization.compute_grad_norm false";
+  DS_CHECK_T(ConfigError, z.stage == 1 || z.stage == 2, key, ": supported only at ZeRO stage 1 or 2 (as in "
+             "DeepSpeed), got stage ", z.stage);
+  DS_CHECK_T(ConfigError, cfg.gradient_clipping == 0.0, key, ": clipping needs the norm; set gradient_clipping 0 "
+             "(absent, it is DeepSpeed's default 1.0), got ", cfg.gradient_clipping);
+  // (This covers ZenFlow too, which DeepSpeed also refuses here: it needs optimizer offload.)
+  DS_CHECK_T(ConfigError, !z.offload_optimizer.enabled(), key, ": not supported with optimizer offload (as in "
+             "DeepSpeed)");
+  DS_CHECK_T(ConfigError, !(z.stage == 1 && cfg.bf16.enabled && cfg.data_types.grad_accum_dtype &&
+                            *cfg.data_types.grad_accum_dtype == config::DataType::kFp32),
+             key, ": not supported at stage 1 with bf16 parameters and data_types.grad_accum_dtype fp32 (DeepSpeed "
+             "runs that combination on its BF16 optimizer, which always computes the norm)");
+}
+
 }  // namespace
 
 void check_supported_features(const config::Config& cfg) {
@@ -131,6 +150,7 @@ void check_supported_features(const config::Config& cfg) {
              "stage ", z.stage);
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
   check_model_dtype_masters(cfg);
+  check_compute_grad_norm(cfg);
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype (zero/flat_params.h, stage3.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).

@@ -148,6 +148,7 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   // DeepSpeed's overlap_comm is Optional: unset means "on for stage 3 only".
   z.overlap_comm = z.stage == 3;
   r.read_bool("overlap_comm", &z.overlap_comm);
+  r.read_bool("compute_grad_norm", &z.compute_grad_norm);
   r.read_bool("load_from_fp32_weights", &z.load_from_fp32_weights);
   r.read_bool("elastic_checkpoint", &z.elastic_checkpoint);
   r.read_int("sub_group_size", &z.sub_group_size, 0);
@@ -252,6 +253,7 @@ OrderedJson dump_zero_config(const ZeroConfig& z) {
   j["allgather_partitions"] = z.allgather_partitions;
   j["allgather_bucket_size"] = z.allgather_bucket_size;
   j["overlap_comm"] = z.overlap_comm;
+  j["compute_grad_norm"] = z.compute_grad_norm;
   j["load_from_fp32_weights"] = z.load_from_fp32_weights;
   j["elastic_checkpoint"] = z.elastic_checkpoint;
   j["offload_param"] = op;

@@ -545,13 +545,16 @@ bool EngineImpl::take_model_step() {
         std::printf("%s\n", scaler_->last_message().c_str());
         std::fflush(stdout);
       }
-      global_grad_norm_ = std::numeric_limits<double>::infinity();
+      if (config_.zero.compute_grad_norm) global_grad_norm_ = std::numeric_limits<double>::infinity();
       return false;
     }
     unscale /= used_scale;
   }
-  global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
-                     : stage_->global_norm(grads) * unscale;
+  // zero_optimization.compute_grad_norm false: no norm, and none is needed (the config gate refuses clipping).
+  if (config_.zero.compute_grad_norm) {
+    global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
+                       : stage_->global_norm(grads) * unscale;
+  }
   double coef = unscale;
   const double clip = config_.gradient_clipping;
   if (clip > 0.0) {

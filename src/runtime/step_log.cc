@@ -21,8 +21,11 @@ std::string format_step_line(const StepLine& l) {
     std::snprintf(buf, sizeof(buf), "%s%.4g", i == 0 ? "" : ",", l.lrs[i]);
     out += buf;
   }
-  std::snprintf(buf, sizeof(buf), "] | grad_norm %.4f", l.grad_norm);
-  out += buf;
+  out += "]";
+  if (!(l.grad_norm < 0)) {  // -1: not computed (zero_optimization.compute_grad_norm false)
+    std::snprintf(buf, sizeof(buf), " | grad_norm %.4f", l.grad_norm);
+    out += buf;
+  }
   if (l.loss_scale) {
     std::snprintf(buf, sizeof(buf), " | loss_scale %g | skipped %lld", *l.loss_scale,
                   static_cast<long long>(l.skipped_steps));

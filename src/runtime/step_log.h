@@ -1,8 +1,8 @@
 // The line rank 0 prints every `steps_per_print` steps, the same for the engine and the pipeline engine:
 //   step 20/100 (20%) | loss 2.3100 | lr [0.001] | grad_norm 0.8123 | loss_scale 1024 | skipped 0 | 12.5 samples/s
 //   | 3200 tokens/s | ETA 1m 4s
-// (one line; the parts after grad_norm appear when they apply), and the window of steps and wall time one line
-// covers.
+// (one line; grad_norm and the parts after it appear when they apply), and the window of steps and wall time one
+// line covers.
 #pragma once
 
 #include <chrono>

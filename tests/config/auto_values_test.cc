@@ -72,10 +72,10 @@ TEST(AutoValues, HiddenSizeMissingNamesTheKeyAndTheWayToGiveIt) {
 TEST(AutoValues, FailedResolutionLeavesTheConfigUnchanged) {
   Config c = Config::from_string(R"({"gradient_clipping": "auto", "fp16": {"enabled": "auto"}})");
   AutoValues known;
-  known.gradient_clipping = 1.0;
+  known.gradient_clipping = 0.5;
   EXPECT_THROW(c.resolve_auto(known), ConfigError);  // fp16.enabled cannot be filled
   EXPECT_TRUE(c.is_auto("gradient_clipping"));
-  EXPECT_EQ(c.gradient_clipping, 0.0);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // the default, not the 0.5 the failed resolution would have filled
 }
 
 TEST(AutoValues, Stage3KeysBelowStage3KeepDefaults) {

@@ -20,7 +20,7 @@ TEST(ConfigDefaults, TopLevelMatchDeepSpeed) {
   Config c = Config::from_string("{}");
   EXPECT_FALSE(c.train_batch_size.has_value());
   EXPECT_EQ(c.steps_per_print, 10);
-  EXPECT_EQ(c.gradient_clipping, 0.0);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // DeepSpeed 0.19's GRADIENT_CLIPPING_DEFAULT
   EXPECT_FALSE(c.wall_clock_breakdown);
   EXPECT_FALSE(c.memory_breakdown);
   EXPECT_FALSE(c.dump_state);
@@ -44,6 +44,7 @@ TEST(ConfigDefaults, ZeroMatchDeepSpeed) {
   EXPECT_EQ(z.allgather_bucket_size, 500000000);
   EXPECT_TRUE(z.allgather_partitions);
   EXPECT_FALSE(z.overlap_comm);
+  EXPECT_TRUE(z.compute_grad_norm);
   EXPECT_TRUE(z.load_from_fp32_weights);
   EXPECT_EQ(z.sub_group_size, 1000000000);
   EXPECT_EQ(z.prefetch_bucket_size, 50000000);

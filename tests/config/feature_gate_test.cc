@@ -150,6 +150,39 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   }
 }
 
+// zero_optimization.compute_grad_norm false, by DeepSpeed 0.19's rules: stages 1-2, no clipping (given as 0: absent
+// it is 1.0), no optimizer offload (so no ZenFlow), not stage 1 with bf16 and fp32 gradient accumulation.
+TEST(FeatureGate, SkippingTheGradientNormNeedsNoClippingAtStagesOneAndTwo) {
+  auto config = [](const std::string& top, const std::string& zero) {
+    return R"({"train_batch_size": 8, )" + top + R"("zero_optimization": {"compute_grad_norm": false, )" + zero + "}}";
+  };
+  const std::string no_clip = R"("gradient_clipping": 0, )";
+  EXPECT_EQ(rejection(config(no_clip, R"("stage": 1)")), "");
+  EXPECT_EQ(rejection(config(no_clip + R"("bf16": {"enabled": true}, )", R"("stage": 2)")), "");
+  EXPECT_EQ(rejection(config(no_clip + R"("bf16": {"enabled": true}, )", R"("stage": 1)")), "");
+  EXPECT_EQ(rejection(config(no_clip + R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, )",
+                             R"("stage": 2)")),
+            "");
+  struct Case {
+    std::string json, says;
+  } cases[] = {
+      {config(no_clip, R"("stage": 0)"), "supported only at ZeRO stage 1 or 2 (as in DeepSpeed), got stage 0"},
+      {config(no_clip, R"("stage": 3)"), "got stage 3"},
+      {config("", R"("stage": 2)"), "set gradient_clipping 0 (absent, it is DeepSpeed's default 1.0), got 1"},
+      {config(R"("gradient_clipping": 0.5, )", R"("stage": 2)"), "got 0.5"},
+      {config(no_clip, R"("stage": 2, "offload_optimizer": {"device": "cpu"})"), "optimizer offload"},
+      {config(no_clip, R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2})"),
+       "optimizer offload"},
+      {config(no_clip + R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, )", R"("stage": 1)"),
+       "stage 1 with bf16 parameters and data_types.grad_accum_dtype fp32"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind("zero_optimization.compute_grad_norm false: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
 // bf16 master weights (and states): stages 1-3, optimizer offload (cpu or nvme) or bf16 states (as DeepSpeed
 // requires).
 TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {

@@ -342,7 +342,7 @@ TEST(EngineOptions, ClientOptimizerAndSchedulerDriveTheSteps) {
   deepspeed::InitializeOptions options;
   options.optimizer = sgd;
   options.lr_scheduler = deepspeed::runtime::make_warmup_lr(warmup, {0.3});
-  auto cfg = deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2})");
+  auto cfg = deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0})");
   auto engine = deepspeed::initialize(model, cfg, options);
   deepspeed::DataParallelSampler sampler(kSamples, r.micro, 1, engine.global_rank(), engine.world_size(), kDataSeed);
   EXPECT_EQ(engine.get_lr().at(0), 0.05) << "the scheduler's starting lr is in the optimizer before step 1";
@@ -393,7 +393,8 @@ TEST(EngineOptions, ParamGroupsCarryTheirOwnLearningRate) {
   options.param_groups.push_back({frozen_lr, 0.0, std::nullopt});
   options.param_groups.push_back({rest, std::nullopt, std::nullopt});
   auto cfg = deepspeed::Config::from_string(
-      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0,
+          "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
   auto engine = deepspeed::initialize(model, cfg, options);
   EXPECT_EQ(engine.get_lr(), (std::vector<double>{0.0, 0.5}));
   deepspeed::DataParallelSampler sampler(kSamples, r.micro, 1, engine.global_rank(), engine.world_size(), kDataSeed);
@@ -443,7 +444,8 @@ TEST(EngineOptions, ClientOptimizerWithConfigOptimizerIsAnError) {
   deepspeed::InitializeOptions options;
   options.optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
   auto cfg = deepspeed::Config::from_string(
-      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0,
+          "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})");
   try {
     deepspeed::initialize(model, cfg, options);
     FAIL() << "expected a ConfigError";

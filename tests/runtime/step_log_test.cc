@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace rt = deepspeed::runtime;
 
 TEST(StepLog, Fp32LineWithProgressTokensAndEta) {
@@ -34,6 +36,18 @@ TEST(StepLog, Fp16FieldsAndAnEngineOwnFieldWithoutKnownTotal) {
   EXPECT_EQ(rt::format_step_line(l),
             "step 7 | loss 5.0000 | lr [0.01] | grad_norm 1.5000 | loss_scale 1024 | skipped 3 | 8.0 samples/s | "
             "stage 0 idle 12%");
+}
+
+TEST(StepLog, ANormNotComputedIsLeftOutAndAnOverflowShown) {
+  rt::StepLine l;
+  l.step = 3;
+  l.loss = 2.0;
+  l.lrs = {0.01};
+  l.grad_norm = -1.0;  // zero_optimization.compute_grad_norm false
+  l.samples_per_sec = 4.0;
+  EXPECT_EQ(rt::format_step_line(l), "step 3 | loss 2.0000 | lr [0.01] | 4.0 samples/s");
+  l.grad_norm = std::numeric_limits<double>::infinity();  // a step skipped for an overflow
+  EXPECT_EQ(rt::format_step_line(l), "step 3 | loss 2.0000 | lr [0.01] | grad_norm inf | 4.0 samples/s");
 }
 
 TEST(StepLog, WindowCountsStepsSinceTheLastLineOrRestart) {

@@ -61,7 +61,7 @@ struct Result {
 Result train_one_step(int stage, at::ScalarType model_dtype, const std::string& comm) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
   LinearProbe model(kA, kB);
-  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
+  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "steps_per_print": 1000,
       "optimizer": {"type": "SGD", "params": {"lr": 1.0}},
       "zero_optimization": {"stage": )" +
                      std::to_string(stage) + R"(, "reduce_bucket_size": 40, "stage3_param_persistence_threshold": 0})";

@@ -66,7 +66,7 @@ Outcome train_one_step(int stage, at::ScalarType dtype, const std::string& accum
   LinearProbe model(kA, kB);
   const std::string precision = dtype == at::kBFloat16 ? R"("bf16": {"enabled": true})"
                                                        : R"("fp16": {"enabled": true, "initial_scale_power": 8})";
-  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "gradient_accumulation_steps": 4,
       "steps_per_print": 1000, "optimizer": {"type": "SGD", "params": {"lr": 1.0}},
       "zero_optimization": {"stage": )" +
                      std::to_string(stage) + R"(, "reduce_bucket_size": 300000}, )" + precision;
@@ -125,7 +125,7 @@ TEST(GradAccumDtype, AWireIntoFp16AveragesBeforeRounding) {
     for (int stage : {0, 1}) {
       const std::string name = "stage " + std::to_string(stage) + ", communication_data_type " + wire;
       LinearProbe model(kA, kB);
-      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
+      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "steps_per_print": 1000,
           "optimizer": {"type": "SGD", "params": {"lr": 1.52587890625e-05}}, "fp16": {"enabled": true, "loss_scale": 1},
           "communication_data_type": ")" + wire + R"(", "data_types": {"grad_accum_dtype": "fp16"},
           "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
@@ -150,7 +150,7 @@ TEST(GradAccumDtype, SixteenBitGradientsReduceInTheirDtype) {
   for (int stage : {0, 1, 2}) {
     for (const std::string accum : {"bf16", "fp32"}) {
       LinearProbe model(kA, kB);
-      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+      const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "bf16": {"enabled": true},
           "optimizer": {"type": "SGD", "params": {"lr": 1.0}}, "data_types": {"grad_accum_dtype": ")" + accum +
                                R"("}, "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
       auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
@@ -165,7 +165,7 @@ TEST(GradAccumDtype, SixteenBitGradientsReduceInTheirDtype) {
 TEST(GradAccumDtype, AnOptimizerThatStepsWholeTensorsIsRefused) {
   if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
   LinearProbe model(kA, kB);
-  const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+  const std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "bf16": {"enabled": true},
       "optimizer": {"type": "Lamb", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 1},
       "data_types": {"grad_accum_dtype": "bf16"}})";
   try {

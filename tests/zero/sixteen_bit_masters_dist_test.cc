@@ -75,7 +75,7 @@ const Variant kVariants[] = {{true, false, true}, {true, true, true}, {true, tru
                              {true, true, false, at::kHalf}};
 
 std::string config_json(int stage, const std::string& optimizer, const Variant& v) {
-  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000, "optimizer": )" + optimizer +
+  std::string json = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0, "steps_per_print": 1000, "optimizer": )" + optimizer +
                      R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
                      R"(, "reduce_bucket_size": 300000)";
   if (v.offload) json += R"(, "offload_optimizer": {"device": "cpu"})";

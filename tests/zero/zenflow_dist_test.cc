@@ -211,7 +211,7 @@ tiny_gpt::MakeReferenceStep zenflow_reference(Rule rule, std::vector<double> lrs
 
 std::string zenflow_json(const Rule& rule, int stage, const std::string& extra_top = "") {
   return "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
-         ", \"steps_per_print\": 1000, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " +
+         ", \"steps_per_print\": 1000, \"gradient_clipping\": 0, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " +
          std::to_string(kLr) + ", \"weight_decay\": " + std::to_string(kDecay) + ", \"eps\": " + c10::str(rule.eps) +
          "}}, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
          // Stage 3: every block partitioned (the tiny model's tensors are all under the default threshold).

@@ -105,6 +105,45 @@ TEST(ZeroStages, AllReduceAndBroadcastVariantsMatchStageZero) {
   expect_stages_match(v, tolerance::exact());
 }
 
+// zero_optimization.compute_grad_norm false (DeepSpeed 0.19): stages 1 and 2 skip the norm, its pass over the
+// gradients and its all-reduce. The training is the same bits (without clipping the norm feeds nothing),
+// get_global_grad_norm() says -1 (DeepSpeed's None), and each step issues one all-reduce fewer.
+TEST(ZeroStages, SkippingTheGradientNormChangesOnlyTheNorm) {
+  tiny_gpt::ensure_comm();
+  constexpr int kSteps = 3;
+  auto run = [&](int stage, bool compute, double* norm, int64_t* all_reduces) {
+    Variant v{"compute_grad_norm"};
+    v.uneven = true;
+    v.zero_extra = std::string(", \"compute_grad_norm\": ") + (compute ? "true" : "false");
+    auto cfg = tiny_gpt::config(true);
+    auto model = tiny_gpt::make_model(cfg);
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(config_json(v, stage)));
+    deepspeed::comm::CommsLoggerOptions logged;
+    logged.enabled = true;
+    deepspeed::comm::configure_comms_logger(logged);
+    deepspeed::comm::reset_comms_logger();
+    tiny_gpt::train(engine, tiny_gpt::dataset(cfg), kSteps);
+    *norm = engine.get_global_grad_norm();
+    *all_reduces = 0;
+    for (const auto& stat : deepspeed::comm::comms_stats())
+      if (stat.op == "all_reduce") *all_reduces += stat.count;
+    deepspeed::comm::configure_comms_logger({});
+    return tiny_gpt::snapshot(model);
+  };
+  for (int stage : {1, 2}) {
+    double norm = 0, no_norm = 0;
+    int64_t all_reduces = 0, fewer = 0;
+    const auto with = run(stage, true, &norm, &all_reduces);
+    const auto without = run(stage, false, &no_norm, &fewer);
+    EXPECT_EQ(tiny_gpt::max_relative_error(without, with), 0.0) << "stage " << stage;
+    EXPECT_GT(norm, 0.0) << "stage " << stage;
+    EXPECT_EQ(no_norm, -1.0) << "stage " << stage;
+    if (deepspeed::comm::get_world_size() > 1) {
+      EXPECT_EQ(all_reduces - fewer, kSteps) << "stage " << stage;
+    }
+  }
+}
+
 TEST(ZeroStages, Bf16MatchesStageZeroBf16) {
   // Each stage keeps fp32 masters and fp32 gradient accumulation; what differs is only where sums are taken, so
   // the bf16 parameters agree to bf16 rounding (8 bits of mantissa: ~4e-3 relative).

@@ -66,7 +66,7 @@ EngineRun train_engine(const Case& c) {
   deepspeed::models::GPT model = tiny_gpt::make_model(cfg);
   const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(kMicro) +
                            ", \"gradient_accumulation_steps\": " + std::to_string(c.gas) +
-                           ", \"steps_per_print\": 1000, \"optimizer\": " +
+                           ", \"steps_per_print\": 1000, \"gradient_clipping\": 0, \"optimizer\": " +
                            (c.optimizer.empty() ? tiny_gpt::sgd_json(kLr, c.weight_decay) : c.optimizer) +
                            ", \"zero_optimization\": {\"stage\": " + std::to_string(c.stage) + c.zero_extra + "}" +
                            c.top_extra + "}";

@@ -85,6 +85,9 @@ struct ZeroConfig {
   int64_t allgather_bucket_size = 500000000;  // 5e8 elements
   // DeepSpeed's default is "true for stage 3, false otherwise"; resolved at load time.
   bool overlap_comm = false;
+  // false: stages 1 and 2 skip the global gradient norm at each step (one pass over the gradients and one
+  // all-reduce fewer); DeepSpeed's rules: needs gradient_clipping 0, no optimizer offload, no ZenFlow.
+  bool compute_grad_norm = true;
   bool load_from_fp32_weights = true;
   bool elastic_checkpoint = false;
   OffloadParamConfig offload_param;
