@@ -7,7 +7,7 @@
 # accelerator (DS_ACCELERATOR=cpu, Gloo) from $PYTHON (default: the checkout's .venv) under torch.distributed.run.
 # Both sides: OMP_NUM_THREADS=1 and one intra-op thread per rank, micro-batch 8 per rank, DeepSpeed's "Adam"
 # (lr 1e-3, weight_decay 0.01, adam_w_mode true: decoupled decay, DeepSpeed's default for "Adam") and
-# gradient_clipping 1.0 (DeepSpeed 0.19.8's default, which ours does not share: so every config sets it).
+# gradient_clipping 1.0 (DeepSpeed 0.19.8's default and ours; every config sets it explicitly all the same).
 #
 # Configurations (CONFIGS, default all): zero0 zero1 zero2 zero3 zero2_offload zero3_offload (configs/<name>.json,
 # the same file for both sides) and ddp (plain torch DDP + torch.optim.AdamW, Python only: a reference row).

@@ -56,6 +56,10 @@ struct Config {
   bool dataloader_drop_last = true;  // DeepSpeed: false; ours always drops (false is refused)
   bool graph_harvesting = false;
   bool use_data_before_expert_parallelism = false;
+  // DeepSpeed 0.19: "mean" (average over the data-parallel ranks) or "sum" (refused: not implemented).
+  std::string gradient_allreduce_op = "mean";
+  // DeepSpeed 0.19: false hands gradient accumulation to the caller (refused: the engine always accumulates).
+  bool managed_gradient_accumulation = true;
   std::optional<int64_t> seed;  // not a DeepSpeed key: deepspeed-cpp seeds its RNGs with it
   std::optional<int64_t> vocabulary_size;
   std::optional<DataType> communication_data_type;  // unset: decided by the precision in use

@@ -183,7 +183,8 @@ struct Stage3Stats {
   double prefetch_wait_ms = 0;
   double reduce_wait_ms = 0;
   // offload_optimizer "cpu": gradient elements copied to host memory during boundary backwards, as each partition's
-  // (stages 1 and 2: each bucket's) reduction ended (the rest go at the step). Counted at stages 1 and 2 too.
+  // (stages 1 and 2: each bucket's; stage 1's complete as backward finishes) reduction ended (the rest go at the
+  // step). Counted at stages 1 and 2 too.
   int64_t host_grad_copies_in_backward = 0;
   // offload_optimizer.super_offload: partition slices the CPU optimizer updated during backward, and the steps whose
   // speculation was rolled back (skipped for an overflow, or redone because clipping bound).

@@ -71,6 +71,11 @@ nlohmann::ordered_json trial_config(const nlohmann::ordered_json& user_config,
   if (candidate.zero_stage != 3 && zero.contains("offload_optimizer")) {
     zero["offload_optimizer"].erase("ratio");
   }
+  // compute_grad_norm false holds at stages 1-2 without optimizer offload only (config/feature_gate.cc); the
+  // trials elsewhere compute the norm rather than fail at initialize.
+  const bool offloads_optimizer = zero.contains("offload_optimizer") && zero["offload_optimizer"].is_object() &&
+                                  zero["offload_optimizer"].value("device", "none") != "none";
+  if ((candidate.zero_stage != 1 && candidate.zero_stage != 2) || offloads_optimizer) zero.erase("compute_grad_norm");
 
   Json& at = object_at(cfg, "autotuning");
   const config::AutotuningConfig defaults;

@@ -32,7 +32,9 @@ const std::vector<std::string>& unsupported_sections() {
                                                      "weight_quantization",
                                                      "compile",
                                                      "comet",
-                                                     "torch_autocast"};
+                                                     "torch_autocast",
+                                                     "datastates_ckpt",
+                                                     "expert_parallel"};
   return kSections;
 }
 
@@ -86,6 +88,25 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   r.read_bool("dataloader_drop_last", &c->dataloader_drop_last);
   r.read_bool("graph_harvesting", &c->graph_harvesting);
   r.read_bool("use_data_before_expert_parallelism", &c->use_data_before_expert_parallelism);
+  r.read_choice("gradient_allreduce_op", &c->gradient_allreduce_op, {"mean", "sum"}, /*case_insensitive=*/true);
+  r.read_bool("managed_gradient_accumulation", &c->managed_gradient_accumulation);
+  // Keys of DeepSpeed's Python side with nothing to act on here (README: "Keys accepted with no effect"), checked
+  // for their type only.
+  bool python_gc = false;
+  r.read_bool("disable_python_gc", &python_gc);
+  std::optional<std::string> log_level;
+  r.read_optional_string("log_level", &log_level);
+  if (const Json* timers = r.find("timers"); timers && !timers->is_null()) {
+    ObjectReader t(*timers, "timers", nullptr);
+    if (const Json* throughput = t.find("throughput"); throughput && !throughput->is_null()) {
+      ObjectReader tp(*throughput, "timers.throughput", nullptr);
+      bool flag = false;
+      tp.read_bool("enabled", &flag);
+      tp.read_bool("synchronized", &flag);
+      tp.finish();
+    }
+    t.finish();
+  }
   r.read_optional_int("seed", &c->seed, 0);
   r.read_optional_int("vocabulary_size", &c->vocabulary_size, 1);
   const Json* comm_type = r.find("communication_data_type");
@@ -279,6 +300,8 @@ std::string Config::dump(int indent) const {
   j["dataloader_drop_last"] = dataloader_drop_last;
   j["graph_harvesting"] = graph_harvesting;
   j["use_data_before_expert_parallelism"] = use_data_before_expert_parallelism;
+  j["gradient_allreduce_op"] = gradient_allreduce_op;
+  j["managed_gradient_accumulation"] = managed_gradient_accumulation;
   if (seed) j["seed"] = *seed;  // ours, not DeepSpeed's: written only when set
   j["vocabulary_size"] = optional_json(vocabulary_size);
   j["communication_data_type"] =

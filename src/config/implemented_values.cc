@@ -38,15 +38,42 @@ void check_zero(const ZeroConfig& z) {
   refuse_if(z.enable_sanity_checks, p + "enable_sanity_checks",
             "true (DeepSpeed's extra stage-3 consistency checks) is not implemented; set false "
             "or remove the key");
+  refuse_if(z.parameter_alignment, p + "parameter_alignment",
+            "true (pad the flat buffers so each parameter starts 16-byte aligned) is not implemented; set false "
+            "or remove the key");
+  refuse_if(!z.leaf_module_names.empty() || !z.leaf_module_name_suffixes.empty(), p + "leaf_module",
+            "names and name_suffixes are not implemented: mark those modules as stage-3 units with zero::shard "
+            "(each unit is gathered whole); remove them");
   refuse_if(z.mics_hierarchical_params_gather, p + "mics_hierarchical_params_gather",
             "true is not implemented: deepspeed-cpp has no MiCS sharding (DeepSpeed 0.19 removed "
             "it too); remove the key");
+}
+
+void check_data_types(const Config& c) {
+  const DataTypesConfig& d = c.data_types;
+  const DataType training = c.bf16.enabled ? DataType::kBf16 : c.fp16.enabled ? DataType::kFp16 : DataType::kFp32;
+  refuse_if(d.param_dtype && *d.param_dtype != training, "data_types.param_dtype",
+            std::string("\"") + (d.param_dtype ? to_string(*d.param_dtype) : "") +
+                "\" is not implemented: the parameters train in the fp16/bf16 section's dtype (" +
+                to_string(training) + " here); set that or remove the key");
+  refuse_if(d.buffer_dtype.has_value(), "data_types.buffer_dtype",
+            "casting the model's buffers to a dtype of their own is not implemented; remove the key");
+  refuse_if(d.keep_in_fp32_modules && !d.keep_in_fp32_modules->empty(), "data_types.keep_in_fp32_modules",
+            "a list of modules to keep in fp32 is not implemented; use \"auto\" (a C++ model has no "
+            "transformers list, so nothing is kept) or []");
 }
 
 }  // namespace
 
 void check_implemented_values(const Config& c) {
   check_zero(c.zero);
+  check_data_types(c);
+  refuse_if(c.gradient_allreduce_op == "sum", "gradient_allreduce_op",
+            "\"sum\" (sum the gradients over the data-parallel ranks instead of averaging them) is not "
+            "implemented; set \"mean\" or remove the key");
+  refuse_if(!c.managed_gradient_accumulation, "managed_gradient_accumulation",
+            "false (the caller manages gradient accumulation) is not implemented: the engine accumulates over "
+            "gradient_accumulation_steps itself; set true or remove the key");
   refuse_if(c.aio.use_gds, "aio.use_gds",
             "true needs GPUDirect Storage, which deepspeed-cpp does not have; set false or remove "
             "the key");

@@ -90,6 +90,18 @@ DataTypesConfig parse_data_types_config(const Json& node) {
   DataTypesConfig c;
   const Json* v = r.find("grad_accum_dtype");
   if (v && !v->is_null()) c.grad_accum_dtype = parse_data_type(*v, r.path_of("grad_accum_dtype"));
+  if (const Json* p = r.find("param_dtype"); p && !p->is_null()) {
+    c.param_dtype = parse_data_type(*p, r.path_of("param_dtype"));
+  }
+  if (const Json* b = r.find("buffer_dtype"); b && !b->is_null()) {
+    c.buffer_dtype = parse_data_type(*b, r.path_of("buffer_dtype"));
+  }
+  if (const Json* k = r.find("keep_in_fp32_modules"); k && !(k->is_string() && k->get<std::string>() == "auto")) {
+    std::vector<std::string> patterns;
+    if (!k->is_array()) fail_at(r.path_of("keep_in_fp32_modules"), "must be \"auto\" or a list of name patterns");
+    r.read_string_list("keep_in_fp32_modules", &patterns);
+    c.keep_in_fp32_modules = std::move(patterns);
+  }
   r.finish();
   return c;
 }
@@ -98,6 +110,10 @@ OrderedJson dump_data_types_config(const DataTypesConfig& c) {
   OrderedJson j;
   j["grad_accum_dtype"] =
       c.grad_accum_dtype ? OrderedJson(to_string(*c.grad_accum_dtype)) : OrderedJson(nullptr);
+  j["param_dtype"] = c.param_dtype ? OrderedJson(to_string(*c.param_dtype)) : OrderedJson(nullptr);
+  j["buffer_dtype"] = c.buffer_dtype ? OrderedJson(to_string(*c.buffer_dtype)) : OrderedJson(nullptr);
+  // Unset is DeepSpeed's literal "auto" (not a placeholder to fill): left out, so a dump holds no "auto" of its own.
+  if (c.keep_in_fp32_modules) j["keep_in_fp32_modules"] = *c.keep_in_fp32_modules;
   return j;
 }
 

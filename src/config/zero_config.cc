@@ -211,6 +211,24 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   r.read_bool("override_module_apply", &z.override_module_apply);
   r.read_bool("log_trace_cache_warnings", &z.log_trace_cache_warnings);
   r.read_bool("enable_sanity_checks", &z.enable_sanity_checks);
+  r.read_bool("parameter_alignment", &z.parameter_alignment);
+  r.read_bool("save_muon_momentum_buffer_in_memory", &z.save_muon_momentum_buffer_in_memory);
+  if (const Json* leaf = r.find("leaf_module"); leaf && !leaf->is_null()) {
+    ObjectReader l(*leaf, r.path_of("leaf_module"), nullptr);
+    // DeepSpeed takes a single string for a list of one.
+    auto read_list = [&l](const std::string& key, std::vector<std::string>* out) {
+      const Json* v = l.find(key);
+      if (v && v->is_string()) {
+        *out = {v->get<std::string>()};
+      } else {
+        l.read_string_list(key, out);
+      }
+    };
+    read_list("classes", &z.leaf_module_classes);
+    read_list("names", &z.leaf_module_names);
+    read_list("name_suffixes", &z.leaf_module_name_suffixes);
+    l.finish();
+  }
   const Json* zenflow = r.find("zenflow");
   if (zenflow && !zenflow->is_null()) z.zenflow = parse_zenflow(*zenflow);
   r.finish();
@@ -271,6 +289,8 @@ OrderedJson dump_zero_config(const ZeroConfig& z) {
   j["ignore_unused_parameters"] = z.ignore_unused_parameters;
   j["legacy_stage1"] = z.legacy_stage1;
   j["round_robin_gradients"] = z.round_robin_gradients;
+  j["parameter_alignment"] = z.parameter_alignment;
+  j["save_muon_momentum_buffer_in_memory"] = z.save_muon_momentum_buffer_in_memory;
   j["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
   j["zero_quantized_weights"] = z.zero_quantized_weights;
   j["zero_quantized_nontrainable_weights"] = z.zero_quantized_nontrainable_weights;

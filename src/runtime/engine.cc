@@ -554,6 +554,8 @@ bool EngineImpl::take_model_step() {
   if (config_.zero.compute_grad_norm) {
     global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
                        : stage_->global_norm(grads) * unscale;
+  } else {
+    DS_ASSERT(config_.gradient_clipping == 0.0, "clipping without a gradient norm (the config gate refuses it)");
   }
   double coef = unscale;
   const double clip = config_.gradient_clipping;

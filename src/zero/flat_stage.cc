@@ -89,6 +89,8 @@ StageBytes FlatStage::bytes() const {
 }
 
 StageStates FlatStage::states() const {
+  // The caller may move or free what it gets: the early gradient copies down must have read it first.
+  masters_->wait_final_grads();
   StageStates s;
   s.hp_params = masters_->masters();
   for (size_t g = 0; g < groups_.size(); ++g) {

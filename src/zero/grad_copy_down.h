@@ -25,6 +25,7 @@ class GradCopyDown {
 
  private:
   std::unique_ptr<accelerator::Stream> stream_;  // created at the first copy from a device
+  std::unique_ptr<accelerator::Event> queued_;   // recorded again before each copy: the copy stream waits on it
 };
 
 }  // namespace deepspeed::zero

@@ -50,7 +50,8 @@ struct GradReducerOptions {
   // and reduces it there as DeepSpeed does, and copies the result back.
   at::ScalarType comm_dtype = at::kFloat;
   at::ScalarType partition_dtype = at::kFloat;  // kPartitioned: the dtype this rank's partition accumulates in
-  // Told, in a pass begun with reduce = true, as each bucket's reduction completes: elements [begin, begin +
+  // Told, in a pass begun with reduce = true, as each bucket's reduction completes (kPartitioned: from the hooks,
+  // while backward runs; the other storages complete in finish_backward): elements [begin, begin +
   // final_grads.numel()) of this rank's partition of group g now hold their final averaged gradient, `final_grads`
   // (a view of partition_grads(g), written again only after zero_grads). Runs under the reducer's lock on the
   // autograd thread, after the reduction's work was queued on the current stream. ZeRO-Offload copies them to host

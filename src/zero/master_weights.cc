@@ -96,6 +96,8 @@ void MasterWeights::copy_final_grads(size_t g, int64_t begin, const at::Tensor& 
   final_grad_copies_ += final_grads.numel();
 }
 
+MasterWeights::~MasterWeights() { grad_copies_.wait(); }  // nothing is freed under a copy still reading it
+
 void MasterWeights::forget_final_grads() {
   grad_copies_.wait();  // before the gradients they read are cleared
   for (auto& ranges : final_ranges_) ranges.clear();

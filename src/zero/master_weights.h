@@ -54,6 +54,7 @@ struct MasterWeightsOptions {
 class MasterWeights {
  public:
   MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup world, MasterWeightsOptions options);
+  ~MasterWeights();
 
   // Master weights, one per group (whole buffer or this rank's partition): fp32, or the model's bf16 with
   // model_dtype_masters.
@@ -79,6 +80,8 @@ class MasterWeights {
   void copy_final_grads(size_t g, int64_t begin, const at::Tensor& final_grads);
   // The gradients were cleared before a step read them: nothing copied so far counts.
   void forget_final_grads();
+  // Blocks until the copies copy_final_grads issued have read the gradients (before they are moved or freed).
+  void wait_final_grads() const { grad_copies_.wait(); }
   // Gradient elements copy_final_grads copied (cumulative).
   int64_t final_grad_copies() const { return final_grad_copies_; }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autotuning_test_util.h"
+#include "config/feature_gate.h"
 #include "deepspeed/config.h"
 
 namespace deepspeed::autotuning {
@@ -77,6 +78,22 @@ TEST(TrialConfig, TheUsersOwnOffloadStaysAsWritten) {
   EXPECT_EQ(cfg["zero_optimization"]["offload_optimizer"],
             user_config()["zero_optimization"]["offload_optimizer"]);
   EXPECT_EQ(cfg["zero_optimization"]["stage"], 2);
+}
+
+// The user's compute_grad_norm false stays where the engine takes it (stages 1-2 without optimizer offload) and is
+// dropped from the other trials, which would otherwise fail at initialize.
+TEST(TrialConfig, SkippingTheNormStaysOnlyWhereItIsAllowed) {
+  Json user = Json::parse(R"({"train_batch_size": 8, "gradient_clipping": 0,
+                              "zero_optimization": {"stage": 1, "compute_grad_norm": false}})");
+  for (int stage : {0, 1, 2, 3}) {
+    for (OffloadTarget opt : {OffloadTarget::kNone, OffloadTarget::kCpu}) {
+      if (stage == 0 && opt != OffloadTarget::kNone) continue;
+      const Json cfg = trial_config(user, candidate(stage, 1, 1, opt), 1, "m.json");
+      const bool kept = (stage == 1 || stage == 2) && opt == OffloadTarget::kNone;
+      EXPECT_EQ(cfg["zero_optimization"].contains("compute_grad_norm"), kept) << "stage " << stage;
+      config::check_supported_features(config::Config::from_string(cfg.dump()));  // throws where refused
+    }
+  }
 }
 
 TEST(TrialConfig, TellsTheEngineWhereToWriteTheMetric) {

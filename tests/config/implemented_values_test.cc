@@ -80,6 +80,28 @@ const std::vector<Case>& cases() {
        "optimizer.params.torch_adam: true (run torch.optim.Adam instead of the fused kernel) is "
        "not "
        "implemented"},
+      // DeepSpeed 0.19's keys.
+      {zero(2, R"("parameter_alignment": false)"), zero(2, R"("parameter_alignment": true)"),
+       "zero_optimization.parameter_alignment: true (pad the flat buffers"},
+      {zero(3, R"("leaf_module": {"classes": ["transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock"],
+                                   "names": [], "name_suffixes": []})"),
+       zero(3, R"("leaf_module": {"names": "blocks.0.moe"})"),
+       "zero_optimization.leaf_module: names and name_suffixes are not implemented: mark those modules"},
+      {zero(3, R"("leaf_module": {})"), zero(3, R"("leaf_module": {"name_suffixes": ["experts"]})"),
+       "zero_optimization.leaf_module: names and name_suffixes"},
+      {R"({"gradient_allreduce_op": "MEAN"})", R"({"gradient_allreduce_op": "sum"})",
+       "gradient_allreduce_op: \"sum\" (sum the gradients over the data-parallel ranks"},
+      {R"({"managed_gradient_accumulation": true})", R"({"managed_gradient_accumulation": false})",
+       "managed_gradient_accumulation: false (the caller manages gradient accumulation) is not implemented"},
+      {R"({"bf16": {"enabled": true}, "data_types": {"param_dtype": "bf16"}})",
+       R"({"data_types": {"param_dtype": "bf16"}})",
+       "data_types.param_dtype: \"bf16\" is not implemented: the parameters train in the fp16/bf16 section's "
+       "dtype (fp32 here)"},
+      {R"({"data_types": {"param_dtype": "fp32", "buffer_dtype": null}})",
+       R"({"data_types": {"buffer_dtype": "fp32"}})", "data_types.buffer_dtype: casting the model's buffers"},
+      {R"({"data_types": {"keep_in_fp32_modules": []}})",
+       R"({"data_types": {"keep_in_fp32_modules": ["norm"]}})",
+       "data_types.keep_in_fp32_modules: a list of modules to keep in fp32 is not implemented"},
   };
   return kCases;
 }
@@ -104,6 +126,28 @@ TEST(ImplementedValues, RefusedOnlyWhereTheValueMatters) {
   EXPECT_EQ(error_of(zero(2, R"("override_module_apply": true)")), "");
   EXPECT_EQ(error_of(R"({"zero_allow_untested_optimizer": true})"), "");
   EXPECT_EQ(error_of(R"({"zero_force_ds_cpu_optimizer": false})"), "");
+}
+
+// DeepSpeed 0.19 keys of its Python side with nothing to act on here: accepted (README: "Keys accepted with no
+// effect"), their types still checked; its sections for features we lack are refused unless switched off.
+TEST(ImplementedValues, DeepSpeedKeysWithNothingToActOnAreAcceptedAndTypeChecked) {
+  EXPECT_EQ(error_of(R"({"disable_python_gc": true, "log_level": "info", "data_types": {"keep_in_fp32_modules": "auto"},
+                         "timers": {"throughput": {"enabled": false, "synchronized": false}},
+                         "zero_optimization": {"stage": 3, "save_muon_momentum_buffer_in_memory": true}})"),
+            "");
+  EXPECT_THAT(error_of(R"({"log_level": 20})"), StartsWith("log_level: expected a string"));
+  EXPECT_THAT(error_of(R"({"disable_python_gc": "yes"})"), StartsWith("disable_python_gc: expected"));
+  EXPECT_THAT(error_of(R"({"timers": {"throughput": {"enable": true}}})"),
+              StartsWith("timers.throughput.enable: unknown key"));
+  EXPECT_THAT(error_of(R"({"data_types": {"keep_in_fp32_modules": "norm"}})"),
+              StartsWith("data_types.keep_in_fp32_modules: must be \"auto\" or a list of name patterns"));
+  EXPECT_THAT(error_of(R"({"gradient_allreduce_op": "max"})"),
+              StartsWith("gradient_allreduce_op: expected one of mean, sum"));
+  EXPECT_EQ(error_of(R"({"expert_parallel": {"enabled": false}, "datastates_ckpt": {"enabled": false}})"), "");
+  EXPECT_THAT(error_of(R"({"expert_parallel": {"enabled": true, "autoep_size": 2}})"),
+              StartsWith("expert_parallel: DeepSpeed's 'expert_parallel' is not supported by deepspeed-cpp"));
+  EXPECT_THAT(error_of(R"({"datastates_ckpt": {}})"),
+              StartsWith("datastates_ckpt: DeepSpeed's 'datastates_ckpt' is not supported"));
 }
 
 TEST(ImplementedValues, DefaultsAreWhatWeDoAndDumpReloads) {

@@ -36,6 +36,12 @@ struct Bf16Config {
 
 struct DataTypesConfig {
   std::optional<DataType> grad_accum_dtype;  // unset: follows the model's precision
+  // DeepSpeed 0.19's FSDP-like keys. param_dtype must name the training dtype (or be unset), buffer_dtype be
+  // unset, keep_in_fp32_modules be "auto" (unset: a C++ model has no transformers list to read) or empty: the
+  // other values are refused, not implemented.
+  std::optional<DataType> param_dtype;
+  std::optional<DataType> buffer_dtype;
+  std::optional<std::vector<std::string>> keep_in_fp32_modules;  // unset: "auto"
 };
 
 }  // namespace deepspeed::config

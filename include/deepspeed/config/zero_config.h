@@ -86,7 +86,8 @@ struct ZeroConfig {
   // DeepSpeed's default is "true for stage 3, false otherwise"; resolved at load time.
   bool overlap_comm = false;
   // false: stages 1 and 2 skip the global gradient norm at each step (one pass over the gradients and one
-  // all-reduce fewer); DeepSpeed's rules: needs gradient_clipping 0, no optimizer offload, no ZenFlow.
+  // all-reduce fewer). DeepSpeed's rules (config/feature_gate.cc): stages 1-2 only, gradient_clipping 0, no
+  // optimizer offload (so no ZenFlow), not stage 1 with bf16 and data_types.grad_accum_dtype fp32.
   bool compute_grad_norm = true;
   bool load_from_fp32_weights = true;
   bool elastic_checkpoint = false;
@@ -123,6 +124,13 @@ struct ZeroConfig {
   bool enable_sanity_checks = false;
   // DeepSpeed's `zenflow` section, when present (runtime/zenflow.h).
   std::optional<ZenFlowConfig> zenflow;
+  // DeepSpeed 0.19. parameter_alignment true (16-byte-aligned parameters in the flat buffers) is refused;
+  // save_muon_momentum_buffer_in_memory matters only for Muon with nvme offload, which is refused; leaf_module's
+  // classes name Python classes (no C++ module has one), its names and name_suffixes are refused (mark such
+  // modules as stage-3 units with zero::shard).
+  bool parameter_alignment = false;
+  bool save_muon_momentum_buffer_in_memory = false;
+  std::vector<std::string> leaf_module_classes, leaf_module_names, leaf_module_name_suffixes;
 
   bool enabled() const { return stage > 0; }
 };
