@@ -56,7 +56,8 @@ struct Config {
   bool dataloader_drop_last = true;  // DeepSpeed: false; ours always drops (false is refused)
   bool graph_harvesting = false;
   bool use_data_before_expert_parallelism = false;
-  // DeepSpeed 0.19: "mean" (average over the data-parallel ranks) or "sum" (refused: not implemented).
+  // DeepSpeed 0.19: "mean" (average over the data-parallel ranks) or "sum" (add them: no division by the world
+  // size, prescale_gradients and gradient_predivide_factor unused; stages 0-2, not with ZenFlow).
   std::string gradient_allreduce_op = "mean";
   // DeepSpeed 0.19: false hands gradient accumulation to the caller (refused: the engine always accumulates).
   bool managed_gradient_accumulation = true;

@@ -151,6 +151,14 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
   check_model_dtype_masters(cfg);
   check_compute_grad_norm(cfg);
+  // gradient_allreduce_op "sum": stages 0-2 reduce without averaging; DeepSpeed refuses it at stage 3 and with
+  // ZenFlow, and so do we.
+  if (cfg.gradient_allreduce_op == "sum") {
+    DS_CHECK_T(ConfigError, z.stage != 3, "gradient_allreduce_op \"sum\": not supported at ZeRO stage 3 (as in "
+               "DeepSpeed); use \"mean\"");
+    DS_CHECK_T(ConfigError, !z.zenflow, "gradient_allreduce_op \"sum\": not supported with ZenFlow (as in "
+               "DeepSpeed); use \"mean\"");
+  }
   reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype (zero/flat_params.h, stage3.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).

@@ -68,9 +68,6 @@ void check_data_types(const Config& c) {
 void check_implemented_values(const Config& c) {
   check_zero(c.zero);
   check_data_types(c);
-  refuse_if(c.gradient_allreduce_op == "sum", "gradient_allreduce_op",
-            "\"sum\" (sum the gradients over the data-parallel ranks instead of averaging them) is not "
-            "implemented; set \"mean\" or remove the key");
   refuse_if(!c.managed_gradient_accumulation, "managed_gradient_accumulation",
             "false (the caller manages gradient accumulation) is not implemented: the engine accumulates over "
             "gradient_accumulation_steps itself; set true or remove the key");

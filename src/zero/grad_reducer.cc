@@ -67,10 +67,14 @@ struct GradReducer::State {
   int world() const { return group.size(); }
   // The ranks that hold copies of bucket b's parameters, over which it is reduced.
   const comm::ProcessGroup& copies(const Bucket& b) const { return copies_group((*groups)[b.group], group); }
+  // gradient_allreduce_op "sum" reduces the ranks' gradients as they are: no factor before or after (as DeepSpeed,
+  // which then ignores prescale_gradients and gradient_predivide_factor too).
   double pre_factor() const {
+    if (!options.average) return 1.0;
     return options.prescale_gradients ? 1.0 / world() : 1.0 / options.gradient_predivide_factor;
   }
   double post_factor() const {
+    if (!options.average) return 1.0;
     return options.prescale_gradients ? 1.0 : options.gradient_predivide_factor / world();
   }
   const zero::PartitionLayout& layout(const Bucket& b) const { return (*groups)[b.group].layout; }

@@ -41,6 +41,7 @@ enum class Reduction { kAllReduce, kReduceToOwner };
 struct GradReducerOptions {
   int64_t bucket_elems = 500000000;  // DeepSpeed's reduce_bucket_size default (elements)
   bool overlap_comm = true;          // start bucket reductions from the hooks
+  bool average = true;               // gradient_allreduce_op "mean"; false ("sum"): no division at all
   bool prescale_gradients = false;   // divide by the world size before reducing instead of after
   double gradient_predivide_factor = 1.0;
   GradStorage storage = GradStorage::kViews;

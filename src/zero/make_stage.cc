@@ -36,6 +36,7 @@ std::unique_ptr<Stage> make_flat_stage(const Config& config, at::ScalarType dtyp
   o.masters.model_dtype_masters = model_dtype_masters(config);
   o.reducer.bucket_elems = z.reduce_bucket_size;
   o.reducer.overlap_comm = z.overlap_comm;
+  o.reducer.average = config.gradient_allreduce_op == "mean";
   o.reducer.prescale_gradients = config.prescale_gradients;
   o.reducer.gradient_predivide_factor = config.gradient_predivide_factor;
   o.reducer.comm_dtype = gradient_communication_dtype(config);

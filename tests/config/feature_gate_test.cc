@@ -183,6 +183,22 @@ TEST(FeatureGate, SkippingTheGradientNormNeedsNoClippingAtStagesOneAndTwo) {
   }
 }
 
+// gradient_allreduce_op "sum" (DeepSpeed 0.19): stages 0-2, not with ZenFlow, as DeepSpeed rules; any case.
+TEST(FeatureGate, SummedGradientsAtStagesZeroToTwoWithoutZenFlow) {
+  for (const std::string stage : {"0", "1", "2"}) {
+    EXPECT_EQ(rejection(R"({"train_batch_size": 8, "gradient_allreduce_op": "Sum", "zero_optimization": {"stage": )" +
+                        stage + "}}"),
+              "");
+  }
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "gradient_allreduce_op": "sum", "zero_optimization": {"stage": 3}})"),
+            "gradient_allreduce_op \"sum\": not supported at ZeRO stage 3 (as in DeepSpeed); use \"mean\"");
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "gradient_allreduce_op": "sum", "zero_optimization": {"stage": 2,
+                          "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2}}})"),
+            "gradient_allreduce_op \"sum\": not supported with ZenFlow (as in DeepSpeed); use \"mean\"");
+  EXPECT_EQ(rejection(R"({"train_batch_size": 8, "gradient_allreduce_op": "mean", "zero_optimization": {"stage": 3}})"),
+            "");
+}
+
 // bf16 master weights (and states): stages 1-3, optimizer offload (cpu or nvme) or bf16 states (as DeepSpeed
 // requires).
 TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {

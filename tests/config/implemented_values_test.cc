@@ -89,8 +89,6 @@ const std::vector<Case>& cases() {
        "zero_optimization.leaf_module: names and name_suffixes are not implemented: mark those modules"},
       {zero(3, R"("leaf_module": {})"), zero(3, R"("leaf_module": {"name_suffixes": ["experts"]})"),
        "zero_optimization.leaf_module: names and name_suffixes"},
-      {R"({"gradient_allreduce_op": "MEAN"})", R"({"gradient_allreduce_op": "sum"})",
-       "gradient_allreduce_op: \"sum\" (sum the gradients over the data-parallel ranks"},
       {R"({"managed_gradient_accumulation": true})", R"({"managed_gradient_accumulation": false})",
        "managed_gradient_accumulation: false (the caller manages gradient accumulation) is not implemented"},
       {R"({"bf16": {"enabled": true}, "data_types": {"param_dtype": "bf16"}})",

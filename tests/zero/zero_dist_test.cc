@@ -144,6 +144,42 @@ TEST(ZeroStages, SkippingTheGradientNormChangesOnlyTheNorm) {
   }
 }
 
+// gradient_allreduce_op "sum" (DeepSpeed 0.19): the ranks' gradients are added, not averaged, so SGD at lr takes the
+// step "mean" takes at lr x world (at world 1 the same bits). What differs is where lr x world is rounded: a few
+// fp32 ulps of an update, far below a gradient off by the world size (or averaged twice), which moves the weights
+// by the whole update (~1e-2 relative here). With prescale_gradients and a predivide factor, which "sum" ignores.
+TEST(ZeroStages, SummedGradientsTakeTheMeansStepTimesTheWorld) {
+  tiny_gpt::ensure_comm();
+  const int n = deepspeed::comm::get_world_size();
+  constexpr double kLr = 0.05;
+  auto run = [&](int stage, const std::string& op, double lr, const std::string& extra) {
+    auto cfg = tiny_gpt::config(true);
+    auto model = tiny_gpt::make_model(cfg);
+    const std::string json = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2, "
+                             "\"gradient_clipping\": 0, \"steps_per_print\": 1000, \"gradient_allreduce_op\": \"" +
+                             op + "\"" + extra + ", \"optimizer\": " + tiny_gpt::sgd_json(lr) +
+                             ", \"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}}";
+    auto engine = deepspeed::initialize(model, deepspeed::Config::from_string(json));
+    tiny_gpt::train(engine, tiny_gpt::dataset(cfg), 3);
+    return tiny_gpt::snapshot(model);
+  };
+  const auto initial = tiny_gpt::snapshot(tiny_gpt::make_model(tiny_gpt::config(true)));
+  for (int stage : {0, 1, 2}) {
+    const auto mean = run(stage, "mean", kLr * n, "");
+    ASSERT_GT(tiny_gpt::max_relative_error(mean, initial), 1e-3) << "training must move the parameters";
+    for (const std::string extra : {"", ", \"prescale_gradients\": true", ", \"gradient_predivide_factor\": 4"}) {
+      const auto sum = run(stage, "sum", kLr, extra);
+      if (n == 1) {
+        EXPECT_EQ(tiny_gpt::max_relative_error(sum, mean), 0.0) << "stage " << stage << extra;
+      } else {
+        // Four roundings of each update (lr x world, 1 / world, the two products) per step.
+        EXPECT_WITHIN(tiny_gpt::max_relative_error(sum, mean), tolerance::reordered(tolerance::kFp32Epsilon, 4, 3))
+            << "stage " << stage << extra;
+      }
+    }
+  }
+}
+
 TEST(ZeroStages, Bf16MatchesStageZeroBf16) {
   // Each stage keeps fp32 masters and fp32 gradient accumulation; what differs is only where sums are taken, so
   // the bf16 parameters agree to bf16 rounding (8 bits of mantissa: ~4e-3 relative).
