@@ -56,8 +56,23 @@ fi
 # pip's own check is slow (it resolves every pin); a stamp of the requirements file it last installed skips it.
 stamp=$venv/.requirements.installed
 if ! cmp -s "$root/requirements.txt" "$stamp"; then
-  echo "setup: installing requirements.txt into $venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/requirements.txt"
+  # pip downloads every wheel (~3 GB) before it installs them (~5.4 GB): the install peaked at 8.4 GB on the checkout's
+  # file system here. A machine short of it stops now with the figures, not with pip's "No space left" halfway.
+  # pip's temporary files go beside the venv (TMPDIR), not to a /tmp that may be a small RAM disk, and it keeps no
+  # cache of the wheels (they would stay, another ~3 GB, after the install).
+  need_mb=${DS_SETUP_NEED_MB:-9000}
+  free_mb=$(df -Pm "$venv" | awk 'NR == 2 { print $4 }')
+  if [ "$free_mb" -lt "$need_mb" ]; then
+    echo "setup: installing requirements.txt into $venv needs about $need_mb MB free there (torch with its NVIDIA" \
+      "libraries); $free_mb MB are free" >&2
+    exit 1
+  fi
+  echo "setup: installing requirements.txt into $venv ($free_mb MB free)"
+  pip_tmp=$venv/.pip-tmp
+  rm -rf "$pip_tmp" && mkdir -p "$pip_tmp"
+  TMPDIR=$pip_tmp "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir \
+    -r "$root/requirements.txt"
+  rm -rf "$pip_tmp"
   cp "$root/requirements.txt" "$stamp"
 else
   echo "setup: $venv has requirements.txt"
