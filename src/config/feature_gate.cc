@@ -65,6 +65,30 @@ void check_compute_grad_norm(const config::Config& cfg) {
              "runs that combination on its BF16 optimizer, which always computes the norm)");
 }
 
+// The optimizer section's type against the rest of the config (a client optimizer is checked at initialize).
+void check_optimizer_type(const config::Config& cfg) {
+  if (!cfg.optimizer) return;
+  const std::string& type = cfg.optimizer->type;
+  // Older DeepSpeed configs name them (the parser reads their keys); 0.19 has none to cross checkpoints with.
+  DS_CHECK_T(ConfigError, type != "onebitadam" && type != "zerooneadam" && type != "onebitlamb", "optimizer.type: '",
+             type, "' (DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB) is not supported: DeepSpeed itself removed "
+             "its 1-bit optimizers; use Adam, AdamW or Lamb");
+  // LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: the state in memory (no
+  // slice-wise nvme step) and no step running beside the next iteration's collectives. (What only the model shows,
+  // expert- or tensor-parallel tensors, the engine checks: EngineImpl::check_whole_tensor_step.)
+  if (type != "lamb" && type != "muon") return;
+  const config::ZeroConfig& z = cfg.zero;
+  const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
+  const char* clash = oo.device == config::OffloadDevice::kNvme ? "zero_optimization.offload_optimizer.device nvme"
+                      : oo.overlap_step || (z.zenflow && z.zenflow->overlap_step) ? "overlap_step"
+                      : z.zenflow.has_value()                                      ? "zero_optimization.zenflow"
+                      : oo.super_offload ? "zero_optimization.offload_optimizer.super_offload"
+                                         : nullptr;
+  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
+             type == "lamb" ? "Lamb's per-tensor trust ratio" : "Muon's Newton-Schulz step on whole matrices",
+             " is not supported with ", clash ? clash : "", " yet; use Adam/AdamW there");
+}
+
 }  // namespace
 
 void check_supported_features(const config::Config& cfg) {
@@ -151,6 +175,7 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
   check_model_dtype_masters(cfg);
   check_compute_grad_norm(cfg);
+  check_optimizer_type(cfg);
   // gradient_allreduce_op "sum": stages 0-2 reduce without averaging; DeepSpeed refuses it at stage 3 and with
   // ZenFlow, and so do we.
   if (cfg.gradient_allreduce_op == "sum") {

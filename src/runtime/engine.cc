@@ -165,18 +165,13 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
            "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
-// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: the state in memory (no slice-wise
-// nvme step), no step running beside the next iteration's collectives (overlap_step, ZenFlow, SuperOffload), and
-// tensors that are whole over the data-parallel group (not expert-parallel, not split over tensor-parallel ranks).
-void EngineImpl::check_whole_tensor_step(const char* what, bool nvme) const {
-  const auto& z = config_.zero;
-  const char* clash = nvme                                 ? "zero_optimization.offload_optimizer.device nvme"
-                      : overlap_step_                      ? "overlap_step"
-                      : z.zenflow.has_value()              ? "zero_optimization.zenflow"
-                      : z.offload_optimizer.super_offload  ? "zero_optimization.offload_optimizer.super_offload"
-                      : has_experts_                       ? "MoE expert parallelism (ep_size > 1)"
+// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step. The feature gate refuses what the
+// config shows (nvme, overlap_step, ZenFlow, SuperOffload); here, what the model shows: tensors that are not whole
+// over the data-parallel group (expert-parallel, or split over tensor-parallel ranks).
+void EngineImpl::check_whole_tensor_step(const char* what) const {
+  const char* clash = has_experts_                                ? "MoE expert parallelism (ep_size > 1)"
                       : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
-                                                                   : nullptr;
+                                                                  : nullptr;
   DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ", what, " is not supported with ", clash ? clash : "",
              " yet; use Adam/AdamW there");
 }
@@ -197,8 +192,8 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
              "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
              "kernel); a client optimizer or none cannot be rolled back");
   const std::string type = !options.optimizer && config_.optimizer.has_value() ? config_.optimizer->type : "";
-  if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio", nvme);
-  if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices", nvme);
+  if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio");
+  if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices");
   if (options.optimizer) {
     optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
   } else if (type == "lamb") {

@@ -206,7 +206,7 @@ class EngineImpl : public runtime::StageEngine {
   // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
   zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
-  void check_whole_tensor_step(const char* what, bool nvme) const;
+  void check_whole_tensor_step(const char* what) const;
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
   // engine_tp.cc: tensor_parallel.autotp_size: forms the groups (into `options`), runs AutoTP on a model without

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "config/feature_gate.h"
 #include "deepspeed/config.h"
 
 namespace deepspeed::config {
@@ -35,6 +36,9 @@ std::vector<std::string> corpus_names(const std::string& sub) {
 struct ValidCase {
   int world_size;
   std::function<void(const Config&)> check;
+  // How initialize() (and ds_check_config) refuses it, the start of the message; empty: it takes it. DeepSpeed takes
+  // all of these; the refused ones name a feature this build does not have.
+  std::string refused_at_initialize;
 };
 
 const std::map<std::string, ValidCase>& valid_cases() {
@@ -90,7 +94,8 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_TRUE(c.zero.round_robin_gradients);
           EXPECT_TRUE(c.bf16.enabled);
           EXPECT_FALSE(c.fp16.enabled);
-        }}},
+        },
+        "zero_optimization.round_robin_gradients: round-robin gradient partitioning"}},
       {"fp16_dynamic_scaling",
        {2,
         [](const Config& c) {
@@ -155,7 +160,8 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_TRUE(c.zero.elastic_checkpoint);
           EXPECT_TRUE(c.wall_clock_breakdown);
           EXPECT_EQ(c.steps_per_print, 1);
-        }}},
+        },
+        "zero_optimization.elastic_checkpoint: elastic checkpoints"}},
       {"legacy_cpu_offload",
        {1,
         [](const Config& c) {
@@ -171,7 +177,8 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_EQ(c.optimizer->type, "onebitadam");
           EXPECT_EQ(c.optimizer->params.get_int("freeze_step", 0), 23000);
           EXPECT_EQ(c.optimizer->params.get_string("comm_backend_name", ""), "nccl");
-        }}},
+        },
+        "optimizer.type: 'onebitadam' (DeepSpeed's 1-bit Adam"}},
       {"lamb_onecycle",
        {8,
         [](const Config& c) {
@@ -214,7 +221,8 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_EQ(c.flops_profiler.profile_step, 5);
           EXPECT_EQ(c.flops_profiler.top_modules, 3);
           EXPECT_FALSE(c.flops_profiler.output_file.has_value());
-        }}},
+        },
+        "wandb.enabled: Weights & Biases has no C++ client"}},
       {"autotuning",
        {2,
         [](const Config& c) {
@@ -298,6 +306,21 @@ TEST_P(CorpusValid, LoadsResolvesAndRoundTrips) {
   Config c = Config::from_file(path);
   c.resolve_batch(it->second.world_size);
   it->second.check(c);
+  // The gate initialize() runs, as ds_check_config runs it (the pipeline section is pipe::initialize's to check).
+  Config gated = c;
+  gated.pipeline = PipelineConfig{};
+  std::string refusal;
+  try {
+    check_supported_features(gated);
+  } catch (const ConfigError& e) {
+    refusal = e.what();
+  }
+  const std::string& expected = it->second.refused_at_initialize;
+  if (expected.empty()) {
+    EXPECT_EQ(refusal, "") << path;
+  } else {
+    EXPECT_EQ(refusal.rfind(expected, 0), 0u) << path << ": " << refusal;
+  }
   // dump() must load back to the same config.
   Config again = Config::from_string(c.dump());
   EXPECT_EQ(again.dump(), c.dump());

@@ -108,6 +108,27 @@ TEST(DsCheckConfig, NegativeLearningRateIsRefused) {
   EXPECT_THAT(s.output, HasSubstr("optimizer.params.lr: expected a number >= 0, got -1"));
 }
 
+// Usable means initialize() takes it: a config that parses but asks for a combination the engine refuses fails here
+// with the engine's message, and passes once --set mends it.
+TEST(DsCheckConfig, RefusesWhatInitializeRefuses) {
+  const std::string file = kCorpus + "/tool/compute_grad_norm_clipped.json";
+  const ToolRun r = run_tool(file);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output.rfind("ds_check_config: " + file + ": zero_optimization.compute_grad_norm false: clipping needs "
+                           "the norm; set gradient_clipping 0",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1);
+  const ToolRun mended = run_tool(file + " --set gradient_clipping=0");
+  EXPECT_EQ(mended.status, 0) << mended.output;
+  EXPECT_THAT(mended.output, HasSubstr("\"compute_grad_norm\": false"));
+  // The pipeline section is pipe::initialize's to check against its module: deepspeed::initialize alone would refuse
+  // pipeline.stages 4, the tool does not.
+  const ToolRun pipeline = run_tool(kCorpus + "/valid/pipeline_gpt.json");
+  EXPECT_EQ(pipeline.status, 0) << pipeline.output;
+}
+
 TEST(DsCheckConfig, CommentsAndTrailingCommasAsDeepSpeedReadsThem) {
   const ToolRun r = run_tool(kCorpus + "/valid/trailing_commas_and_comments.json");
   EXPECT_EQ(r.status, 0) << r.output;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "deepspeed/config.h"
 
@@ -18,6 +20,20 @@ std::string rejection(const std::string& json) {
     return e.what();
   }
   return "";
+}
+
+// A config the gate refuses, and a part of the message that says why.
+struct Refusal {
+  std::string json, says;
+};
+
+// Each message starts with `key` (what the user has to change) and names its reason.
+void expect_refusals(const std::string& key, const std::vector<Refusal>& cases) {
+  for (const Refusal& c : cases) {
+    const std::string msg = rejection(c.json);
+    EXPECT_EQ(msg.rfind(key, 0), 0u) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
 }
 
 TEST(FeatureGate, PlainDataParallelConfigPasses) {
@@ -134,20 +150,13 @@ TEST(FeatureGate, GradAccumDtypeIsFp32OrTheModelsOwn) {
   EXPECT_EQ(
       rejection(config(bf16, "bf16", R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})")),
       "");
-  struct Case {
-    std::string json, says;
-  } cases[] = {
+  expect_refusals("data_types.grad_accum_dtype \"", {
       {config("", "bf16", "\"stage\": 1"), "data_types.grad_accum_dtype \"bf16\": gradients accumulate in fp32 or "
                                             "in the model's own dtype (fp32)"},
       {config(fp16, "bf16", "\"stage\": 1"), "in the model's own dtype (fp16)"},
       {config(bf16, "bf16", R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2})"),
        "ZenFlow selects and steps on fp32 gradients"},
-  };
-  for (const auto& c : cases) {
-    const std::string msg = rejection(c.json);
-    EXPECT_EQ(msg.rfind("data_types.grad_accum_dtype \"", 0), 0u) << msg;
-    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
-  }
+  });
 }
 
 // zero_optimization.compute_grad_norm false, by DeepSpeed 0.19's rules: stages 1-2, no clipping (given as 0: absent
@@ -163,9 +172,7 @@ TEST(FeatureGate, SkippingTheGradientNormNeedsNoClippingAtStagesOneAndTwo) {
   EXPECT_EQ(rejection(config(no_clip + R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, )",
                              R"("stage": 2)")),
             "");
-  struct Case {
-    std::string json, says;
-  } cases[] = {
+  expect_refusals("zero_optimization.compute_grad_norm false: ", {
       {config(no_clip, R"("stage": 0)"), "supported only at ZeRO stage 1 or 2 (as in DeepSpeed), got stage 0"},
       {config(no_clip, R"("stage": 3)"), "got stage 3"},
       {config("", R"("stage": 2)"), "set gradient_clipping 0 (absent, it is DeepSpeed's default 1.0), got 1"},
@@ -175,12 +182,43 @@ TEST(FeatureGate, SkippingTheGradientNormNeedsNoClippingAtStagesOneAndTwo) {
        "optimizer offload"},
       {config(no_clip + R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}, )", R"("stage": 1)"),
        "stage 1 with bf16 parameters and data_types.grad_accum_dtype fp32"},
+  });
+}
+
+// The optimizer section: the 1-bit optimizers DeepSpeed 0.19 removed, and Lamb and Muon (each tensor whole at the
+// step) with what the config shows would split or overlap it. The same configs with Adam pass.
+TEST(FeatureGate, OptimizerTypeAgainstTheRestOfTheConfig) {
+  auto config = [](const std::string& type, const std::string& zero) {
+    return R"({"train_batch_size": 8, "optimizer": {"type": ")" + type + R"(", "params": {"lr": 0.001}},
+               "zero_optimization": {)" + zero + "}}";
   };
-  for (const auto& c : cases) {
-    const std::string msg = rejection(c.json);
-    EXPECT_EQ(msg.rfind("zero_optimization.compute_grad_norm false: ", 0), 0u) << msg;
-    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  // The config names them in any case; the message gives the parser's lower-case name.
+  for (const auto& [type, named] : {std::pair{"OneBitAdam", "onebitadam"}, std::pair{"ZeroOneAdam", "zerooneadam"},
+                                    std::pair{"OneBitLamb", "onebitlamb"}}) {
+    expect_refusals(std::string("optimizer.type: '") + named + "' (DeepSpeed's 1-bit Adam",
+                    {{config(type, R"("stage": 0)"), "DeepSpeed itself removed its 1-bit optimizers"}});
   }
+  const std::string nvme = R"("stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"})";
+  const std::string overlap = R"("stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true})";
+  const std::string zenflow = R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2,
+                                  "overlap_step": false})";
+  const std::string zenflow_overlap = R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {
+                                          "update_interval": 2, "overlap_step": true})";
+  const std::string super = R"("stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true})";
+  for (const std::string type : {"Lamb", "Muon"}) {
+    const std::string what = type == "Lamb" ? "Lamb's per-tensor trust ratio is not supported with "
+                                            : "Muon's Newton-Schulz step on whole matrices is not supported with ";
+    expect_refusals("optimizer.type: " + what, {
+        {config(type, nvme), "zero_optimization.offload_optimizer.device nvme yet; use Adam/AdamW there"},
+        {config(type, overlap), "with overlap_step yet"},
+        {config(type, zenflow_overlap), "with overlap_step yet"},
+        {config(type, zenflow), "with zero_optimization.zenflow yet"},
+        {config(type, super), "with zero_optimization.offload_optimizer.super_offload yet"},
+    });
+    EXPECT_EQ(rejection(config(type, R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "");
+  }
+  for (const std::string& zero : {nvme, overlap, zenflow, zenflow_overlap, super})
+    EXPECT_EQ(rejection(config("AdamW", zero)), "") << zero;
 }
 
 // gradient_allreduce_op "sum" (DeepSpeed 0.19): stages 0-2, not with ZenFlow, as DeepSpeed rules; any case.
