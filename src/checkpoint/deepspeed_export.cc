@@ -174,6 +174,18 @@ class Exporter {
     return t;
   }
 
+  // zero_optimization.elastic_checkpoint: each group's state without its padding, in a list, as DeepSpeed saves it
+  // at stages 1-2 (it then resumes at any world size); not on its BF16_Optimizer (stage 1 with bf16 parameters, fp32
+  // gradient accumulation and no optimizer offload), whose files are rigid whatever the key says.
+  bool elastic_form() const {
+    auto at = [](const json& o, const char* key) { return o.is_object() && o.contains(key) ? o[key] : json(); };
+    const json zero = at(config_, "zero_optimization");
+    if (stage_ < 1 || stage_ > 2 || at(zero, "elastic_checkpoint") != json(true)) return false;
+    const json device = at(at(zero, "offload_optimizer"), "device");
+    const bool offloaded = device.is_string() && device != "none";
+    return !(stage_ == 1 && bf16_ && at(at(config_, "data_types"), "grad_accum_dtype") == "fp32" && !offloaded);
+  }
+
   void read_config() {
     std::string dtype = "fp32";
     if (auto d = get(model_, "dtype"); d && d->isString()) dtype = d->toStringRef();
@@ -401,8 +413,9 @@ class Exporter {
     int64_t index = 0;
     const int64_t w = world_;
     if (stage_ < 3) {
+      const bool elastic = elastic_form();
       GenericList paddings = make_any_list(), alignment = make_any_list(), counts = make_any_list(),
-                  mappings = make_any_list();
+                  mappings = make_any_list(), elastic_groups = make_any_list();
       for (const Group& g : groups_) {
         int64_t total = 0;
         for (const SavedParam* p : g.params) total += p->numel;
@@ -428,8 +441,13 @@ class Exporter {
           }
           offset += p.numel;
         }
-        state.insert(index, adam_state(hyper_, counted(m), counted(v)));
-        torch_groups.push_back(param_group(hyper_, g, {index++}));
+        if (elastic) {
+          elastic_groups.push_back(
+              adam_state(hyper_, counted(m.narrow(0, 0, length)), counted(v.narrow(0, 0, length))));
+        } else {
+          state.insert(index, adam_state(hyper_, counted(m), counted(v)));
+          torch_groups.push_back(param_group(hyper_, g, {index++}));
+        }
         flats.push_back(counted(fp32.narrow(0, 0, length)));
         paddings.push_back(part - length);
         alignment.push_back(zeros);
@@ -440,10 +458,17 @@ class Exporter {
       inner.insert(std::string("dynamic_loss_scale"), false);
       inner.insert(std::string("overflow"), false);
       inner.insert(std::string("clip_grad"), config_.value("gradient_clipping", 1.0));  // DeepSpeed's default
-      GenericDict torch_sd = make_any_dict();
-      torch_sd.insert(std::string("state"), state);
-      torch_sd.insert(std::string("param_groups"), torch_groups);
-      inner.insert(std::string("base_optimizer_state"), torch_sd);
+      if (elastic) {
+        inner.insert(std::string("base_optimizer_state"), elastic_groups);
+        // DeepSpeed writes it only for optimizers that keep the step in their param groups (its fused ones), yet
+        // its elastic load requires it: written always, so any DeepSpeed optimizer resumes from the file.
+        inner.insert(std::string("base_optimizer_state_step"), hyper_.step);
+      } else {
+        GenericDict torch_sd = make_any_dict();
+        torch_sd.insert(std::string("state"), state);
+        torch_sd.insert(std::string("param_groups"), torch_groups);
+        inner.insert(std::string("base_optimizer_state"), torch_sd);
+      }
       inner.insert(std::string("single_partition_of_fp32_groups"), flats);
       inner.insert(std::string("zero_stage"), py_call(kZeroStageEnum, {int64_t{stage_}}));
       inner.insert(std::string("group_paddings"), paddings);

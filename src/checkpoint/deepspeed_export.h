@@ -11,7 +11,9 @@
 //   stages 1 and 2   [bf16_]zero_pp_rank_<r>_mp_rank_00_optim_states.pt: each group's parameters concatenated in
 //                    order, padded to a multiple of 2 x world, rank r holding the r-th equal part
 //                    (`single_partition_of_fp32_groups` without the padding, `base_optimizer_state` with it,
-//                    `param_slice_mappings`)
+//                    `param_slice_mappings`); with zero_optimization.elastic_checkpoint in the checkpoint's config,
+//                    `base_optimizer_state` lists each group's state without the padding, and
+//                    `base_optimizer_state_step` the step (DeepSpeed's elastic form, which it resumes at any size)
 //   stage 3          a zero_pp_rank_<r>_mp_rank_00_model_states.pt per rank (parameters as empty placeholders) and
 //                    optim files whose `fp32_flat_groups` hold, per sub-group (zero_optimization.sub_group_size),
 //                    each parameter's r-th ceil(numel / world) slice in turn

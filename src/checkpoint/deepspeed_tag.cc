@@ -95,13 +95,48 @@ double as_double(const c10::IValue& v) { return v.isDouble() ? v.toDouble() : st
 
 // The step count in a torch optimizer's per-parameter state ('step': a 0-d tensor or a number), or in its param
 // group (DeepSpeed's fused optimizers); -1 when neither has one.
-int64_t step_of(const std::optional<c10::IValue>& state, const c10::IValue& param_group) {
-  std::optional<c10::IValue> step = state ? dict_get(*state, c10::IValue(std::string("step"))) : std::nullopt;
-  if (!step) step = dict_get(param_group, c10::IValue(std::string("step")));
+// A step count: a 0-d tensor or a number; -1 for none.
+int64_t step_value(const std::optional<c10::IValue>& step) {
   if (!step || step->isNone()) return -1;
   if (step->isTensor()) return static_cast<int64_t>(step->toTensor().item<double>());
   if (step->isInt() || step->isDouble()) return static_cast<int64_t>(as_double(*step));
   return -1;
+}
+
+int64_t step_of(const std::optional<c10::IValue>& state, const c10::IValue& param_group) {
+  std::optional<c10::IValue> step = state ? dict_get(*state, c10::IValue(std::string("step"))) : std::nullopt;
+  if (!step) step = dict_get(param_group, c10::IValue(std::string("step")));
+  return step_value(step);
+}
+
+// One flat buffer's per-element optimizer state (exp_avg, ...) cut to the buffer's length (DeepSpeed pads them); the
+// names it holds go to `names`.
+GenericDict flat_state(const std::optional<c10::IValue>& s, const at::Tensor& flat, const std::string& where,
+                       std::vector<std::string>* names) {
+  GenericDict ours = make_any_dict();
+  if (s && s->isGenericDict())
+    for (const auto& e : s->toGenericDict()) {
+      if (!e.key().isString() || !e.value().isTensor() || e.value().toTensor().dim() == 0) continue;
+      const std::string name = e.key().toStringRef();
+      at::Tensor t = flat_fp32(e.value(), where + " state '" + name + "'");
+      DS_CHECK_T(CheckpointError, t.numel() >= flat.numel(), where, " state '", name, "' holds ", t.numel(),
+                 " elements, its fp32 partition ", flat.numel());
+      ours.insert(name, t.narrow(0, 0, flat.numel()));
+      names->push_back(name);
+    }
+  return ours;
+}
+
+// Our optimizer_state_dict entry from its parts; an empty param_groups leaves the learning rates to the schedule.
+c10::IValue our_optimizer(const std::vector<std::string>& names, int64_t step, const GenericList& states,
+                          const GenericList& param_groups) {
+  GenericDict opt = make_any_dict();
+  opt.insert(std::string("type"), std::string());  // DeepSpeed's files do not say; the state names must match
+  opt.insert(std::string("step"), std::max<int64_t>(step, 0));
+  opt.insert(std::string("state_names"), c10::List<std::string>(names));
+  opt.insert(std::string("state"), states);
+  opt.insert(std::string("param_groups"), param_groups);
+  return opt;
 }
 
 // A torch optimizer's state_dict over flat fp32 buffers (ZeRO, FP16_Optimizer: one per param group; stage 3: one per
@@ -109,8 +144,7 @@ int64_t step_of(const std::optional<c10::IValue>& state, const c10::IValue& para
 // to its buffer's flat length (DeepSpeed pads them), each buffer with its param group's learning rate.
 c10::IValue optimizer_entry(const c10::IValue& base, const std::vector<at::Tensor>& flats, const std::string& where) {
   DS_CHECK_T(CheckpointError, base.isGenericDict(), where, " is a ", base.tagKind(),
-             ", not a torch optimizer state_dict (an elastic checkpoint? not supported: save it with "
-             "zero_optimization.elastic_checkpoint false)");
+             ", not a torch optimizer state_dict");
   GenericList groups = need_list(base, "param_groups", where);
   c10::IValue states = need(base, "state", where);
   std::vector<std::string> names;
@@ -123,22 +157,11 @@ c10::IValue optimizer_entry(const c10::IValue& base, const std::vector<at::Tenso
       DS_CHECK_T(CheckpointError, f < flats.size(), where, ": its param groups list more parameters than the ",
                  flats.size(), " flat fp32 buffers");
       std::optional<c10::IValue> s = dict_get(states, id);
-      GenericDict ours = make_any_dict();
       std::vector<std::string> group_names;
-      if (s && s->isGenericDict())
-        for (const auto& e : s->toGenericDict()) {
-          if (!e.key().isString() || !e.value().isTensor() || e.value().toTensor().dim() == 0) continue;
-          const std::string name = e.key().toStringRef();
-          at::Tensor t = flat_fp32(e.value(), gw + " state '" + name + "'");
-          DS_CHECK_T(CheckpointError, t.numel() >= flats[f].numel(), gw, " state '", name, "' holds ", t.numel(),
-                     " elements, its fp32 partition ", flats[f].numel());
-          ours.insert(name, t.narrow(0, 0, flats[f].numel()));
-          group_names.push_back(name);
-        }
+      state_list.push_back(flat_state(s, flats[f], gw, &group_names));
       if (f == 0) names = group_names;
       DS_CHECK_T(CheckpointError, group_names == names, gw, " holds other state tensors than the first buffer's");
       step = std::max(step, step_of(s, groups.get(g)));
-      state_list.push_back(ours);
       GenericDict pg = make_any_dict();
       pg.insert(std::string("lr"), as_double(need(groups.get(g), "lr", gw)));
       param_groups.push_back(pg);
@@ -147,13 +170,33 @@ c10::IValue optimizer_entry(const c10::IValue& base, const std::vector<at::Tenso
   }
   DS_CHECK_T(CheckpointError, f == flats.size(), where, "'s param groups hold ", f, " parameters, the fp32 partition ",
              flats.size(), " flat buffers");
-  GenericDict opt = make_any_dict();
-  opt.insert(std::string("type"), std::string());  // DeepSpeed's files do not say; the state names must match
-  opt.insert(std::string("step"), std::max<int64_t>(step, 0));
-  opt.insert(std::string("state_names"), c10::List<std::string>(names));
-  opt.insert(std::string("state"), state_list);
-  opt.insert(std::string("param_groups"), param_groups);
-  return opt;
+  return our_optimizer(names, step, state_list, param_groups);
+}
+
+// zero_optimization.elastic_checkpoint's form of stages 1-2: base_optimizer_state lists each group's state without
+// its padding, and no param_groups (DeepSpeed keeps the running learning rates on such a load, and so does the
+// schedule here). The step is base_optimizer_state_step where DeepSpeed wrote it (fused optimizers keep it in the
+// param group), else each state's own 'step'.
+c10::IValue elastic_optimizer_entry(const c10::IValue& osd, const std::vector<at::Tensor>& flats,
+                                    const std::string& where) {
+  const std::string bw = where + " base_optimizer_state";
+  GenericList groups = need(osd, "base_optimizer_state", where).toList();
+  DS_CHECK_T(CheckpointError, groups.size() == flats.size(), bw, " (elastic) has ", groups.size(),
+             " groups, the fp32 partition ", flats.size());
+  std::vector<std::string> names;
+  GenericList state_list = make_any_list();
+  int64_t step = -1;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string gw = bw + "[" + std::to_string(g) + "]";
+    DS_CHECK_T(CheckpointError, groups.get(g).isGenericDict(), gw, " is a ", groups.get(g).tagKind(), ", not a dict");
+    std::vector<std::string> group_names;
+    state_list.push_back(flat_state(groups.get(g), flats[g], gw, &group_names));
+    if (g == 0) names = group_names;
+    DS_CHECK_T(CheckpointError, group_names == names, gw, " holds other state tensors than the first group's");
+    step = std::max(step, step_value(dict_get(groups.get(g), c10::IValue(std::string("step")))));
+  }
+  step = std::max(step, step_value(dict_get(osd, c10::IValue(std::string("base_optimizer_state_step")))));
+  return our_optimizer(names, step, state_list, make_any_list());
 }
 
 // partition_count: an int (stage 3) or one per group (stages 1, 2, BF16_Optimizer), all equal here.
@@ -434,11 +477,13 @@ std::vector<StateDict> zero12_ranks(StateDict& model, const std::vector<GroupSha
       slices.push_back(group_slices);
     }
     if (r == 0 && dict_get(osd, std::string("loss_scaler"))) add_loss_scaler(model, need(osd, "loss_scaler", where));
+    // A torch state_dict, or a list of the groups' states (zero_optimization.elastic_checkpoint).
     const c10::IValue base = need(osd, "base_optimizer_state", where);
-    DS_CHECK_T(CheckpointError, base.isGenericDict(), where, ": base_optimizer_state is per parameter (an elastic "
-               "checkpoint), not supported: save it with zero_optimization.elastic_checkpoint false");
+    DS_CHECK_T(CheckpointError, base.isGenericDict() || base.isList(), where, ": base_optimizer_state is a ",
+               base.tagKind(), ", neither a torch optimizer state_dict nor an elastic checkpoint's list of groups");
     out.push_back(partition_rank_file(static_cast<int64_t>(r), static_cast<int64_t>(files.size()), flats, slices,
-                            optimizer_entry(base, flats, where + " base_optimizer_state")));
+                                      base.isList() ? elastic_optimizer_entry(osd, flats, where)
+                                                    : optimizer_entry(base, flats, where + " base_optimizer_state")));
   }
   return out;
 }

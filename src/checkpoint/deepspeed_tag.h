@@ -18,8 +18,9 @@
 //                        the optim files with `fp32_flat_groups` (per sub-group: each parameter's ceil(numel/N)
 //                        slice in turn) and the base optimizer's state over them
 // Parameter names are the checkpoint's, passed through the caller's name map (Python module paths to ours).
-// Pipeline (layer_XX-model_states.pt) and MoE expert files, frozen parameters and elastic (per-parameter)
-// optimizer state are refused, naming what was found.
+// At stages 1-2 `base_optimizer_state` is a torch optimizer's state_dict, or with zero_optimization.elastic_checkpoint
+// a list of each group's state without its padding (the step in `base_optimizer_state_step` or the states' own).
+// Pipeline (layer_XX-model_states.pt) and MoE expert files and frozen parameters are refused, naming what was found.
 //
 // The rank files are mapped (Python pickles: checkpoint/python_pickle.h), every rank's on every process, and each
 // process reads only the elements it copies, as with our own files; stage 0's masters, in the model file, are

@@ -212,7 +212,6 @@ void check_supported_features(const config::Config& cfg) {
   reject_if(cfg.memory_breakdown, "memory_breakdown", "the per-step memory breakdown log");
   reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
             "zero_optimization.allgather_partitions false)");
-  reject_if(z.elastic_checkpoint, "zero_optimization.elastic_checkpoint", "elastic checkpoints");
 }
 
 }  // namespace deepspeed::config

@@ -92,6 +92,24 @@ def bad_input(ours, tmp, env):
                     "torch.save(m, sys.argv[1])\n", t + "/" + model_file], check=True, env=env)
     refused(ours, d, [model_file, "argparse.Namespace"], env, tmp + "/unknown.log", strip)
 
+    # An elastic optimizer state (a list of the groups' states) with a group too many, and one of neither form.
+    d, t = broken("elastic_groups")
+    subprocess.run([sys.executable, "-c", "import sys, torch\n"
+                    "sd = torch.load(sys.argv[1], weights_only=False)\n"
+                    "osd = sd['optimizer_state_dict']\n"
+                    "state = osd['base_optimizer_state']['state'][0]\n"
+                    "osd['base_optimizer_state'] = [state, state]\n"
+                    "torch.save(sd, sys.argv[1])\n", t + "/" + rank0], check=True, env=env)
+    refused(ours, d, [rank0, "base_optimizer_state (elastic) has 2 groups, the fp32 partition 1"], env,
+            tmp + "/elastic_groups.log", strip)
+    d, t = broken("neither_form")
+    subprocess.run([sys.executable, "-c", "import sys, torch\n"
+                    "sd = torch.load(sys.argv[1], weights_only=False)\n"
+                    "sd['optimizer_state_dict']['base_optimizer_state'] = 7\n"
+                    "torch.save(sd, sys.argv[1])\n", t + "/" + rank0], check=True, env=env)
+    refused(ours, d, [rank0, "base_optimizer_state is a Int, neither a torch optimizer state_dict nor"], env,
+            tmp + "/neither_form.log", strip)
+
     refused(ours, tmp + "/ds", ["does not match this model", "missing 'blocks.2."], env, tmp + "/other.log",
             extra=["--layers", "3"] + strip)
 
@@ -181,17 +199,21 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
     reference = run(ours + ["--steps", str(N + M), "--save_dir", tmp + "/ours", "--save_at", str(N)],
                     tmp + "/ours_ref.log", env)
     tag = f"global_step{N}"
+    # What DeepSpeed's resume from our files must equal: our uninterrupted run, or with elastic_checkpoint, its resume
+    # from its own elastic save (which keeps the running learning rates, not the schedule's: another first step).
+    cfg = json.load(open(config))
+    is_elastic = cfg.get("zero_optimization", {}).get("elastic_checkpoint", False)
+    ds_reference = elastic_ds_reference(tmp, ds, env) if is_elastic else reference
     subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
                     f"{tmp}/exported/{tag}"], check=True, env=env, stdout=subprocess.DEVNULL)
     check_layout(f"{tmp}/exported/{tag}", f"{tmp}/ds/{tag}", "ds_to_deepspeed")
     resumed = run(ds + ["--steps", str(M), "--load_dir", tmp + "/exported"], tmp + "/ds_resumed.log", env)
     if "crossover_client_state crossover_epoch=7" not in open(tmp + "/ds_resumed.log").read():
         sys.exit("FAIL: the client state we saved (crossover_epoch=7) did not come back from DeepSpeed's load")
-    compare(reference, resumed, tol, f"DeepSpeed resumed from our step {N} (ds_to_deepspeed)")
+    compare(ds_reference, resumed, tol, f"DeepSpeed resumed from our step {N} (ds_to_deepspeed)")
 
     # The engine writes DeepSpeed's layout itself with checkpoint.save_layout python_deepspeed; DeepSpeed resumes
     # from it, and so does our engine.
-    cfg = json.load(open(config))
     cfg["checkpoint"] = {"save_layout": "python_deepspeed"}
     python_layout = tmp + "/python_layout.json"
     json.dump(cfg, open(python_layout, "w"))
@@ -200,10 +222,12 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
     check_layout(f"{tmp}/saved_py/{tag}", f"{tmp}/ds/{tag}", "save_layout python_deepspeed")
     if any(".deepspeed_cpp_staging" in f for f in os.listdir(tmp + "/saved_py")):
         sys.exit(f"FAIL: the save left its staging tag behind: {os.listdir(tmp + '/saved_py')}")
-    compare(reference, run(ds + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ds_resumed_py.log",
+    compare(ds_reference, run(ds + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ds_resumed_py.log",
                            env), tol, f"DeepSpeed resumed from our engine's python_deepspeed save")
     compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ours_resumed_py.log",
                            env), tol, f"ours resumed from its own python_deepspeed save")
+    if is_elastic:
+        elastic(bin_dir, tmp, ours, reference, tol, env)
     if json.load(open(config)).get("zero_optimization", {}).get("stage", 0) > 0:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         subprocess.run([bin_dir + "/ds_to_fp32", tmp + "/ours", tmp + "/ours_fp32.pt"], check=True, env=env,
@@ -213,6 +237,47 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
         if sorted(got) != sorted(expected) or any(not torch.equal(got[k], expected[k]) for k in got):
             sys.exit("FAIL: DeepSpeed's zero_to_fp32 on the exported checkpoint differs from ds_to_fp32 on ours")
         print(f"zero_to_fp32 on the exported checkpoint: {len(got)} tensors equal to ds_to_fp32's")
+
+
+def elastic_ds_reference(tmp, ds, env):
+    """DeepSpeed resuming from its own elastic save (tmp/ds). Its elastic load requires base_optimizer_state_step,
+    which it writes only for optimizers that keep the step in their param groups (its fused ones, not the torch AdamW
+    it runs on CPU): added to a copy here, as our export writes it."""
+    import torch
+    shutil.copytree(tmp + "/ds", tmp + "/ds_stepped")
+    tag = open(tmp + "/ds/latest").read().strip()
+    for name in os.listdir(f"{tmp}/ds_stepped/{tag}"):
+        if name.endswith("optim_states.pt"):
+            path = f"{tmp}/ds_stepped/{tag}/{name}"
+            sd = torch.load(path, weights_only=False)
+            if "base_optimizer_state_step" in sd["optimizer_state_dict"] or \
+                    not isinstance(sd["optimizer_state_dict"]["base_optimizer_state"], list):
+                sys.exit(f"FAIL: DeepSpeed's elastic save {path} is not the form this test knows")
+            sd["optimizer_state_dict"]["base_optimizer_state_step"] = N
+            torch.save(sd, path)
+    resumed = run(ds + ["--steps", str(M), "--load_dir", tmp + "/ds_stepped"], tmp + "/ds_elastic.log", env)
+    print(f"DeepSpeed resumed from its own elastic save: {resumed}")
+    return resumed
+
+
+def elastic(bin_dir, tmp, ours, reference, tol, env):
+    """zero_optimization.elastic_checkpoint: the files hold each group's optimizer state without its padding, in a
+    list (DeepSpeed's own save checked that). Exported for 3 ranks, where the last rank's partition is padded (the
+    model's 30080 elements in parts of 10028), our 2 ranks resume from it with the uninterrupted run's losses: the
+    padding is cut and the partitions re-joined on load."""
+    import torch
+    tag = f"global_step{N}"
+    subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
+                    f"{tmp}/exported3/{tag}", "--world_size", "3"], check=True, env=env, stdout=subprocess.DEVNULL)
+    sd = torch.load(f"{tmp}/exported3/{tag}/zero_pp_rank_2_mp_rank_00_optim_states.pt", weights_only=False)
+    osd = sd["optimizer_state_dict"]
+    base, flats = osd["base_optimizer_state"], osd["single_partition_of_fp32_groups"]
+    if not isinstance(base, list) or osd["group_paddings"][0] <= 0 or \
+            base[0]["exp_avg"].shape != flats[0].shape or osd["base_optimizer_state_step"] != N:
+        sys.exit(f"FAIL: the 3-rank export is not elastic with a padded last rank: paddings {osd['group_paddings']}, "
+                 f"state {type(base).__name__}")
+    compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/exported3"], tmp + "/ours_elastic3.log",
+                           env), tol, "ours at 2 ranks resumed from the elastic export for 3 ranks")
 
 
 def compare(reference, resumed, tol, what, steps=None):

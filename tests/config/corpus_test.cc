@@ -160,8 +160,7 @@ const std::map<std::string, ValidCase>& valid_cases() {
           EXPECT_TRUE(c.zero.elastic_checkpoint);
           EXPECT_TRUE(c.wall_clock_breakdown);
           EXPECT_EQ(c.steps_per_print, 1);
-        },
-        "zero_optimization.elastic_checkpoint: elastic checkpoints"}},
+        }}},
       {"legacy_cpu_offload",
        {1,
         [](const Config& c) {
