@@ -49,10 +49,12 @@ std::vector<Original> originals() {
 // last-rank fragment is left out.
 // `adam`: the rank files also carry Adam's states (exp_avg = 2 x the weight, exp_avg_sq = 3 x its magnitude, at
 // the same offsets) and the model file what an export to DeepSpeed's layout reads (param_shapes, config, counters);
-// `dtype` is the model file's.
+// `dtype` is the model file's; `zero_extra` and `config_extra`: more keys of the saved config's zero_optimization
+// and top level (JSON members, each followed by a comma).
 void write_partitioned(const std::string& dir, const std::string& tag, int world_size,
                        const std::vector<std::vector<int64_t>>& cuts,
-                       const std::string& drop = "", bool adam = false, const std::string& dtype = "fp32") {
+                       const std::string& drop = "", bool adam = false, const std::string& dtype = "fp32",
+                       const std::string& zero_extra = "", const std::string& config_extra = "") {
   std::vector<Original> params = originals();
   for (int r = 0; r < world_size; ++r) {
     c10::List<at::Tensor> groups;
@@ -134,8 +136,9 @@ void write_partitioned(const std::string& dir, const std::string& tag, int world
     model.insert("dp_world_size", static_cast<int64_t>(world_size));
     model.insert("global_steps", int64_t{5});
     model.insert("global_samples", int64_t{40});
-    model.insert("ds_config", std::string(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01,
-        "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.05}}, "zero_optimization": {"sub_group_size": 15}})"));
+    model.insert("ds_config", std::string(R"({)" + config_extra + R"("optimizer": {"type": "AdamW", "params": {
+        "lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.05}}, "zero_optimization": {)" +
+                                          zero_extra + R"("sub_group_size": 15}})"));
     c10::impl::GenericDict scheduler = ckpt::make_any_dict();
     scheduler.insert(std::string("last_batch_iteration"), int64_t{4});
     model.insert("lr_scheduler", scheduler);
@@ -344,6 +347,22 @@ TEST(Universal, ANonUniversalTagIsRefusedNamingTheConversion) {
   }
 }
 
+// Our reader of DeepSpeed's tags finds in out_parent/t every weight and Adam state write_partitioned wrote.
+void expect_reads_back(const std::string& out_parent, std::optional<ckpt::ForeignTag>* translated) {
+  const ckpt::PartitionIndex index = ckpt::load_any_partition_index(out_parent, "t", nullptr, translated);
+  const std::vector<ckpt::RankOptimizerStates> optimizers = ckpt::rank_optimizer_states(index);
+  ASSERT_EQ(optimizers.at(0).names, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  for (const Original& p : originals()) {
+    const ckpt::SavedParam* saved = index.find(p.name);
+    ASSERT_NE(saved, nullptr) << p.name;
+    at::Tensor fp32 = at::empty({saved->numel}), m = at::empty({saved->numel}), v = at::empty({saved->numel});
+    ckpt::copy_param_elements(index, optimizers, *saved, 0, saved->numel, fp32, {m, v});
+    EXPECT_TRUE(fp32.view(p.value.sizes()).equal(p.value)) << p.name;
+    EXPECT_TRUE(m.view(p.value.sizes()).equal(p.value * 2)) << p.name;
+    EXPECT_TRUE(v.view(p.value.sizes()).equal(p.value.abs() * 3)) << p.name;
+  }
+}
+
 // The export to DeepSpeed's layout (checkpoint/deepspeed_export.h), read back by our reader of DeepSpeed's tags
 // (checkpoint/deepspeed_tag.h, itself checked against DeepSpeed's own files): at 3 ranks no group or parameter
 // divides evenly (groups of 48 and 58 elements; parameters of 13, 9 and 1), so DeepSpeed's padding at stages 1-2
@@ -364,19 +383,8 @@ TEST(DeepSpeedExport, EveryStageAtThreeRanksReadsBackIntoTheSameWeightsAndStates
     EXPECT_EQ(ckpt::read_latest(out_parent), "t");
     ASSERT_TRUE(ckpt::is_python_deepspeed_tag(out_parent, "t"));
     std::optional<ckpt::ForeignTag> translated;
-    const ckpt::PartitionIndex index = ckpt::load_any_partition_index(out_parent, "t", nullptr, &translated);
+    expect_reads_back(out_parent, &translated);
     ASSERT_TRUE(translated.has_value());
-    const std::vector<ckpt::RankOptimizerStates> optimizers = ckpt::rank_optimizer_states(index);
-    ASSERT_EQ(optimizers.at(0).names, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
-    for (const Original& p : originals()) {
-      const ckpt::SavedParam* saved = index.find(p.name);
-      ASSERT_NE(saved, nullptr) << p.name;
-      at::Tensor fp32 = at::empty({saved->numel}), m = at::empty({saved->numel}), v = at::empty({saved->numel});
-      ckpt::copy_param_elements(index, optimizers, *saved, 0, saved->numel, fp32, {m, v});
-      EXPECT_TRUE(fp32.view(p.value.sizes()).equal(p.value)) << p.name;
-      EXPECT_TRUE(m.view(p.value.sizes()).equal(p.value * 2)) << p.name;
-      EXPECT_TRUE(v.view(p.value.sizes()).equal(p.value.abs() * 3)) << p.name;
-    }
     const ckpt::StateDict& model = translated->model;
     EXPECT_EQ(model.at("global_steps").toInt(), 5);
     EXPECT_EQ(model.at("global_samples").toInt(), 40);
@@ -402,6 +410,61 @@ TEST(DeepSpeedExport, EveryStageAtThreeRanksReadsBackIntoTheSameWeightsAndStates
     // group 0's slices 12 + 5 make one, group 1's 16 | 1 + 3 two; stages 1-2 have one partition per group.
     const size_t second = ckpt::dict_get(groups.get(1), std::string("params"))->toList().size();
     EXPECT_EQ(second, stage == 3 ? 2u : stage == 0 ? 3u : 1u);
+  }
+}
+
+// zero_optimization.elastic_checkpoint in the saved config: at stages 1-2 base_optimizer_state lists each group's
+// state without DeepSpeed's padding (at 3 ranks the groups of 48 and 58 elements pad to 48 and 60: the last rank's
+// second group is 2 short), with base_optimizer_state_step; it reads back whole. Not at stage 3, nor at stage 1 with
+// bf16 and fp32 gradient accumulation (DeepSpeed's BF16_Optimizer writes rigid files whatever the key says).
+TEST(DeepSpeedExport, ElasticCheckpointsListTheGroupsStatesUnpadded) {
+  // The optimizer_state_dict of the last of the 3 ranks (bf16 runs prefix their files).
+  auto last_rank = [](const std::string& out_parent, const std::string& prefix = "") {
+    const c10::IValue file =
+        ckpt::load_python_torch_file(out_parent + "/t/" + prefix + "zero_pp_rank_2_mp_rank_00_optim_states.pt");
+    return *ckpt::dict_get(file, std::string("optimizer_state_dict"));
+  };
+  TempDir tmp;
+  write_partitioned(tmp.path(), "t", 2, {{0, 24, 48}, {0, 30, 60}}, "", /*adam=*/true, "fp32",
+                    R"("elastic_checkpoint": true, )");
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string out_parent = tmp.path() + "/ds" + std::to_string(stage);
+    ckpt::DeepSpeedExportOptions options;
+    options.world_size = 3;
+    options.zero_stage = stage;
+    ckpt::write_deepspeed_tag(tmp.path(), "t", out_parent + "/t", options);
+    std::optional<ckpt::ForeignTag> translated;
+    expect_reads_back(out_parent, &translated);
+    const c10::IValue osd = last_rank(out_parent);
+    if (stage == 3) {
+      EXPECT_FALSE(ckpt::dict_get(osd, std::string("base_optimizer_state")).has_value());
+      continue;
+    }
+    const c10::IValue base = *ckpt::dict_get(osd, std::string("base_optimizer_state"));
+    ASSERT_TRUE(base.isList()) << base.tagKind();
+    const c10::impl::GenericList groups = base.toList();
+    const c10::impl::GenericList flats = ckpt::dict_get(osd, std::string("single_partition_of_fp32_groups"))->toList();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(flats.get(1).toTensor().numel(), 18);  // 60 / 3 = 20, of which 2 are padding
+    for (size_t g = 0; g < 2; ++g) {
+      for (const char* key : {"exp_avg", "exp_avg_sq"})
+        EXPECT_EQ(ckpt::dict_get(groups.get(g), std::string(key))->toTensor().numel(), flats.get(g).toTensor().numel())
+            << key;
+      EXPECT_EQ(ckpt::dict_get(groups.get(g), std::string("step"))->toTensor().item<double>(), 5.0);
+    }
+    EXPECT_EQ(ckpt::dict_get(osd, std::string("base_optimizer_state_step"))->toInt(), 5);
+  }
+  write_partitioned(tmp.path(), "bf16", 2, {{0, 24, 48}, {0, 30, 60}}, "", /*adam=*/true, "bf16",
+                    R"("elastic_checkpoint": true, )", R"("data_types": {"grad_accum_dtype": "fp32"}, )");
+  ckpt::DeepSpeedExportOptions options;
+  options.world_size = 3;
+  for (int stage : {1, 2}) {
+    options.zero_stage = stage;
+    const std::string out_parent = tmp.path() + "/bf16_" + std::to_string(stage);
+    ckpt::write_deepspeed_tag(tmp.path(), "bf16", out_parent + "/t", options);
+    EXPECT_EQ(ckpt::dict_get(last_rank(out_parent, "bf16_"), std::string("base_optimizer_state"))->isList(), stage == 2)
+        << "stage " << stage;
   }
 }
 
