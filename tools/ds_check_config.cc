@@ -4,9 +4,9 @@
 // data-parallel ranks; bucket sizes from --hidden_size; anything else given with --set) and
 // prints the resolved config (every default filled) as JSON on stdout. How each "auto" value was
 // resolved goes to stderr, one line each. Exit 0 when the config is usable; otherwise one line
-// `ds_check_config: <file>: <message>` on stderr and exit 1. Usable means initialize() would take it: after the
-// resolution, the same feature gate runs (combinations DeepSpeed refuses, features not built here). The pipeline
-// section is left out of it: pipe::initialize checks that against its PipelineModule, which a file does not show.
+// `ds_check_config: <file>: <message>` on stderr and exit 1. Usable means the engines' checks of the config alone
+// pass (config::check_config_alone: combinations DeepSpeed refuses, features not built here; by pipe::initialize's
+// rules when pipeline.stages > 1). The engines check more once they see the model and the optimizer's parameters.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -68,9 +68,7 @@ int main(int argc, char** argv) {
     if (hidden_size > 0) known.hidden_size = hidden_size;
     config.resolve_batch(world_size);  // first: without a batch nothing else matters
     const auto resolved = config.resolve_auto(known);
-    deepspeed::Config gated = config;
-    gated.pipeline = deepspeed::config::PipelineConfig{};  // pipe::initialize's to check, as it consumes it
-    deepspeed::config::check_supported_features(gated);
+    deepspeed::config::check_config_alone(config);
 
     std::vector<std::string> lines;
     for (const std::string& path : auto_paths(as_written)) {

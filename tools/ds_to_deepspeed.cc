@@ -1,15 +1,17 @@
 // ds_to_deepspeed --input_folder <checkpoint_dir>/<tag> --output_folder <out_dir>/<tag> [--world_size N]
-//                 [--zero_stage S] [--add_prefix P]
+//                 [--zero_stage S] [--add_prefix P] [--elastic_checkpoint true|false]
 //
 // Writes a checkpoint (ours, or Python DeepSpeed's at another world size or stage) in Python DeepSpeed's own layout
 // (src/checkpoint/deepspeed_export.h), with `latest` beside the output folder naming it: DeepSpeed's
 // engine.load_checkpoint(<out_dir>) then resumes training from it at `world_size` data-parallel ranks and ZeRO stage
 // `zero_stage` (both default to the checkpoint's own), and its zero_to_fp32.py reads it. --add_prefix prepends P
-// to every parameter and buffer name (a Python model that wraps ours: "module.").
+// to every parameter and buffer name (a Python model that wraps ours: "module."). --elastic_checkpoint: the optimizer
+// state of stages 1-2 in DeepSpeed's elastic form or not (default: the saved config's zero_optimization key).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "checkpoint/deepspeed_export.h"
@@ -26,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("--zero_stage", zero_stage, "ZeRO stage DeepSpeed resumes with (default: as saved)")
       ->check(CLI::Range(0, 3));
   app.add_option("--add_prefix", prefix, "prepended to every parameter and buffer name");
+  std::optional<bool> elastic;
+  app.add_option("--elastic_checkpoint", elastic,
+                 "stages 1-2: the optimizer state in DeepSpeed's elastic form (default: as the saved config says)");
   CLI11_PARSE(app, argc, argv);
   namespace ckpt = deepspeed::checkpoint;
   try {
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
     ckpt::DeepSpeedExportOptions options;
     if (world_size > 0) options.world_size = world_size;
     if (zero_stage >= 0) options.zero_stage = zero_stage;
+    options.elastic = elastic;
     if (!prefix.empty()) options.name_map = [prefix](const std::string& name) { return prefix + name; };
     const ckpt::DeepSpeedExportStats stats = ckpt::write_deepspeed_tag(dir, tag, output, options);
     std::printf("ds_to_deepspeed: wrote %lld parameters (%.1f MB) for %d rank(s) to %s\n",

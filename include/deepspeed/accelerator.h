@@ -28,7 +28,14 @@ struct MemoryStats {
   int64_t available_bytes = 0;  // what could still be allocated
   int64_t allocated_bytes = 0;  // held by this process now
   int64_t peak_allocated_bytes = 0;
+  // What the allocator holds, in use or cached (CUDA's caching allocator; on CPU the RSS again, as DeepSpeed's CPU
+  // accelerator reports it), and its peak.
+  int64_t reserved_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
 };
+
+// This host's memory whatever the accelerator: MemTotal/MemAvailable and this process's RSS and peak RSS (VmHWM).
+MemoryStats host_memory_stats();
 
 class Event;
 

@@ -86,14 +86,18 @@ void CpuAccelerator::set_device(int index) {
   DS_CHECK(index >= 0, "set_device: device index must be >= 0, got ", index);
 }
 
-MemoryStats CpuAccelerator::memory_stats(int index) const {
+MemoryStats host_memory_stats() {
   MemoryStats stats;
   stats.total_bytes = kib_to_bytes(read_proc_kib("/proc/meminfo", "MemTotal"));
   stats.available_bytes = kib_to_bytes(read_proc_kib("/proc/meminfo", "MemAvailable"));
   stats.allocated_bytes = kib_to_bytes(read_proc_kib("/proc/self/status", "VmRSS"));
   stats.peak_allocated_bytes = kib_to_bytes(read_proc_kib("/proc/self/status", "VmHWM"));
+  stats.reserved_bytes = stats.allocated_bytes;
+  stats.peak_reserved_bytes = stats.peak_allocated_bytes;
   return stats;
 }
+
+MemoryStats CpuAccelerator::memory_stats(int index) const { return host_memory_stats(); }
 
 void CpuAccelerator::reset_peak_memory_stats(int index) {
   // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0). Best effort: some sandboxes forbid it,

@@ -108,6 +108,8 @@ MemoryStats CudaAccelerator::memory_stats(int index) const {
   // Index 0 is the aggregate over all pool kinds in every LibTorch version we build against.
   stats.allocated_bytes = device_stats.allocated_bytes[0].current;
   stats.peak_allocated_bytes = device_stats.allocated_bytes[0].peak;
+  stats.reserved_bytes = device_stats.reserved_bytes[0].current;
+  stats.peak_reserved_bytes = device_stats.reserved_bytes[0].peak;
   return stats;
 }
 

@@ -112,7 +112,7 @@ class Exporter {
  public:
   Exporter(const std::string& dir, const std::string& tag, const std::string& out_dir,
            const DeepSpeedExportOptions& options, FileSystem* fs)
-      : out_dir_(out_dir), map_(options.name_map), fs_(fs) {
+      : out_dir_(out_dir), map_(options.name_map), fs_(fs), elastic_(options.elastic) {
     for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
       DS_CHECK_T(CheckpointError, name.rfind("layer_", 0) != 0 && name.rfind("expp_rank_", 0) != 0,
                  "checkpoint ", tag_dir(dir, tag), " holds ", name,
@@ -175,15 +175,15 @@ class Exporter {
   }
 
   // zero_optimization.elastic_checkpoint: each group's state without its padding, in a list, as DeepSpeed saves it
-  // at stages 1-2 (it then resumes at any world size); not on its BF16_Optimizer (stage 1 with bf16 parameters, fp32
-  // gradient accumulation and no optimizer offload), whose files are rigid whatever the key says.
+  // at stages 1-2 (DeepSpeed 0.19 still loads it at the saved world size only); not on its BF16_Optimizer (stage 1
+  // with bf16 parameters, fp32 gradient accumulation and no cpu optimizer offload: with nvme it still takes it),
+  // whose files are rigid whatever the key says.
   bool elastic_form() const {
     auto at = [](const json& o, const char* key) { return o.is_object() && o.contains(key) ? o[key] : json(); };
     const json zero = at(config_, "zero_optimization");
-    if (stage_ < 1 || stage_ > 2 || at(zero, "elastic_checkpoint") != json(true)) return false;
-    const json device = at(at(zero, "offload_optimizer"), "device");
-    const bool offloaded = device.is_string() && device != "none";
-    return !(stage_ == 1 && bf16_ && at(at(config_, "data_types"), "grad_accum_dtype") == "fp32" && !offloaded);
+    if (stage_ < 1 || stage_ > 2 || !elastic_.value_or(at(zero, "elastic_checkpoint") == json(true))) return false;
+    const bool cpu_offload = at(at(zero, "offload_optimizer"), "device") == "cpu";
+    return !(stage_ == 1 && bf16_ && at(at(config_, "data_types"), "grad_accum_dtype") == "fp32" && !cpu_offload);
   }
 
   void read_config() {
@@ -460,8 +460,9 @@ class Exporter {
       inner.insert(std::string("clip_grad"), config_.value("gradient_clipping", 1.0));  // DeepSpeed's default
       if (elastic) {
         inner.insert(std::string("base_optimizer_state"), elastic_groups);
-        // DeepSpeed writes it only for optimizers that keep the step in their param groups (its fused ones), yet
-        // its elastic load requires it: written always, so any DeepSpeed optimizer resumes from the file.
+        // DeepSpeed writes it only for optimizers with a step in their param groups (its FusedAdam, which leaves 0
+        // there and counts in each state), yet its elastic load requires it and puts it back in the groups:
+        // written always, with the true step, so any DeepSpeed optimizer resumes from the file.
         inner.insert(std::string("base_optimizer_state_step"), hyper_.step);
       } else {
         GenericDict torch_sd = make_any_dict();
@@ -537,6 +538,7 @@ class Exporter {
   json config_ = json::object();
   Hyper hyper_;
   bool bf16_ = false;
+  std::optional<bool> elastic_;  // DeepSpeedExportOptions::elastic
   bool stage3_source_ = false;  // <tag> holds per-rank model files (a stage-3 save)
   int world_ = 0;
   int stage_ = 0;

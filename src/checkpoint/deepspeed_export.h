@@ -11,9 +11,9 @@
 //   stages 1 and 2   [bf16_]zero_pp_rank_<r>_mp_rank_00_optim_states.pt: each group's parameters concatenated in
 //                    order, padded to a multiple of 2 x world, rank r holding the r-th equal part
 //                    (`single_partition_of_fp32_groups` without the padding, `base_optimizer_state` with it,
-//                    `param_slice_mappings`); with zero_optimization.elastic_checkpoint in the checkpoint's config,
-//                    `base_optimizer_state` lists each group's state without the padding, and
-//                    `base_optimizer_state_step` the step (DeepSpeed's elastic form, which it resumes at any size)
+//                    `param_slice_mappings`); with zero_optimization.elastic_checkpoint in the checkpoint's config
+//                    (or DeepSpeedExportOptions::elastic), `base_optimizer_state` lists each group's state without
+//                    the padding, and `base_optimizer_state_step` the step (DeepSpeed's elastic form)
 //   stage 3          a zero_pp_rank_<r>_mp_rank_00_model_states.pt per rank (parameters as empty placeholders) and
 //                    optim files whose `fp32_flat_groups` hold, per sub-group (zero_optimization.sub_group_size),
 //                    each parameter's r-th ceil(numel / world) slice in turn
@@ -39,6 +39,9 @@ constexpr const char* kDeepSpeedLayoutVersion = "0.19.8";
 struct DeepSpeedExportOptions {
   std::optional<int> world_size;  // data-parallel ranks DeepSpeed resumes with (default: the checkpoint's)
   std::optional<int> zero_stage;  // 0..3 (default: the checkpoint's)
+  // Stages 1-2: the optimizer state in DeepSpeed's elastic form (default: the saved config's
+  // zero_optimization.elastic_checkpoint). Either way not for BF16_Optimizer's stage 1, whose files are rigid.
+  std::optional<bool> elastic;
   CheckpointNameMap name_map;     // our parameter and buffer names -> the Python model's; empty: the same
   // Write only this rank's files (the model file too when it is 0; per-rank model files at stage 3), as each rank of
   // a saving engine does; unset: every rank's.

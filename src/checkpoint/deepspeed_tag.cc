@@ -174,15 +174,16 @@ c10::IValue optimizer_entry(const c10::IValue& base, const std::vector<at::Tenso
 }
 
 // zero_optimization.elastic_checkpoint's form of stages 1-2: base_optimizer_state lists each group's state without
-// its padding, and no param_groups (DeepSpeed keeps the running learning rates on such a load, and so does the
-// schedule here). The step is base_optimizer_state_step where DeepSpeed wrote it (fused optimizers keep it in the
-// param group), else each state's own 'step'.
+// its padding, and no param_groups (DeepSpeed keeps the running learning rates on such a load; here the schedule
+// sets them). The step: the largest of each state's own 'step' (torch's and DeepSpeed's Adam count there) and
+// base_optimizer_state_step, which DeepSpeed writes only for optimizers with a step in their param groups and which
+// its FusedAdam leaves at 0 there: never the key alone, or Adam's bias correction would start again.
 c10::IValue elastic_optimizer_entry(const c10::IValue& osd, const std::vector<at::Tensor>& flats,
                                     const std::string& where) {
   const std::string bw = where + " base_optimizer_state";
   GenericList groups = need(osd, "base_optimizer_state", where).toList();
-  DS_CHECK_T(CheckpointError, groups.size() == flats.size(), bw, " (elastic) has ", groups.size(),
-             " groups, the fp32 partition ", flats.size());
+  DS_CHECK_T(CheckpointError, groups.size() == flats.size(), bw, " (elastic) lists ", groups.size(),
+             " groups, single_partition_of_fp32_groups ", flats.size());
   std::vector<std::string> names;
   GenericList state_list = make_any_list();
   int64_t step = -1;
@@ -479,8 +480,9 @@ std::vector<StateDict> zero12_ranks(StateDict& model, const std::vector<GroupSha
     if (r == 0 && dict_get(osd, std::string("loss_scaler"))) add_loss_scaler(model, need(osd, "loss_scaler", where));
     // A torch state_dict, or a list of the groups' states (zero_optimization.elastic_checkpoint).
     const c10::IValue base = need(osd, "base_optimizer_state", where);
-    DS_CHECK_T(CheckpointError, base.isGenericDict() || base.isList(), where, ": base_optimizer_state is a ",
-               base.tagKind(), ", neither a torch optimizer state_dict nor an elastic checkpoint's list of groups");
+    DS_CHECK_T(CheckpointError, base.isGenericDict() || base.isList(), where, ": base_optimizer_state holds a value "
+               "of kind ", base.tagKind(), ", neither a torch optimizer state_dict nor an elastic checkpoint's list of "
+               "groups");
     out.push_back(partition_rank_file(static_cast<int64_t>(r), static_cast<int64_t>(files.size()), flats, slices,
                                       base.isList() ? elastic_optimizer_entry(osd, flats, where)
                                                     : optimizer_entry(base, flats, where + " base_optimizer_state")));

@@ -80,8 +80,9 @@ void check_optimizer_type(const config::Config& cfg) {
   const config::ZeroConfig& z = cfg.zero;
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   const char* clash = oo.device == config::OffloadDevice::kNvme ? "zero_optimization.offload_optimizer.device nvme"
-                      : oo.overlap_step || (z.zenflow && z.zenflow->overlap_step) ? "overlap_step"
-                      : z.zenflow.has_value()                                      ? "zero_optimization.zenflow"
+                      : oo.overlap_step ? "zero_optimization.offload_optimizer.overlap_step"
+                      : z.zenflow && z.zenflow->overlap_step ? "zero_optimization.zenflow.overlap_step"
+                      : z.zenflow.has_value()                ? "zero_optimization.zenflow"
                       : oo.super_offload ? "zero_optimization.offload_optimizer.super_offload"
                                          : nullptr;
   DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
@@ -209,9 +210,41 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
              "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
              "(its files can be uploaded with wandb's own tools)");
-  reject_if(cfg.memory_breakdown, "memory_breakdown", "the per-step memory breakdown log");
   reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
             "zero_optimization.allgather_partitions false)");
+}
+
+void check_pipeline_features(const config::Config& cfg) {
+  DS_CHECK_T(ConfigError, cfg.zero.stage <= 1, "zero_optimization.stage ", cfg.zero.stage,
+             " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
+  DS_CHECK_T(ConfigError, !cfg.checkpoint.save_python_layout,
+             "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine (its stages write "
+             "their own layer files); use \"deepspeed_cpp\"");
+  DS_CHECK_T(ConfigError, !cfg.autotuning.enabled || !cfg.autotuning.metric_path.has_value(),
+             "autotuning: the autotuner tunes deepspeed::initialize runs; the pipeline engine does not report "
+             "autotuning metrics (drop autotuning.metric_path)");
+  // DeepSpeed's pipeline engine profiles through its stage modules' hooks; here a stage's forward is a stream of
+  // instructions over micro-batches, which the flops profiler's per-step driver does not follow yet.
+  DS_CHECK_T(ConfigError, !cfg.flops_profiler.enabled,
+             "flops_profiler.enabled: the flops profiler is not supported by the pipeline engine yet; profile the "
+             "model with deepspeed::initialize or deepspeed::profiling::FlopsProfiler");
+  // partition and seed_layers belong to PipelineModuleOptions: the module is split before the config is read.
+  const config::PipelineConfig& pc = cfg.pipeline;
+  DS_CHECK_T(ConfigError, pc.partition == "best", "pipeline.partition \"", pc.partition,
+             "\": set PipelineModuleOptions::partition_method instead (parameters, uniform, type:<regex>, boundaries)");
+  DS_CHECK_T(ConfigError, !pc.seed_layers,
+             "pipeline.seed_layers: set PipelineModuleOptions::base_seed instead (layers are built with the module)");
+}
+
+void check_config_alone(const config::Config& cfg) {
+  if (!cfg.pipeline.stages || *cfg.pipeline.stages <= 1) {
+    check_supported_features(cfg);
+    return;
+  }
+  check_pipeline_features(cfg);
+  config::Config stage = cfg;
+  stage.pipeline = config::PipelineConfig{};  // consumed by the pipeline engine, as pipe::initialize does
+  check_supported_features(stage);
 }
 
 }  // namespace deepspeed::config

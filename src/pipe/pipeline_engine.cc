@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "config/feature_gate.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "deepspeed/pipe/schedule.h"
@@ -40,21 +41,9 @@ std::vector<std::string> all_tied_keys(const PipelineModuleImpl& m) {
 PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& config, InitializeOptions options)
     : module_(std::move(module)) {
   DS_CHECK(!module_.is_empty(), "pipe::initialize: module is empty");
-  DS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
-             " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
+  config::check_pipeline_features(config);
   DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
            "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
-  DS_CHECK_T(ConfigError, !config.checkpoint.save_python_layout,
-             "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine (its stages write "
-             "their own layer files); use \"deepspeed_cpp\"");
-  DS_CHECK_T(ConfigError, !config.autotuning.enabled || !config.autotuning.metric_path.has_value(),
-             "autotuning: the autotuner tunes deepspeed::initialize runs; the pipeline engine does not report "
-             "autotuning metrics (drop autotuning.metric_path)");
-  // DeepSpeed's pipeline engine profiles through its stage modules' hooks; here a stage's forward is a stream of
-  // instructions over micro-batches, which the flops profiler's per-step driver does not follow yet.
-  DS_CHECK_T(ConfigError, !config.flops_profiler.enabled,
-             "flops_profiler.enabled: the flops profiler is not supported by the pipeline engine yet; profile the "
-             "model with deepspeed::initialize or deepspeed::profiling::FlopsProfiler");
   if (!comm::is_initialized()) comm::init_distributed();
   world_ = comm::get_world_group();
   const ProcessTopology& topo = module_->topology();
@@ -63,17 +52,13 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
   grid_ = pipe_grid_ranks(topo, world_.rank());
   check_tensor_parallel(config);
   DS_ASSERT(grid_.stage_id == module_->stage_id(), "module and topology disagree on the stage");
-  // The config's pipeline section: stages must agree with the module; partition and seed_layers belong to
-  // PipelineModuleOptions (the module is split before the config is read); the checkpoint interval is applied here.
-  // pipe_partitioned / grad_partitioned split activations over a tensor-slicing group, which a pipe x data topology
-  // does not have: nothing to do for them.
+  // The config's pipeline section: stages must agree with the module (partition and seed_layers were refused above:
+  // they belong to PipelineModuleOptions); the checkpoint interval is applied here. pipe_partitioned /
+  // grad_partitioned split activations over a tensor-slicing group, which a pipe x data topology does not have:
+  // nothing to do for them.
   const config::PipelineConfig& pc = config.pipeline;
   DS_CHECK_T(ConfigError, !pc.stages || *pc.stages == grid_.pipe_parallel_size, "pipeline.stages ",
              pc.stages.value_or(0), " differs from the PipelineModule's ", grid_.pipe_parallel_size, " stages");
-  DS_CHECK_T(ConfigError, pc.partition == "best", "pipeline.partition \"", pc.partition,
-             "\": set PipelineModuleOptions::partition_method instead (parameters, uniform, type:<regex>, boundaries)");
-  DS_CHECK_T(ConfigError, !pc.seed_layers,
-             "pipeline.seed_layers: set PipelineModuleOptions::base_seed instead (layers are built with the module)");
   if (pc.activation_checkpoint_interval > 0) module_->set_activation_checkpoint_interval(pc.activation_checkpoint_interval);
   Config stage_config = config;
   stage_config.pipeline = config::PipelineConfig{};  // consumed here

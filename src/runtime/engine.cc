@@ -146,6 +146,10 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
              "zero_optimization.offload_optimizer.device: nvme is not supported with MoE expert parallelism "
              "(ep_size > 1); use \"cpu\" or none");
   if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
+  // DeepSpeed's own warning: the key shapes stages 1-2's DeepSpeed-layout files only (checkpoint/deepspeed_export.h).
+  if (stage == 3 && config_.zero.elastic_checkpoint && comm::get_rank() == 0)
+    std::fprintf(stderr, "deepspeed: warning: zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is "
+                         "deprecated and no longer supported (as DeepSpeed says); use the universal checkpoint\n");
   stage_ = zero::make_stage(config_, dtype_, module_, groups_, world_);
   finish_construction(options);
 }

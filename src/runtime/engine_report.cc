@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 
 #include "runtime/autotuning_probe.h"
 #include "runtime/engine_impl.h"
+#include "runtime/memory_observer.h"
 #include "runtime/monitor_observer.h"
 #include "runtime/profiler_observer.h"
 
@@ -32,6 +34,12 @@ void EngineImpl::add_observers() {
                                 : log_line_parts(window_loss, window.steps);
       }));
   observers_.add(runtime::MonitorObserver::create(config_, rank, config_.train_batch_size.value(), tokens_per_sample_));
+  if (config_.memory_breakdown && rank == 0) {  // DeepSpeed's see_memory_usage prints on global rank 0 only
+    observers_.add(std::make_unique<runtime::MemoryObserver>(runtime::accelerator_counters(), [](const std::string& s) {
+      std::fputs(s.c_str(), stdout);
+      std::fflush(stdout);
+    }));
+  }
 
   if (config_.flops_profiler.enabled && rank == 0) {  // DeepSpeed profiles on global rank 0 only
     profiling::TrainingInfo sizes;

@@ -295,7 +295,7 @@ std::unique_ptr<EngineOptimizer> make_fused_optimizer(const config::OptimizerCon
     kind = Kind::kAdagrad;
   } else if (cfg.type == "lion") {
     kind = Kind::kLion;
-  } else if (cfg.type == "lamb" || cfg.type == "muon") {
+  } else if (cfg.type == "lamb" || cfg.type == "muon") {  // (the feature gate refuses them with nvme first)
     throw ConfigError("optimizer.type: " + std::string(cfg.type == "lamb" ? "Lamb" : "Muon") +
                       " runs only with its state in memory, not streamed through nvme offload");
   } else {  // (the 1-bit optimizers never get here: the feature gate refuses them at initialize)

@@ -100,14 +100,14 @@ def bad_input(ours, tmp, env):
                     "state = osd['base_optimizer_state']['state'][0]\n"
                     "osd['base_optimizer_state'] = [state, state]\n"
                     "torch.save(sd, sys.argv[1])\n", t + "/" + rank0], check=True, env=env)
-    refused(ours, d, [rank0, "base_optimizer_state (elastic) has 2 groups, the fp32 partition 1"], env,
+    refused(ours, d, [rank0, "base_optimizer_state (elastic) lists 2 groups, single_partition_of_fp32_groups 1"], env,
             tmp + "/elastic_groups.log", strip)
     d, t = broken("neither_form")
     subprocess.run([sys.executable, "-c", "import sys, torch\n"
                     "sd = torch.load(sys.argv[1], weights_only=False)\n"
                     "sd['optimizer_state_dict']['base_optimizer_state'] = 7\n"
                     "torch.save(sd, sys.argv[1])\n", t + "/" + rank0], check=True, env=env)
-    refused(ours, d, [rank0, "base_optimizer_state is a Int, neither a torch optimizer state_dict nor"], env,
+    refused(ours, d, [rank0, "base_optimizer_state holds a value of kind Int, neither a torch optimizer"], env,
             tmp + "/neither_form.log", strip)
 
     refused(ours, tmp + "/ds", ["does not match this model", "missing 'blocks.2."], env, tmp + "/other.log",
@@ -189,7 +189,7 @@ def check_layout(ours_dir, theirs_dir, what):
     print(f"{what}: {len(os.listdir(ours_dir))} files with DeepSpeed's own keys, types and shapes")
 
 
-def reverse(bin_dir, tmp, config, ours, ds, tol, env):
+def reverse(bin_dir, tmp, config, ours, ds, tol, env, ds_uninterrupted):
     """Ours trains N + M steps saving after N; ds_to_deepspeed writes that checkpoint in DeepSpeed's layout, whose
     files must have the keys, types and tensor shapes of DeepSpeed's own save (tmp/ds, the same step and config);
     DeepSpeed resumes from it and its M losses must equal ours; DeepSpeed's zero_to_fp32 on it must give ds_to_fp32's
@@ -203,7 +203,7 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
     # from its own elastic save (which keeps the running learning rates, not the schedule's: another first step).
     cfg = json.load(open(config))
     is_elastic = cfg.get("zero_optimization", {}).get("elastic_checkpoint", False)
-    ds_reference = elastic_ds_reference(tmp, ds, env) if is_elastic else reference
+    ds_reference = elastic_ds_reference(tmp, ds, ours, ds_uninterrupted, tol, env) if is_elastic else reference
     subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
                     f"{tmp}/exported/{tag}"], check=True, env=env, stdout=subprocess.DEVNULL)
     check_layout(f"{tmp}/exported/{tag}", f"{tmp}/ds/{tag}", "ds_to_deepspeed")
@@ -227,7 +227,7 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
     compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/saved_py"], tmp + "/ours_resumed_py.log",
                            env), tol, f"ours resumed from its own python_deepspeed save")
     if is_elastic:
-        elastic(bin_dir, tmp, ours, reference, tol, env)
+        elastic(bin_dir, tmp, ours, ds, reference, ds_reference, tol, env)
     if json.load(open(config)).get("zero_optimization", {}).get("stage", 0) > 0:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         subprocess.run([bin_dir + "/ds_to_fp32", tmp + "/ours", tmp + "/ours_fp32.pt"], check=True, env=env,
@@ -239,10 +239,11 @@ def reverse(bin_dir, tmp, config, ours, ds, tol, env):
         print(f"zero_to_fp32 on the exported checkpoint: {len(got)} tensors equal to ds_to_fp32's")
 
 
-def elastic_ds_reference(tmp, ds, env):
+def elastic_ds_reference(tmp, ds, ours, reference, tol, env):
     """DeepSpeed resuming from its own elastic save (tmp/ds). Its elastic load requires base_optimizer_state_step,
-    which it writes only for optimizers that keep the step in their param groups (its fused ones, not the torch AdamW
-    it runs on CPU): added to a copy here, as our export writes it."""
+    which it writes only for optimizers with a step in their param groups (not the torch AdamW it runs on CPU; its
+    FusedAdam leaves 0 there and counts in each state): added to a copy here as 0, as FusedAdam's files hold it. Our
+    engine resumes from that copy too, with the uninterrupted run's losses: the step comes from the states."""
     import torch
     shutil.copytree(tmp + "/ds", tmp + "/ds_stepped")
     tag = open(tmp + "/ds/latest").read().strip()
@@ -253,18 +254,22 @@ def elastic_ds_reference(tmp, ds, env):
             if "base_optimizer_state_step" in sd["optimizer_state_dict"] or \
                     not isinstance(sd["optimizer_state_dict"]["base_optimizer_state"], list):
                 sys.exit(f"FAIL: DeepSpeed's elastic save {path} is not the form this test knows")
-            sd["optimizer_state_dict"]["base_optimizer_state_step"] = N
+            sd["optimizer_state_dict"]["base_optimizer_state_step"] = 0
             torch.save(sd, path)
     resumed = run(ds + ["--steps", str(M), "--load_dir", tmp + "/ds_stepped"], tmp + "/ds_elastic.log", env)
     print(f"DeepSpeed resumed from its own elastic save: {resumed}")
+    compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/ds_stepped"], tmp + "/ours_stepped.log",
+                           env), tol, "ours resumed from DeepSpeed's elastic save with base_optimizer_state_step 0")
     return resumed
 
 
-def elastic(bin_dir, tmp, ours, reference, tol, env):
+def elastic(bin_dir, tmp, ours, ds, reference, ds_reference, tol, env):
     """zero_optimization.elastic_checkpoint: the files hold each group's optimizer state without its padding, in a
     list (DeepSpeed's own save checked that). Exported for 3 ranks, where the last rank's partition is padded (the
     model's 30080 elements in parts of 10028), our 2 ranks resume from it with the uninterrupted run's losses: the
-    padding is cut and the partitions re-joined on load."""
+    padding is cut and the partitions re-joined on load. DeepSpeed loads optimizer states at the saved world size
+    only, so its 3 ranks resume from it, and from the rigid export for 3 ranks, with the same losses: its elastic
+    load merges our unpadded partitions and cuts them again as the rigid files hold them."""
     import torch
     tag = f"global_step{N}"
     subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
@@ -278,6 +283,16 @@ def elastic(bin_dir, tmp, ours, reference, tol, env):
                  f"state {type(base).__name__}")
     compare(reference, run(ours + ["--steps", str(M), "--load_dir", tmp + "/exported3"], tmp + "/ours_elastic3.log",
                            env), tol, "ours at 2 ranks resumed from the elastic export for 3 ranks")
+    subprocess.run([bin_dir + "/ds_to_deepspeed", "--input_folder", f"{tmp}/ours/{tag}", "--output_folder",
+                    f"{tmp}/rigid3/{tag}", "--world_size", "3", "--elastic_checkpoint", "false"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    if isinstance(torch.load(f"{tmp}/rigid3/{tag}/zero_pp_rank_2_mp_rank_00_optim_states.pt", weights_only=False)
+                  ["optimizer_state_dict"]["base_optimizer_state"], list):
+        sys.exit("FAIL: ds_to_deepspeed --elastic_checkpoint false wrote the elastic form")
+    ds3 = ds[:ds.index("--nproc_per_node") + 1] + ["3"] + ds[ds.index("--nproc_per_node") + 2:]
+    rigid = run(ds3 + ["--steps", str(M), "--load_dir", tmp + "/rigid3"], tmp + "/ds_rigid3.log", env)
+    compare(rigid, run(ds3 + ["--steps", str(M), "--load_dir", tmp + "/exported3"], tmp + "/ds_elastic3.log", env),
+            tol, "DeepSpeed at 3 ranks resumed from the elastic export for 3 ranks, against the rigid one")
 
 
 def compare(reference, resumed, tol, what, steps=None):
@@ -385,7 +400,7 @@ def main():
     if reference[N] > reference[0] * (1 - 10 * tol):
         sys.exit("FAIL: the loss did not fall in N steps: this test cannot tell a loaded model from a fresh one")
     if not fp16:
-        reverse(bin_dir, tmp, config, ours, ds, tol, env)
+        reverse(bin_dir, tmp, config, ours, ds, tol, env, reference)
     shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
 

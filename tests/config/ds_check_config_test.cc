@@ -123,10 +123,29 @@ TEST(DsCheckConfig, RefusesWhatInitializeRefuses) {
   const ToolRun mended = run_tool(file + " --set gradient_clipping=0");
   EXPECT_EQ(mended.status, 0) << mended.output;
   EXPECT_THAT(mended.output, HasSubstr("\"compute_grad_norm\": false"));
-  // The pipeline section is pipe::initialize's to check against its module: deepspeed::initialize alone would refuse
-  // pipeline.stages 4, the tool does not.
-  const ToolRun pipeline = run_tool(kCorpus + "/valid/pipeline_gpt.json");
-  EXPECT_EQ(pipeline.status, 0) << pipeline.output;
+}
+
+// pipeline.stages > 1: pipe::initialize's rules (which deepspeed::initialize alone would refuse: a pipeline is built
+// from a PipelineModule), and its stage engines' gate.
+TEST(DsCheckConfig, APipelineConfigByThePipelineEnginesRules) {
+  const std::string file = kCorpus + "/tool/pipeline_stages.json";
+  const ToolRun ok = run_tool(file);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  const ToolRun zero2 = run_tool(file + " --set zero_optimization.stage=2");
+  EXPECT_EQ(zero2.status, 1);
+  EXPECT_THAT(zero2.output, HasSubstr(": zero_optimization.stage 2 is not supported with pipeline parallelism"));
+  const ToolRun seed = run_tool(file + " --set pipeline.seed_layers=true");
+  EXPECT_EQ(seed.status, 1);
+  EXPECT_THAT(seed.output, HasSubstr(": pipeline.seed_layers: set PipelineModuleOptions::base_seed instead"));
+  // The stage engines' gate still runs: here on what the pipeline section does not hold.
+  const ToolRun sparse = run_tool(file + " --set sparse_gradients=true");
+  EXPECT_EQ(sparse.status, 1);
+  EXPECT_THAT(sparse.output, HasSubstr(": sparse_gradients: sparse gradient all-reduce"));
+  // Without pipeline.stages it is a deepspeed::initialize config, which takes no pipeline keys.
+  const ToolRun plain = run_tool(file + " --set pipeline.stages=1");
+  EXPECT_EQ(plain.status, 1);
+  EXPECT_THAT(plain.output, HasSubstr(": pipeline: partition, seed_layers and activation_checkpoint_interval apply to "
+                                      "a PipelineModule"));
 }
 
 TEST(DsCheckConfig, CommentsAndTrailingCommasAsDeepSpeedReadsThem) {

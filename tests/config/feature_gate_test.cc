@@ -122,7 +122,6 @@ TEST(FeatureGate, EachUnimplementedFeatureIsNamed) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
           "zenflow": {"update_interval": 2, "pt_reserved_cores_perc": 0.5}}})",
        "zero_optimization.zenflow.pt_reserved_cores_perc"},
-      {R"({"train_batch_size": 8, "memory_breakdown": true})", "memory_breakdown"},
       {R"({"train_batch_size": 8, "disable_allgather": true})", "disable_allgather"},
   };
   for (const auto& c : cases) {
@@ -210,8 +209,8 @@ TEST(FeatureGate, OptimizerTypeAgainstTheRestOfTheConfig) {
                                             : "Muon's Newton-Schulz step on whole matrices is not supported with ";
     expect_refusals("optimizer.type: " + what, {
         {config(type, nvme), "zero_optimization.offload_optimizer.device nvme yet; use Adam/AdamW there"},
-        {config(type, overlap), "with overlap_step yet"},
-        {config(type, zenflow_overlap), "with overlap_step yet"},
+        {config(type, overlap), "with zero_optimization.offload_optimizer.overlap_step yet"},
+        {config(type, zenflow_overlap), "with zero_optimization.zenflow.overlap_step yet"},
         {config(type, zenflow), "with zero_optimization.zenflow yet"},
         {config(type, super), "with zero_optimization.offload_optimizer.super_offload yet"},
     });

@@ -359,8 +359,8 @@ PY
     grep -Eq "step 2/6 \(33%\) \| .* \| ETA [0-9]+s$" "$log" || fail "no ETA at step 2"
     ;;
   unsupported_feature)
-    run 1 unsupported.json --steps 2 && fail "the memory breakdown must be rejected until it is implemented"
-    grep -q "train_gpt: memory_breakdown: the per-step memory breakdown log .*not implemented" "$log" || fail "unclear rejection"
+    run 1 unsupported.json --steps 2 && fail "sparse gradients must be rejected until they are implemented"
+    grep -q "train_gpt: sparse_gradients: sparse gradient all-reduce .*not implemented" "$log" || fail "unclear rejection"
     ;;
   zero3)
     # Stage 3 (blocks as units, built under zero::Init) trains the same numbers as stage 0 on 2 ranks.

@@ -313,7 +313,8 @@ TEST(ZeroReference, LambRefusesStepsItCannotTakeWholeTensorNormsIn) {
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true}}})"));
     ADD_FAILURE() << "Lamb with overlap_step must be refused";
   } catch (const deepspeed::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("Lamb's per-tensor trust ratio is not supported with overlap_step"),
+    EXPECT_NE(std::string(e.what()).find("Lamb's per-tensor trust ratio is not supported with "
+                                         "zero_optimization.offload_optimizer.overlap_step"),
               std::string::npos)
         << e.what();
   }
@@ -441,7 +442,8 @@ TEST(ZeroReference, MuonRefusesWhatItCannotDo) {
   };
   expect_refused(R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Muon"},
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true}}})",
-                 "Muon's Newton-Schulz step on whole matrices is not supported with overlap_step");
+                 "Muon's Newton-Schulz step on whole matrices is not supported with "
+                 "zero_optimization.offload_optimizer.overlap_step");
   expect_refused(R"({"train_micro_batch_size_per_gpu": 2,
         "optimizer": {"type": "Muon", "params": {"per_head_muon": true}}})",
                  "optimizer.params.per_head_muon: not supported yet");
