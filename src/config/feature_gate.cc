@@ -74,17 +74,16 @@ void check_optimizer_type(const config::Config& cfg) {
              type, "' (DeepSpeed's 1-bit Adam, 0/1 Adam and 1-bit LAMB) is not supported: DeepSpeed itself removed "
              "its 1-bit optimizers; use Adam, AdamW or Lamb");
   // LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: the state in memory (no
-  // slice-wise nvme step) and no step running beside the next iteration's collectives. (What only the model shows,
+  // slice-wise nvme step) and no step running beside the next iteration's collectives (overlap_step, SuperOffload;
+  // ZenFlow, which runs AdamW, refuses any other optimizer above). (What only the model shows,
   // expert- or tensor-parallel tensors, the engine checks: EngineImpl::check_whole_tensor_step.)
   if (type != "lamb" && type != "muon") return;
   const config::ZeroConfig& z = cfg.zero;
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   const char* clash = oo.device == config::OffloadDevice::kNvme ? "zero_optimization.offload_optimizer.device nvme"
-                      : oo.overlap_step ? "zero_optimization.offload_optimizer.overlap_step"
-                      : z.zenflow && z.zenflow->overlap_step ? "zero_optimization.zenflow.overlap_step"
-                      : z.zenflow.has_value()                ? "zero_optimization.zenflow"
-                      : oo.super_offload ? "zero_optimization.offload_optimizer.super_offload"
-                                         : nullptr;
+                      : oo.overlap_step   ? "zero_optimization.offload_optimizer.overlap_step"
+                      : oo.super_offload  ? "zero_optimization.offload_optimizer.super_offload"
+                                          : nullptr;  // (ZenFlow refused them already: it steps with AdamW)
   DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
              type == "lamb" ? "Lamb's per-tensor trust ratio" : "Muon's Newton-Schulz step on whole matrices",
              " is not supported with ", clash ? clash : "", " yet; use Adam/AdamW there");
@@ -147,6 +146,21 @@ void check_supported_features(const config::Config& cfg) {
     reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
     reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
               "pinning training and optimizer threads to separate cores");
+    // Its selective AdamW (a config without an optimizer section is refused at initialize, where a client optimizer
+    // would be), and the window it runs over.
+    const char* key = "zero_optimization.zenflow";
+    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw", key,
+               ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the CPU "
+               "Adam step)");
+    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->params.get_bool("bias_correction", true), key,
+               ": the selective AdamW corrects its moments' bias; optimizer.params.bias_correction false is not "
+               "supported");
+    DS_CHECK_T(ConfigError, !cfg.scheduler || cfg.scheduler->type != "OneCycle", key,
+               ": OneCycle's momentum cycling is not applied to the selective AdamW; use another schedule");
+    DS_CHECK_T(ConfigError, !cfg.gradient_accumulation_steps || *cfg.gradient_accumulation_steps == 1, key,
+               ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); "
+               "set gradient_accumulation_steps to 1, got ", cfg.gradient_accumulation_steps.value_or(1));
+    DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
   }
   const auto& op = z.offload_param;
   DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
@@ -196,6 +210,14 @@ void check_supported_features(const config::Config& cfg) {
     DS_CHECK_T(ConfigError, *accum == model, key, ": gradients accumulate in fp32 or in the model's own dtype (",
                config::to_string(model), ")");
     DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
+  }
+  // What Python DeepSpeed's layout holds (checkpoint/deepspeed_export.h); the engine checks a client optimizer's
+  // states, and MoE and pipelines.
+  if (cfg.checkpoint.save_python_layout) {
+    const char* key = "checkpoint.save_layout: python_deepspeed";
+    DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, " writes fp32 and bf16 checkpoints; fp16 is not supported");
+    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw", key,
+               " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
   }
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");
   reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");

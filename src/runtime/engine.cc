@@ -260,8 +260,8 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
 
   if (config_.checkpoint.save_python_layout) {
     // What Python DeepSpeed's layout can hold (checkpoint/deepspeed_export.h), refused now rather than at a save.
+    // (fp16 and a config optimizer other than Adam/AdamW: refused by the feature gate.)
     const char* key = "checkpoint.save_layout: python_deepspeed";
-    DS_CHECK_T(ConfigError, dtype_ != at::kHalf, key, " writes fp32 and bf16 checkpoints; fp16 is not supported");
     DS_CHECK_T(ConfigError, !has_experts_ && !model_parallel_.is_member() && !options.data_parallel_group.is_member(),
                key, " does not write MoE or pipeline checkpoints");
     DS_CHECK_T(ConfigError,
@@ -393,20 +393,11 @@ int64_t EngineImpl::accumulation_window() const {
 
 void EngineImpl::build_zenflow(const InitializeOptions& options) {
   const char* key = "zero_optimization.zenflow";
-  DS_CHECK_T(ConfigError, !options.optimizer && config_.optimizer.has_value() &&
-                              (config_.optimizer->type == "adam" || config_.optimizer->type == "adamw"),
-             key, ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the "
-             "CPU Adam step)");
-  DS_CHECK_T(ConfigError, config_.gradient_accumulation_steps.value() == 1, key,
-             ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); set "
-             "gradient_accumulation_steps to 1, got ", config_.gradient_accumulation_steps.value());
-  DS_CHECK_T(ConfigError, dtype_ != at::kHalf, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
+  // (What the config alone rules out, the feature gate refused: config/feature_gate.cc.)
+  DS_CHECK_T(ConfigError, !options.optimizer && config_.optimizer.has_value(), key, ": needs the config's Adam or "
+             "AdamW optimizer (its selective update is AdamW's; the rest takes the CPU Adam step)");
   DS_CHECK_T(ConfigError, !has_experts_, key, ": not supported with MoE expert parallelism (experts reduce over "
              "their own groups; the selective update would average them over the world)");
-  DS_CHECK_T(ConfigError, config_.optimizer->params.get_bool("bias_correction", true), key,
-             ": the selective AdamW corrects its moments' bias; optimizer.params.bias_correction false is not supported");
-  DS_CHECK_T(ConfigError, !config_.scheduler || config_.scheduler->type != "OneCycle", key,
-             ": OneCycle's momentum cycling is not applied to the selective AdamW; use another schedule");
   DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
              ": not supported inside a pipeline or another data-parallel layout yet");
   const auto& p = config_.optimizer->params;

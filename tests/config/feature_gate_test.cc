@@ -210,14 +210,54 @@ TEST(FeatureGate, OptimizerTypeAgainstTheRestOfTheConfig) {
     expect_refusals("optimizer.type: " + what, {
         {config(type, nvme), "zero_optimization.offload_optimizer.device nvme yet; use Adam/AdamW there"},
         {config(type, overlap), "with zero_optimization.offload_optimizer.overlap_step yet"},
-        {config(type, zenflow_overlap), "with zero_optimization.zenflow.overlap_step yet"},
-        {config(type, zenflow), "with zero_optimization.zenflow yet"},
         {config(type, super), "with zero_optimization.offload_optimizer.super_offload yet"},
     });
     EXPECT_EQ(rejection(config(type, R"("stage": 2, "offload_optimizer": {"device": "cpu"})")), "");
+    // ZenFlow's selective update is AdamW's.
+    for (const std::string& zero : {zenflow, zenflow_overlap})
+      EXPECT_EQ(rejection(config(type, zero)), "zero_optimization.zenflow: needs the config's Adam or AdamW optimizer "
+                                               "(its selective update is AdamW's; the rest takes the CPU Adam step)");
   }
   for (const std::string& zero : {nvme, overlap, zenflow, zenflow_overlap, super})
     EXPECT_EQ(rejection(config("AdamW", zero)), "") << zero;
+}
+
+// ZenFlow's selective AdamW over a window of update_interval iterations: Adam or AdamW with bias correction, no
+// OneCycle momentum, gradient_accumulation_steps 1, no fp16 loss scaling (a missing optimizer section is
+// initialize()'s to refuse, where a client optimizer would be).
+TEST(FeatureGate, ZenFlowNeedsTheConfigsAdamOverItsOwnWindow) {
+  auto config = [](const std::string& top, const std::string& params = "") {
+    return R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.001)" + params + "}}, " + top +
+           R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+               "zenflow": {"update_interval": 2}}})";
+  };
+  EXPECT_EQ(rejection(config("")), "");
+  EXPECT_EQ(rejection(config(R"("bf16": {"enabled": true}, "gradient_accumulation_steps": 1, )")), "");
+  expect_refusals("zero_optimization.zenflow: ", {
+      {config("", R"(, "bias_correction": false)"), "optimizer.params.bias_correction false is not supported"},
+      {config(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.003}}, )"),
+       "OneCycle's momentum cycling"},
+      {config(R"("gradient_accumulation_steps": 2, "train_micro_batch_size_per_gpu": 4, )"),
+       "set gradient_accumulation_steps to 1, got 2"},
+      {config(R"("fp16": {"enabled": true}, )"), "fp16 loss scaling is not supported with ZenFlow; use bf16"},
+      {R"({"train_batch_size": 8, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_optimization": {
+           "stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"update_interval": 2}}})",
+       "needs the config's Adam or AdamW optimizer"},
+  });
+}
+
+// checkpoint.save_layout python_deepspeed writes what DeepSpeed's files hold: fp32 or bf16, Adam's two moments.
+TEST(FeatureGate, PythonDeepSpeedLayoutHoldsFp32OrBf16AdamStates) {
+  auto config = [](const std::string& top, const std::string& type = "AdamW") {
+    return R"({"train_batch_size": 8, "checkpoint": {"save_layout": "python_deepspeed"}, "optimizer": {"type": ")" +
+           type + R"(", "params": {"lr": 0.001}}, )" + top + R"("zero_optimization": {"stage": 2}})";
+  };
+  EXPECT_EQ(rejection(config("")), "");
+  EXPECT_EQ(rejection(config(R"("bf16": {"enabled": true}, )", "Adam")), "");
+  expect_refusals("checkpoint.save_layout: python_deepspeed ", {
+      {config(R"("fp16": {"enabled": true}, )"), "writes fp32 and bf16 checkpoints; fp16 is not supported"},
+      {config("", "Lion"), "needs the config's Adam or AdamW optimizer"},
+  });
 }
 
 // gradient_allreduce_op "sum" (DeepSpeed 0.19): stages 0-2, not with ZenFlow, as DeepSpeed rules; any case.
