@@ -58,16 +58,16 @@ stamp=$venv/.requirements.installed
 if ! cmp -s "$root/requirements.txt" "$stamp"; then
   # pip downloads every wheel (~3 GB) before it installs them (~5.4 GB): the install peaked at 8.4 GB on the checkout's
   # file system here. A machine short of it stops now with the figures, not with pip's "No space left" halfway.
-  # (With torch already in the venv, a changed pin needs far less, and no bar is set.) pip's temporary files go
-  # beside the venv (TMPDIR), not to a /tmp that may be a small RAM disk, and it keeps no cache of the wheels (they
-  # would stay, another ~3 GB, after the install).
+  # (A new torch pin downloads as much again beside the old install; DS_SETUP_NEED_MB=0 skips the check.) pip's
+  # temporary files go beside the venv (TMPDIR), not to a /tmp that may be a small RAM disk, and it keeps no cache
+  # of the wheels (they would stay, another ~3 GB, after the install).
   pip_tmp=$venv/.pip-tmp
   rm -rf "$pip_tmp"  # a killed run's wheels would count against the space
   trap 'rm -rf "$pip_tmp"' EXIT
-  if ! compgen -G "$venv/lib/python3*/site-packages/torch" > /dev/null; then
-    need_mib=${DS_SETUP_NEED_MB:-9000}
-    if ! [[ $need_mib =~ ^[0-9]+$ ]]; then
-      echo "setup: DS_SETUP_NEED_MB must be a number of MiB, got '$need_mib'" >&2
+  need_mib=${DS_SETUP_NEED_MB:-9000}
+  if [ "$need_mib" != 0 ]; then
+    if ! [[ $need_mib =~ ^[0-9]{1,9}$ ]]; then
+      echo "setup: DS_SETUP_NEED_MB must be a number of MiB (at most 9 digits; 0 skips the check), got '$need_mib'" >&2
       exit 1
     fi
     free_mib=$(df -Pm "$venv" 2> /dev/null | awk 'NR == 2 { print $4 }' || true)
@@ -75,7 +75,7 @@ if ! cmp -s "$root/requirements.txt" "$stamp"; then
       echo "setup: warning: df cannot say how much space is free for $venv; installing anyway" >&2
     elif [ "$free_mib" -lt "$need_mib" ]; then
       echo "setup: installing requirements.txt into $venv needs about $need_mib MiB free there (torch with its" \
-        "NVIDIA libraries); $free_mib MiB are free" >&2
+        "NVIDIA libraries); $free_mib MiB are free (DS_SETUP_NEED_MB sets the bar)" >&2
       exit 1
     fi
   fi

@@ -6,7 +6,7 @@
 // resolved goes to stderr, one line each. Exit 0 when the config is usable; otherwise one line
 // `ds_check_config: <file>: <message>` on stderr and exit 1. Usable means the engines' checks of the config alone
 // pass (config::check_config_alone: combinations DeepSpeed refuses, features not built here; by pipe::initialize's
-// rules when pipeline.stages > 1). The engines check more once they see the model and the optimizer's parameters.
+// rules for a pipeline's config). The engines check more once they see the model and the optimizer's parameters.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
     options.elastic = elastic;
     if (!prefix.empty()) options.name_map = [prefix](const std::string& name) { return prefix + name; };
     const ckpt::DeepSpeedExportStats stats = ckpt::write_deepspeed_tag(dir, tag, output, options);
+    if (elastic.value_or(false) && !stats.elastic)
+      std::fprintf(stderr, "ds_to_deepspeed: note: --elastic_checkpoint true applies to ZeRO stages 1-2 (and not to "
+                           "stage 1 with bf16 and fp32 gradient accumulation, whose files DeepSpeed keeps rigid); "
+                           "these files are rigid\n");
     std::printf("ds_to_deepspeed: wrote %lld parameters (%.1f MB) for %d rank(s) to %s\n",
                 static_cast<long long>(stats.params), stats.bytes / 1e6, std::max(stats.ranks, 1), output.c_str());
     return 0;

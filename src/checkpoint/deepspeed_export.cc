@@ -414,6 +414,7 @@ class Exporter {
     const int64_t w = world_;
     if (stage_ < 3) {
       const bool elastic = elastic_form();
+      stats_.elastic = elastic;
       GenericList paddings = make_any_list(), alignment = make_any_list(), counts = make_any_list(),
                   mappings = make_any_list(), elastic_groups = make_any_list();
       for (const Group& g : groups_) {

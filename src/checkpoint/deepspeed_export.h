@@ -50,6 +50,7 @@ struct DeepSpeedExportOptions {
 };
 
 struct DeepSpeedExportStats {
+  bool elastic = false;  // the optimizer state went in DeepSpeed's elastic form
   int ranks = 0;        // rank files written
   int64_t params = 0;   // parameters
   int64_t bytes = 0;    // tensor bytes written

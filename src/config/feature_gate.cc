@@ -256,10 +256,25 @@ void check_pipeline_features(const config::Config& cfg) {
              "\": set PipelineModuleOptions::partition_method instead (parameters, uniform, type:<regex>, boundaries)");
   DS_CHECK_T(ConfigError, !pc.seed_layers,
              "pipeline.seed_layers: set PipelineModuleOptions::base_seed instead (layers are built with the module)");
+  DS_CHECK_T(ConfigError, cfg.sequence_parallel_size == 1,
+             "sequence_parallel_size: Ulysses does not combine with pipeline parallelism yet");
+  // The stages reduce tied weights' accumulated gradients in fp32 (accumulated_grad); DeepSpeed too accumulates a
+  // pipeline's gradients in fp32 (its BF16_Optimizer) whatever grad_accum_dtype says.
+  DS_CHECK_T(ConfigError, cfg.data_types.grad_accum_dtype.value_or(config::DataType::kFp32) == config::DataType::kFp32,
+             "data_types.grad_accum_dtype \"", config::to_string(*cfg.data_types.grad_accum_dtype),
+             "\": a pipeline accumulates its gradients in fp32 (as DeepSpeed's does); leave it unset or fp32");
+  DS_CHECK_T(ConfigError, !cfg.bf16.bf16_master_weights_and_grads,
+             "bf16.bf16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
+  DS_CHECK_T(ConfigError, !cfg.fp16.fp16_master_weights_and_grads,
+             "fp16.fp16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
 }
 
 void check_config_alone(const config::Config& cfg) {
-  if (!cfg.pipeline.stages || *cfg.pipeline.stages <= 1) {
+  // A pipeline's config: more than one stage, or a key only a PipelineModule takes (pipe::initialize also runs a
+  // single stage, and takes the stage count from the module when the config leaves it out).
+  const config::PipelineConfig& pc = cfg.pipeline;
+  const bool module_keys = pc.partition != "best" || pc.seed_layers || pc.activation_checkpoint_interval > 0;
+  if (!module_keys && (!pc.stages || *pc.stages <= 1)) {
     check_supported_features(cfg);
     return;
   }

@@ -15,8 +15,9 @@ void check_supported_features(const config::Config& cfg);
 void check_pipeline_features(const config::Config& cfg);
 
 // What the engines refuse from the config alone, as ds_check_config checks it: a pipeline config (pipeline.stages
-// > 1) by pipe::initialize's rules and its stage engines' gate, any other by deepspeed::initialize's gate. The
-// engines check more once they see the model and the optimizer's parameters.
+// > 1, or a pipeline key only a PipelineModule takes) by pipe::initialize's rules and its stage engines' gate, any
+// other by deepspeed::initialize's gate. The engines check more once they see the model and the optimizer's
+// parameters.
 void check_config_alone(const config::Config& cfg);
 
 }  // namespace deepspeed::config

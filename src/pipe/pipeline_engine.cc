@@ -152,18 +152,7 @@ void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
   DS_CHECK_T(ConfigError, std::max(config.tensor_parallel.autotp_size, 1) == t, "tensor_parallel.autotp_size ",
              config.tensor_parallel.autotp_size, " differs from the pipeline topology's \"model\" axis of ", t,
              " (set them equal: the stage's layers are split over the model axis)");
-  DS_CHECK_T(ConfigError, config.sequence_parallel_size == 1,
-             "sequence_parallel_size: Ulysses does not combine with pipeline parallelism yet");
-  // The stages reduce tied weights' accumulated gradients in fp32 (accumulated_grad); DeepSpeed too accumulates a
-  // pipeline's gradients in fp32 (its BF16_Optimizer) whatever grad_accum_dtype says.
-  DS_CHECK_T(ConfigError, config.data_types.grad_accum_dtype.value_or(config::DataType::kFp32) ==
-                              config::DataType::kFp32,
-             "data_types.grad_accum_dtype \"", config::to_string(*config.data_types.grad_accum_dtype),
-             "\": a pipeline accumulates its gradients in fp32 (as DeepSpeed's does); leave it unset or fp32");
-  DS_CHECK_T(ConfigError, !config.bf16.bf16_master_weights_and_grads,
-             "bf16.bf16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
-  DS_CHECK_T(ConfigError, !config.fp16.fp16_master_weights_and_grads,
-             "fp16.fp16_master_weights_and_grads: a pipeline keeps fp32 masters and gradients; not supported with it");
+  // (Sequence parallelism, grad_accum_dtype, 16-bit masters: config::check_pipeline_features.)
   int layers_t = 0;
   tp::sharded_parameters(*module_, &layers_t);
   if (t == 1) {

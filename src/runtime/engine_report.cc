@@ -21,25 +21,34 @@ namespace deepspeed {
 
 void EngineImpl::add_observers() {
   const int rank = comm::get_rank();
+  // memory_breakdown: DeepSpeed's see_memory_usage prints on global rank 0 only; its "before" points come first and
+  // its "after" points last (below), outside what the other observers time.
+  const bool memory = config_.memory_breakdown && rank == 0;
+  auto memory_observer = [](runtime::MemoryObserver::Points side) {
+    return std::make_unique<runtime::MemoryObserver>(
+        runtime::accelerator_counters(),
+        [](const std::string& s) {
+          std::fputs(s.c_str(), stdout);
+          std::fflush(stdout);
+        },
+        side);
+  };
+  if (memory) observers_.add(memory_observer(runtime::MemoryObserver::Points::kBefore));
   runtime::ConsoleOptions console;
   console.writer = rank == 0;
   console.steps_per_print = config_.steps_per_print;
   console.total_steps = total_steps_;
   console.tokens_per_sample = tokens_per_sample_;
   console.samples_per_step = config_.train_batch_size.value();
-  console.progress_bar = rank == 0 && runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1);
+  // (Not with memory_breakdown, whose lines would break into the bar's line.)
+  console.progress_bar = rank == 0 && !config_.memory_breakdown &&
+                         runtime::progress_bar_wanted(::isatty(STDOUT_FILENO) == 1);
   observers_.add(std::make_unique<runtime::ConsoleObserver>(
       console, [this](const runtime::StepReport& last, double window_loss, const runtime::LogWindow::Span& window) {
         return log_line_source_ ? log_line_source_(last, window_loss, window)
                                 : log_line_parts(window_loss, window.steps);
       }));
   observers_.add(runtime::MonitorObserver::create(config_, rank, config_.train_batch_size.value(), tokens_per_sample_));
-  if (config_.memory_breakdown && rank == 0) {  // DeepSpeed's see_memory_usage prints on global rank 0 only
-    observers_.add(std::make_unique<runtime::MemoryObserver>(runtime::accelerator_counters(), [](const std::string& s) {
-      std::fputs(s.c_str(), stdout);
-      std::fflush(stdout);
-    }));
-  }
 
   if (config_.flops_profiler.enabled && rank == 0) {  // DeepSpeed profiles on global rank 0 only
     profiling::TrainingInfo sizes;
@@ -77,6 +86,7 @@ void EngineImpl::add_observers() {
     probe->report_model_info(total, trainable);
     observers_.add(std::move(probe));
   }
+  if (memory) observers_.add(memory_observer(runtime::MemoryObserver::Points::kAfter));
 }
 
 EngineImpl::FullNumels EngineImpl::full_numels() const {

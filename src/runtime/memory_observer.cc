@@ -29,10 +29,11 @@ MemoryCounters accelerator_counters() {
           [] { accelerator::get_accelerator().reset_peak_memory_stats(); }};
 }
 
-MemoryObserver::MemoryObserver(MemoryCounters device, Print print)
-    : device_(std::move(device)), print_(std::move(print)) {}
+MemoryObserver::MemoryObserver(MemoryCounters device, Print print, Points points)
+    : device_(std::move(device)), print_(std::move(print)), points_(points) {}
 
-void MemoryObserver::report(const char* point) {
+void MemoryObserver::report(Points side, const char* point) {
+  if (side != points_) return;
   print_(memory_usage_lines(point, device_.read(), accelerator::host_memory_stats()));
   device_.reset_peak();
 }

@@ -4,6 +4,8 @@
 // the process's RSS and peak RSS, as DeepSpeed's CPU accelerator reports them), and the host's ("CPU Virtual Memory:
 // used = MemTotal - MemAvailable, percent of MemTotal"). After each print the peaks are reset, as DeepSpeed does, so
 // each print's peak covers what happened since the one before (and so does any peak read elsewhere meanwhile).
+// The engine adds one observer for the "before" points first and one for the "after" points last, so that the
+// printing stays outside what the other observers time (the flops profiler, the autotuning probe).
 #pragma once
 
 #include <cstdint>
@@ -31,21 +33,23 @@ MemoryCounters accelerator_counters();
 class MemoryObserver : public StepObserver {
  public:
   using Print = std::function<void(const std::string&)>;
-  // The lines go to `print`.
-  MemoryObserver(MemoryCounters device, Print print);
+  enum class Points { kBefore, kAfter };
+  // Reports the `points` side of each phase; the lines go to `print`.
+  MemoryObserver(MemoryCounters device, Print print, Points points);
 
-  void begin_forward(int64_t global_steps) override { report("Engine before forward"); }
-  void end_forward() override { report("Engine after forward"); }
-  void begin_backward() override { report("Engine before backward"); }
-  void end_backward() override { report("Engine after backward"); }
-  void begin_step() override { report("Engine before step"); }
-  void end_step(bool boundary, int64_t global_steps) override { report("Engine after step"); }
+  void begin_forward(int64_t global_steps) override { report(Points::kBefore, "Engine before forward"); }
+  void end_forward() override { report(Points::kAfter, "Engine after forward"); }
+  void begin_backward() override { report(Points::kBefore, "Engine before backward"); }
+  void end_backward() override { report(Points::kAfter, "Engine after backward"); }
+  void begin_step() override { report(Points::kBefore, "Engine before step"); }
+  void end_step(bool boundary, int64_t global_steps) override { report(Points::kAfter, "Engine after step"); }
 
  private:
-  void report(const char* point);
+  void report(Points side, const char* point);
 
   MemoryCounters device_;
   Print print_;
+  Points points_;
 };
 
 }  // namespace deepspeed::runtime

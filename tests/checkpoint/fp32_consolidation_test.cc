@@ -433,7 +433,7 @@ TEST(DeepSpeedExport, ElasticCheckpointsListTheGroupsStatesUnpadded) {
     ckpt::DeepSpeedExportOptions options;
     options.world_size = 3;
     options.zero_stage = stage;
-    ckpt::write_deepspeed_tag(tmp.path(), "t", out_parent + "/t", options);
+    EXPECT_EQ(ckpt::write_deepspeed_tag(tmp.path(), "t", out_parent + "/t", options).elastic, stage != 3);
     std::optional<ckpt::ForeignTag> translated;
     expect_reads_back(out_parent, &translated);
     const c10::IValue osd = last_rank(out_parent);
@@ -462,10 +462,16 @@ TEST(DeepSpeedExport, ElasticCheckpointsListTheGroupsStatesUnpadded) {
   for (int stage : {1, 2}) {
     options.zero_stage = stage;
     const std::string out_parent = tmp.path() + "/bf16_" + std::to_string(stage);
-    ckpt::write_deepspeed_tag(tmp.path(), "bf16", out_parent + "/t", options);
+    EXPECT_EQ(ckpt::write_deepspeed_tag(tmp.path(), "bf16", out_parent + "/t", options).elastic, stage == 2);
     EXPECT_EQ(ckpt::dict_get(last_rank(out_parent, "bf16_"), std::string("base_optimizer_state"))->isList(), stage == 2)
         << "stage " << stage;
   }
+  // The option overrides the saved config: rigid files although the config asks for the elastic form.
+  options.zero_stage = 2;
+  options.elastic = false;
+  ckpt::write_deepspeed_tag(tmp.path(), "bf16", tmp.path() + "/rigid/t", options);
+  EXPECT_TRUE(ckpt::dict_get(last_rank(tmp.path() + "/rigid", "bf16_"), std::string("base_optimizer_state"))
+                  ->isGenericDict());
 }
 
 TEST(DeepSpeedExport, WhatDeepSpeedCannotResumeIsRefusedByName) {

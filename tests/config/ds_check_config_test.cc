@@ -141,11 +141,15 @@ TEST(DsCheckConfig, APipelineConfigByThePipelineEnginesRules) {
   const ToolRun sparse = run_tool(file + " --set sparse_gradients=true");
   EXPECT_EQ(sparse.status, 1);
   EXPECT_THAT(sparse.output, HasSubstr(": sparse_gradients: sparse gradient all-reduce"));
-  // Without pipeline.stages it is a deepspeed::initialize config, which takes no pipeline keys.
-  const ToolRun plain = run_tool(file + " --set pipeline.stages=1");
-  EXPECT_EQ(plain.status, 1);
-  EXPECT_THAT(plain.output, HasSubstr(": pipeline: partition, seed_layers and activation_checkpoint_interval apply to "
-                                      "a PipelineModule"));
+  // A one-stage pipeline (its checkpoint interval says it is one) still goes by the pipeline engine's rules.
+  const ToolRun one_stage = run_tool(file + " --set pipeline.stages=1 --set data_types.grad_accum_dtype=bf16"
+                                            " --set bf16.enabled=true");
+  EXPECT_EQ(one_stage.status, 1);
+  EXPECT_THAT(one_stage.output, HasSubstr(": data_types.grad_accum_dtype \"bf16\": a pipeline accumulates"));
+  // Without a stage count or a module's key it is a deepspeed::initialize config: ZeRO 2 is fine there.
+  const ToolRun plain = run_tool(file + " --set pipeline.stages=1 --set pipeline.activation_checkpoint_interval=0"
+                                        " --set zero_optimization.stage=2");
+  EXPECT_EQ(plain.status, 0) << plain.output;
 }
 
 TEST(DsCheckConfig, CommentsAndTrailingCommasAsDeepSpeedReadsThem) {

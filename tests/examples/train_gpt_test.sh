@@ -360,7 +360,8 @@ PY
     ;;
   unsupported_feature)
     run 1 unsupported.json --steps 2 && fail "sparse gradients must be rejected until they are implemented"
-    grep -q "train_gpt: sparse_gradients: sparse gradient all-reduce .*not implemented" "$log" || fail "unclear rejection"
+    grep -q "train_gpt: sparse_gradients: sparse gradient all-reduce .*not implemented" "$log" ||
+      fail "unclear rejection"
     ;;
   zero3)
     # Stage 3 (blocks as units, built under zero::Init) trains the same numbers as stage 0 on 2 ranks.
