@@ -9,6 +9,11 @@
 namespace deepspeed::config {
 namespace {
 
+// pipeline.partition, seed_layers or activation_checkpoint_interval: keys only a PipelineModule takes.
+bool names_module_keys(const config::PipelineConfig& pc) {
+  return pc.partition != "best" || pc.seed_layers || pc.activation_checkpoint_interval > 0;
+}
+
 void reject_if(bool on, const std::string& key, const std::string& what) {
   DS_CHECK_T(ConfigError, !on, key, ": ", what, " is not implemented in this build of deepspeed-cpp yet");
 }
@@ -225,8 +230,7 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !(cfg.pipeline.stages.has_value() && *cfg.pipeline.stages > 1),
              "pipeline.stages ", cfg.pipeline.stages.value_or(1),
              ": a pipeline is built with deepspeed::pipe::initialize from a PipelineModule, not deepspeed::initialize");
-  DS_CHECK_T(ConfigError, cfg.pipeline.partition == "best" && !cfg.pipeline.seed_layers &&
-                              cfg.pipeline.activation_checkpoint_interval == 0,
+  DS_CHECK_T(ConfigError, !names_module_keys(cfg.pipeline),
              "pipeline: partition, seed_layers and activation_checkpoint_interval apply to a PipelineModule "
              "(deepspeed::pipe::initialize), not to deepspeed::initialize");
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
@@ -273,8 +277,7 @@ void check_config_alone(const config::Config& cfg) {
   // A pipeline's config: more than one stage, or a key only a PipelineModule takes (pipe::initialize also runs a
   // single stage, and takes the stage count from the module when the config leaves it out).
   const config::PipelineConfig& pc = cfg.pipeline;
-  const bool module_keys = pc.partition != "best" || pc.seed_layers || pc.activation_checkpoint_interval > 0;
-  if (!module_keys && (!pc.stages || *pc.stages <= 1)) {
+  if (!names_module_keys(pc) && (!pc.stages || *pc.stages <= 1)) {
     check_supported_features(cfg);
     return;
   }

@@ -48,6 +48,7 @@ MasterWeights::MasterWeights(std::vector<FlatGroup>& groups, comm::ProcessGroup 
       copies_ = true;
     }
   }
+  final_ranges_.resize(host_grads_.size());
 }
 
 int64_t MasterWeights::copy_bytes() const {
@@ -67,7 +68,7 @@ std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>
   if (!options_.offload_to_host) return grads;
   grad_copies_.wait();
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (i >= final_ranges_.size() || final_ranges_[i].empty()) {
+    if (final_ranges_[i].empty()) {
       host_grads_[i].copy_(grads[i]);
       continue;
     }
@@ -91,7 +92,6 @@ std::vector<at::Tensor> MasterWeights::stage_grads(const std::vector<at::Tensor>
 void MasterWeights::copy_final_grads(size_t g, int64_t begin, const at::Tensor& final_grads) {
   if (!options_.offload_to_host || !options_.early_host_grads || g >= host_grads_.size()) return;
   if (!grad_copies_.copy(host_grads_[g].narrow(0, begin, final_grads.numel()), final_grads)) return;
-  if (final_ranges_.size() < host_grads_.size()) final_ranges_.resize(host_grads_.size());
   final_ranges_[g].emplace_back(begin, begin + final_grads.numel());
   final_grad_copies_ += final_grads.numel();
 }
