@@ -52,14 +52,20 @@
 
 namespace examples {
 
-void print_final(int64_t step, double loss, double params_sq, double tokens, double seconds) {
+void print_final(int64_t step, std::optional<double> loss, double params_sq, double tokens, double seconds) {
   auto mem = deepspeed::accelerator::get_accelerator().memory_stats();
   at::Tensor peak = at::tensor({static_cast<double>(mem.peak_allocated_bytes)}, at::kDouble);
   deepspeed::comm::get_world_group().all_reduce(peak, deepspeed::comm::ReduceOp::kMax);
   if (deepspeed::comm::get_rank() != 0) return;
-  std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
-              static_cast<long long>(step), loss, std::sqrt(params_sq), tokens / seconds,
-              peak.item<double>() / (1024.0 * 1024.0));
+  const double peak_mb = peak.item<double>() / (1024.0 * 1024.0);
+  if (loss) {
+    std::printf("final step=%lld loss=%.6f params_l2=%.6f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
+                static_cast<long long>(step), *loss, std::sqrt(params_sq), tokens / seconds, peak_mb);
+  } else {
+    std::printf("final step=%lld params_l2=%.6f peak_rss_mb=%.1f (no step trained: resumed at step %lld, at or past "
+                "--steps)\n",
+                static_cast<long long>(step), std::sqrt(params_sq), peak_mb, static_cast<long long>(step));
+  }
   std::fflush(stdout);
 }
 
@@ -250,7 +256,9 @@ int train(const Args& args) {
   sq += other_tensor_ranks_sq(*model);
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
-  examples::print_final(engine.global_steps(), loss_t.item<double>(), sq, tokens, seconds);
+  examples::print_final(engine.global_steps(),
+                        first_step < args.steps ? std::optional<double>(loss_t.item<double>()) : std::nullopt, sq,
+                        tokens, seconds);
   return 0;
 }
 
@@ -325,6 +333,14 @@ int main(int argc, char** argv) {
   args.config_path = ds.deepspeed_config;
   try {
     return train(args);
+  } catch (const deepspeed::ConfigError& e) {
+    // What initialize() finds wrong with the config (the batch at this world size, a feature combination) names
+    // the file as the config's own key errors do.
+    const std::string message = e.what();
+    const bool named = message.rfind(args.config_path + ":", 0) == 0;
+    std::fprintf(stderr, "train_gpt: %s%s%s\n", named ? "" : args.config_path.c_str(), named ? "" : ": ",
+                 message.c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return 1;

@@ -125,7 +125,8 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens =
       static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * stage.train_batch_size() * model_cfg.seq_len);
-  print_final(engine.global_steps(), last_loss, model_params_sq(module, data_rank, model_rank), tokens, seconds);
+  print_final(engine.global_steps(), first_step < args.steps ? std::optional<double>(last_loss) : std::nullopt,
+              model_params_sq(module, data_rank, model_rank), tokens, seconds);
   return 0;
 }
 

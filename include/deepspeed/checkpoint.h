@@ -242,6 +242,14 @@ StateDict deserialize_state(std::vector<char> bytes, const std::string& name);
 // message. A no-op for tensors that did not come from load_state. Throws CheckpointCorruptError
 // naming the file, the record and `what`. Thread-safe.
 void verify_tensor(const at::Tensor& t, const std::string& what = "");
+// Checks the CRC-32 of one share of the records of the file `state` came from (load_state with
+// verify_checksums false): records i with i % shares == share, each named by its entry in `state`
+// (records already checked are skipped). A load that reads only part of the mapped files it opens
+// calls it on each rank with (its rank, world size), so every record of every file is checked by
+// some rank, at 1/world of the file per rank: a flipped byte in a record no rank reads (the module
+// weights of a stage-1/2 model file, another world size's RNG state) still fails the load. A no-op
+// for a state without tensors from load_state. Throws CheckpointCorruptError as verify_tensor.
+void verify_record_share(const StateDict& state, int share, int shares);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Metadata and validation.

@@ -48,6 +48,29 @@ std::string str_cat(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+
+// `text` made safe to print inside a one-line message: a control byte (NUL, newline, escape, ...)
+// or DEL becomes \xNN and a backslash \\, so text read from a file or a JSON key can neither cut
+// the message (a NUL ends a C string) nor split it over lines or drive the terminal. Bytes of 0x80
+// and up pass unchanged (UTF-8 stays readable).
+inline std::string printable(const std::string& text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
 }  // namespace detail
 
 }  // namespace deepspeed

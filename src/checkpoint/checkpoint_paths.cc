@@ -39,6 +39,18 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// Why `tag` cannot name a tag folder, or "" when it can: a plain file name (what save_checkpoint
+// writes into `latest`), at most 255 bytes, no '/', no control character, not "." or "..".
+std::string why_not_a_tag(const std::string& tag) {
+  if (tag.empty()) return "it is empty";
+  if (tag.size() > 255) return "it is longer than 255 bytes, the longest folder name";
+  if (tag == "." || tag == "..") return "'.' and '..' are not folder names of their own";
+  if (tag.find('/') != std::string::npos) return "it holds a '/'";
+  for (const char c : tag)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "it holds a control character";
+  return "";
+}
+
 }  // namespace
 
 std::string default_tag(int64_t global_steps) {
@@ -121,9 +133,9 @@ std::vector<std::string> list_optim_states_files(const std::string& dir, const s
 }
 
 void write_latest(const std::string& dir, const std::string& tag, FileSystem* fs) {
-  DS_CHECK(
-      !tag.empty() && tag.find('/') == std::string::npos && tag.find('\n') == std::string::npos,
-      "checkpoint tag '", tag, "' must be non-empty and contain no '/' or newline");
+  const std::string why = why_not_a_tag(tag);
+  DS_CHECK(why.empty(), "checkpoint tag '", ::deepspeed::detail::printable(tag.substr(0, 80)),
+           tag.size() > 80 ? "..." : "", "' cannot name a folder: ", why);
   write_file_atomic(latest_path(dir), tag.data(), tag.size(), fs);
 }
 
@@ -135,6 +147,11 @@ std::string read_latest(const std::string& dir, FileSystem* fs, const std::strin
   std::vector<char> bytes = fs->read_file(path);
   std::string tag = trim(std::string(bytes.begin(), bytes.end()));
   DS_CHECK_T(CheckpointError, !tag.empty(), path, " is empty");
+  // Garbage here would otherwise surface as "<dir>/<garbage>/... is missing", echoing raw bytes.
+  const std::string why = why_not_a_tag(tag);
+  DS_CHECK_T(CheckpointError, why.empty(), path, " does not hold a checkpoint tag (", why, "): '",
+             ::deepspeed::detail::printable(tag.substr(0, 80)), tag.size() > 80 ? "..." : "",
+             "'; it should name a tag folder of ", dir, " (pass a tag explicitly)");
   return tag;
 }
 

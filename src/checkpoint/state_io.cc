@@ -432,6 +432,45 @@ c10::IValue load_python_torch_file(const std::string& path, const LoadOptions& o
   return value;
 }
 
+namespace {
+
+// The file bytes behind the first tensor of `value` that load_state mapped or read, or null.
+std::shared_ptr<FileBytes> bytes_behind(const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined() || !t.has_storage()) return nullptr;
+    const at::DataPtr& ptr = t.storage().data_ptr();
+    if (ptr.get_deleter() != &release_bytes) return nullptr;
+    return *static_cast<std::shared_ptr<FileBytes>*>(ptr.get_context());
+  }
+  std::vector<c10::IValue> items;
+  if (value.isGenericDict()) {
+    for (const auto& e : value.toGenericDict()) items.push_back(e.value());
+  } else if (value.isList()) {
+    for (const c10::IValue& v : value.toListRef()) items.push_back(v);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& v : value.toTupleRef().elements()) items.push_back(v);
+  }
+  for (const c10::IValue& v : items)
+    if (std::shared_ptr<FileBytes> b = bytes_behind(v)) return b;
+  return nullptr;
+}
+
+}  // namespace
+
+void verify_record_share(const StateDict& state, int share, int shares) {
+  DS_ASSERT(shares >= 1 && share >= 0 && share < shares, "share ", share, " of ", shares);
+  const std::shared_ptr<FileBytes> bytes = bytes_behind(state);
+  if (bytes == nullptr) return;
+  std::map<const void*, std::string> paths;
+  storage_paths(state, "", paths);
+  const std::vector<ZipRecord>& records = bytes->records();
+  for (size_t i = static_cast<size_t>(share); i < records.size(); i += static_cast<size_t>(shares)) {
+    auto it = paths.find(bytes->data() + records[i].offset);
+    bytes->verify_at(records[i].offset, it == paths.end() ? "" : it->second);
+  }
+}
+
 void verify_tensor(const at::Tensor& t, const std::string& what) {
   if (!t.defined() || !t.has_storage()) return;
   const at::DataPtr& ptr = t.storage().data_ptr();

@@ -7,6 +7,7 @@
 
 #include "comm/c10d_backend.h"
 #include "comm/env_init.h"
+#include "comm/job_store.h"
 #include "comm/process_group_impl.h"
 #include "comm/world_state.h"
 #include "deepspeed/accelerator.h"
@@ -111,8 +112,10 @@ void init_distributed(const InitOptions& options) {
   if (s->env.single_process) {
     s->store = detail::create_local_store();
   } else {
-    s->store = detail::create_tcp_store(s->env.master_addr, s->env.master_port, s->env.rank == 0,
-                                        s->env.world_size, s->timeout);
+    s->store = detail::join_job_store(
+        detail::create_tcp_store(s->env.master_addr, s->env.master_port, s->env.rank == 0, s->env.world_size,
+                                 s->timeout),
+        s->env);
   }
   std::vector<int> all(s->env.world_size);
   for (int i = 0; i < s->env.world_size; ++i) all[i] = i;

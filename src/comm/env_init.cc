@@ -86,8 +86,27 @@ EnvLookup process_env() {
   return [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
 }
 
+std::string read_job_id(const EnvLookup& env) {
+  std::string name, id;
+  for (const char* var : {"DS_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE"}) {
+    const char* v = env(var);
+    if (v == nullptr || !*v) continue;
+    name = var;
+    id = v;
+    if (name == "SLURM_JOB_ID" && env("SLURM_STEP_ID") != nullptr) id += std::string(".") + env("SLURM_STEP_ID");
+    break;
+  }
+  DS_CHECK(id.size() <= 256 && ::deepspeed::detail::printable(id) == id, "init_distributed: ", name, "='",
+           ::deepspeed::detail::printable(id.substr(0, 64)), id.size() > 64 ? "..." : "",
+           "' is not a job identity (at most 256 bytes, no control characters or backslashes)");
+  return id;
+}
+
 DistEnv read_dist_env(const EnvLookup& env) {
-  if (std::optional<DistEnv> from_launcher = discover_rank(env)) return *from_launcher;
+  if (std::optional<DistEnv> from_launcher = discover_rank(env)) {
+    from_launcher->job_id = read_job_id(env);
+    return *from_launcher;
+  }
   DistEnv d;
   bool any = false;
   for (const char* v : kVars) any = any || env(v) != nullptr;
@@ -107,6 +126,7 @@ DistEnv read_dist_env(const EnvLookup& env) {
            " (the launcher sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
   d.master_addr = addr;
   d.master_port = parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65535);
+  d.job_id = read_job_id(env);
   return d;
 }
 

@@ -22,6 +22,9 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   bool single_process = true;  // none of the variables set: a world of one without a TCP store
+  // Which job the rank belongs to, the same on all its ranks: only ranks of one job may meet at a
+  // rendezvous store (job_store.h). Empty when nothing names the job.
+  std::string job_id;
 };
 
 // torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
@@ -30,6 +33,12 @@ struct DistEnv {
 // DeepSpeed's MPI discovery does. Throws deepspeed::Error, e.g. "init_distributed: RANK='x' is not
 // an integer".
 DistEnv read_dist_env(const EnvLookup& env);
+
+// The job's identity: DS_JOB_ID (the deepspeed launcher sets it, a fresh random one per job), else
+// TORCHELASTIC_RUN_ID (torchrun), else SLURM_JOB_ID.SLURM_STEP_ID (srun), else PMIX_NAMESPACE
+// (mpirun); empty when none is set. Throws deepspeed::Error naming the variable when its value is
+// longer than 256 bytes or holds a control character.
+std::string read_job_id(const EnvLookup& env);
 
 // DS_COMM_TIMEOUT in seconds (fractions allowed), or nullopt when unset.
 std::optional<std::chrono::milliseconds> read_timeout_env(const EnvLookup& env);

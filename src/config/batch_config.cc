@@ -22,6 +22,18 @@ void check_given(const char* key, const std::optional<int64_t>& value) {
   }
 }
 
+// a * b, or a ConfigError naming both factors when the product does not fit in 64 bits (a batch of
+// 2^63 would wrap to a negative size and pass every later check).
+int64_t times(int64_t a, const std::string& a_text, int64_t b, const std::string& b_text) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) {
+    throw ConfigError(a_text + " * " + b_text + " overflows a 64-bit integer: give batch sizes a machine can run");
+  }
+  return out;
+}
+
+std::string named(const char* key, int64_t value) { return std::string(key) + " " + std::to_string(value); }
+
 // `train` must split evenly into `parts`; otherwise the message shows the arithmetic.
 int64_t divide(int64_t train, int64_t parts, const char* solved, const std::string& parts_text) {
   if (train % parts != 0 || train / parts < 1) {
@@ -49,26 +61,30 @@ BatchSizes resolve_batch_sizes(std::optional<int64_t> train, std::optional<int64
   if (train && micro && gas) {
     b = {*train, *micro, *gas};
   } else if (train && micro) {
-    b = {*train, *micro,
-         divide(*train, *micro * ws, kGas,
-                std::string(kMicro) + " " + std::to_string(*micro) + " * " + world)};
+    const std::string parts = named(kMicro, *micro) + " * " + world;
+    b = {*train, *micro, divide(*train, times(*micro, named(kMicro, *micro), ws, world), kGas, parts)};
   } else if (train && gas) {
-    b = {*train,
-         divide(*train, *gas * ws, kMicro,
-                std::string(kGas) + " " + std::to_string(*gas) + " * " + world),
-         *gas};
+    const std::string parts = named(kGas, *gas) + " * " + world;
+    b = {*train, divide(*train, times(*gas, named(kGas, *gas), ws, world), kMicro, parts), *gas};
   } else if (micro && gas) {
-    b = {*micro * *gas * ws, *micro, *gas};
+    b = {times(times(*micro, named(kMicro, *micro), *gas, named(kGas, *gas)),
+               named(kMicro, *micro) + " * " + named(kGas, *gas), ws, world),
+         *micro, *gas};
   } else if (train) {
     b = {*train, divide(*train, ws, kMicro, world), 1};
   } else if (micro) {
-    b = {*micro * ws, *micro, 1};
+    b = {times(*micro, named(kMicro, *micro), ws, world), *micro, 1};
   } else {
     throw ConfigError(std::string(kTrain) + ": either " + kTrain + " or " + kMicro +
                       " must be given (" + kGas + " alone cannot fix the batch size)");
   }
 
-  const int64_t product = b.train_micro_batch_size_per_gpu * b.gradient_accumulation_steps * ws;
+  const std::string micro_gas = named(kMicro, b.train_micro_batch_size_per_gpu) + " * " +
+                                named(kGas, b.gradient_accumulation_steps);
+  const int64_t product =
+      times(times(b.train_micro_batch_size_per_gpu, named(kMicro, b.train_micro_batch_size_per_gpu),
+                  b.gradient_accumulation_steps, named(kGas, b.gradient_accumulation_steps)),
+            micro_gas, ws, world);
   if (b.train_batch_size != product) {
     throw ConfigError(std::string(kTrain) + " " + std::to_string(b.train_batch_size) +
                       " != " + kMicro + " " + std::to_string(b.train_micro_batch_size_per_gpu) +

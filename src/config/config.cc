@@ -2,13 +2,10 @@
 // dump. The sections themselves are parsed in their own files (see sections.h).
 #include "deepspeed/config.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "config/sections.h"
+#include "config/small_file.h"
 #include "config/suggest.h"
 
 namespace deepspeed::config {
@@ -233,16 +230,17 @@ Config Config::from_string(const std::string& json_text) {
 Config Config::from_file(const std::string& path) { return from_file(path, {}); }
 
 Config Config::from_file(const std::string& path, const std::vector<std::string>& overrides) {
-  if (std::filesystem::is_directory(path)) {
-    throw ConfigError(path + ": cannot read config file (it is a directory)");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open config file (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  Json root = parse_json_text(text.str(), path);
+  std::string text;
+  const std::string why = read_small_file(path, &text);
+  if (!why.empty()) throw ConfigError(::deepspeed::detail::printable(path) + ": cannot read config file: " + why);
+  Json root = parse_json_text(text, path);
   for (const std::string& assignment : overrides) apply_override(&root, assignment);
-  return parse_root(root);
+  try {
+    return parse_root(root);
+  } catch (const ConfigError& e) {
+    // A key's error names the file it is in, as the syntax errors do (a program may read several configs).
+    throw ConfigError(::deepspeed::detail::printable(path) + ": " + e.what());
+  }
 }
 
 void Config::mark_auto(const std::string& json_path) {

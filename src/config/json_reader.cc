@@ -19,7 +19,10 @@ std::string describe(const Json& value) {
 }
 
 std::string join_path(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "." + key;
+  // Keys come from the user's file: a NUL or newline in one must not cut or split the message that
+  // names it (no key we accept holds either, so matching is unaffected).
+  const std::string shown = ::deepspeed::detail::printable(key);
+  return parent.empty() ? shown : parent + "." + shown;
 }
 
 namespace {

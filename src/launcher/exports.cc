@@ -6,9 +6,9 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
+#include "config/small_file.h"
 #include "deepspeed/error.h"
 #include "launcher/text_util.h"
 
@@ -109,11 +109,10 @@ EnvVars collect_exports(const std::vector<std::string>& environ_kv,
     set_env_var(vars, kv.substr(0, eq), kv.substr(eq + 1));
   }
   for (const std::string& path : env_files) {
-    std::ifstream f(path);
-    DS_CHECK_T(LaunchError, f.good(), "cannot read ", path);
-    std::stringstream text;
-    text << f.rdbuf();
-    for (const auto& [name, value] : parse_env_file(text.str(), path))
+    std::string text;
+    const std::string why = config::read_small_file(path, &text);
+    DS_CHECK_T(LaunchError, why.empty(), "cannot read ", path, ": ", why);
+    for (const auto& [name, value] : parse_env_file(text, path))
       set_env_var(vars, name, value);
   }
   return vars;

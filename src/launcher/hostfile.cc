@@ -3,9 +3,9 @@
 #include <sys/stat.h>
 
 #include <cctype>
-#include <fstream>
 #include <sstream>
 
+#include "config/small_file.h"
 #include "launcher/launcher.h"
 #include "launcher/text_util.h"
 
@@ -60,11 +60,10 @@ std::optional<ResourcePool> fetch_hostfile(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   DS_CHECK_T(LaunchError, S_ISREG(st.st_mode), "hostfile ", path, " is not a regular file");
-  std::ifstream in(path);
-  DS_CHECK_T(LaunchError, in.good(), "cannot read hostfile ", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hostfile(text.str(), path);
+  std::string text;
+  const std::string why = config::read_small_file(path, &text);
+  DS_CHECK_T(LaunchError, why.empty(), "cannot read hostfile ", path, ": ", why);
+  return parse_hostfile(text, path);
 }
 
 }  // namespace deepspeed::launcher

@@ -141,6 +141,7 @@ struct LocalLaunch {
   std::vector<int> bind_cores;    // non-empty: split these cores evenly over the local ranks
   int kill_grace_seconds = 5;     // SIGTERM -> SIGKILL delay when stopping ranks
   bool stop_on_stdin_eof = false;  // stdin's end-of-file means the multi-node runner is gone
+  std::string job_id;  // DS_JOB_ID for every rank (job_id.h); empty: not set
 };
 
 // The hosts and slots a run uses: the hostfile's pool (or this machine's devices when there is
@@ -179,6 +180,7 @@ struct MultiNodeLaunch {
   std::string account;  // slurm
   bool check_ssh = true;
   bool save_pid = false;  // /tmp/<pid>.deepspeed for this launcher (not the node launchers)
+  std::string job_id;     // DS_JOB_ID exported to every node and rank (job_id.h)
 };
 
 // DeepSpeed's multi-node decisions: backend (--launcher; pdsh when found, else ssh), the active

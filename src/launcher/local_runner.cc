@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "launcher/core_binding.h"
+#include "launcher/rank_limit.h"
 #include "launcher/rank_output.h"
 #include "launcher/supervisor.h"
 
@@ -42,6 +43,7 @@ std::string prepare_log_dir(const std::string& dir) {
 int run_local(const LocalLaunch& launch) {
   DS_CHECK_T(LaunchError, !launch.slots.empty(), "no ranks to start on this node");
   const std::string program = resolve_program(launch.program);  // bad input: fail before spawning
+  check_local_rank_count(static_cast<int>(launch.slots.size()));
   PidFile pid_file(launch.save_pid);
   const std::string log_prefix =
       launch.each_rank_log_dir.empty() ? "" : prepare_log_dir(launch.each_rank_log_dir);

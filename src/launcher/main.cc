@@ -1,8 +1,10 @@
 // deepspeed::launcher::main(): the whole `deepspeed` command, mapping each kind of failure to an
 // exit code.
 #include <cstdio>
+#include <cstdlib>
 
 #include "launcher/launcher.h"
+#include "launcher/job_id.h"
 #include "launcher/launcher_args.h"
 
 namespace deepspeed::launcher {
@@ -27,8 +29,16 @@ int main(int argc, char** argv, AutotuneCommand autotune) {
                    "deepspeed: warning: hostfile %s not found; using local resources only\n",
                    args.hostfile.c_str());
     }
-    if (needs_multinode(args, pool)) return run_multinode(plan_multinode(args, pool));
-    return run_local(plan_launch(args, pool));
+    const char* inherited = std::getenv(kJobIdVar);
+    const std::string job_id = inherited != nullptr ? inherited : "";
+    if (needs_multinode(args, pool)) {
+      MultiNodeLaunch m = plan_multinode(args, pool);
+      m.job_id = job_id_for(args, static_cast<int>(m.pool.size()), job_id);
+      return run_multinode(std::move(m));
+    }
+    LocalLaunch local = plan_launch(args, pool);
+    local.job_id = job_id_for(args, local.num_nodes, job_id);
+    return run_local(local);
   } catch (const HelpRequested& help) {
     std::fputs(help.what(), stdout);
     return 0;

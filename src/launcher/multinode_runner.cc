@@ -11,6 +11,7 @@
 
 #include "launcher/launcher.h"
 #include "launcher/exports.h"
+#include "launcher/job_id.h"
 #include "launcher/local_runner.h"
 #include "launcher/subprocess.h"
 #include "launcher/supervisor.h"
@@ -159,6 +160,7 @@ int run_multinode(MultiNodeLaunch m) {
   if (m.master_addr.empty()) m.master_addr = resolve_master_addr(m);
   const std::vector<std::string> env = current_environment();
   m.exports = collect_exports(env, env_file_paths());
+  if (!m.job_id.empty()) set_env_var(m.exports, kJobIdVar, m.job_id);
   // mpirun gives local ranks a pseudo-terminal, so rank 0 would draw a progress bar into a log.
   if (::isatty(STDOUT_FILENO) != 1 && get_entry(env, "DS_PROGRESS").empty()) {
     set_env_var(m.exports, "DS_PROGRESS", "lines");

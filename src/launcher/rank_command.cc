@@ -8,6 +8,7 @@
 #include <map>
 
 #include "launcher/core_binding.h"
+#include "launcher/job_id.h"
 #include "launcher/local_runner.h"
 #include "launcher/text_util.h"
 
@@ -41,6 +42,7 @@ std::vector<std::string> rank_environment(const LocalLaunch& launch, int local_r
   set["ROLE_WORLD_SIZE"] = std::to_string(launch.world_size);
   set["MASTER_ADDR"] = launch.master_addr;
   set["MASTER_PORT"] = std::to_string(launch.master_port);
+  if (!launch.job_id.empty()) set[kJobIdVar] = launch.job_id;
   if (!launch.bind_cores.empty()) {
     set["OMP_NUM_THREADS"] =
         std::to_string(cores_for_rank(launch.bind_cores, local_size, local_rank).size());

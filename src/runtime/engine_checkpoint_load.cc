@@ -372,6 +372,11 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(
     if (saved_opt.archive.defined())
       ckpt::verify_tensor(saved_opt.archive, "client_optimizer_archive");
     if (model.contains("client_state")) verify_tensors(model.at("client_state"), "client_state");
+    // And the records no rank copies from (the module's weights in the model file, other ranks' extras): each
+    // rank checks its share of every file opened, so any flipped byte fails the load on some rank.
+    ckpt::verify_record_share(model, world_.rank(), world_.size());
+    for (size_t f = 0; f < index.states.size(); ++f)
+      ckpt::verify_record_share(index.states[f], static_cast<int>((world_.rank() + f) % world_.size()), world_.size());
     if (zenflow_ && full && model.contains("zenflow")) {
       verify_tensors(model.at("zenflow"), "zenflow");
       zenflow_state = model.at("zenflow").toGenericDict();

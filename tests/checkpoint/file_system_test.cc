@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -153,4 +154,37 @@ TEST(CrashSafety, CompletedSaveMovesLatest) {
   EXPECT_EQ(ckpt::read_latest(tmp.path()), "global_step2");
   expect_checkpoint(tmp.path(), "global_step2", 2);
   expect_checkpoint(tmp.path(), "global_step1", 1);
+}
+
+// Issue 52: garbage in `latest` was echoed raw inside a "file is missing" message that never said `latest` was at
+// fault. A tag read from it must be a plain folder name; anything else is one line naming `latest`, escaped.
+TEST(Latest, GarbageIsRefusedNamingLatestWithTheBytesEscaped) {
+  TempDir tmp;
+  auto latest_holding = [&](const std::string& bytes) {
+    std::FILE* f = std::fopen((tmp.path() + "/latest").c_str(), "wb");
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    try {
+      ckpt::read_latest(tmp.path());
+    } catch (const ckpt::CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<accepted>");
+  };
+  const std::string prefix = tmp.path() + "/latest does not hold a checkpoint tag (";
+  EXPECT_EQ(latest_holding(std::string("glob\x1b[2Jal\0x\nstep", 17)),
+            prefix + "it holds a control character): 'glob\\x1b[2Jal\\x00x\\x0astep'; it should name a tag folder of " +
+                tmp.path() + " (pass a tag explicitly)");
+  EXPECT_EQ(latest_holding("../../etc").rfind(prefix + "it holds a '/'", 0), 0u);
+  EXPECT_EQ(latest_holding("..").rfind(prefix + "'.' and '..'", 0), 0u);
+  const std::string long_tag = latest_holding(std::string(300, 'g'));
+  EXPECT_EQ(long_tag.rfind(prefix + "it is longer than 255 bytes", 0), 0u) << long_tag;
+  EXPECT_NE(long_tag.find(std::string(80, 'g') + "...'"), std::string::npos) << long_tag;
+  EXPECT_EQ(long_tag.find(std::string(81, 'g')), std::string::npos) << long_tag;
+  // What save_checkpoint writes, and the same by hand with a trailing newline, are tags.
+  EXPECT_EQ(latest_holding("global_step7\n"), "<accepted>");
+  EXPECT_EQ(ckpt::read_latest(tmp.path()), "global_step7");
+  EXPECT_EQ(latest_holding("my run (v2)"), "<accepted>");
+  EXPECT_THROW(ckpt::write_latest(tmp.path(), "a\nb"), deepspeed::Error);
+  EXPECT_THROW(ckpt::write_latest(tmp.path(), ".."), deepspeed::Error);
 }

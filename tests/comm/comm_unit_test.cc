@@ -8,6 +8,7 @@
 #include "comm/collective_check.h"
 #include "comm/comms_logger.h"
 #include "comm/env_init.h"
+#include "comm/job_store.h"
 #include "deepspeed/comm.h"
 
 namespace dc = deepspeed::comm;
@@ -137,6 +138,71 @@ TEST(EnvInit, TimeoutAndCheckVariables) {
   EXPECT_TRUE(*dd::read_check_env(fake_env({{"DS_COMM_CHECK", "1"}})));
   EXPECT_FALSE(*dd::read_check_env(fake_env({{"DS_COMM_CHECK", "false"}})));
   EXPECT_THROW(dd::read_check_env(fake_env({{"DS_COMM_CHECK", "maybe"}})), deepspeed::Error);
+}
+
+// Issue 52: which job a rank belongs to, from the launcher's DS_JOB_ID or a scheduler's own identity.
+TEST(EnvInit, JobIdentityComesFromTheLauncherOrTheScheduler) {
+  auto with = [](std::map<std::string, std::string> extra) {
+    std::map<std::string, std::string> vars = full_env();
+    vars.insert(extra.begin(), extra.end());
+    return dd::read_dist_env(fake_env(vars)).job_id;
+  };
+  EXPECT_EQ(with({}), "");
+  EXPECT_EQ(with({{"DS_JOB_ID", "3f2a"}, {"SLURM_JOB_ID", "77"}}), "3f2a");
+  EXPECT_EQ(with({{"TORCHELASTIC_RUN_ID", "run-9"}, {"SLURM_JOB_ID", "77"}}), "run-9");
+  EXPECT_EQ(with({{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"}}), "77.2");
+  EXPECT_EQ(with({{"PMIX_NAMESPACE", "prterun-h-123@1"}}), "prterun-h-123@1");
+  // mpirun's ranks find their place and their job alike.
+  EXPECT_EQ(dd::read_dist_env(fake_env({{"OMPI_COMM_WORLD_RANK", "1"},
+                                        {"OMPI_COMM_WORLD_SIZE", "2"},
+                                        {"MASTER_ADDR", "h"},
+                                        {"DS_JOB_ID", "abc"}}))
+                .job_id,
+            "abc");
+  EXPECT_EQ(error_of({{"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                      {"DS_JOB_ID", std::string("a\nb")}}),
+            "init_distributed: DS_JOB_ID='a\\x0ab' is not a job identity (at most 256 bytes, no control characters or "
+            "backslashes)");
+  EXPECT_NE(error_of({{"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                      {"DS_JOB_ID", std::string(300, 'x')}})
+                .find("DS_JOB_ID='" + std::string(64, 'x') + "...' is not a job identity"),
+            std::string::npos);
+}
+
+// Issue 52: a rank of another job that reaches this job's store (same MASTER_PORT) is refused before it writes
+// anything, and the job's own ranks meet under a prefix of their own.
+TEST(JobStore, OnlyRanksOfTheJobThatHostsTheStoreJoinIt) {
+  auto store = dd::create_local_store();
+  dd::DistEnv host;
+  host.rank = 0;
+  host.world_size = 2;
+  host.master_addr = "127.0.0.1";
+  host.master_port = 29611;
+  host.job_id = "winner";
+  auto hosted = dd::join_job_store(store, host);
+  dd::DistEnv stranger = host;
+  stranger.rank = 1;
+  stranger.job_id = "loser";
+  try {
+    dd::join_job_store(store, stranger);
+    ADD_FAILURE() << "a rank of another job joined";
+  } catch (const deepspeed::CommError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 1 of job 'loser' reached the rendezvous store at 127.0.0.1:29611 (MASTER_ADDR/MASTER_PORT) of "
+              "another job ('winner'): port 29611 is taken by another job; pick another with the launcher's "
+              "--master_port");
+  }
+  dd::DistEnv unnamed = stranger;
+  unnamed.job_id = "";
+  EXPECT_THROW(dd::join_job_store(store, unnamed), deepspeed::CommError);
+  dd::DistEnv peer = stranger;
+  peer.job_id = "winner";
+  auto joined = dd::join_job_store(store, peer);
+  joined->set("rank_1", "addr");
+  EXPECT_EQ(hosted->get("rank_1"), "addr");
+  EXPECT_TRUE(store->check({"job/winner/rank_1"}));
+  EXPECT_FALSE(store->check({"rank_1"}));
+  EXPECT_FALSE(store->check({"job/loser/rank_1"}));
 }
 
 TEST(Describe, TensorsAndDurations) {

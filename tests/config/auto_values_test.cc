@@ -214,10 +214,10 @@ TEST(ConfigOverrides, BadOverridesAreNamed) {
             "--set fp16..enabled=true: empty key in the dotted path 'fp16..enabled'");
   EXPECT_EQ(error("train_batch_size.x=1"),
             "--set train_batch_size.x=1: train_batch_size is 8, not an object");
-  // Values are validated like the file's own.
+  // Values are checked like the file's own, and their errors name the file.
   EXPECT_EQ(error("zero_optimization.stage=7"),
-            "zero_optimization.stage: expected an integer in 0..3, got 7");
-  EXPECT_THAT(error("optimizer.params.lr=0.1"), StartsWith("optimizer.type: required"));
+            path + ": zero_optimization.stage: expected an integer in 0..3, got 7");
+  EXPECT_THAT(error("optimizer.params.lr=0.1"), StartsWith(path + ": optimizer.type: required"));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "deepspeed/config.h"
 
 namespace deepspeed::config {
@@ -25,6 +27,25 @@ void expect_sizes(const BatchSizes& b, int64_t train, int64_t micro, int64_t gas
   EXPECT_EQ(b.train_batch_size, train);
   EXPECT_EQ(b.train_micro_batch_size_per_gpu, micro);
   EXPECT_EQ(b.gradient_accumulation_steps, gas);
+}
+
+// Issue 52: 2^63-1 at world size 2 solved to a train_batch_size of -2 and passed; 4294967300^2 wrapped. Every product
+// of the batch keys is checked, and the error names the factors.
+TEST(BatchConfig, ProductsThatOverflowAreRefusedNamingTheKeys) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(error_of(kUnset, kMax, kUnset, 2),
+            "train_micro_batch_size_per_gpu 9223372036854775807 * world size 2 overflows a 64-bit integer: give "
+            "batch sizes a machine can run");
+  EXPECT_THAT(error_of(kUnset, 4294967300, 4294967300, 1),
+              HasSubstr("train_micro_batch_size_per_gpu 4294967300 * gradient_accumulation_steps 4294967300 "
+                        "overflows"));
+  EXPECT_THAT(error_of(kUnset, 4294967296, 1073741824, 2), HasSubstr("* world size 2 overflows"));
+  EXPECT_THAT(error_of(kMax, 2, kUnset, 3), HasSubstr("train_micro_batch_size_per_gpu 2 * world size 3"));
+  EXPECT_THAT(error_of(kMax - 1, kUnset, 2, 2), HasSubstr("gradient_accumulation_steps 2 * world size 2"));
+  // All three given: the consistency product is checked too, not wrapped into an equality by chance.
+  EXPECT_THAT(error_of(0x4000000000000000, 0x2000000000000000, 4, 2), HasSubstr("overflows a 64-bit integer"));
+  // The largest product that fits still resolves.
+  expect_sizes(resolve_batch_sizes(kUnset, kMax / 2, kUnset, 2), kMax / 2 * 2, kMax / 2, 1);
 }
 
 TEST(BatchConfig, AllThreeConsistent) { expect_sizes(resolve_batch_sizes(32, 4, 2, 4), 32, 4, 2); }

@@ -5,10 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <thread>
 
+#include "config/small_file.h"
 #include "config_error.h"
 
 namespace deepspeed::config {
@@ -235,7 +240,7 @@ TEST(ConfigFile, MissingFileNamesIt) {
     Config::from_file("/nonexistent/ds_config.json");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/ds_config.json: cannot open config file"));
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/ds_config.json: cannot read config file: No such file or directory"));
   }
 }
 
@@ -252,6 +257,60 @@ TEST(ConfigFile, InvalidJsonNamesFileLineAndColumn) {
     EXPECT_THAT(e.what(), HasSubstr(path + ":3:11: invalid JSON: unexpected ']'"));
   }
   std::remove(path.c_str());
+}
+
+// Issue 52: a NUL in a key cut the message at the NUL ("nulkey.json: a"); control bytes are shown escaped, whole.
+TEST(ConfigErrors, ControlBytesInKeysAreShownEscaped) {
+  const std::string e = error_of(std::string("{\"train_batch_size\": 8, \"a\\u0000b\\nc\": 1}"));
+  EXPECT_THAT(e, HasSubstr("a\\x00b\\x0ac: unknown key")) << e;
+  EXPECT_EQ(e.find('\0'), std::string::npos);
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  EXPECT_THAT(error_of(R"({"train_batch_size": 8, "zero_optimization": {"sta\u0007ge": 1}})"),
+              HasSubstr("zero_optimization.sta\\x07ge: unknown key"));
+}
+
+// Issue 52: /dev/zero as a config grew to 19 GB before a timeout. A config read is capped and refuses what is not a
+// file or a pipe, in one line naming the path; a pipe (a process substitution) still works.
+TEST(ConfigFile, ReadsAreCappedAndOnlyFromFilesOrPipes) {
+  auto error_of_file = [](const std::string& path) {
+    try {
+      Config::from_file(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of_file("/dev/zero"),
+            "/dev/zero: cannot read config file: it is not a regular file or a pipe (a character device)");
+  EXPECT_EQ(error_of_file("/tmp"), "/tmp: cannot read config file: it is a directory");
+  const std::string big = ::testing::TempDir() + "ds_config_big.json";
+  {
+    std::ofstream out(big);
+    out << "{\"train_batch_size\": 8, \"_comment\": \"" << std::string(kSmallFileMaxBytes, 'x') << "\"}";
+  }
+  EXPECT_THAT(error_of_file(big), HasSubstr(big + ": cannot read config file: it is larger than 16 MiB"));
+  std::remove(big.c_str());
+  // A pipe with more than the cap behind it: refused after the cap, not read to the end.
+  ::signal(SIGPIPE, SIG_IGN);  // the writer's last writes go to a pipe nobody reads any more
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::thread writer([&] {
+    const std::string chunk(1 << 16, ' ');
+    for (size_t sent = 0; sent <= kSmallFileMaxBytes + chunk.size(); sent += chunk.size())
+      if (::write(fds[1], chunk.data(), chunk.size()) < 0) break;  // EPIPE once the reader gave up
+    ::close(fds[1]);
+  });
+  const std::string pipe_path = "/proc/self/fd/" + std::to_string(fds[0]);
+  EXPECT_THAT(error_of_file(pipe_path), HasSubstr("it is larger than 16 MiB"));
+  ::close(fds[0]);
+  writer.join();
+  // A pipe holding a config is read whole.
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string text = R"({"train_batch_size": 8})";
+  ASSERT_EQ(::write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fds[1]);
+  EXPECT_EQ(*Config::from_file("/proc/self/fd/" + std::to_string(fds[0])).train_batch_size, 8);
+  ::close(fds[0]);
 }
 
 TEST(ConfigDump, FillsEveryDefaultAndReloads) {

@@ -377,6 +377,16 @@ PY
   config_typo)
     run 1 typo.json --steps 2 && fail "a misspelt key must be rejected"
     grep -q "gradient_clippin: unknown key (did you mean 'gradient_clipping'?)" "$log" || fail "no suggestion"
+    grep -q "train_gpt: $configs/typo.json: gradient_clippin: unknown key" "$log" || fail "the key's error should name the file"
+    # What initialize() refuses names the file too: here a batch that overflows 64 bits at 2 ranks (issue 52; it used
+    # to resolve to train_batch_size -2 and fail later in a std::vector).
+    huge=$(mktemp --suffix=.json)
+    trap 'rm -f "$log" "$huge"' EXIT
+    sed 's/"train_micro_batch_size_per_gpu": *[0-9]*/"train_micro_batch_size_per_gpu": 9223372036854775807/' \
+      "$configs/micro8.json" > "$huge"
+    run 2 micro8.json --steps 2 --deepspeed_config "$huge" && fail "an overflowing batch must be rejected"
+    grep -q "train_gpt: $huge: train_micro_batch_size_per_gpu 9223372036854775807 \* gradient_accumulation_steps 1 \* world size 2 overflows a 64-bit integer" "$log" \
+      || fail "the overflow should be one line naming the file and the keys"
     ;;
   bad_cli)
     # Bounds are one readable line naming the flag (CLI11's own checks print a 309-digit maximum).
@@ -407,6 +417,54 @@ PY
     grep -q "could not host the rendezvous store on .*:$port (MASTER_ADDR/MASTER_PORT): port $port is already in use" "$log" \
       || fail "no clear busy-port line"
     grep -Eq "socket\.cpp|\[c10d\]|^\[rank[0-9]\]: [WE][0-9]{4} " "$log" && fail "c10d's glog lines printed"
+    ;;
+  concurrent_start)
+    # Issue 52: two jobs started in the same instant on one --master_port. The loser's rank 0 cannot listen on it,
+    # but its rank 1 reached the winner's rendezvous store and joined its world, which then died a few dozen steps
+    # later ("Connection reset by peer"): 7 of 16 tries lost both jobs. Now only ranks of the job that hosts the store
+    # join it. Each round: at least one job finishes with the reference line; a job that does not fails in one line
+    # saying the port is another job's. One process per rank, a tiny model, few steps: the rounds cost seconds each.
+    job=(--deepspeed_config "$configs/micro4.json" "${small[@]}" --layers 1 --steps 30)
+    run 2 micro4.json "${job[@]:2}" || fail "reference run exited with $?"
+    want=$(grep -o "final step=30 loss=[^ ]* params_l2=[^ ]*" "$log")
+    [ -n "$want" ] || fail "no reference line"
+    a=$(mktemp) b=$(mktemp)
+    trap 'rm -f "$log" "$a" "$b"' EXIT
+    won=0
+    check_job() {  # check_job <status> <output>: counts a win in $won; a failure must be a clean port refusal
+      if [ "$1" = 0 ]; then
+        [ "$(grep -o "final step=30 loss=[^ ]* params_l2=[^ ]*" "$2")" = "$want" ] || { cat "$2"; fail "round $round: a job finished off the reference '$want'"; }
+        won=$((won + 1))
+      else
+        grep -Eq "port $port is already in use|of another job \('[0-9a-f]{32}'\): port $port is taken by another job" "$2" \
+          || { cat "$2"; fail "round $round: a job failed (status $1) without saying the port is taken"; }
+      fi
+    }
+    for round in $(seq 1 12); do
+      "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" "${job[@]}" > "$a" 2>&1 &
+      pa=$!
+      "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" "${job[@]}" > "$b" 2>&1 &
+      pb=$!
+      wait $pa; sa=$?
+      wait $pb; sb=$?
+      won=0
+      check_job $sa "$a"
+      check_job $sb "$b"
+      echo "round $round: statuses $sa $sb, $won finished"
+      [ "$won" -ge 1 ] || fail "round $round: both jobs failed"
+    done
+    # The same collision made certain: a rank of another job (its own DS_JOB_ID) joins the job's port by hand. It is
+    # refused in one line naming both jobs and wrote nothing the job reads: the job still ends on the reference.
+    DS_JOB_ID=intruder RANK=1 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DS_COMM_TIMEOUT=60 \
+      "$bin/train_gpt" "${job[@]}" > "$b" 2>&1 &
+    pb=$!
+    run 2 micro4.json "${job[@]:2}"; sa=$?
+    wait $pb; sb=$?
+    [ "$sa" = 0 ] && [ "$(grep -o "final step=30 loss=[^ ]* params_l2=[^ ]*" "$log")" = "$want" ] \
+      || fail "the job beside the intruder: status $sa, '$(grep -o "final step=.*" "$log")', want '$want'"
+    [ "$sb" != 0 ] || { cat "$b"; fail "the intruding rank ran"; }
+    grep -Eq "rank 1 of job 'intruder' reached the rendezvous store at 127.0.0.1:$port \(MASTER_ADDR/MASTER_PORT\) of another job \('[0-9a-f]{32}'\)" "$b" \
+      || { cat "$b"; fail "the intruder was not refused in one line naming both jobs"; }
     ;;
   resume)
     # New processes resume bit-exactly: 6 steps straight == 3 steps, save, 3 more from --load_dir (stages 0-3).
@@ -445,6 +503,11 @@ PY
     run 1 ckpt_stage1.json --steps 4 --save_dir "$ckpt/every2" --save_interval 2 || fail "interval run exited with $?"
     [ -f "$ckpt/every2/global_step2/mp_rank_00_model_states.pt" ] && [ -f "$ckpt/every2/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt" ] \
       || fail "expected checkpoints at steps 2 and 4"
+    # Resumed at --steps: nothing to train, and the final line says so instead of loss=nan tokens_per_s=0.0 (issue 52).
+    run 1 ckpt_stage1.json --steps 4 --load_dir "$ckpt/every2" || fail "a resume at --steps exited with $?"
+    grep -q "final step=4 params_l2=[0-9.]* peak_rss_mb=[0-9.]* (no step trained: resumed at step 4, at or past --steps)" "$log" \
+      || fail "a resume at --steps should say no step was trained"
+    grep -Eq "nan|tokens_per_s=0" "$log" && fail "a resume at --steps printed a loss or a throughput"
     ;;
   reshard)
     # A checkpoint of N ranks (and another stage) continues on M ranks with the same numbers, up to reduction order.

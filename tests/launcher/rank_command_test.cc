@@ -66,6 +66,15 @@ TEST(RankCommand, EnvironmentHasTorchrunAndDeepSpeedVariables) {
   EXPECT_EQ(get(env, "OMP_NUM_THREADS"), "(unset)");
 }
 
+// Issue 52: every rank of a launch carries the launch's job identity, replacing an inherited one.
+TEST(RankCommand, EveryRankGetsTheJobIdentity) {
+  LocalLaunch l = second_node_of_two();
+  EXPECT_EQ(get(rank_environment(l, 0, {"DS_JOB_ID=outer"}), "DS_JOB_ID"), "outer");  // none of its own: left as is
+  l.job_id = "0123456789abcdef0123456789abcdef";
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(get(rank_environment(l, r, {"DS_JOB_ID=outer"}), "DS_JOB_ID"), l.job_id);
+}
+
 TEST(RankCommand, BoundCoresSetOmpNumThreads) {
   LocalLaunch l = second_node_of_two();
   l.bind_cores = {0, 1, 2, 3, 4, 5, 6};
