@@ -360,7 +360,7 @@ PY
     ;;
   unsupported_feature)
     run 1 unsupported.json --steps 2 && fail "sparse gradients must be rejected until they are implemented"
-    grep -q "train_gpt: sparse_gradients: sparse gradient all-reduce .*not implemented" "$log" ||
+    grep -q "train_gpt: $configs/unsupported.json: sparse_gradients: sparse gradient all-reduce .*not implemented" "$log" ||
       fail "unclear rejection"
     ;;
   zero3)
