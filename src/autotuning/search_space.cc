@@ -2,6 +2,7 @@
 // memory of their model states.
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -187,6 +188,9 @@ std::vector<int64_t> tuning_micro_batch_sizes(const SearchInputs& in) {
   }
   DS_CHECK_T(ConfigError, lo <= hi, lo_key, ": asks for micro batches of at least ", lo,
              " per rank, but ", hi_source, " allows at most ", hi);
+  // Each trial's train_batch_size is a micro batch times the world: it must fit in 64 bits.
+  DS_CHECK_T(ConfigError, hi <= std::numeric_limits<int64_t>::max() / world, hi_source, " ", hi, " * world size ",
+             world, " overflows a 64-bit integer: give batch sizes a machine can run");
 
   std::set<int64_t> sizes = {lo, hi};
   for (int64_t p = 1; p <= hi; p *= 2) {

@@ -79,9 +79,11 @@ MemoryEstimate estimate_model_states_mem_needs(int64_t num_params, int num_ranks
   DS_CHECK(largest_layer_params >= 0,
            "estimate_model_states_mem_needs: largest_layer_params must be >= 0, got ",
            largest_layer_params);
-  DS_CHECK(reduce_bucket_size >= 0,
-           "estimate_model_states_mem_needs: reduce_bucket_size must be >= 0, got ",
-           reduce_bucket_size);
+  DS_CHECK(reduce_bucket_size >= 0 && reduce_bucket_size <= kMaxParams,
+           "estimate_model_states_mem_needs: reduce_bucket_size (zero_optimization.reduce_bucket_size) must be in 0..",
+           kMaxParams, " (its two fp32 buffers are counted in bytes), got ", reduce_bucket_size);
+  DS_CHECK(largest_layer_params <= kMaxParams, "estimate_model_states_mem_needs: largest_layer_params must be <= ",
+           kMaxParams, ", got ", largest_layer_params);
 
   const int64_t w = working_bytes(precision);
   const bool mixed = precision != Precision::kFp32;

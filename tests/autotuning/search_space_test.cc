@@ -2,6 +2,7 @@
 // states' memory, and the errors for inputs that leave nothing to tune.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "autotuning_test_util.h"
@@ -93,6 +94,17 @@ TEST(MicroBatches, ErrorsNameTheKeys) {
   e = config_error_of([&] { tuning_micro_batch_sizes(in); });
   EXPECT_EQ(e.rfind("autotuning.min_train_micro_batch_size_per_gpu: ", 0), 0u) << e;
   EXPECT_NE(e.find("autotuning.max_train_batch_size 8 / world size 4"), std::string::npos) << e;
+
+  // Issue 52: each trial's train_batch_size (micro x world) must fit in 64 bits.
+  in = small_inputs();  // world 4
+  in.autotuning.max_train_micro_batch_size_per_gpu = int64_t{1} << 62;
+  e = config_error_of([&] { tuning_micro_batch_sizes(in); });
+  EXPECT_EQ(e, "autotuning.max_train_micro_batch_size_per_gpu 4611686018427387904 * world size 4 overflows a 64-bit "
+               "integer: give batch sizes a machine can run");
+  in.autotuning.max_train_micro_batch_size_per_gpu = int64_t{1} << 61;  // * 4 = 2^63: one past the largest
+  EXPECT_NE(config_error_of([&] { tuning_micro_batch_sizes(in); }).find("overflows"), std::string::npos);
+  in.autotuning.max_train_micro_batch_size_per_gpu = std::numeric_limits<int64_t>::max() / 4;
+  EXPECT_EQ(config_error_of([&] { tuning_micro_batch_sizes(in); }), "(no ConfigError)");
 
   in = small_inputs();
   in.train_batch_size = 10;  // not a multiple of world 4

@@ -238,6 +238,13 @@ TEST(MemoryEstimator, BadArgumentsNameTheArgument) {
   expect_error_naming(
       [] { estimate_model_states_mem_needs(1000, 4, 2, kBf16, kNone, kNone, 0, -1); },
       "reduce_bucket_size");
+  // Issue 52: a bucket whose byte count would wrap 64 bits (the config allows any int64) is refused by name.
+  expect_error_naming(
+      [] { estimate_model_states_mem_needs(1000, 4, 2, kBf16, kNone, kNone, 0, int64_t{1} << 62); },
+      "zero_optimization.reduce_bucket_size");
+  expect_error_naming(
+      [] { estimate_model_states_mem_needs(1000, 4, 3, kBf16, kNone, kNone, int64_t{1} << 62); },
+      "largest_layer_params");
   expect_error_naming([] { estimate_model_states_mem_needs_paper(1000, 0, 1); }, "num_ranks");
   expect_error_naming([] { padded_numel(10, 0); }, "world_size");
   expect_error_naming([] { flat_numel({4, -1}); }, "param_numels[1]");
