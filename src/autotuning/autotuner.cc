@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "autotuning/command_line.h"
 #include "autotuning/trial_process.h"
 #include "autotuning/autotuning.h"
 #include "deepspeed/config.h"
 #include "config/feature_gate.h"
+#include "config/small_file.h"
 
 namespace deepspeed::autotuning {
 namespace {
@@ -27,11 +27,10 @@ using Json = nlohmann::ordered_json;
 constexpr double kDefaultTrialTimeout = 600;
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  DS_CHECK(in.good(), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text;
+  const std::string why = config::read_small_file(path, &text);
+  DS_CHECK(why.empty(), "cannot read ", path, ": ", why);
+  return text;
 }
 
 void write_text(const std::string& path, const std::string& text) {

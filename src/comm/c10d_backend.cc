@@ -367,15 +367,19 @@ std::shared_ptr<KeyValueStore> create_tcp_store(const std::string& host, int por
   opts.numWorkers = static_cast<size_t>(world_size);
   opts.waitWorkers = true;
   opts.timeout = timeout;
+  const std::string port_in_use = ::deepspeed::detail::str_cat(
+      "could not host the rendezvous store on ", host, ":", port, " (MASTER_ADDR/MASTER_PORT): port ", port,
+      " is already in use (another job, or one still exiting); pick another with the launcher's --master_port");
   // Checked first: c10d logs four glog lines for a port in use before it throws.
-  DS_CHECK_T(CommError, !is_server || !tcp_port_in_use(port),
-             "could not host the rendezvous store on ", host, ":", port,
-             " (MASTER_ADDR/MASTER_PORT): port ", port,
-             " is already in use (another job, or one still exiting); pick another with the "
-             "launcher's --master_port");
+  if (is_server && tcp_port_in_use(port)) throw CommError(port_in_use);
   try {
     return std::make_shared<C10dStore>(c10::make_intrusive<c10d::TCPStore>(host, opts));
   } catch (const std::exception& e) {
+    // Another rank 0 may take the port between the probe above and c10d's listen (two jobs started together): the
+    // same one line as the probe's.
+    const std::string what = e.what();
+    if (is_server && (contains(what, "EADDRINUSE") || contains(what, "ddress already in use")))
+      throw CommError(port_in_use);
     std::string msg = ::deepspeed::detail::str_cat(
         is_server ? "could not host the rendezvous store on port "
                   : "could not reach the rendezvous store at ",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "deepspeed/error.h"
 
@@ -52,7 +53,7 @@ constexpr RankSource kRankSources[] = {
 // RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE from an MPI or Slurm launch when RANK is unset.
 // Slurm's variables also exist in a batch script that runs a single process, so they count only
 // when MASTER_ADDR says a distributed run was meant (deepspeed --launcher slurm exports it).
-std::optional<DistEnv> discover_rank(const EnvLookup& env) {
+std::optional<DistEnv> discover_rank(const EnvLookup& env, std::string* placed_by) {
   if (env("RANK") != nullptr) return std::nullopt;
   for (const RankSource& src : kRankSources) {
     if (env(src.rank) == nullptr || env(src.size) == nullptr) continue;
@@ -75,6 +76,7 @@ std::optional<DistEnv> discover_rank(const EnvLookup& env) {
     d.master_addr = addr;
     d.master_port = env("MASTER_PORT") ? parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65535)
                                        : kDefaultMasterPort;
+    *placed_by = src.name;
     return d;
   }
   return std::nullopt;
@@ -86,25 +88,36 @@ EnvLookup process_env() {
   return [](const char* name) { return static_cast<const char*>(std::getenv(name)); };
 }
 
-std::string read_job_id(const EnvLookup& env) {
+std::string read_job_id(const EnvLookup& env, const std::string& placed_by, std::string* source) {
+  // Only the starter that placed the rank names its job: ranks of one job placed alike read the same variable, where
+  // a scheduler's own (SLURM_JOB_ID under mpirun inside an allocation) may differ between a job's nodes.
+  std::vector<const char*> vars = {"DS_JOB_ID"};
+  if (placed_by.empty()) vars.push_back("TORCHELASTIC_RUN_ID");
+  if (placed_by == "Slurm") vars.push_back("SLURM_JOB_ID");
+  if (placed_by == "OpenMPI") vars.push_back("PMIX_NAMESPACE");
   std::string name, id;
-  for (const char* var : {"DS_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE"}) {
+  for (const char* var : vars) {
     const char* v = env(var);
     if (v == nullptr || !*v) continue;
     name = var;
     id = v;
-    if (name == "SLURM_JOB_ID" && env("SLURM_STEP_ID") != nullptr) id += std::string(".") + env("SLURM_STEP_ID");
+    if (name == "SLURM_JOB_ID" && env("SLURM_STEP_ID") != nullptr) {
+      id += std::string(".") + env("SLURM_STEP_ID");
+      name = "SLURM_JOB_ID.SLURM_STEP_ID";
+    }
     break;
   }
   DS_CHECK(id.size() <= 256 && ::deepspeed::detail::printable(id) == id, "init_distributed: ", name, "='",
            ::deepspeed::detail::printable(id.substr(0, 64)), id.size() > 64 ? "..." : "",
            "' is not a job identity (at most 256 bytes, no control characters or backslashes)");
+  if (source != nullptr) *source = name;
   return id;
 }
 
 DistEnv read_dist_env(const EnvLookup& env) {
-  if (std::optional<DistEnv> from_launcher = discover_rank(env)) {
-    from_launcher->job_id = read_job_id(env);
+  std::string placed_by;
+  if (std::optional<DistEnv> from_launcher = discover_rank(env, &placed_by)) {
+    from_launcher->job_id = read_job_id(env, placed_by, &from_launcher->job_id_source);
     return *from_launcher;
   }
   DistEnv d;
@@ -126,7 +139,7 @@ DistEnv read_dist_env(const EnvLookup& env) {
            " (the launcher sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
   d.master_addr = addr;
   d.master_port = parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65535);
-  d.job_id = read_job_id(env);
+  d.job_id = read_job_id(env, "", &d.job_id_source);
   return d;
 }
 

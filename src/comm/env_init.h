@@ -25,6 +25,7 @@ struct DistEnv {
   // Which job the rank belongs to, the same on all its ranks: only ranks of one job may meet at a
   // rendezvous store (job_store.h). Empty when nothing names the job.
   std::string job_id;
+  std::string job_id_source;  // the variable it came from ("DS_JOB_ID", ...), for messages
 };
 
 // torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
@@ -34,11 +35,13 @@ struct DistEnv {
 // an integer".
 DistEnv read_dist_env(const EnvLookup& env);
 
-// The job's identity: DS_JOB_ID (the deepspeed launcher sets it, a fresh random one per job), else
-// TORCHELASTIC_RUN_ID (torchrun), else SLURM_JOB_ID.SLURM_STEP_ID (srun), else PMIX_NAMESPACE
-// (mpirun); empty when none is set. Throws deepspeed::Error naming the variable when its value is
-// longer than 256 bytes or holds a control character.
-std::string read_job_id(const EnvLookup& env);
+// The job's identity for a rank placed by `placed_by` ("" for the RANK variables: our launcher or torchrun; else the
+// starter read_dist_env found, "OpenMPI", "Slurm", ...): DS_JOB_ID (the deepspeed launcher sets a fresh random one
+// per job; export one to name a job yourself), else the placing starter's own: TORCHELASTIC_RUN_ID (torchrun; "none"
+// unless --rdzv-id or --standalone), SLURM_JOB_ID.SLURM_STEP_ID (srun), PMIX_NAMESPACE (OpenMPI's mpirun); empty when
+// none is set. `*source` (may be null) gets the variable's name. Throws deepspeed::Error naming the variable when
+// its value is longer than 256 bytes or holds a control character or a backslash.
+std::string read_job_id(const EnvLookup& env, const std::string& placed_by, std::string* source);
 
 // DS_COMM_TIMEOUT in seconds (fractions allowed), or nullopt when unset.
 std::optional<std::chrono::milliseconds> read_timeout_env(const EnvLookup& env);

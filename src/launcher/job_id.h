@@ -18,8 +18,8 @@ std::string new_job_id();
 // its environment (`inherited`, empty when unset):
 // - DS_JOB_ID set: that one (a scheduler or a multi-node runner gave it; every node sees the same);
 // - a node of a multi-node run (--world_info) or a --no_ssh node of several: empty, since each
-//   node's launcher would draw a different one (the ranks then fall back to SLURM_JOB_ID and the
-//   like, comm/env_init.h; export DS_JOB_ID on every node to name the job);
+//   node's launcher would draw a different one (the job then has no identity and is not told apart
+//   from another on its port: export one DS_JOB_ID on every node to name it);
 // - otherwise a fresh new_job_id().
 std::string job_id_for(const LauncherArgs& args, int num_nodes, const std::string& inherited);
 

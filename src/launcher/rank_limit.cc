@@ -47,13 +47,15 @@ void check_local_rank_count(int ranks) {
              " (", kRanksPerCore, " per core for the ", cores, " core(s) this launcher may use, at least ",
              kMinRankLimit, "); if you mean it, set ", kMaxLocalRanksVar, "=", ranks);
 
+  const rlim_t fds_needed = static_cast<rlim_t>(ranks) * kFdsPerRank + kFdsReserved;
   rlimit files{};
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;  // ours to take, as a shell's ulimit -n would
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY && files.rlim_cur < fds_needed &&
+      files.rlim_cur < files.rlim_max) {
+    // Raised as far as needed, no further (ranks inherit it, and some programs walk every possible descriptor).
+    files.rlim_cur = files.rlim_max == RLIM_INFINITY ? fds_needed : std::min(fds_needed, files.rlim_max);
     ::setrlimit(RLIMIT_NOFILE, &files);
     ::getrlimit(RLIMIT_NOFILE, &files);
   }
-  const rlim_t fds_needed = static_cast<rlim_t>(ranks) * kFdsPerRank + kFdsReserved;
   DS_CHECK_T(LaunchError, files.rlim_cur == RLIM_INFINITY || fds_needed <= files.rlim_cur, what, ": they need about ", fds_needed, " open files in the launcher, its limit is ",
              files.rlim_cur, " (ulimit -n)");
   rlimit procs{};

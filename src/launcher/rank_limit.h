@@ -2,8 +2,8 @@
 // as `--num_procs 10000` used to fork thousands of ranks before failing on open files, leaving the
 // node thrashing. Two bounds:
 // - what the launcher itself needs: two pipe ends per rank stay open for its output (three with a
-//   stdin pipe, five while one is forked), against RLIMIT_NOFILE (raised to its hard limit first,
-//   as a shell's `ulimit -n unlimited` would) and RLIMIT_NPROC. No override: past them it fails.
+//   stdin pipe, five while one is forked), against RLIMIT_NOFILE (its soft limit raised as far as
+//   needed, up to the hard one) and RLIMIT_NPROC. No override: past them it fails.
 // - a sanity bound, max(kMinRankLimit, kRanksPerCore x cores this process may run on): more ranks
 //   than that on one node is almost surely a mistake; DS_MAX_LOCAL_RANKS=N sets it for those who mean it.
 // Thread-safety: reads process limits and the environment; call from the launcher's thread.

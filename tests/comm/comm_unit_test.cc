@@ -140,25 +140,28 @@ TEST(EnvInit, TimeoutAndCheckVariables) {
   EXPECT_THROW(dd::read_check_env(fake_env({{"DS_COMM_CHECK", "maybe"}})), deepspeed::Error);
 }
 
-// Issue 52: which job a rank belongs to, from the launcher's DS_JOB_ID or a scheduler's own identity.
-TEST(EnvInit, JobIdentityComesFromTheLauncherOrTheScheduler) {
-  auto with = [](std::map<std::string, std::string> extra) {
-    std::map<std::string, std::string> vars = full_env();
+// Issue 52: which job a rank belongs to: the launcher's DS_JOB_ID, else the identity of the starter that placed the
+// rank (never another scheduler's: under mpirun inside a slurm allocation only some ranks see a SLURM_STEP_ID).
+TEST(EnvInit, JobIdentityComesFromTheLauncherOrTheStarterThatPlacedTheRank) {
+  auto with = [](std::map<std::string, std::string> vars, std::map<std::string, std::string> extra) {
     vars.insert(extra.begin(), extra.end());
-    return dd::read_dist_env(fake_env(vars)).job_id;
+    const dd::DistEnv d = dd::read_dist_env(fake_env(vars));
+    return d.job_id + " <- " + d.job_id_source;
   };
-  EXPECT_EQ(with({}), "");
-  EXPECT_EQ(with({{"DS_JOB_ID", "3f2a"}, {"SLURM_JOB_ID", "77"}}), "3f2a");
-  EXPECT_EQ(with({{"TORCHELASTIC_RUN_ID", "run-9"}, {"SLURM_JOB_ID", "77"}}), "run-9");
-  EXPECT_EQ(with({{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"}}), "77.2");
-  EXPECT_EQ(with({{"PMIX_NAMESPACE", "prterun-h-123@1"}}), "prterun-h-123@1");
-  // mpirun's ranks find their place and their job alike.
-  EXPECT_EQ(dd::read_dist_env(fake_env({{"OMPI_COMM_WORLD_RANK", "1"},
-                                        {"OMPI_COMM_WORLD_SIZE", "2"},
-                                        {"MASTER_ADDR", "h"},
-                                        {"DS_JOB_ID", "abc"}}))
-                .job_id,
-            "abc");
+  const std::map<std::string, std::string> launched = full_env();
+  EXPECT_EQ(with(launched, {}), " <- ");
+  EXPECT_EQ(with(launched, {{"DS_JOB_ID", "3f2a"}, {"TORCHELASTIC_RUN_ID", "r"}}), "3f2a <- DS_JOB_ID");
+  EXPECT_EQ(with(launched, {{"TORCHELASTIC_RUN_ID", "run-9"}}), "run-9 <- TORCHELASTIC_RUN_ID");
+  EXPECT_EQ(with(launched, {{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "0"}, {"PMIX_NAMESPACE", "p"}}), " <- ");
+  const std::map<std::string, std::string> mpirun = {
+      {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}};
+  EXPECT_EQ(with(mpirun, {{"PMIX_NAMESPACE", "prterun-h-123@1"}, {"SLURM_JOB_ID", "77"}}),
+            "prterun-h-123@1 <- PMIX_NAMESPACE");
+  EXPECT_EQ(with(mpirun, {{"DS_JOB_ID", "abc"}, {"PMIX_NAMESPACE", "p"}}), "abc <- DS_JOB_ID");
+  const std::map<std::string, std::string> srun = {
+      {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "h"}};
+  EXPECT_EQ(with(srun, {{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"}, {"PMIX_NAMESPACE", "p"}}),
+            "77.2 <- SLURM_JOB_ID.SLURM_STEP_ID");
   EXPECT_EQ(error_of({{"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
                       {"DS_JOB_ID", std::string("a\nb")}}),
             "init_distributed: DS_JOB_ID='a\\x0ab' is not a job identity (at most 256 bytes, no control characters or "
@@ -183,14 +186,16 @@ TEST(JobStore, OnlyRanksOfTheJobThatHostsTheStoreJoinIt) {
   dd::DistEnv stranger = host;
   stranger.rank = 1;
   stranger.job_id = "loser";
+  stranger.job_id_source = "DS_JOB_ID";
   try {
     dd::join_job_store(store, stranger);
     ADD_FAILURE() << "a rank of another job joined";
   } catch (const deepspeed::CommError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "rank 1 of job 'loser' reached the rendezvous store at 127.0.0.1:29611 (MASTER_ADDR/MASTER_PORT) of "
-              "another job ('winner'): port 29611 is taken by another job; pick another with the launcher's "
-              "--master_port");
+              "rank 1 of job 'loser' (DS_JOB_ID) reached the rendezvous store at 127.0.0.1:29611 "
+              "(MASTER_ADDR/MASTER_PORT) of another job ('winner'): port 29611 is taken by another job (pick another "
+              "with the launcher's --master_port), or this job's ranks were given different identities (export one "
+              "DS_JOB_ID to all of them)");
   }
   dd::DistEnv unnamed = stranger;
   unnamed.job_id = "";

@@ -454,16 +454,19 @@ PY
       [ "$won" -ge 1 ] || fail "round $round: both jobs failed"
     done
     # The same collision made certain: a rank of another job (its own DS_JOB_ID) joins the job's port by hand. It is
-    # refused in one line naming both jobs and wrote nothing the job reads: the job still ends on the reference.
+    # refused in one line naming both jobs and set nothing the job reads: the job still ends on its reference. (That
+    # job runs 150 steps, so the intruder, started first, surely reaches its store while it runs.)
+    run 2 micro4.json "${job[@]:2}" --steps 150 || fail "the long reference run exited with $?"
+    want150=$(grep -o "final step=150 loss=[^ ]* params_l2=[^ ]*" "$log")
     DS_JOB_ID=intruder RANK=1 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DS_COMM_TIMEOUT=60 \
       "$bin/train_gpt" "${job[@]}" > "$b" 2>&1 &
     pb=$!
-    run 2 micro4.json "${job[@]:2}"; sa=$?
+    run 2 micro4.json "${job[@]:2}" --steps 150; sa=$?
     wait $pb; sb=$?
-    [ "$sa" = 0 ] && [ "$(grep -o "final step=30 loss=[^ ]* params_l2=[^ ]*" "$log")" = "$want" ] \
-      || fail "the job beside the intruder: status $sa, '$(grep -o "final step=.*" "$log")', want '$want'"
+    [ "$sa" = 0 ] && [ -n "$want150" ] && [ "$(grep -o "final step=150 loss=[^ ]* params_l2=[^ ]*" "$log")" = "$want150" ] \
+      || fail "the job beside the intruder: status $sa, '$(grep -o "final step=.*" "$log")', want '$want150'"
     [ "$sb" != 0 ] || { cat "$b"; fail "the intruding rank ran"; }
-    grep -Eq "rank 1 of job 'intruder' reached the rendezvous store at 127.0.0.1:$port \(MASTER_ADDR/MASTER_PORT\) of another job \('[0-9a-f]{32}'\)" "$b" \
+    grep -Eq "rank 1 of job 'intruder' \(DS_JOB_ID\) reached the rendezvous store at 127.0.0.1:$port \(MASTER_ADDR/MASTER_PORT\) of another job \('[0-9a-f]{32}'\)" "$b" \
       || { cat "$b"; fail "the intruder was not refused in one line naming both jobs"; }
     ;;
   resume)

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <set>
 
 #include "deepspeed/error.h"
@@ -72,18 +73,28 @@ TEST(RankLimit, TenThousandRanksAreRefusedBeforeAnyStarts) {
         << what;
     EXPECT_NE(what.find("set DS_MAX_LOCAL_RANKS=10000"), std::string::npos) << what;
   }
-  // Lifted, the launcher's own open files are the bound left: under ulimit -n 1024 (soft and hard, so raising the
-  // soft limit cannot help), 1000 ranks need more.
+  // Lifted, the launcher's own open files are the bound left: under a hard ulimit -n of (at most) 1024, soft and hard
+  // alike so raising the soft limit cannot help, the ranks that fit are accepted and one more than fits is refused.
   ::setenv(kMaxLocalRanksVar, "100000", 1);
-  const rlimit files{1024, 1024};
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlim_t cap = files.rlim_max == RLIM_INFINITY ? 1024 : std::min<rlim_t>(files.rlim_max, 1024);
+  files.rlim_cur = files.rlim_max = cap;
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
-  EXPECT_NO_THROW(check_local_rank_count(300));
+  const int fit = static_cast<int>((cap - 64) / 3);  // rank_limit.cc: 3 per rank beside 64 of its own
+  EXPECT_NO_THROW(check_local_rank_count(fit));
   try {
-    check_local_rank_count(1000);
-    ADD_FAILURE() << "1000 ranks accepted under ulimit -n 1024";
+    check_local_rank_count(fit + 1);
+    ADD_FAILURE() << fit + 1 << " ranks accepted under ulimit -n " << cap;
   } catch (const LaunchError& e) {
     EXPECT_NE(std::string(e.what()).find("open files in the launcher"), std::string::npos) << e.what();
   }
+  // The soft limit is raised as far as the ranks need, no further: ranks inherit it.
+  files.rlim_cur = 100;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  EXPECT_NO_THROW(check_local_rank_count(50));
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  EXPECT_EQ(files.rlim_cur, std::min<rlim_t>(cap, 50 * 3 + 64));
   ::unsetenv(kMaxLocalRanksVar);
 }
 
