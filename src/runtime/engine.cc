@@ -19,7 +19,6 @@
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "runtime/engine_impl.h"
-#include "runtime/fp32_operands.h"
 #include "runtime/lamb_optimizer.h"
 #include "runtime/muon_optimizer.h"
 #include "config/feature_gate.h"
@@ -183,19 +182,25 @@ void EngineImpl::check_whole_tensor_step(const char* what) const {
 void EngineImpl::finish_construction(InitializeOptions& options) {
   const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
   const auto& zenflow = config_.zero.zenflow;
-  overlap_step_ = config_.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
+  const bool overlap_step = config_.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
   const char* overlap_key = config_.zero.offload_optimizer.overlap_step
                                 ? "zero_optimization.offload_optimizer.overlap_step"
                                 : "zero_optimization.zenflow.overlap_step";
-  DS_CHECK_T(ConfigError, !overlap_step_ || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
+  DS_CHECK_T(ConfigError, !overlap_step || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
              ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
-  DS_CHECK_T(ConfigError, !overlap_step_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
+  DS_CHECK_T(ConfigError, !overlap_step || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
              overlap_key, ": not supported inside a pipeline or another data-parallel layout yet");
   DS_CHECK_T(ConfigError, !config_.zero.offload_optimizer.super_offload || (!options.optimizer &&
                                                                           config_.optimizer.has_value()),
              "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
              "kernel); a client optimizer or none cannot be rolled back");
   const std::string type = !options.optimizer && config_.optimizer.has_value() ? config_.optimizer->type : "";
+  runtime::OptimizerStepParts parts;
+  parts.config = &config_;
+  parts.stage = stage_.get();
+  parts.groups = &groups_;
+  parts.rank = world_.rank();
+  parts.on_accelerator = !device_.is_cpu();
   if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio");
   if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices");
   if (options.optimizer) {
@@ -209,7 +214,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   } else if (nvme) {
     DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
                "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
-    build_nvme_optimizer(*config_.optimizer);
+    step_ = runtime::make_nvme_step(parts, *config_.optimizer, &optimizer_);
   } else if (config_.optimizer.has_value()) {
     // bf16_optimizer_states (with bf16 masters, which the gate requires): the states in bf16 too.
     const bool bf16_states = config_.bf16.enabled && config_.bf16.bf16_optimizer_states;
@@ -223,12 +228,16 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     // whose selected columns change the masters between the kernel's pass and the publish.
     if (config_.zero.offload_optimizer.super_offload) build_speculative_step(options);
     const bool buffers_apart = !device_.is_cpu() && !zenflow;
-    if (!speculative_ && (!overlap_step_ || buffers_apart))
+    if (!speculative_ && (!overlap_step || buffers_apart))
       stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
+  }
+  if (!step_) {
+    parts.optimizer = optimizer_.get();
+    step_ = runtime::make_resident_step(parts, overlap_step);
   }
   if (zenflow) build_zenflow(options);
   // Gradients (and, with bf16 masters, masters and states) held in the model's dtype reach the optimizer through
-  // step_in_fp32_chunks: element-wise kernels only.
+  // the chunked fp32 step (runtime/optimizer_step.h): element-wise kernels only.
   const auto& accum = config_.data_types.grad_accum_dtype;
   const bool masters16 = zero::model_dtype_masters(config_);
   const std::string key = masters16 ? std::string(config_.bf16.enabled ? "bf16.bf16_master_weights_and_grads"
@@ -475,30 +484,8 @@ void EngineImpl::boundary_step() {
   if (breakdown_) timers_.stop("step");
 }
 
-void EngineImpl::build_nvme_optimizer(const config::OptimizerConfig& cfg) {
-  const auto& oo = config_.zero.offload_optimizer;
-  std::vector<at::Tensor> initial;
-  for (size_t g = 0; g < groups_.size(); ++g)
-    initial.push_back(stage_->initial_master(g));
-  optimizer_ = runtime::make_fused_optimizer(cfg, groups_, initial, /*resident_state=*/false);
-  swap::OptimizerSwapperOptions so;
-  so.dir = oo.nvme_path.value() + "/zero_stage_" + std::to_string(config_.zero.stage) + "/optimizer/rank" +
-           std::to_string(world_.rank());
-  so.num_states = optimizer_->num_states();
-  // 16-bit masters (and bf16 optimizer states) are swapped as they are: half the bytes on disk and in the pool.
-  if (zero::model_dtype_masters(config_)) so.master_dtype = config_.bf16.enabled ? at::kBFloat16 : at::kHalf;
-  if (config_.bf16.enabled && config_.bf16.bf16_optimizer_states) so.state_dtype = at::kBFloat16;
-  so.sub_group_size = config_.zero.sub_group_size;
-  so.buffer_count = oo.buffer_count;
-  so.pipeline = oo.pipeline();
-  so.aio = swap::aio_options_from_config(config_.aio);
-  swapper_ = std::make_unique<swap::OptimizerSwapper>(so, initial);
-}
-
 void EngineImpl::land_overlapped_step() {
-  if (!overlapped_.pending()) return;
-  overlapped_.wait();
-  stage_->publish();
+  if (!step_ || !step_->land()) return;
   if (zenflow_) zenflow_->write_selected_into_parameters();  // the publish wrote the masters' values over them
   if (schedule_pending_) {
     schedule_pending_ = false;
@@ -563,85 +550,8 @@ bool EngineImpl::take_model_step() {
     }
     speculative_->rollback();
   }
-  // Gradients accumulated in the model's bf16/fp16 (data_types.grad_accum_dtype, bf16 masters) reach the fp32 kernels
-  // a chunk at a time, converted and scaled there: multiplying them in their own dtype would round every one.
-  // With nvme offload: none (stages 1-2), or zero-length ones of the masters' dtype (stage 3).
-  const std::vector<at::Tensor>& masters = stage_->masters();
-  const bool low_precision = !grads.empty() && (grads.front().scalar_type() != at::kFloat ||
-                                                (!masters.empty() && masters.front().scalar_type() != at::kFloat));
-  if (coef != 1.0 && !low_precision)
-    for (auto& g : grads) g.mul_(coef);
-  if (swapper_) {
-    // ZeRO-Infinity: stream each sub-group's master and states through the swap buffers. 16-bit gradients, masters
-    // or states step in fp32 chunks of 2^20 elements, as step_in_fp32_chunks does, so the fp32 buffers stay 4 MiB
-    // each whatever the pieces' size.
-    runtime::Fp32Operands fp32(std::min(runtime::Fp32Operands::kChunk, swapper_->slice_size()),
-                               at::TensorOptions().dtype(at::kFloat));
-    optimizer_->begin_step();
-    swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master, const std::vector<at::Tensor>& states) {
-      const int64_t n = master.numel();
-      // bf16/fp16 parameters of fp32 masters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
-      // 16-bit masters are the parameters' values once rounded: write_master_slice copies them.
-      const bool master16 = master.scalar_type() != at::kFloat;
-      const at::Tensor copy = master16 ? at::Tensor() : stage_->copy_back_slice(g, offset, n);
-      at::Tensor grad = grads[g].narrow(0, offset, n);
-      // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
-      if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
-      fp32.step_chunks(low_precision ? coef : 1.0, master, grad, states.size() > 0 ? states[0] : at::Tensor(),
-                       states.size() > 1 ? states[1] : at::Tensor(), copy,
-                       [&](const at::Tensor& m, const at::Tensor& g32, const at::Tensor& first, const at::Tensor& second,
-                           const at::Tensor& c) { optimizer_->step_slice(g, m, g32, first, second, c); });
-      if (!copy.defined()) write_master_slice(g, offset, master);
-    });
-  } else {
-    // 16-bit gradients (or masters) take the chunked fp32 step, scaled by `coef` as they go; fp32 ones were scaled.
-    auto update = [this, grads, coef, low_precision] {
-      if (low_precision) {
-        step_in_fp32_chunks(grads, coef);
-      } else {
-        optimizer_->step(stage_->masters(), grads);
-      }
-    };
-    if (overlap_step_) {
-      // This step's update runs while the next step's forward and backward run on the parameters as they are (one
-      // step stale); the next boundary lands it. `grads` are the stage's host copies, rewritten only after that.
-      // On an accelerator the training thread only launches kernels, and a CPU optimizer team on every core would
-      // keep preempting it (the GPU then waits for launches): the step leaves it one core. On a CPU both compute.
-      const int threads = at::get_num_threads();
-      const int worker_threads = device_.is_cpu() ? 0 : std::max(1, threads - 1);
-      overlapped_.launch(
-          [update] {
-            at::NoGradGuard no_grad;
-            update();
-          },
-          worker_threads);
-      return true;
-    }
-    update();
-  }
-  stage_->publish();
+  step_->run(std::move(grads), coef);  // in place, in fp32 chunks, through NVMe, or launched overlapped
   return true;
-}
-
-void EngineImpl::step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef) {
-  const std::vector<at::Tensor>& masters = stage_->masters();
-  int64_t longest = 0;
-  for (const auto& m : masters) longest = std::max(longest, std::min(runtime::Fp32Operands::kChunk, m.numel()));
-  // One fp32 buffer per operand that is not fp32 itself (the gradient; with 16-bit masters the master and states),
-  // taken when first needed.
-  runtime::Fp32Operands fp32(longest, masters.front().options());
-  optimizer_->begin_step();
-  for (size_t g = 0; g < masters.size(); ++g) {
-    const std::vector<at::Tensor> states = optimizer_->group_state(g);
-    fp32.step_chunks(coef, masters[g], grads[g], states.size() > 0 ? states[0] : at::Tensor(),
-                     states.size() > 1 ? states[1] : at::Tensor(), at::Tensor(),
-                     [&](const at::Tensor& m, const at::Tensor& grad, const at::Tensor& first, const at::Tensor& second,
-                         const at::Tensor&) { optimizer_->step_slice(g, m, grad, first, second); });
-  }
-}
-
-void EngineImpl::write_master_slice(size_t group, int64_t offset, const at::Tensor& master) {
-  stage_->write_slice(group, offset, master);
 }
 
 std::string EngineImpl::parameter_name(size_t group, size_t index) const {
@@ -652,7 +562,7 @@ std::string EngineImpl::parameter_name(size_t group, size_t index) const {
 }
 
 void EngineImpl::apply_schedule() {
-  if (overlapped_.pending()) {  // the running step reads the optimizer's hyperparameters
+  if (step_ && step_->pending()) {  // the running step reads the optimizer's hyperparameters
     schedule_pending_ = true;
     return;
   }
@@ -683,8 +593,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
   b.params = sb.params;
   b.gradients = sb.gradients;
   b.master_weights = sb.master_copies;
-  b.optimizer_states = optimizer_ ? optimizer_->state_bytes() : 0;
-  if (swapper_) b.optimizer_states = swapper_->resident_bytes();  // masters and states stream through this pool
+  b.optimizer_states = step_->resident_state_bytes();  // NVMe: the pool the masters and states stream through
   b.working_buffers = sb.working;
   if (sb.offloaded) b.offloaded_to_host = b.master_weights + b.optimizer_states + sb.host_grads;
   b.offloaded_to_host += sb.host_params;

@@ -144,59 +144,9 @@ const std::vector<at::Tensor>& EngineImpl::master_buffers() const {
   return stage_->masters();
 }
 
-EngineImpl::CheckpointState EngineImpl::checkpoint_state() {
-  CheckpointState out;
-  if (!swapper_) {
-    out.masters = master_buffers();
-    if (optimizer_)
-      for (size_t g = 0; g < out.masters.size(); ++g)
-        out.states.push_back(optimizer_->group_state(g));
-    if (!out.masters.empty() && out.masters.front().scalar_type() != at::kFloat) {
-      // bf16 masters and states (bf16_master_weights_and_grads): saved as fp32, exactly, so the files are those of
-      // any other run (DeepSpeed converts on load too); commit_checkpoint_state rounds loaded values back.
-      for (auto& m : out.masters) m = m.to(at::kFloat);
-      for (auto& states : out.states)
-        for (auto& t : states) t = t.to(at::kFloat);
-    }
-    return out;
-  }
-  // NVMe: one pass over the swap files (the swapper writes the unchanged pieces back). The copies
-  // hold this rank's whole partition for the duration of the save or load.
-  const size_t num_states = optimizer_->state_names().size();
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const int64_t n = stage_->initial_master(g).numel();
-    out.masters.push_back(at::empty({n}, at::kFloat));
-    out.states.emplace_back();
-    for (size_t k = 0; k < num_states; ++k) out.states.back().push_back(at::empty({n}, at::kFloat));
-  }
-  swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master,
-                     const std::vector<at::Tensor>& states) {
-    out.masters[g].narrow(0, offset, master.numel()).copy_(master);
-    for (size_t k = 0; k < num_states; ++k)
-      out.states[g][k].narrow(0, offset, master.numel()).copy_(states[k]);
-  });
-  return out;
-}
+EngineImpl::CheckpointState EngineImpl::checkpoint_state() { return step_->checkpoint_state(); }
 
-void EngineImpl::commit_checkpoint_state(const CheckpointState& state) {
-  if (!swapper_) {
-    const std::vector<at::Tensor>& live = master_buffers();
-    if (live.empty() || live.front().scalar_type() == at::kFloat) return;  // `state` holds the live tensors
-    for (size_t g = 0; g < live.size(); ++g) {
-      live[g].copy_(state.masters[g]);
-      const std::vector<at::Tensor> states = optimizer_ ? optimizer_->group_state(g) : std::vector<at::Tensor>();
-      for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k) states[k].copy_(state.states[g][k]);
-    }
-    return;
-  }
-  swapper_->step([&](size_t g, int64_t offset, const at::Tensor& master,
-                     const std::vector<at::Tensor>& states) {
-    master.copy_(state.masters[g].narrow(0, offset, master.numel()));
-    for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k)
-      states[k].copy_(state.states[g][k].narrow(0, offset, master.numel()));
-    write_master_slice(g, offset, master);  // the parameters follow their masters
-  });
-}
+void EngineImpl::commit_checkpoint_state(const CheckpointState& state) { step_->commit_checkpoint_state(state); }
 
 std::vector<zero::MasterFragment> EngineImpl::master_fragments() const {
   return stage_->master_fragments();

@@ -19,14 +19,13 @@
 #include "runtime/loss_scaler.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
-#include "runtime/overlapped_step.h"
+#include "runtime/optimizer_step.h"
 #include "runtime/speculative_step.h"
 #include "runtime/zenflow.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
 #include "zero/flat_params.h"
-#include "swap/optimizer_swapper.h"
 #include "zero/flat_stage.h"
 #include "zero/stage.h"
 
@@ -95,14 +94,13 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
-  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // offload_optimizer "nvme" only
-  // offload_optimizer.overlap_step: the step launched at the last boundary, landed by land_overlapped_step().
-  // Declared after what it reads, so it is destroyed (waited for) first.
-  runtime::OverlappedStep overlapped_;
+  // How the boundary's update runs (runtime/optimizer_step.h: in place, fp32 chunks, NVMe, overlapped); an
+  // overlapped one is landed by land_overlapped_step(). Declared after what it reads, so it is destroyed (waited
+  // for) first.
+  std::unique_ptr<runtime::OptimizerStep> step_;
   // offload_optimizer.super_offload: the boundary backward's speculative CPU step (runtime/speculative_step.h).
   // Declared after the stage and optimizer it writes, so its worker stops first.
   std::unique_ptr<runtime::SpeculativeStep> speculative_;
-  bool overlap_step_ = false;
   bool schedule_pending_ = false;  // the scheduler moved while a step ran: its values go in when the step lands
   // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
   // Collective (publish gathers partitions): every rank calls it at the same points.
@@ -168,10 +166,7 @@ class EngineImpl : public runtime::StageEngine {
   // This rank's fp32 masters and optimizer states per group ([group][state]), as checkpoints read and write them:
   // the live tensors, or fp32 copies (with nvme offload read out of the swap files; with bf16 masters converted),
   // which commit_checkpoint_state writes back (nvme: the parameters too); for live tensors it does nothing.
-  struct CheckpointState {
-    std::vector<at::Tensor> masters;
-    std::vector<std::vector<at::Tensor>> states;
-  };
+  using CheckpointState = runtime::MasterState;
   CheckpointState checkpoint_state();
   void commit_checkpoint_state(const CheckpointState& state);
   std::vector<zero::MasterFragment> master_fragments() const;
@@ -197,12 +192,6 @@ class EngineImpl : public runtime::StageEngine {
   // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
   std::string timer_table(int64_t steps);
   zero::Stage3Stats logged_waits_;  // the cumulative wait counters as of the last table
-  void build_nvme_optimizer(const config::OptimizerConfig& cfg);
-  // The step for gradients held in the model's bf16/fp16 (data_types.grad_accum_dtype): each chunk of a group's
-  // gradient converted to fp32 and scaled by `coef` in one bounded buffer, then the fused kernel on that slice.
-  void step_in_fp32_chunks(const std::vector<at::Tensor>& grads, double coef);
-  // nvme offload: an updated slice of group g's fp32 master partition back into the model-dtype parameters.
-  void write_master_slice(size_t group, int64_t offset, const at::Tensor& master);
   // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
   zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
