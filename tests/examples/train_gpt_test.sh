@@ -598,6 +598,14 @@ PY
     run 1 ckpt_stage1.json --steps 2 --save_interval 1 && fail "--save_interval without --save_dir must be rejected"
     grep -q "save_interval requires --save_dir" "$log" || fail "unclear --save_interval error"
     run 1 ckpt_stage1.json --steps 2 --save_dir "$ckpt/ok" || fail "save run exited with $?"
+    # Garbage in `latest` (issue 52: it was echoed raw inside a "file is missing" message): named as latest's fault,
+    # escaped, in one line.
+    printf 'glob\033[2Jal\nstep' > "$ckpt/ok/latest"
+    run 1 ckpt_stage1.json --steps 4 --load_dir "$ckpt/ok" && fail "garbage in latest must be refused"
+    grep -q "$ckpt/ok/latest does not hold a checkpoint tag (it holds a control character): 'glob\\\\x1b\[2Jal\\\\x0astep'" "$log" \
+      || fail "garbage in latest should be named as such, escaped"
+    grep -q $'\033' "$log" && fail "a control byte from latest reached the output"
+    echo global_step2 > "$ckpt/ok/latest"
     : > "$ckpt/ok/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt"
     run 1 ckpt_stage1.json --steps 4 --load_dir "$ckpt/ok" && fail "an empty rank file must be refused"
     grep -q "zero_pp_rank_0_mp_rank_00_optim_states.pt" "$log" || fail "the error should name the broken file"
