@@ -29,7 +29,7 @@ std::string parallel_backend() {
 #endif
 }
 
-// What Engine's configure_threads() (src/runtime/engine.cc) will set: the user's OMP_NUM_THREADS
+// What Engine's configure_threads() (src/runtime/engine_build.cc) will set: the user's OMP_NUM_THREADS
 // wins; otherwise this host's cores shared among LOCAL_WORLD_SIZE ranks.
 std::string engine_threads() {
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) {

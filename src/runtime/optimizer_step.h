@@ -1,6 +1,7 @@
 // How the boundary's update reaches the masters: the OptimizerStep seam. The engine decides whether a step is taken
 // (loss scaling) and by how much the gradients are scaled (1 / loss scale, clipping); which way the update then runs
-// is this object's business, chosen once by make_optimizer_step from the config:
+// is this object's business, chosen once when the engine is built (make_nvme_step for offload_optimizer "nvme",
+// make_resident_step otherwise):
 //   - in place on the stage's resident masters: fp32 gradients scaled, then the optimizer's fused kernel;
 //     gradients or masters in the model's bf16/fp16 in fp32 chunks of Fp32Operands::kChunk instead (ResidentStep);
 //   - streamed through the NVMe swap files a sub-group at a time (offload_optimizer "nvme": NvmeStep);

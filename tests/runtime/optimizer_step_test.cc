@@ -18,15 +18,17 @@
 namespace deepspeed::runtime {
 namespace {
 
-// One Linear layer as the engine holds it: parameter groups, a ZeRO stage, the config's Adam, and a step.
+// One Linear layer as the engine holds it: parameter groups, a ZeRO stage, the config's optimizer, and a step. The
+// optimizer is offloaded to host memory (also on a CPU), so the masters are copies apart from the parameters and a
+// step that forgot to publish would leave the parameters as they were.
 struct Rig {
-  explicit Rig(int stage, bool overlapped) {
+  Rig(int stage, bool overlapped, const std::string& optimizer_json) {
     if (!comm::is_initialized()) comm::init_distributed();
     torch::manual_seed(7);
     module = std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(8, 4));
-    config = Config::from_string(R"({"train_batch_size": 1, "gradient_clipping": 0,
-        "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "zero_optimization": {"stage": )" +
-                                 std::to_string(stage) + "}}")
+    config = Config::from_string(R"({"train_batch_size": 1, "gradient_clipping": 0, "optimizer": )" +
+                                 optimizer_json + R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
+                                 R"(, "offload_optimizer": {"device": "cpu"}}})")
                  .resolved(1);
     groups = make_param_groups(*module, {});
     this->stage = zero::make_stage(config, at::kFloat, module, groups, comm::get_world_group());
@@ -38,11 +40,11 @@ struct Rig {
     parts.groups = &groups;
     step = make_resident_step(parts, overlapped);
   }
-  // Fixed gradients of the masters' shapes, times `factor`.
-  std::vector<at::Tensor> grads(double factor) const {
+  // Fixed gradients of the masters' shapes, times `factor`, in `dtype`.
+  std::vector<at::Tensor> grads(double factor, at::ScalarType dtype = at::kFloat) const {
     std::vector<at::Tensor> out;
     for (const at::Tensor& m : stage->masters())
-      out.push_back(at::arange(m.numel(), at::kFloat).sin().mul(static_cast<float>(factor)));
+      out.push_back(at::arange(m.numel(), at::kFloat).sin().mul(static_cast<float>(factor)).to(dtype));
     return out;
   }
   at::Tensor weight() const { return module->weight.detach().clone(); }
@@ -55,44 +57,71 @@ struct Rig {
   std::unique_ptr<OptimizerStep> step;
 };
 
+const std::string kAdam = R"({"type": "Adam", "params": {"lr": 0.01}})";
+const std::string kSgd = R"({"type": "SGD", "params": {"lr": 0.1}})";  // linear in the gradient: coef shows 1:1
+
 TEST(OptimizerStep, OverlappedComputesTheInPlaceStepAndPublishesWhenItLands) {
-  for (int zero_stage : {0, 1, 2}) {
+  for (int zero_stage : {1, 2}) {
     SCOPED_TRACE("stage " + std::to_string(zero_stage));
-    Rig direct(zero_stage, /*overlapped=*/false), overlapped(zero_stage, /*overlapped=*/true);
+    Rig direct(zero_stage, /*overlapped=*/false, kAdam), overlapped(zero_stage, /*overlapped=*/true, kAdam);
     const at::Tensor start = overlapped.weight();
     ASSERT_TRUE(at::equal(start, direct.weight()));
     for (int i = 0; i < 3; ++i) {
+      const at::Tensor before = direct.weight();
       direct.step->run(direct.grads(1.0 + i), 0.5);
+      EXPECT_FALSE(at::equal(direct.weight(), before)) << "the in-place step published nothing";
       EXPECT_FALSE(direct.step->pending());
       EXPECT_FALSE(direct.step->land());  // nothing runs behind an in-place step
-      const at::Tensor before = overlapped.weight();
       overlapped.step->run(overlapped.grads(1.0 + i), 0.5);
       EXPECT_TRUE(overlapped.step->pending());
+      // The masters change on the worker thread; the parameters only when the step lands.
       ASSERT_TRUE(overlapped.step->land());
       EXPECT_FALSE(overlapped.step->pending());
-      EXPECT_FALSE(at::equal(overlapped.weight(), before)) << "the landing published nothing";
       EXPECT_TRUE(at::equal(overlapped.weight(), direct.weight())) << "step " << i;
     }
     EXPECT_FALSE(at::equal(direct.weight(), start));
   }
 }
 
-// A coefficient of 2^-k on gradients 2^k times larger is the same step, bit for bit (powers of two scale exactly):
-// a step that ignored `coef`, or applied it twice, would differ.
+// The parameters stay as they were until the overlapped step lands: the next forward runs on them meanwhile.
+TEST(OptimizerStep, OverlappedLeavesTheParametersUntilItLands) {
+  Rig overlapped(2, /*overlapped=*/true, kAdam);
+  const at::Tensor before = overlapped.weight();
+  overlapped.step->run(overlapped.grads(1.0), 1.0);
+  // Whether the worker finished or not, nothing publishes before land().
+  const at::Tensor during = overlapped.weight();
+  ASSERT_TRUE(overlapped.step->land());
+  EXPECT_TRUE(at::equal(during, before)) << "the parameters changed before the step landed";
+  EXPECT_FALSE(at::equal(overlapped.weight(), before)) << "the landing published nothing";
+}
+
+// SGD's update is linear in the gradient, so `coef` shows one to one: a coefficient of 2^-10 on gradients 2^10
+// times larger is the same step, bit for bit (powers of two scale exactly), and ignoring it would make the step 1024
+// times larger. Gradients in bf16 (data_types.grad_accum_dtype) take the chunked fp32 step, which applies `coef` as
+// it converts them: the same step again.
 TEST(OptimizerStep, TheCoefficientScalesTheGradients) {
-  Rig scaled(1, false), plain(1, false);
-  scaled.step->run(scaled.grads(1024.0), 1.0 / 1024.0);
+  Rig plain(1, false, kSgd), scaled(1, false, kSgd), ignored(1, false, kSgd), chunked(1, false, kSgd),
+      chunked_ref(1, false, kSgd);
+  const at::Tensor start = plain.weight();
   plain.step->run(plain.grads(1.0), 1.0);
+  scaled.step->run(scaled.grads(1024.0), 1.0 / 1024.0);
   EXPECT_TRUE(at::equal(scaled.weight(), plain.weight()));
-  Rig ignored(1, false);
   ignored.step->run(ignored.grads(1024.0), 1.0);
-  // Adam normalises the gradient's size away except through eps; with the second moment 2^20 times larger the step
-  // differs in the low bits. That difference is what the equality above would miss if the coefficient were ignored.
-  EXPECT_FALSE(at::equal(ignored.weight(), plain.weight()));
+  const double moved = (plain.weight() - start).abs().max().item<double>();
+  ASSERT_GT(moved, 0.0);
+  EXPECT_GT((ignored.weight() - start).abs().max().item<double>(), 100.0 * moved);
+  // bf16 gradients: converted to fp32 in chunks and scaled there, equal to the same values given as fp32.
+  std::vector<at::Tensor> bf16 = chunked.grads(1024.0, at::kBFloat16);
+  std::vector<at::Tensor> as_fp32;
+  for (const at::Tensor& g : bf16) as_fp32.push_back(g.to(at::kFloat).div(1024.0));
+  chunked.step->run(bf16, 1.0 / 1024.0);
+  chunked_ref.step->run(as_fp32, 1.0);
+  EXPECT_TRUE(at::equal(chunked.weight(), chunked_ref.weight()));
+  EXPECT_FALSE(at::equal(chunked.weight(), plain.weight()));  // bf16 rounding shows: the chunked path ran
 }
 
 TEST(OptimizerStep, CheckpointsSeeTheLiveMastersAndStates) {
-  Rig rig(2, false);
+  Rig rig(2, false, kAdam);
   rig.step->run(rig.grads(1.0), 1.0);
   const MasterState state = rig.step->checkpoint_state();
   ASSERT_EQ(state.masters.size(), rig.stage->masters().size());

@@ -1,0 +1,323 @@
+// Building the engine (deepspeed::initialize): the layouts and groups it is given, the config resolved against them,
+// parameter groups, the ZeRO stage, the optimizer and how its step runs (runtime/optimizer_step.h), the schedule, the
+// side features. engine.cc runs the training step.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "deepspeed/accelerator.h"
+#include "deepspeed/checkpointing.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
+#include "runtime/engine_impl.h"
+#include "runtime/lamb_optimizer.h"
+#include "runtime/muon_optimizer.h"
+#include "config/feature_gate.h"
+#include "runtime/param_groups.h"
+#include "runtime/scheduler_factory.h"
+#include "zero/make_stage.h"
+#include "zero/stage3/construction_shard.h"
+
+namespace deepspeed {
+namespace {
+
+void configure_threads() {
+  // LibTorch's intra-op pool starts with 1 thread on Debian's build; share this host's cores among its ranks,
+  // unless the user chose a count explicitly.
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  at::set_num_threads(accelerator::host_threads_per_rank(comm::get_local_world_size()));
+}
+
+comm::CommsLoggerOptions comms_logger_options(const config::CommsLoggerConfig& c) {
+  comm::CommsLoggerOptions o;
+  o.enabled = c.enabled;
+  o.verbose = c.verbose;
+  o.prof_all = c.prof_all;
+  o.prof_ops = c.prof_ops;
+  o.debug = c.debug;
+  return o;
+}
+
+// LibTorch 1.13 has no fp16 matrix multiply on CPU; say so up front rather than leave users with LibTorch's
+// "addmm_impl_cpu_ not implemented for 'Half'" from deep inside their first forward.
+void warn_if_no_half_matmul(const c10::Device& device, int rank) {
+  if (device.type() != c10::kCPU || rank != 0) return;
+  try {
+    at::Tensor a = at::ones({2, 2}, at::TensorOptions().dtype(at::kHalf));
+    (void)at::mm(a, a);
+  } catch (const std::exception&) {
+    std::fprintf(stderr,
+                 "deepspeed: warning: fp16.enabled on CPU, but this LibTorch has no fp16 matmul on CPU; models with "
+                 "Linear layers will fail in LibTorch. Use \"bf16\": {\"enabled\": true} on CPU.\n");
+  }
+}
+
+runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
+  runtime::LossScalerOptions o;
+  o.loss_scale = c.loss_scale;
+  o.initial_scale_power = c.initial_scale_power;
+  o.loss_scale_window = c.loss_scale_window;
+  o.hysteresis = c.hysteresis;
+  o.consecutive_hysteresis = c.consecutive_hysteresis;
+  o.min_loss_scale = c.min_loss_scale;
+  return o;
+}
+
+}  // namespace
+
+EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options)
+    : module_(std::move(module)), config_(config) {
+  DS_CHECK(module_ != nullptr, "initialize: model is null");
+  if (!comm::is_initialized()) comm::init_distributed();
+  setup_tensor_parallel(options);
+  world_ = options.data_parallel_group.is_member() ? options.data_parallel_group : comm::get_world_group();
+  if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
+    model_parallel_ = options.model_parallel_group;
+  norm_excluded_ = options.norm_excluded_params;
+  DS_CHECK_T(ConfigError, norm_excluded_.empty() || model_parallel_.is_member(),
+             "initialize: norm_excluded_params needs a model_parallel_group of more than one rank");
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() || tensor_parallel_ || config_.zero.stage <= 1,
+             "initialize: a model_parallel_group works with zero_optimization.stage 0 or 1, got ", config_.zero.stage);
+  config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
+  if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
+  config_.resolve_auto(known);
+  setup_sequence_parallel(options);
+  config_.resolve_batch(world_.size() / sequence_parallel_);
+  config::check_supported_features(config_);
+  // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
+  // later checkpointing::configure by the caller still overrides it).
+  checkpointing::configure(config_);
+  DS_CHECK_T(ConfigError, !(options.optimizer && config_.optimizer.has_value()),
+             "optimizer: the config names an optimizer and initialize() was given one too; remove one");
+  DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
+             "scheduler: the config names a scheduler and initialize() was given one too; remove one");
+  const int stage = config_.zero.stage;
+  dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
+  DS_CHECK_T(ConfigError, !options.optimizer || (stage == 0 && dtype_ == at::kFloat),
+             "optimizer: a client torch::optim optimizer steps the model's own parameters, so it works only with "
+             "zero_optimization.stage 0 in fp32; name the optimizer in the config instead");
+  configure_threads();
+  if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
+  comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
+  print_comms_summary_ = config_.comms_logger.enabled && comm::get_rank() == 0;
+  breakdown_ = config_.wall_clock_breakdown;
+  total_steps_ = options.total_steps;
+  DS_CHECK(options.tokens_per_sample >= 0, "InitializeOptions::tokens_per_sample must be >= 0, got ",
+           options.tokens_per_sample);
+  tokens_per_sample_ = options.tokens_per_sample;
+  if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
+
+  // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
+  if (stage < 3) zero::materialize_construction_shards(module_);
+  place_on_device();
+  groups_ = runtime::make_param_groups(*module_, std::move(options.param_groups));
+  runtime::split_expert_groups(*module_, groups_);
+  if (!options.optimizer && config_.optimizer.has_value() && config_.optimizer->type == "muon")
+    runtime::split_muon_groups(module_, groups_);
+  has_experts_ = std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); });
+  DS_CHECK_T(ConfigError, !has_experts_ || stage <= 2,
+             "zero_optimization.stage: MoE expert parallelism (ep_size > 1) works with stages 0-2, got ", stage);
+  DS_CHECK_T(ConfigError, !has_experts_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
+             "initialize: MoE expert parallelism (ep_size > 1) is not supported inside a pipeline or another "
+             "data-parallel layout; its groups are formed over the whole world");
+  DS_CHECK_T(ConfigError, !has_experts_ || (!options.optimizer && !options.lr_scheduler),
+             "initialize: a client optimizer or LR scheduler sees one parameter group where the engine keeps the "
+             "MoE experts (ep_size > 1) in groups of their own; name the optimizer and scheduler in the config");
+  DS_CHECK_T(ConfigError, !has_experts_ || config_.zero.offload_optimizer.device != config::OffloadDevice::kNvme,
+             "zero_optimization.offload_optimizer.device: nvme is not supported with MoE expert parallelism "
+             "(ep_size > 1); use \"cpu\" or none");
+  if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
+  // DeepSpeed's own warning: the key shapes stages 1-2's DeepSpeed-layout files only (checkpoint/deepspeed_export.h).
+  if (stage == 3 && config_.zero.elastic_checkpoint && comm::get_rank() == 0)
+    std::fprintf(stderr, "deepspeed: warning: zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is "
+                         "deprecated and no longer supported (as DeepSpeed says); use the universal checkpoint\n");
+  stage_ = zero::make_stage(config_, dtype_, module_, groups_, world_);
+  finish_construction(options);
+}
+
+void EngineImpl::place_on_device() {
+  // As DeepSpeed's engine: the model trains on this rank's device (bound by init_distributed from LOCAL_RANK);
+  // parameters already there (zero::Init partitions) stay. Inputs are the caller's to move (Engine::device()).
+  device_ = accelerator::get_accelerator().device();
+  if (device_.is_cpu()) return;  // the model is already in host memory
+  module_->to(device_);
+}
+
+void EngineImpl::check_no_expert_parallelism(const char* what) const {
+  // Each expert-parallel rank holds other experts under the same local names: a single-model file written by one
+  // rank would keep rank 0's and lose the rest.
+  DS_CHECK(!has_experts_, what, ": not supported with MoE expert parallelism (ep_size > 1): no rank holds "
+           "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
+}
+
+// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step. The feature gate refuses what the
+// config shows (nvme, overlap_step, ZenFlow, SuperOffload); here, what the model shows: tensors that are not whole
+// over the data-parallel group (expert-parallel, or split over tensor-parallel ranks).
+void EngineImpl::check_whole_tensor_step(const char* what) const {
+  const char* clash = has_experts_                                ? "MoE expert parallelism (ep_size > 1)"
+                      : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
+                                                                  : nullptr;
+  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ", what, " is not supported with ", clash ? clash : "",
+             " yet; use Adam/AdamW there");
+}
+
+void EngineImpl::finish_construction(InitializeOptions& options) {
+  const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
+  const auto& zenflow = config_.zero.zenflow;
+  const bool overlap_step = config_.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
+  const char* overlap_key = config_.zero.offload_optimizer.overlap_step
+                                ? "zero_optimization.offload_optimizer.overlap_step"
+                                : "zero_optimization.zenflow.overlap_step";
+  DS_CHECK_T(ConfigError, !overlap_step || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
+             ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
+  DS_CHECK_T(ConfigError, !overlap_step || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
+             overlap_key, ": not supported inside a pipeline or another data-parallel layout yet");
+  DS_CHECK_T(ConfigError, !config_.zero.offload_optimizer.super_offload || (!options.optimizer &&
+                                                                          config_.optimizer.has_value()),
+             "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
+             "kernel); a client optimizer or none cannot be rolled back");
+  const std::string type = !options.optimizer && config_.optimizer.has_value() ? config_.optimizer->type : "";
+  runtime::OptimizerStepParts parts;
+  parts.config = &config_;
+  parts.stage = stage_.get();
+  parts.groups = &groups_;
+  parts.rank = world_.rank();
+  parts.on_accelerator = !device_.is_cpu();
+  if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio");
+  if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices");
+  if (options.optimizer) {
+    optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
+  } else if (type == "lamb") {
+    optimizer_ = runtime::make_lamb_optimizer(*config_.optimizer, groups_, stage_->masters(),
+                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
+  } else if (type == "muon") {
+    optimizer_ = runtime::make_muon_optimizer(*config_.optimizer, groups_, stage_->masters(), stage_->param_shapes(),
+                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
+  } else if (nvme) {
+    DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
+               "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
+    step_ = runtime::make_nvme_step(parts, *config_.optimizer, &optimizer_);
+  } else if (config_.optimizer.has_value()) {
+    // bf16_optimizer_states (with bf16 masters, which the gate requires): the states in bf16 too.
+    const bool bf16_states = config_.bf16.enabled && config_.bf16.bf16_optimizer_states;
+    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters(), /*resident_state=*/true,
+                                               bf16_states ? at::kBFloat16 : at::kFloat);
+    // Offload with a bf16/fp16 model: the CPU kernels write the updated partition in the model's dtype as they go,
+    // on a CPU device straight into the parameters, on an accelerator into host buffers that publish() copies up.
+    // Not when it is speculative (an update that may be rolled back must not reach them before it is validated).
+    // An overlapped step may write the accelerator's host buffers while the next forward and backward run (publish()
+    // copies them when the step lands), not a CPU device's parameters, which those read meanwhile; nor with ZenFlow,
+    // whose selected columns change the masters between the kernel's pass and the publish.
+    if (config_.zero.offload_optimizer.super_offload) build_speculative_step(options);
+    const bool buffers_apart = !device_.is_cpu() && !zenflow;
+    if (!speculative_ && (!overlap_step || buffers_apart))
+      stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
+  }
+  if (!step_) {
+    parts.optimizer = optimizer_.get();
+    step_ = runtime::make_resident_step(parts, overlap_step);
+  }
+  if (zenflow) build_zenflow(options);
+  // Gradients (and, with bf16 masters, masters and states) held in the model's dtype reach the optimizer through
+  // the chunked fp32 step (runtime/optimizer_step.h): element-wise kernels only.
+  const auto& accum = config_.data_types.grad_accum_dtype;
+  const bool masters16 = zero::model_dtype_masters(config_);
+  const std::string key = masters16 ? std::string(config_.bf16.enabled ? "bf16.bf16_master_weights_and_grads"
+                                                                       : "fp16.fp16_master_weights_and_grads")
+                                    : std::string("data_types.grad_accum_dtype \"") +
+                                          config::to_string(accum.value_or(config::DataType::kFp32)) + "\"";
+  DS_CHECK_T(ConfigError,
+             !(masters16 || (accum && *accum != config::DataType::kFp32)) || !optimizer_ ||
+                 optimizer_->num_states() >= 0,
+             key, ": the step converts the gradients to fp32 a chunk at a time, which the ",
+             optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors)");
+  if (options.lr_scheduler) {
+    scheduler_ = std::move(options.lr_scheduler);
+  } else if (config_.scheduler.has_value()) {
+    DS_CHECK_T(ConfigError, optimizer_ != nullptr, "scheduler: a scheduler needs an optimizer to drive");
+    std::vector<double> base_lrs;
+    for (size_t g = 0; g < groups_.size(); ++g) base_lrs.push_back(optimizer_->lr(g));
+    scheduler_ = runtime::make_scheduler_from_config(*config_.scheduler, base_lrs);
+  }
+  // Every DeepSpeed scheduler writes its starting values into the optimizer when it is built (since DeepSpeed
+  // 0.15.3; earlier releases left the warmup schedules' first step at the optimizer's own lr), so step 1 runs at the
+  // schedule's iteration -1: warmup_min_lr (WarmupLR, WarmupDecayLR), 0 (WarmupCosineLR), lr_range_test_min_lr,
+  // cycle_min_lr / cycle_min_mom (OneCycle). A client scheduler is built before initialize sees it, so the same.
+  if (scheduler_ && optimizer_) {
+    DS_CHECK(scheduler_->num_groups() == groups_.size(), "lr scheduler has ", scheduler_->num_groups(),
+             " groups, the optimizer ", groups_.size());
+    apply_schedule();
+  }
+
+  if (config_.checkpoint.save_python_layout) {
+    // What Python DeepSpeed's layout can hold (checkpoint/deepspeed_export.h), refused now rather than at a save.
+    // (fp16 and a config optimizer other than Adam/AdamW: refused by the feature gate.)
+    const char* key = "checkpoint.save_layout: python_deepspeed";
+    DS_CHECK_T(ConfigError, !has_experts_ && !model_parallel_.is_member() && !options.data_parallel_group.is_member(),
+               key, " does not write MoE or pipeline checkpoints");
+    DS_CHECK_T(ConfigError,
+               optimizer_ && optimizer_->name() != "muon" &&
+                   optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"}),
+               key, " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
+  }
+  if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
+  add_observers();
+  logged_waits_ = stage_->stats();  // the breakdown starts here, not with construction's gathers
+  logged_waits_.reduce_wait_ms = stage_->reduce_blocked_ms();
+}
+
+void EngineImpl::build_zenflow(const InitializeOptions& options) {
+  const char* key = "zero_optimization.zenflow";
+  // (What the config alone rules out, the feature gate refused: config/feature_gate.cc.)
+  DS_CHECK_T(ConfigError, !options.optimizer && config_.optimizer.has_value(), key, ": needs the config's Adam or "
+             "AdamW optimizer (its selective update is AdamW's; the rest takes the CPU Adam step)");
+  DS_CHECK_T(ConfigError, !has_experts_, key, ": not supported with MoE expert parallelism (experts reduce over "
+             "their own groups; the selective update would average them over the world)");
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
+             ": not supported inside a pipeline or another data-parallel layout yet");
+  const auto& p = config_.optimizer->params;
+  const std::vector<double> betas = p.get_number_list("betas", {0.9, 0.999});
+  runtime::ZenFlowAdam adam;
+  adam.beta1 = betas.at(0);
+  adam.beta2 = betas.at(1);
+  adam.eps = p.get_number("eps", 1e-8);
+  adam.adamw = config_.optimizer->type == "adamw" ? true : p.get_bool("adam_w_mode", true);
+  std::vector<std::vector<at::Tensor>> params;
+  std::vector<std::vector<std::string>> names;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    adam.weight_decay.push_back(optimizer_->weight_decay(g).value_or(0.0));
+    params.push_back(groups_[g].params);
+    names.emplace_back();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) names.back().push_back(parameter_name(g, i));
+  }
+  runtime::ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions
+  if (stage_->partitions_parameters()) {
+    partitioned.stage = stage_.get();
+    partitioned.shapes = stage_->param_shapes();
+  }
+  zenflow_ = std::make_unique<runtime::ZenFlow>(*config_.zero.zenflow, std::move(params), names, std::move(adam),
+                                                 world_, std::move(partitioned));
+}
+
+void EngineImpl::build_speculative_step(const InitializeOptions& options) {
+  const char* key = "zero_optimization.offload_optimizer.super_offload";
+  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
+             ": not supported inside a pipeline or another data-parallel layout yet");
+  // Without clipping or loss scaling nothing can change the step once its gradients are known (a non-finite norm is
+  // stepped on all the same), so no copies are kept for a rollback.
+  const bool may_roll_back = config_.gradient_clipping > 0.0 || dtype_ == at::kHalf;
+  const int worker_threads =
+      runtime::SpeculativeStep::share_of(at::get_num_threads(), config_.zero.offload_optimizer.cpuadam_cores_perc);
+  speculative_ =
+      std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters(), may_roll_back, worker_threads);
+  const bool hooked = stage_->on_final_gradients(
+      [this](size_t group, int64_t offset, const at::Tensor& grad) { speculative_->submit(group, offset, grad); });
+  DS_ASSERT(hooked, "the stage cannot report final gradients");
+}
+
+}  // namespace deepspeed
