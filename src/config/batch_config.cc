@@ -34,6 +34,12 @@ int64_t times(int64_t a, const std::string& a_text, int64_t b, const std::string
 
 std::string named(const char* key, int64_t value) { return std::string(key) + " " + std::to_string(value); }
 
+// micro * gas * world, checked, each factor named in the error.
+int64_t batch_product(int64_t micro, int64_t gas, int ws, const std::string& world) {
+  return times(times(micro, named(kMicro, micro), gas, named(kGas, gas)),
+               named(kMicro, micro) + " * " + named(kGas, gas), ws, world);
+}
+
 // `train` must split evenly into `parts`; otherwise the message shows the arithmetic.
 int64_t divide(int64_t train, int64_t parts, const char* solved, const std::string& parts_text) {
   if (train % parts != 0 || train / parts < 1) {
@@ -67,9 +73,7 @@ BatchSizes resolve_batch_sizes(std::optional<int64_t> train, std::optional<int64
     const std::string parts = named(kGas, *gas) + " * " + world;
     b = {*train, divide(*train, times(*gas, named(kGas, *gas), ws, world), kMicro, parts), *gas};
   } else if (micro && gas) {
-    b = {times(times(*micro, named(kMicro, *micro), *gas, named(kGas, *gas)),
-               named(kMicro, *micro) + " * " + named(kGas, *gas), ws, world),
-         *micro, *gas};
+    b = {batch_product(*micro, *gas, ws, world), *micro, *gas};
   } else if (train) {
     b = {*train, divide(*train, ws, kMicro, world), 1};
   } else if (micro) {
@@ -79,12 +83,8 @@ BatchSizes resolve_batch_sizes(std::optional<int64_t> train, std::optional<int64
                       " must be given (" + kGas + " alone cannot fix the batch size)");
   }
 
-  const std::string micro_gas = named(kMicro, b.train_micro_batch_size_per_gpu) + " * " +
-                                named(kGas, b.gradient_accumulation_steps);
   const int64_t product =
-      times(times(b.train_micro_batch_size_per_gpu, named(kMicro, b.train_micro_batch_size_per_gpu),
-                  b.gradient_accumulation_steps, named(kGas, b.gradient_accumulation_steps)),
-            micro_gas, ws, world);
+      batch_product(b.train_micro_batch_size_per_gpu, b.gradient_accumulation_steps, ws, world);
   if (b.train_batch_size != product) {
     throw ConfigError(std::string(kTrain) + " " + std::to_string(b.train_batch_size) +
                       " != " + kMicro + " " + std::to_string(b.train_micro_batch_size_per_gpu) +

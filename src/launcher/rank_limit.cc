@@ -1,7 +1,6 @@
 // See rank_limit.h.
 #include "launcher/rank_limit.h"
 
-#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -9,19 +8,13 @@
 #include <cstdlib>
 
 #include "deepspeed/error.h"
+#include "launcher/core_binding.h"
 
 namespace deepspeed::launcher {
 namespace {
 
 constexpr int kFdsPerRank = 3;      // stdout and stderr read ends, a stdin pipe's write end
 constexpr int kFdsReserved = 64;    // the launcher's own: std streams, signal pipe, log files, a fork's extras
-
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return 1;
-}
 
 }  // namespace
 
@@ -41,7 +34,7 @@ int local_rank_limit(int cores, const char* override_value) {
 void check_local_rank_count(int ranks) {
   const std::string what = ::deepspeed::detail::str_cat(
       "cannot start ", ranks, " ranks on this node (--num_procs/--num_gpus or the hostfile's slots)");
-  const int cores = usable_cores();
+  const int cores = std::max(1, static_cast<int>(allowed_cores().size()));
   const int limit = local_rank_limit(cores, std::getenv(kMaxLocalRanksVar));
   DS_CHECK_T(LaunchError, ranks <= limit, what, ": more than ", limit,
              " (", kRanksPerCore, " per core for the ", cores, " core(s) this launcher may use, at least ",
