@@ -26,6 +26,7 @@
 #include "moe/expert_params.h"
 #include "runtime/engine_checkpoint_util.h"
 #include "runtime/engine_impl.h"
+#include "runtime/state_sections.h"
 
 namespace deepspeed {
 
@@ -307,7 +308,7 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   // Not in DeepSpeed's file: lets a resume at another global batch say so (load_checkpoint).
   state.insert("train_batch_size", config_.train_batch_size.value());
   state.insert("micro_steps", micro_steps_);
-  if (zenflow_) state.insert("zenflow", zenflow_->state_dict());
+  if (zenflow_) state.insert(runtime::kZenFlowSection, zenflow_->state_dict());
   state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
   state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
   // DeepSpeed's model-parallel size is the tensor-parallel one (a pipeline's stages are not counted).
@@ -322,22 +323,8 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
   state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
   state.insert("ds_config", config_.dump());
-  if (scheduler_) {
-    c10::impl::GenericDict s = ckpt::make_any_dict();
-    s.insert(std::string("type"), std::string(scheduler_->type()));
-    s.insert(std::string("last_batch_iteration"), scheduler_->state_dict().last_batch_iteration);
-    state.insert("lr_scheduler", s);
-  }
-  if (scaler_) {
-    const runtime::LossScaler::State st = scaler_->state();
-    c10::impl::GenericDict s = ckpt::make_any_dict();
-    s.insert(std::string("cur_scale"), st.cur_scale);
-    s.insert(std::string("cur_iter"), st.cur_iter);
-    s.insert(std::string("last_overflow_iter"), st.last_overflow_iter);
-    s.insert(std::string("cur_hysteresis"), static_cast<int64_t>(st.cur_hysteresis));
-    s.insert(std::string("skipped_steps"), st.skipped_steps);
-    state.insert("loss_scaler", s);
-  }
+  if (scheduler_) state.insert(runtime::kSchedulerSection, runtime::scheduler_section(*scheduler_));
+  if (scaler_) state.insert(runtime::kLossScalerSection, runtime::loss_scaler_section(*scaler_));
   state.insert("client_state", client_state ? *client_state : ckpt::make_state_dict());
   return state;
 }

@@ -31,6 +31,11 @@
 
 namespace deepspeed {
 
+namespace checkpoint {
+struct LoadTarget;
+struct LoadPlan;
+}  // namespace checkpoint
+
 // The Engine handle (engine_handle.cc) is the public face of this class and reads its state directly; the pipeline
 // engine sees it through runtime::StageEngine only.
 class EngineImpl : public runtime::StageEngine {
@@ -188,6 +193,15 @@ class EngineImpl : public runtime::StageEngine {
   // checkpoint.save_layout python_deepspeed: <dir>/<tag> written in Python DeepSpeed's layout from the staging tag
   // holding this save's own files, which is then removed. Collective.
   void save_python_layout(const std::string& dir, const std::string& staging, const std::string& tag);
+  // engine_checkpoint_load.cc: what this engine holds and asks of a checkpoint (checkpoint/load_plan.h), the sections
+  // its components own read from the plan, and the plan applied (collective).
+  struct LoadedSections;
+  checkpoint::LoadTarget load_target(const std::string& dir, const LoadCheckpointOptions& options) const;
+  LoadedSections read_sections(const checkpoint::LoadPlan& plan) const;
+  // Masters, optimizer states, buffers and the optimizer's step and hyperparameters; true when the latter came
+  // from the checkpoint.
+  bool apply_model_and_optimizer(const checkpoint::LoadPlan& plan);
+  void resume_training_state(const checkpoint::LoadPlan& plan, const LoadedSections& sections, bool lrs_restored);
   void apply_schedule();
   // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
   std::string timer_table(int64_t steps);

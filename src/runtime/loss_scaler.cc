@@ -107,7 +107,7 @@ LossScaler::State LossScaler::state() const {
   return s;
 }
 
-void LossScaler::load_state(const State& s) {
+void LossScaler::check_state(const State& s) const {
   DS_CHECK(std::isfinite(s.cur_scale) && s.cur_scale > 0,
            "loss scaler state: cur_scale must be finite and > 0, got ", s.cur_scale);
   DS_CHECK(s.cur_iter >= 0, "loss scaler state: cur_iter must be >= 0, got ", s.cur_iter);
@@ -120,12 +120,15 @@ void LossScaler::load_state(const State& s) {
   DS_CHECK(s.skipped_steps >= 0 && s.skipped_steps <= s.cur_iter,
            "loss scaler state: skipped_steps ", s.skipped_steps, " must be in [0, cur_iter ",
            s.cur_iter, "]");
+}
+
+void LossScaler::load_state(const State& s) {
+  check_state(s);
   cur_scale_ = s.cur_scale;
   cur_iter_ = s.cur_iter;
   last_overflow_iter_ = s.last_overflow_iter;
   cur_hysteresis_ = s.cur_hysteresis;
   skipped_steps_ = s.skipped_steps;
 }
-
 
 }  // namespace deepspeed::runtime

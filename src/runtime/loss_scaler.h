@@ -84,7 +84,8 @@ class LossScaler {
 
   State state() const;
   // Throws deepspeed::Error naming the field when `state` cannot come from this configuration.
-  void load_state(const State& state);
+  void check_state(const State& state) const;
+  void load_state(const State& state);  // check_state, then the state in
 
  private:
   LossScalerOptions options_;

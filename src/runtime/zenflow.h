@@ -31,6 +31,8 @@
 
 namespace deepspeed::runtime {
 
+constexpr const char* kZenFlowSection = "zenflow";  // the model file's key of ZenFlow::state_dict()
+
 // Which iterations (0-based, one per engine.step()) select columns and which end an update window.
 struct ZenFlowSchedule {
   int64_t warmup = 0;           // full_warm_up_rounds

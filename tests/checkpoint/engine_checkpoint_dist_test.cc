@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -242,18 +243,26 @@ TEST(EngineCheckpoint, OverlappedStepResumesAsTheRunThatSaved) {
 // fp16: the loss scale, its hysteresis and window position and the skipped-step count come back, so
 // a resumed run skips and grows the scale on the same steps. SGD with momentum: its momentum buffer
 // is the optimizer state.
+// Steps [first, last) of an elementwise_net engine on each rank's batches; `poison` may change a step's input.
+void train_elementwise(deepspeed::Engine& engine, int first, int last,
+                       const std::function<void(int step, at::Tensor& x)>& poison) {
+  for (int step = first; step < last; ++step) {
+    at::Tensor t;
+    at::Tensor x = elementwise_net::batch_for(rank(), step, &t);
+    if (poison) poison(step, x);
+    engine.backward(engine.forward(x, t));
+    engine.step();
+  }
+}
+
 TEST(EngineCheckpoint, Fp16ResumeRestoresTheLossScaler) {
   using elementwise_net::ElementwiseNet;
   tiny_gpt::ensure_comm();
   const int poisoned = deepspeed::comm::get_world_size() - 1;
   auto run = [&](deepspeed::Engine& engine, int first, int last) {
-    for (int step = first; step < last; ++step) {
-      at::Tensor t;
-      at::Tensor x = elementwise_net::batch_for(rank(), step, &t);
+    train_elementwise(engine, first, last, [&](int step, at::Tensor& x) {
       if ((step == 1 || step == 4) && rank() == poisoned) x[0][5] = 300.0;  // overflows in backward
-      engine.backward(engine.forward(x, t));
-      engine.step();
-    }
+    });
   };
   auto params = [](const ElementwiseNet& net) {
     deepspeed::zero::GatheredParameters gathered(*net);
@@ -290,6 +299,52 @@ TEST(EngineCheckpoint, Fp16ResumeRestoresTheLossScaler) {
     EXPECT_EQ(engine.skipped_steps(), 2) << "steps 1 and 4 overflow; hysteresis 2 skips both";
     expect_equal(params(net), params(ref_net), "fp16 parameters after the resume");
   }
+}
+
+// A loss-scaler state this configuration cannot take (cur_hysteresis 99 with hysteresis 2) is refused naming the file
+// and the field before anything is applied: the masters keep this run's values, and the engine trains on exactly as
+// one that never tried to load (before the loader's plan, the masters were overwritten first).
+TEST(EngineCheckpoint, ABadLossScalerSectionIsRefusedBeforeAnythingChanges) {
+  using elementwise_net::ElementwiseNet;
+  tiny_gpt::ensure_comm();
+  auto run = [&](deepspeed::Engine& engine, int first, int last) { train_elementwise(engine, first, last, {}); };
+  auto params = [](const ElementwiseNet& net) {
+    std::vector<at::Tensor> out;
+    for (const auto& p : net->parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  SharedTempDir dir;
+  const auto cfg = deepspeed::Config::from_string(
+      "{\"train_micro_batch_size_per_gpu\": 4, \"steps_per_print\": 1000,"
+      " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01, \"momentum\": 0.9}},"
+      " \"zero_optimization\": {\"stage\": 2}, \"fp16\": {\"enabled\": true, \"hysteresis\": 2}}");
+  ElementwiseNet ref_net;
+  auto ref = deepspeed::initialize(ref_net, cfg);
+  run(ref, 0, 5);
+  ElementwiseNet net;
+  auto engine = deepspeed::initialize(net, cfg);
+  run(engine, 0, 2);
+  engine.save_checkpoint(dir.path());
+  if (rank() == 0) {
+    const std::string path = ckpt::model_states_path(dir.path(), "global_step2");
+    ckpt::StateDict state = ckpt::load_state(path);
+    state.at("loss_scaler").toGenericDict().insert_or_assign(std::string("cur_hysteresis"), int64_t{99});
+    ckpt::save_state(path, state);
+  }
+  barrier();
+  run(engine, 2, 4);
+  try {
+    engine.load_checkpoint(dir.path());
+    ADD_FAILURE() << "a loss-scaler state the configuration cannot take was loaded";
+  } catch (const ckpt::CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("mp_rank_00_model_states.pt: loss_scaler"), std::string::npos) << what;
+    EXPECT_NE(what.find("cur_hysteresis 99"), std::string::npos) << what;
+  }
+  EXPECT_EQ(engine.global_steps(), 4);
+  run(engine, 4, 5);
+  expect_equal(params(net), params(ref_net), "parameters after the refused load and one more step");
+  EXPECT_EQ(engine.loss_scale(), ref.loss_scale());
 }
 
 // A client torch::optim optimizer (stage 0) is saved in torch's own archive format inside the rank
