@@ -19,7 +19,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/error.h"
 #include "pipe/pipeline_engine_impl.h"
-#include "runtime/engine_checkpoint_util.h"
+#include "runtime/rank_agreement.h"
 
 namespace deepspeed::pipe {
 namespace {

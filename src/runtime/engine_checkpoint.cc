@@ -1,14 +1,6 @@
-// Engine::save_checkpoint and Engine::save-side state: what each rank writes
-// (include/deepspeed/deepspeed.h), in the layout and with the fp32 partition contract of
-// include/deepspeed/checkpoint.h.
-//
-// Every rank writes zero_pp_rank_<r>_mp_rank_00_optim_states.pt with its fp32 master partition, the
-// optimizer state at the same offsets and `param_slices` saying which elements of which parameter
-// sit where; rank 0 also writes mp_rank_00_model_states.pt (weights in the model's dtype at stages
-// 0-2, buffers, counters, scheduler, loss scale, config, client state). At stage 0 every rank holds
-// every master, so rank 0 saves them and the other ranks' files hold empty partitions (and their
-// own RNG state). Loading (engine_checkpoint_load.cc) matches parameters by name, which is what
-// makes any world size and stage loadable into any other.
+// Engine::save_checkpoint and the engine's state as a save hands it to the checkpoint writer
+// (checkpoint/save_contents.h: what each rank writes). At stage 0 every rank holds every master, so rank 0 saves them
+// and the other ranks' files hold empty partitions (and their own RNG state). Loading: engine_checkpoint_load.cc.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -22,9 +14,10 @@
 
 #include "checkpoint/deepspeed_export.h"
 #include "checkpoint/partition_index.h"
+#include "checkpoint/save_contents.h"
 #include "deepspeed/accelerator.h"
 #include "moe/expert_params.h"
-#include "runtime/engine_checkpoint_util.h"
+#include "runtime/rank_agreement.h"
 #include "runtime/engine_impl.h"
 #include "runtime/state_sections.h"
 
@@ -32,89 +25,11 @@ namespace deepspeed {
 
 namespace ckpt = checkpoint;
 
-namespace runtime {
-
-void all_ranks_or_none(comm::ProcessGroup& world, const char* what,
-                       const std::function<void()>& fn) {
-  std::exception_ptr error;
-  try {
-    fn();
-  } catch (...) {
-    error = std::current_exception();
-  }
-  if (world.size() > 1) {
-    at::Tensor failed =
-        at::tensor({error ? static_cast<int64_t>(world.rank()) : int64_t{-1}}, at::kLong);
-    world.all_reduce(failed, comm::ReduceOp::kMax);
-    if (error) std::rethrow_exception(error);
-    const int64_t rank = failed.item<int64_t>();
-    DS_CHECK_T(ckpt::CheckpointError, rank < 0, what, " failed on rank ", rank,
-               " (its error message says why)");
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-void check_same_on_all_ranks(comm::ProcessGroup& world, const std::string& value,
-                             const char* what) {
-  if (world.size() == 1) return;
-  const auto h = static_cast<int64_t>(std::hash<std::string>{}(value) >> 1);
-  at::Tensor t = at::tensor({h, -h}, at::kLong);
-  world.all_reduce(t, comm::ReduceOp::kMax);
-  DS_CHECK(t[0].item<int64_t>() == -t[1].item<int64_t>(), what,
-           " differs between ranks (this rank: '", value,
-           "'); every rank must pass the same value");
-}
-
-const char* dtype_name(at::ScalarType t) {
-  return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32";
-}
-
-}  // namespace runtime
 
 namespace {
 
 // checkpoint.save_layout python_deepspeed: where our own files of a save go first.
 constexpr const char* kStagingSuffix = ".deepspeed_cpp_staging";
-
-// A run id shared by every file of one save: rank 0 draws it and broadcasts it, so a loader can
-// tell a file left over from another save.
-std::string make_run_id(comm::ProcessGroup& world) {
-  at::Tensor id = at::zeros({2}, at::kLong);
-  if (world.rank() == 0) {
-    std::random_device rd;
-    const auto now = std::chrono::system_clock::now().time_since_epoch().count();
-    id[0] = static_cast<int64_t>((static_cast<uint64_t>(rd()) << 32 | rd()) >> 1);
-    id[1] = static_cast<int64_t>(now);
-  }
-  if (world.size() > 1) world.broadcast(id, world.ranks()[0]);
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%016llx-%016llx",
-                static_cast<unsigned long long>(id[0].item<int64_t>()),
-                static_cast<unsigned long long>(id[1].item<int64_t>()));
-  return buf;
-}
-
-// Leftovers of saves whose process died (checkpoint.h: remove_stale_files). Failing to remove them
-// must not fail this save: a warning says what is left.
-void remove_stale_checkpoint_files(const std::string& dir, const std::string& tag) {
-  ckpt::StaleFileOptions options;
-  options.keep_tag = tag;
-  options.single_host = comm::get_local_world_size() == comm::get_world_size();
-  try {
-    const std::vector<std::string> removed = ckpt::remove_stale_files(dir, options);
-    if (!removed.empty()) {
-      std::printf(
-          "deepspeed: save_checkpoint: removed %zu leftover(s) of interrupted saves in %s (%s%s)\n",
-          removed.size(), dir.c_str(), removed[0].c_str(), removed.size() > 1 ? ", ..." : "");
-      std::fflush(stdout);
-    }
-  } catch (const ckpt::CheckpointError& e) {
-    std::fprintf(
-        stderr,
-        "deepspeed: warning: save_checkpoint: leftovers of interrupted saves stay in %s: %s\n",
-        dir.c_str(), e.what());
-  }
-}
 
 }  // namespace
 
@@ -179,70 +94,33 @@ std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() co
 ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
                                              const CheckpointState& train_state) const {
   at::NoGradGuard no_grad;
-  ckpt::StateDict state = ckpt::make_state_dict();
-  ckpt::stamp_metadata(state, run_id);
-  const int rank = world_.rank();
+  ckpt::RankFileContents c;
+  c.rank = world_.rank();
+  c.world_size = world_.size();
+  c.zero_stage = config_.zero.stage;
+  c.masters = train_state.masters;
+  c.states = train_state.states;
   // Stage 0: every rank holds everything; rank 0 saves it once (MoE experts: the first rank holding them).
-  const bool holder = config_.zero.stage >= 1 || rank == 0;
-  auto holds = [&](size_t g) {
-    return config_.zero.stage >= 1 || zero::copies_group(groups_[g], world_).rank() == 0;
-  };
-  state.insert(ckpt::kPartitionCountKey, static_cast<int64_t>(world_.size()));
-  state.insert(ckpt::kDpRankKey, static_cast<int64_t>(rank));
-  state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
-
-  const std::vector<at::Tensor>& masters = train_state.masters;
-  const at::Tensor empty = at::empty({0}, at::kFloat);
-  c10::List<at::Tensor> flat;
-  for (size_t g = 0; g < masters.size(); ++g) flat.push_back(holds(g) ? masters[g] : empty);
-  state.insert(ckpt::kFp32FlatGroupsKey, flat);
-
-  const auto names = parameter_names();
-  // One list each: c10 lists are shared handles, so filling the vector with copies of one would give every group
-  // the same list.
-  std::vector<c10::impl::GenericList> per_group;
-  for (size_t g = 0; g < masters.size(); ++g) per_group.push_back(ckpt::make_any_list());
-  for (const auto& f : master_fragments()) {
-    if (!holds(f.group)) continue;
-    per_group[f.group].push_back(
-        ckpt::param_slice_entry(names[f.group][f.index], f.shape, f.begin, f.end, f.offset));
-  }
-  c10::impl::GenericList slices = ckpt::make_any_list();
-  for (auto& l : per_group) slices.push_back(l);
-  state.insert(ckpt::kParamSlicesKey, slices);
-
-  c10::impl::GenericDict opt = ckpt::make_any_dict();
+  const bool partitioned = config_.zero.stage >= 1;
+  for (size_t g = 0; g < c.masters.size(); ++g)
+    c.writes.push_back(partitioned || zero::copies_group(groups_[g], world_).rank() == 0);
+  c.fragments = master_fragments();
+  c.names = parameter_names();
   if (optimizer_) {
-    opt.insert(std::string("type"), optimizer_->name());
-    opt.insert(std::string("step"), optimizer_->step_count());
-    const auto state_names = optimizer_->state_names();
-    opt.insert(std::string("state_names"), c10::List<std::string>(state_names));
-    c10::impl::GenericList states = ckpt::make_any_list();
-    c10::impl::GenericList param_groups = ckpt::make_any_list();
-    for (size_t g = 0; g < masters.size(); ++g) {
-      c10::impl::GenericDict s = ckpt::make_any_dict();
-      const auto& tensors = train_state.states.at(g);
-      for (size_t k = 0; k < state_names.size(); ++k)
-        s.insert(state_names[k], holds(g) ? tensors.at(k) : empty);
-      states.push_back(s);
-      c10::impl::GenericDict pg = ckpt::make_any_dict();
-      pg.insert(std::string("lr"), optimizer_->lr(g));
-      if (auto m = optimizer_->momentum(g)) pg.insert(std::string("momentum"), *m);
-      if (auto d = optimizer_->weight_decay(g)) pg.insert(std::string("weight_decay"), *d);
-      param_groups.push_back(pg);
+    ckpt::RankFileContents::Optimizer o;
+    o.type = optimizer_->name();
+    o.step = optimizer_->step_count();
+    o.state_names = optimizer_->state_names();
+    for (size_t g = 0; g < c.masters.size(); ++g) {
+      o.lrs.push_back(optimizer_->lr(g));
+      o.momenta.push_back(optimizer_->momentum(g));
+      o.weight_decays.push_back(optimizer_->weight_decay(g));
     }
-    opt.insert(std::string("state"), states);
-    opt.insert(std::string("param_groups"), param_groups);
-    const std::string archive = optimizer_->archive();
-    if (!archive.empty() && holder) {
-      at::Tensor bytes = at::empty({static_cast<int64_t>(archive.size())}, at::kByte);
-      std::memcpy(bytes.data_ptr(), archive.data(), archive.size());
-      opt.insert(std::string("client_optimizer_archive"), bytes);
-    }
+    if (partitioned || c.rank == 0) o.archive = optimizer_->archive();
+    c.optimizer = std::move(o);
   }
-  state.insert("optimizer_state_dict", opt);
-  state.insert("rng_state", accelerator::get_accelerator().get_rng_state());
-  return state;
+  c.rng = accelerator::get_accelerator().get_rng_state();
+  return ckpt::rank_file(run_id, c);
 }
 
 std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const {
@@ -276,57 +154,30 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
                                              const std::optional<ckpt::StateDict>& client_state,
                                              const std::optional<ckpt::StateDict>& params) const {
   at::NoGradGuard no_grad;
-  ckpt::StateDict state = ckpt::make_state_dict();
-  ckpt::stamp_metadata(state, run_id);
-  // The module as torch's state_dict names it. Without gathered parameters, stage 3's partitions
-  // live in the optimizer files only.
-  ckpt::StateDict module = ckpt::make_state_dict();
-  if (params)
-    for (const auto& item : *params) module.insert(item.key(), item.value());
-  std::vector<std::string> buffer_names;
-  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
-    if (!item.value().defined()) continue;
-    module.insert(item.key(), item.value());
-    buffer_names.push_back(item.key());
-  }
-  state.insert(ckpt::kModuleKey, module);
-  state.insert(ckpt::kBufferNamesKey, c10::List<std::string>(buffer_names));
-
-  const auto names = parameter_names();
-  const auto shapes = parameter_shapes();
-  c10::impl::GenericList param_shapes = ckpt::make_any_list();
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    c10::impl::GenericDict group = ckpt::make_any_dict();
-    for (size_t i = 0; i < names[g].size(); ++i)
-      group.insert(names[g][i], c10::List<int64_t>(shapes[g][i]));
-    param_shapes.push_back(group);
-  }
-  state.insert("param_shapes", param_shapes);
-
-  state.insert("global_steps", global_steps_);
-  state.insert("global_samples", global_samples());
-  // Not in DeepSpeed's file: lets a resume at another global batch say so (load_checkpoint).
-  state.insert("train_batch_size", config_.train_batch_size.value());
-  state.insert("micro_steps", micro_steps_);
-  if (zenflow_) state.insert(runtime::kZenFlowSection, zenflow_->state_dict());
-  state.insert("skipped_steps", scaler_ ? scaler_->skipped_steps() : int64_t{0});
-  state.insert("dp_world_size", static_cast<int64_t>(world_.size()));
-  // DeepSpeed's model-parallel size is the tensor-parallel one (a pipeline's stages are not counted).
-  const runtime::TensorSlicing slicing = tensor_slicing();
-  state.insert("mp_world_size", static_cast<int64_t>(slicing.size));
-  if (slicing.size > 1) {
-    c10::impl::GenericDict layout = ckpt::make_any_dict();
-    for (const auto& [name, split] : slicing.layout)
-      layout.insert(name, c10::List<int64_t>({split.first, split.second}));
-    state.insert(std::string(ckpt::kTensorParallelLayoutKey), layout);
-  }
-  state.insert("zero_stage", static_cast<int64_t>(config_.zero.stage));
-  state.insert("dtype", std::string(runtime::dtype_name(dtype_)));
-  state.insert("ds_config", config_.dump());
-  if (scheduler_) state.insert(runtime::kSchedulerSection, runtime::scheduler_section(*scheduler_));
-  if (scaler_) state.insert(runtime::kLossScalerSection, runtime::loss_scaler_section(*scaler_));
-  state.insert("client_state", client_state ? *client_state : ckpt::make_state_dict());
-  return state;
+  ckpt::ModelFileContents c;
+  // Without gathered parameters, stage 3's partitions live in the rank files only.
+  if (params) c.params = *params;
+  for (const auto& item : module_->named_buffers(/*recurse=*/true))
+    if (item.value().defined()) c.buffers.emplace_back(item.key(), item.value());
+  c.names = parameter_names();
+  c.shapes = parameter_shapes();
+  c.global_steps = global_steps_;
+  c.global_samples = global_samples();
+  c.train_batch_size = config_.train_batch_size.value();
+  c.micro_steps = micro_steps_;
+  c.skipped_steps = scaler_ ? scaler_->skipped_steps() : int64_t{0};
+  c.dp_world_size = world_.size();
+  c.zero_stage = config_.zero.stage;
+  runtime::TensorSlicing slicing = tensor_slicing();
+  c.tensor_parallel_size = slicing.size;
+  c.tensor_parallel_layout = std::move(slicing.layout);
+  c.dtype = runtime::dtype_name(dtype_);
+  c.config = config_.dump();
+  if (zenflow_) c.sections.emplace_back(runtime::kZenFlowSection, zenflow_->state_dict());
+  if (scheduler_) c.sections.emplace_back(runtime::kSchedulerSection, runtime::scheduler_section(*scheduler_));
+  if (scaler_) c.sections.emplace_back(runtime::kLossScalerSection, runtime::loss_scaler_section(*scaler_));
+  if (client_state) c.client_state = *client_state;
+  return ckpt::model_file(run_id, c);
 }
 
 std::string EngineImpl::save_checkpoint(const std::string& dir,
@@ -360,7 +211,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   DS_CHECK(!tensor_parallel_ || !config_.checkpoint.save_python_layout,
            "checkpoint.save_layout \"python_deepspeed\" is not supported with tensor_parallel.autotp_size > 1");
   runtime::check_same_on_all_ranks(everyone, tag, "save_checkpoint: the tag");
-  const std::string run_id = make_run_id(everyone);
+  const std::string run_id = runtime::make_run_id(everyone);
   // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   // checkpoint.save_layout python_deepspeed: our files go to a staging tag, from which every rank writes its part
@@ -370,12 +221,12 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   const std::string our_tag = python_layout ? tag + kStagingSuffix : tag;
   if (tensor_parallel_) {
     runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
-      if (comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
+      if (comm::get_local_rank() == 0) runtime::remove_stale_checkpoint_files(dir, tag);
     });
   }
   runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
     // One process per host clears what killed saves left, before this save writes its own.
-    if (!tensor_parallel_ && comm::get_local_rank() == 0) remove_stale_checkpoint_files(dir, tag);
+    if (!tensor_parallel_ && comm::get_local_rank() == 0) runtime::remove_stale_checkpoint_files(dir, tag);
     ckpt::begin_tag_save(dir, our_tag);
     ckpt::save_state(ckpt::optim_states_path(dir, our_tag, world_.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));

@@ -12,7 +12,7 @@
 #include "deepspeed/accelerator.h"
 #include "deepspeed/tp/partition.h"
 #include "moe/expert_params.h"
-#include "runtime/engine_checkpoint_util.h"
+#include "runtime/rank_agreement.h"
 #include "runtime/engine_impl.h"
 #include "runtime/state_sections.h"
 

@@ -1,5 +1,5 @@
-// Small pieces the engine's checkpoint save and load share (engine_checkpoint.cc,
-// engine_checkpoint_load.cc).
+// What every rank of a save or load must agree on, and the pieces of a save that are not the engine's state: the
+// engine's and the pipeline engine's checkpoints use them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,5 +22,13 @@ void check_same_on_all_ranks(comm::ProcessGroup& world, const std::string& value
 
 // "fp32", "bf16" or "fp16": how checkpoints name the model's dtype.
 const char* dtype_name(at::ScalarType t);
+
+// A run id shared by every file of one save: rank 0 draws it and broadcasts it, so a loader can tell a file left
+// over from another save. Collective.
+std::string make_run_id(comm::ProcessGroup& world);
+
+// Removes the leftovers of saves whose process died (checkpoint.h: remove_stale_files), keeping `tag`. Failing to
+// remove them does not fail the save: a warning says what is left.
+void remove_stale_checkpoint_files(const std::string& dir, const std::string& tag);
 
 }  // namespace deepspeed::runtime
