@@ -20,8 +20,8 @@ set(allowed_moe "accelerator;comm;zero")
 set(allowed_tp "comm")
 set(allowed_sequence "comm")
 set(allowed_checkpoint "accelerator;comm;config;zero")
-set(allowed_runtime "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;swap;zero")
-set(allowed_pipe "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;runtime;swap;zero")
+set(allowed_runtime "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;sequence;swap;tp;zero")
+set(allowed_pipe "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;runtime;sequence;swap;tp;zero")
 
 # ds_apply_layering(<subsystem>): gives every target defined in src/<subsystem>/ a private include root of its own,
 # <build>/include_roots/<subsystem>/, holding links to src/<subsystem> and to the subsystems it may use, and nothing

@@ -20,6 +20,8 @@
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
+#include "sequence/apply.h"
+#include "tp/apply.h"
 #include "zero/make_stage.h"
 #include "zero/stage3/construction_shard.h"
 
@@ -74,7 +76,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
     : module_(std::move(module)), config_(config) {
   DS_CHECK(module_ != nullptr, "initialize: model is null");
   if (!comm::is_initialized()) comm::init_distributed();
-  setup_tensor_parallel(options);
+  tensor_parallel_ = tp::apply(*module_, config_, options);
   world_ = options.data_parallel_group.is_member() ? options.data_parallel_group : comm::get_world_group();
   if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
     model_parallel_ = options.model_parallel_group;
@@ -86,7 +88,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
   if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
   config_.resolve_auto(known);
-  setup_sequence_parallel(options);
+  sequence_parallel_ = sequence::apply(*module_, config_, options, tensor_parallel_);
   config_.resolve_batch(world_.size() / sequence_parallel_);
   config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a

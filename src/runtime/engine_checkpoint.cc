@@ -16,6 +16,7 @@
 #include "checkpoint/partition_index.h"
 #include "checkpoint/save_contents.h"
 #include "deepspeed/accelerator.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "moe/expert_params.h"
 #include "runtime/rank_agreement.h"
 #include "runtime/engine_impl.h"
@@ -85,6 +86,11 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
       out[g].push_back(it->second);
     }
   return out;
+}
+
+runtime::TensorSlicing EngineImpl::tensor_slicing() const {
+  if (!tensor_parallel_) return pipeline_slicing_;
+  return runtime::TensorSlicing{model_parallel_.rank(), model_parallel_.size(), tp::split_layout(*module_)};
 }
 
 std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() const {

@@ -159,9 +159,9 @@ class EngineImpl : public runtime::StageEngine {
   std::pair<size_t, size_t> locate(const at::Tensor& p) const;
 
   comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
-  bool tensor_parallel_ = false;           // model_parallel_ is the tensor-parallel group (engine_tp.cc)
+  bool tensor_parallel_ = false;           // model_parallel_ is the tensor-parallel group (tp/apply.h)
   runtime::TensorSlicing pipeline_slicing_;  // a 3D pipeline stage's (model_parallel_ spans the stages)
-  int sequence_parallel_ = 1;              // ranks splitting each sequence (engine_sp.cc); world_ / this = dp size
+  int sequence_parallel_ = 1;              // ranks splitting each sequence (sequence/apply.h); world_ / this = dp size
   bool has_experts_ = false;               // some groups_ are MoE experts reduced over their own ranks
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
@@ -212,16 +212,11 @@ class EngineImpl : public runtime::StageEngine {
   void check_whole_tensor_step(const char* what) const;
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
-  // engine_tp.cc: tensor_parallel.autotp_size: forms the groups (into `options`), runs AutoTP on a model without
-  // deepspeed::tp layers, and lists the parameters another tensor rank counts in the norm.
-  void setup_tensor_parallel(InitializeOptions& options);
   // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp
   // layers split (size 1 and no layout without tensor parallelism): the layout is saved in the model file as
   // "tp_partitions", so a universal conversion merges the tensor ranks' slices and a load at another tensor-parallel
   // size slices them again. Either the engine's own (tensor_parallel_) or a 3D pipeline stage's (set_tensor_slicing).
   runtime::TensorSlicing tensor_slicing() const;
-  // engine_sp.cc: sequence_parallel_size: checks the model's DistributedAttention layers against it.
-  void setup_sequence_parallel(const InitializeOptions& options);
 
   // Unscaled micro-batch losses of the step in progress, summed where the loss is (fp64): read once per step, so an
   // accelerator's backward is not waited for at every micro-step. Undefined until the first backward of a step.
