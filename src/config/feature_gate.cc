@@ -81,7 +81,7 @@ void check_optimizer_type(const config::Config& cfg) {
   // LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: the state in memory (no
   // slice-wise nvme step) and no step running beside the next iteration's collectives (overlap_step, SuperOffload;
   // ZenFlow, which runs AdamW, refuses any other optimizer above). (What only the model shows,
-  // expert- or tensor-parallel tensors, the engine checks: EngineImpl::check_whole_tensor_step.)
+  // expert- or tensor-parallel tensors, the optimizer step's factory checks: runtime::make_optimizer_step.)
   if (type != "lamb" && type != "muon") return;
   const config::ZeroConfig& z = cfg.zero;
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;

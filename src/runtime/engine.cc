@@ -33,7 +33,7 @@ void EngineImpl::check_states_resident(const char* what) const {
 }
 
 void EngineImpl::offload_states(const OffloadStatesOptions& options) {
-  check_no_open_speculation("offload_states");
+  check_step_closed("offload_states");
   land_overlapped_step();
   auto wanted = [&](OffloadStateType t) {
     return options.include.empty() ||
@@ -72,19 +72,14 @@ void EngineImpl::backward(const at::Tensor& loss) {
   const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) / static_cast<double>(accumulation_window());
   at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
   if (zenflow_) zenflow_->begin_backward(micro_steps_);
-  // The CPU step starts during this backward, partition by partition, with the unscale the step would use.
-  if (speculative_ && is_boundary()) {
-    // A second backward before step(): its gradients would add to what was speculated on.
-    DS_CHECK(!speculative_->pending(), "backward: offload_optimizer.super_offload speculates on the backward that "
-             "ends the accumulation window; call step() before another backward");
-    speculative_->begin(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
-  }
+  // A step may start during this backward (a speculative one), with the unscale the step would use.
+  if (is_boundary()) step_->begin_window_backward(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
   stage_->begin_backward(is_boundary());
   try {
     scaled.backward();
     stage_->finish_backward();
   } catch (...) {
-    if (speculative_) speculative_->abandon();  // no half-speculated step is left for the next step() to accept
+    step_->abandon_started();
     throw;
   }
   // A copy: an fp64 loss would otherwise be the caller's own tensor, which it may change before step().
@@ -189,16 +184,7 @@ void EngineImpl::land_overlapped_step() {
 
 bool EngineImpl::take_model_step() {
   land_overlapped_step();  // the previous step's update, before its gradient copies are overwritten
-  // super_offload: the speculative updates finish before anything reads what they wrote.
-  const bool speculated = speculative_ && speculative_->pending();
-  if (speculated) {
-    try {
-      speculative_->wait();
-    } catch (...) {
-      speculative_->abandon();
-      throw;
-    }
-  }
+  step_->finish_started();  // what the backward started finishes before anything reads what it wrote
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
   // An adaptive ZenFlow window's mean gradient (step() counted the iteration already).
   double unscale = zenflow_ ? 1.0 / static_cast<double>(zenflow_->step_gradient_divisor(micro_steps_ - 1)) : 1.0;
@@ -211,7 +197,7 @@ bool EngineImpl::take_model_step() {
     const bool any_overflow = agree_overflow(overflow.has_value());
     if (any_overflow && !overflow) name = "a parameter of another model-parallel rank";
     if (scaler_->update(any_overflow, name)) {
-      if (speculated) speculative_->rollback();  // the step is skipped: so is what was speculated
+      step_->skip_started();  // the step is skipped: so is what the backward started
       if (comm::get_rank() == 0) {
         std::printf("%s\n", scaler_->last_message().c_str());
         std::fflush(stdout);
@@ -234,16 +220,7 @@ bool EngineImpl::take_model_step() {
     const double clip_coef = clip / (global_grad_norm_ + 1e-6);
     if (clip_coef < 1.0) coef *= clip_coef;
   }
-  if (speculated) {
-    // Validation: the speculative updates used `unscale` alone; they stand unless clipping binds (or the norm is not
-    // finite), in which case they are undone and the step is taken as without speculation.
-    if (coef == unscale && (std::isfinite(global_grad_norm_) || !speculative_->may_roll_back())) {
-      speculative_->accept();
-      stage_->publish();
-      return true;
-    }
-    speculative_->rollback();
-  }
+  if (step_->accept_started(coef, unscale, global_grad_norm_)) return true;  // what the backward started stands
   step_->run(std::move(grads), coef);  // however this configuration runs it (runtime/optimizer_step.h)
   return true;
 }

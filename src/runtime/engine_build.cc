@@ -15,8 +15,6 @@
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "runtime/engine_impl.h"
-#include "runtime/lamb_optimizer.h"
-#include "runtime/muon_optimizer.h"
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
@@ -157,87 +155,24 @@ void EngineImpl::check_no_expert_parallelism(const char* what) const {
            "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
-// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step. The feature gate refuses what the
-// config shows (nvme, overlap_step, ZenFlow, SuperOffload); here, what the model shows: tensors that are not whole
-// over the data-parallel group (expert-parallel, or split over tensor-parallel ranks).
-void EngineImpl::check_whole_tensor_step(const char* what) const {
-  const char* clash = has_experts_                                ? "MoE expert parallelism (ep_size > 1)"
-                      : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
-                                                                  : nullptr;
-  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ", what, " is not supported with ", clash ? clash : "",
-             " yet; use Adam/AdamW there");
-}
-
 void EngineImpl::finish_construction(InitializeOptions& options) {
-  const bool nvme = config_.zero.offload_optimizer.device == config::OffloadDevice::kNvme;
-  const auto& zenflow = config_.zero.zenflow;
-  const bool overlap_step = config_.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
-  const char* overlap_key = config_.zero.offload_optimizer.overlap_step
-                                ? "zero_optimization.offload_optimizer.overlap_step"
-                                : "zero_optimization.zenflow.overlap_step";
-  DS_CHECK_T(ConfigError, !overlap_step || (!options.optimizer && config_.optimizer.has_value()), overlap_key,
-             ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
-  DS_CHECK_T(ConfigError, !overlap_step || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
-             overlap_key, ": not supported inside a pipeline or another data-parallel layout yet");
-  DS_CHECK_T(ConfigError, !config_.zero.offload_optimizer.super_offload || (!options.optimizer &&
-                                                                          config_.optimizer.has_value()),
-             "zero_optimization.offload_optimizer.super_offload: speculates with the config's optimizer (its CPU "
-             "kernel); a client optimizer or none cannot be rolled back");
-  const std::string type = !options.optimizer && config_.optimizer.has_value() ? config_.optimizer->type : "";
   runtime::OptimizerStepParts parts;
   parts.config = &config_;
   parts.stage = stage_.get();
   parts.groups = &groups_;
   parts.rank = world_.rank();
   parts.on_accelerator = !device_.is_cpu();
-  if (type == "lamb") check_whole_tensor_step("Lamb's per-tensor trust ratio");
-  if (type == "muon") check_whole_tensor_step("Muon's Newton-Schulz step on whole matrices");
-  if (options.optimizer) {
-    optimizer_ = runtime::wrap_client_optimizer(std::move(options.optimizer));
-  } else if (type == "lamb") {
-    optimizer_ = runtime::make_lamb_optimizer(*config_.optimizer, groups_, stage_->masters(),
-                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
-  } else if (type == "muon") {
-    optimizer_ = runtime::make_muon_optimizer(*config_.optimizer, groups_, stage_->masters(), stage_->param_shapes(),
-                                              stage_->master_fragments(), config_.zero.stage >= 1, world_);
-  } else if (nvme) {
-    DS_CHECK_T(ConfigError, config_.optimizer.has_value(),
-               "zero_optimization.offload_optimizer: nvme offload needs an `optimizer` section");
-    step_ = runtime::make_nvme_step(parts, *config_.optimizer, &optimizer_);
-  } else if (config_.optimizer.has_value()) {
-    // bf16_optimizer_states (with bf16 masters, which the gate requires): the states in bf16 too.
-    const bool bf16_states = config_.bf16.enabled && config_.bf16.bf16_optimizer_states;
-    optimizer_ = runtime::make_fused_optimizer(*config_.optimizer, groups_, stage_->masters(), /*resident_state=*/true,
-                                               bf16_states ? at::kBFloat16 : at::kFloat);
-    // Offload with a bf16/fp16 model: the CPU kernels write the updated partition in the model's dtype as they go,
-    // on a CPU device straight into the parameters, on an accelerator into host buffers that publish() copies up.
-    // Not when it is speculative (an update that may be rolled back must not reach them before it is validated).
-    // An overlapped step may write the accelerator's host buffers while the next forward and backward run (publish()
-    // copies them when the step lands), not a CPU device's parameters, which those read meanwhile; nor with ZenFlow,
-    // whose selected columns change the masters between the kernel's pass and the publish.
-    if (config_.zero.offload_optimizer.super_offload) build_speculative_step(options);
-    const bool buffers_apart = !device_.is_cpu() && !zenflow;
-    if (!speculative_ && (!overlap_step || buffers_apart))
-      stage_->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer_->set_copy_back(targets); });
-  }
-  if (!step_) {
-    parts.optimizer = optimizer_.get();
-    step_ = runtime::make_resident_step(parts, overlap_step);
-  }
-  if (zenflow) build_zenflow(options);
-  // Gradients (and, with bf16 masters, masters and states) held in the model's dtype reach the optimizer through
-  // the chunked fp32 step (runtime/optimizer_step.h): element-wise kernels only.
-  const auto& accum = config_.data_types.grad_accum_dtype;
-  const bool masters16 = zero::model_dtype_masters(config_);
-  const std::string key = masters16 ? std::string(config_.bf16.enabled ? "bf16.bf16_master_weights_and_grads"
-                                                                       : "fp16.fp16_master_weights_and_grads")
-                                    : std::string("data_types.grad_accum_dtype \"") +
-                                          config::to_string(accum.value_or(config::DataType::kFp32)) + "\"";
-  DS_CHECK_T(ConfigError,
-             !(masters16 || (accum && *accum != config::DataType::kFp32)) || !optimizer_ ||
-                 optimizer_->num_states() >= 0,
-             key, ": the step converts the gradients to fp32 a chunk at a time, which the ",
-             optimizer_ ? optimizer_->name() : "", " optimizer cannot take (it steps whole tensors)");
+  runtime::StepRequest request;
+  request.client = std::move(options.optimizer);
+  request.world = world_;
+  request.whole_tensor_clash = has_experts_                                ? "MoE expert parallelism (ep_size > 1)"
+                               : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
+                                                                           : nullptr;
+  request.custom_layout = model_parallel_.is_member() || options.data_parallel_group.is_member();
+  runtime::BuiltStep built = runtime::make_optimizer_step(parts, std::move(request));
+  optimizer_ = std::move(built.optimizer);
+  step_ = std::move(built.step);
+  if (config_.zero.zenflow) build_zenflow(options);
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -304,22 +239,6 @@ void EngineImpl::build_zenflow(const InitializeOptions& options) {
   }
   zenflow_ = std::make_unique<runtime::ZenFlow>(*config_.zero.zenflow, std::move(params), names, std::move(adam),
                                                  world_, std::move(partitioned));
-}
-
-void EngineImpl::build_speculative_step(const InitializeOptions& options) {
-  const char* key = "zero_optimization.offload_optimizer.super_offload";
-  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
-             ": not supported inside a pipeline or another data-parallel layout yet");
-  // Without clipping or loss scaling nothing can change the step once its gradients are known (a non-finite norm is
-  // stepped on all the same), so no copies are kept for a rollback.
-  const bool may_roll_back = config_.gradient_clipping > 0.0 || dtype_ == at::kHalf;
-  const int worker_threads =
-      runtime::SpeculativeStep::share_of(at::get_num_threads(), config_.zero.offload_optimizer.cpuadam_cores_perc);
-  speculative_ =
-      std::make_unique<runtime::SpeculativeStep>(*optimizer_, stage_->masters(), may_roll_back, worker_threads);
-  const bool hooked = stage_->on_final_gradients(
-      [this](size_t group, int64_t offset, const at::Tensor& grad) { speculative_->submit(group, offset, grad); });
-  DS_ASSERT(hooked, "the stage cannot report final gradients");
 }
 
 }  // namespace deepspeed

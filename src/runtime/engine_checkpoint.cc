@@ -41,16 +41,10 @@ int64_t EngineImpl::global_samples() const {
   return samples_at_load_ + (global_steps_ - steps_at_load_) * config_.train_batch_size.value();
 }
 
-void EngineImpl::check_no_open_speculation(const char* what) const {
-  // super_offload: the speculative step started in the last backward is still open (its worker may be writing the
-  // masters) until step() validates it.
-  DS_CHECK(!(speculative_ && speculative_->pending()), what,
-           ": the backward that ends the accumulation window started a speculative optimizer step "
-           "(offload_optimizer.super_offload); call step() first");
-}
+void EngineImpl::check_step_closed(const char* what) const { step_->check_nothing_started(what); }
 
 void EngineImpl::check_boundary(const char* what) const {
-  check_no_open_speculation(what);
+  check_step_closed(what);
   const int64_t gas = config_.gradient_accumulation_steps.value();
   DS_CHECK(micro_steps_ % gas == 0, what,
            ": call it at a gradient accumulation boundary (after the step() that ",

@@ -34,11 +34,7 @@ void Engine::reload_states() { impl_->offloader_.reload(); }
 int64_t Engine::offloaded_state_bytes() const { return impl_->offloader_.offloaded_bytes(); }
 zero::Stage3Stats Engine::stage3_stats() const {
   zero::Stage3Stats s = impl_->stage_->stats();
-  if (impl_->speculative_) {
-    s.speculative_slices = impl_->speculative_->slices();
-    s.speculative_rollbacks = impl_->speculative_->rollbacks();
-    s.speculative_worker_threads = impl_->speculative_->worker_threads();
-  }
+  impl_->step_->add_stats(s);
   return s;
 }
 void Engine::reset_stage3_peaks() { impl_->stage_->reset_peaks(); }

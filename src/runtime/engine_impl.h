@@ -20,7 +20,6 @@
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_step.h"
-#include "runtime/speculative_step.h"
 #include "runtime/zenflow.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
@@ -99,13 +98,10 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
-  // How the boundary's update runs (runtime/optimizer_step.h: in place, fp32 chunks, NVMe, overlapped); an
-  // overlapped one is landed by land_overlapped_step(). Declared after what it reads, so it is destroyed (waited
+  // How the boundary's update runs (runtime/optimizer_step.h: in place, fp32 chunks, NVMe, overlapped, speculative);
+  // an overlapped one is landed by land_overlapped_step(). Declared after what it reads, so it is destroyed (waited
   // for) first.
   std::unique_ptr<runtime::OptimizerStep> step_;
-  // offload_optimizer.super_offload: the boundary backward's speculative CPU step (runtime/speculative_step.h).
-  // Declared after the stage and optimizer it writes, so its worker stops first.
-  std::unique_ptr<runtime::SpeculativeStep> speculative_;
   bool schedule_pending_ = false;  // the scheduler moved while a step ran: its values go in when the step lands
   // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
   // Collective (publish gathers partitions): every rank calls it at the same points.
@@ -114,7 +110,6 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::ZenFlow> zenflow_;
   void build_zenflow(const InitializeOptions& options);
   void zenflow_step(int64_t iteration, bool boundary);
-  void build_speculative_step(const InitializeOptions& options);
   // Micro-batches whose gradients one optimizer step averages: gradient_accumulation_steps, or ZenFlow's
   // update_interval (DeepSpeed sets the first to the second).
   int64_t accumulation_window() const;
@@ -185,8 +180,8 @@ class EngineImpl : public runtime::StageEngine {
                                          const std::optional<checkpoint::StateDict>& client_state,
                                          const std::optional<checkpoint::StateDict>& params) const;
   void check_boundary(const char* what) const;
-  // super_offload: refuses `what` between the backward that opened a speculative step and the step() closing it.
-  void check_no_open_speculation(const char* what) const;
+  // Refuses `what` between a window's last backward that started the step's work and the step() closing it.
+  void check_step_closed(const char* what) const;
   void check_no_expert_parallelism(const char* what) const;
   // engine_checkpoint.cc: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt for the experts this rank writes.
   void save_expert_files(const std::string& dir, const std::string& tag) const;
@@ -209,7 +204,6 @@ class EngineImpl : public runtime::StageEngine {
   // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
   zero::FlatStage& flat_stage(const char* what) const;
   void finish_construction(InitializeOptions& options);
-  void check_whole_tensor_step(const char* what) const;
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
   // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp

@@ -132,5 +132,97 @@ TEST(OptimizerStep, CheckpointsSeeTheLiveMastersAndStates) {
   EXPECT_EQ(rig.step->resident_state_bytes(), rig.optimizer->state_bytes());
 }
 
+// The factory over a one-Linear stage built from `zero_json` (the zero_optimization section) and `optimizer_json`.
+struct Built {
+  Built(const std::string& optimizer_json, const std::string& zero_json, StepRequest request = {}) {
+    if (!comm::is_initialized()) comm::init_distributed();
+    torch::manual_seed(7);
+    module = std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(8, 4));
+    config = Config::from_string(R"({"train_batch_size": 1, "gradient_clipping": 1.0, "optimizer": )" +
+                                 optimizer_json + R"(, "zero_optimization": )" + zero_json + "}")
+                 .resolved(1);
+    groups = make_param_groups(*module, {});
+    stage = zero::make_stage(config, at::kFloat, module, groups, comm::get_world_group());
+    OptimizerStepParts parts;
+    parts.config = &config;
+    parts.stage = stage.get();
+    parts.groups = &groups;
+    request.world = comm::get_world_group();
+    built = make_optimizer_step(parts, std::move(request));
+  }
+  std::shared_ptr<torch::nn::LinearImpl> module;
+  Config config;
+  std::vector<zero::FlatGroup> groups;
+  std::unique_ptr<zero::Stage> stage;
+  BuiltStep built;
+};
+
+std::string refusal(const std::string& optimizer_json, const std::string& zero_json, StepRequest request) {
+  try {
+    Built b(optimizer_json, zero_json, std::move(request));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(built)";
+}
+
+TEST(OptimizerStepFactory, BuildsTheConfigsOptimizerAndRefusesWhatTheModelOrLayoutRulesOut) {
+  Built adam(kAdam, R"({"stage": 1})");
+  ASSERT_NE(adam.built.optimizer, nullptr);
+  EXPECT_EQ(adam.built.optimizer->name(), "fused cpu adam");
+  ASSERT_NE(adam.built.step, nullptr);
+  StepRequest experts;
+  experts.whole_tensor_clash = "MoE expert parallelism (ep_size > 1)";
+  std::string what = refusal(R"({"type": "Lamb", "params": {"lr": 0.01}})", R"({"stage": 1})", experts);
+  EXPECT_NE(what.find("optimizer.type: Lamb's per-tensor trust ratio is not supported with MoE expert parallelism"),
+            std::string::npos)
+      << what;
+  StepRequest pipeline;
+  pipeline.custom_layout = true;
+  what = refusal(kAdam, R"({"stage": 2, "offload_optimizer": {"device": "cpu", "overlap_step": true}})", pipeline);
+  EXPECT_NE(what.find("zero_optimization.offload_optimizer.overlap_step: not supported inside a pipeline"),
+            std::string::npos)
+      << what;
+  what = refusal(kAdam, R"({"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true}})", pipeline);
+  EXPECT_NE(what.find("zero_optimization.offload_optimizer.super_offload: not supported inside a pipeline"),
+            std::string::npos)
+      << what;
+}
+
+// super_offload: the window's last backward starts the step; the step stands when nothing rescales it (coef equals
+// the unscale it used) and is rolled back otherwise, leaving run() to take it; while it is open, what must not
+// interleave with it is refused.
+TEST(OptimizerStepFactory, ASpeculativeStepStandsOnlyWhenNothingRescalesIt) {
+  Built b(kAdam, R"({"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true}})");
+  OptimizerStep& step = *b.built.step;
+  step.check_nothing_started("save_checkpoint");  // nothing open yet
+  step.begin_window_backward(1.0);
+  try {
+    step.check_nothing_started("save_checkpoint");
+    ADD_FAILURE() << "an open speculative step was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("save_checkpoint: the backward that ends the accumulation window started a "
+                                         "speculative optimizer step"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(step.begin_window_backward(1.0), Error) << "a second backward before step()";
+  step.finish_started();
+  EXPECT_TRUE(step.accept_started(1.0, 1.0, 0.5));
+  step.check_nothing_started("save_checkpoint");
+  step.begin_window_backward(1.0);
+  step.finish_started();
+  EXPECT_FALSE(step.accept_started(0.25, 1.0, 4.0)) << "clipping binds: rolled back";
+  step.check_nothing_started("save_checkpoint");
+  EXPECT_FALSE(step.accept_started(1.0, 1.0, 0.5)) << "nothing is open";
+  zero::Stage3Stats stats;
+  step.add_stats(stats);
+  EXPECT_EQ(stats.speculative_rollbacks, 1);
+  // A resident step has no started work: it never accepts.
+  Built plain(kAdam, R"({"stage": 3, "offload_optimizer": {"device": "cpu"}})");
+  plain.built.step->begin_window_backward(1.0);
+  EXPECT_FALSE(plain.built.step->accept_started(1.0, 1.0, 0.5));
+}
+
 }  // namespace
 }  // namespace deepspeed::runtime
