@@ -69,9 +69,9 @@ void EngineImpl::backward(const at::Tensor& loss) {
   check_states_resident("backward");
   observers_.begin_backward();
   if (breakdown_) timers_.start("bwd");
-  const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) / static_cast<double>(accumulation_window());
+  const double factor = (scaler_ ? scaler_->loss_scale() : 1.0) / static_cast<double>(iterations_->loss_divisor());
   at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
-  if (zenflow_) zenflow_->begin_backward(micro_steps_);
+  iterations_->begin_backward(micro_steps_);
   // A step may start during this backward (a speculative one), with the unscale the step would use.
   if (is_boundary()) step_->begin_window_backward(scaler_ ? 1.0 / scaler_->loss_scale() : 1.0);
   stage_->begin_backward(is_boundary());
@@ -96,25 +96,7 @@ void EngineImpl::step() {
   observers_.begin_step();
   const int64_t iteration = micro_steps_;
   ++micro_steps_;
-  if (zenflow_) {
-    // A step's publish and ZenFlow's writes over it each refresh stage 3's persistent unit: once is enough.
-    stage_->begin_batched_writes();
-    try {
-      if (zenflow_->schedule().selective(iteration)) {
-        zenflow_step(iteration, boundary);
-      } else if (boundary) {
-        boundary_step();
-        land_overlapped_step();  // ZenFlow's warm-up steps every parameter synchronously, overlapped or not
-      }
-    } catch (...) {
-      stage_->end_batched_writes(/*refresh=*/false);
-      throw;
-    }
-    stage_->end_batched_writes(/*refresh=*/true);
-  } else if (boundary) {
-    boundary_step();
-  }
-  if (zenflow_) zenflow_->end_iteration(iteration);
+  iterations_->run(iteration, boundary);  // the optimizer step at a window's end, and what the schedule adds
   if (boundary) {
     // The loss observers get: this rank's mean over the step's micro-batches, as DeepSpeed logs it.
     const double step_loss = step_loss_count_ > 0 && step_loss_sum_.defined()
@@ -127,37 +109,7 @@ void EngineImpl::step() {
   observers_.end_step(boundary, global_steps_);
 }
 
-bool EngineImpl::is_boundary() const {
-  if (zenflow_) return zenflow_->ends_window(micro_steps_);
-  return (micro_steps_ + 1) % config_.gradient_accumulation_steps.value() == 0;
-}
-
-int64_t EngineImpl::accumulation_window() const {
-  // An adaptive ZenFlow window's length is known only at its end: its step divides the sum then.
-  if (zenflow_) return zenflow_->schedule().adaptive ? 1 : zenflow_->schedule().update_interval;
-  return config_.gradient_accumulation_steps.value();
-}
-
-void EngineImpl::zenflow_step(int64_t iteration, bool boundary) {
-  zenflow_->reduce_gradients();
-  if (zenflow_->schedule().selects(iteration) || !zenflow_->has_selection()) {
-    if (zenflow_->has_selection()) {
-      // The CPU optimizer goes on from where the selective one leaves the columns about to leave the selection:
-      // its masters take those values once no step is reading them.
-      land_overlapped_step();
-      zenflow_->write_selected_into_masters(stage_->masters(), stage_->master_fragments());
-    }
-    zenflow_->select();
-  }
-  const std::vector<double> lrs = get_lr();  // this iteration's, before the scheduler moves
-  if (boundary) {
-    boundary_step();
-  } else if (scheduler_) {
-    scheduler_->step();  // DeepSpeed's ZenFlow steps the schedule at every iteration
-    apply_schedule();
-  }
-  zenflow_->step(lrs);
-}
+bool EngineImpl::is_boundary() const { return iterations_->ends_window(micro_steps_); }
 
 void EngineImpl::boundary_step() {
   DS_CHECK(optimizer_ != nullptr, "step: no optimizer (the config has no `optimizer` section and none was passed "
@@ -175,7 +127,7 @@ void EngineImpl::boundary_step() {
 
 void EngineImpl::land_overlapped_step() {
   if (!step_->land()) return;
-  if (zenflow_) zenflow_->write_selected_into_parameters();  // the publish wrote the masters' values over them
+  iterations_->after_publish();  // the publish wrote the masters' values over what the schedule holds apart
   if (schedule_pending_) {
     schedule_pending_ = false;
     apply_schedule();
@@ -186,8 +138,8 @@ bool EngineImpl::take_model_step() {
   land_overlapped_step();  // the previous step's update, before its gradient copies are overwritten
   step_->finish_started();  // what the backward started finishes before anything reads what it wrote
   std::vector<at::Tensor> grads = stage_->step_grads();  // offload: the CPU optimizer reads host copies
-  // An adaptive ZenFlow window's mean gradient (step() counted the iteration already).
-  double unscale = zenflow_ ? 1.0 / static_cast<double>(zenflow_->step_gradient_divisor(micro_steps_ - 1)) : 1.0;
+  // A window whose length was not known in advance: its mean gradient (step() counted the iteration already).
+  double unscale = 1.0 / static_cast<double>(iterations_->gradient_divisor(micro_steps_ - 1));
   if (scaler_) {
     // The scale that produced these gradients; update() may grow it for the next window.
     const double used_scale = scaler_->loss_scale();

@@ -172,7 +172,12 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   runtime::BuiltStep built = runtime::make_optimizer_step(parts, std::move(request));
   optimizer_ = std::move(built.optimizer);
   step_ = std::move(built.step);
-  if (config_.zero.zenflow) build_zenflow(options);
+  runtime::IterationParts iteration_parts{&config_, stage_.get(), &groups_, optimizer_.get(), parameter_names(),
+                                          world_, iteration_actions()};
+  iterations_ = runtime::make_iteration_schedule(
+      std::move(iteration_parts),
+      runtime::IterationRequest{!config_.optimizer.has_value() && optimizer_ != nullptr, has_experts_,
+                                model_parallel_.is_member() || options.data_parallel_group.is_member()});
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -208,37 +213,17 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   logged_waits_.reduce_wait_ms = stage_->reduce_blocked_ms();
 }
 
-void EngineImpl::build_zenflow(const InitializeOptions& options) {
-  const char* key = "zero_optimization.zenflow";
-  // (What the config alone rules out, the feature gate refused: config/feature_gate.cc.)
-  DS_CHECK_T(ConfigError, !options.optimizer && config_.optimizer.has_value(), key, ": needs the config's Adam or "
-             "AdamW optimizer (its selective update is AdamW's; the rest takes the CPU Adam step)");
-  DS_CHECK_T(ConfigError, !has_experts_, key, ": not supported with MoE expert parallelism (experts reduce over "
-             "their own groups; the selective update would average them over the world)");
-  DS_CHECK_T(ConfigError, !model_parallel_.is_member() && !options.data_parallel_group.is_member(), key,
-             ": not supported inside a pipeline or another data-parallel layout yet");
-  const auto& p = config_.optimizer->params;
-  const std::vector<double> betas = p.get_number_list("betas", {0.9, 0.999});
-  runtime::ZenFlowAdam adam;
-  adam.beta1 = betas.at(0);
-  adam.beta2 = betas.at(1);
-  adam.eps = p.get_number("eps", 1e-8);
-  adam.adamw = config_.optimizer->type == "adamw" ? true : p.get_bool("adam_w_mode", true);
-  std::vector<std::vector<at::Tensor>> params;
-  std::vector<std::vector<std::string>> names;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    adam.weight_decay.push_back(optimizer_->weight_decay(g).value_or(0.0));
-    params.push_back(groups_[g].params);
-    names.emplace_back();
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) names.back().push_back(parameter_name(g, i));
-  }
-  runtime::ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions
-  if (stage_->partitions_parameters()) {
-    partitioned.stage = stage_.get();
-    partitioned.shapes = stage_->param_shapes();
-  }
-  zenflow_ = std::make_unique<runtime::ZenFlow>(*config_.zero.zenflow, std::move(params), names, std::move(adam),
-                                                 world_, std::move(partitioned));
+runtime::IterationActions EngineImpl::iteration_actions() {
+  runtime::IterationActions a;
+  a.optimizer_step = [this] { boundary_step(); };
+  a.land = [this] { land_overlapped_step(); };
+  a.advance_schedule = [this] {
+    if (!scheduler_) return;
+    scheduler_->step();
+    apply_schedule();
+  };
+  a.lrs = [this] { return get_lr(); };
+  return a;
 }
 
 }  // namespace deepspeed

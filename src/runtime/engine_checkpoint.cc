@@ -35,9 +35,9 @@ constexpr const char* kStagingSuffix = ".deepspeed_cpp_staging";
 }  // namespace
 
 int64_t EngineImpl::global_samples() const {
-  // ZenFlow: a step spans update_interval iterations of train_batch_size samples each (gradient_accumulation_steps
-  // is 1), so count iterations.
-  if (zenflow_) return samples_at_load_ + (micro_steps_ - micro_steps_at_load_) * config_.train_batch_size.value();
+  // A schedule whose step spans several iterations of train_batch_size samples each (ZenFlow's update windows, with
+  // gradient_accumulation_steps 1) counts iterations.
+  if (iterations_->counts_iterations()) return samples_at_load_ + (micro_steps_ - micro_steps_at_load_) * config_.train_batch_size.value();
   return samples_at_load_ + (global_steps_ - steps_at_load_) * config_.train_batch_size.value();
 }
 
@@ -173,7 +173,7 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   c.tensor_parallel_layout = std::move(slicing.layout);
   c.dtype = runtime::dtype_name(dtype_);
   c.config = config_.dump();
-  if (zenflow_) c.sections.emplace_back(runtime::kZenFlowSection, zenflow_->state_dict());
+  if (const char* key = iterations_->section_key()) c.sections.emplace_back(key, iterations_->section());
   if (scheduler_) c.sections.emplace_back(runtime::kSchedulerSection, runtime::scheduler_section(*scheduler_));
   if (scaler_) c.sections.emplace_back(runtime::kLossScalerSection, runtime::loss_scaler_section(*scaler_));
   if (client_state) c.client_state = *client_state;
@@ -186,21 +186,11 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
                                         bool save_latest) {
   check_states_resident("save_checkpoint");
   check_boundary("save_checkpoint");
-  // ZenFlow: the gradients of an unfinished update window are not saved.
-  DS_CHECK(!zenflow_ || zenflow_->starts_window(micro_steps_),
-           "save_checkpoint: with zero_optimization.zenflow, call it after a step that ends an update window (",
-           zenflow_ && !zenflow_->schedule().adaptive
-               ? "every update_interval = " + std::to_string(zenflow_->schedule().update_interval) +
-                     " iterations after the warm-up"
-               : std::string("Engine::is_gradient_accumulation_boundary() before the step says which do"),
-           "); iteration ", micro_steps_ - 1, " did not");
+  iterations_->check_save_point(micro_steps_, "save_checkpoint");
   // overlap_step: the step in flight lands first, so the checkpoint holds it and a resume continues as this run
   // does from here (its next forward sees the landed parameters).
   land_overlapped_step();
-  // ZenFlow: the masters take the selected values, so the fp32 weights in the files are the model's whichever way
-  // they are read (a resume without ZenFlow, ds_to_fp32, a universal conversion). The running step ignores what
-  // the masters hold for the selected columns, so this changes nothing for this run.
-  if (zenflow_) zenflow_->write_selected_into_masters(stage_->masters(), stage_->master_fragments());
+  iterations_->before_save();  // the masters take what the schedule holds apart from them
   DS_CHECK(!dir.empty(), "save_checkpoint: save_dir is empty");
   const std::string tag = tag_in.value_or(ckpt::default_tag(global_steps_));
   DS_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag != "." && tag != "..",

@@ -42,7 +42,7 @@ void report_batch_change(const ckpt::LoadPlan& plan, int64_t batch) {
 struct EngineImpl::LoadedSections {
   std::optional<runtime::LossScaler::State> scaler;
   std::optional<runtime::LrSchedulerState> scheduler;
-  std::optional<c10::impl::GenericDict> zenflow;
+  std::optional<c10::impl::GenericDict> iterations;  // the iteration schedule's
 };
 
 ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheckpointOptions& options) const {
@@ -77,7 +77,7 @@ ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheck
                                               !optimizer_->archive().empty()};
   if (t.full && scaler_) t.sections.push_back(runtime::kLossScalerSection);
   if (t.full && options.load_lr_scheduler_states && scheduler_) t.sections.push_back(runtime::kSchedulerSection);
-  if (t.full && zenflow_) t.sections.push_back(runtime::kZenFlowSection);
+  if (const char* key = iterations_->section_key(); t.full && key) t.sections.push_back(key);
   t.train_batch_size = config_.train_batch_size.value();
   return t;
 }
@@ -89,11 +89,14 @@ EngineImpl::LoadedSections EngineImpl::read_sections(const ckpt::LoadPlan& plan)
     out.scaler = runtime::read_loss_scaler_section(it->second, *scaler_, where(runtime::kLossScalerSection));
   if (auto it = plan.sections.find(runtime::kSchedulerSection); it != plan.sections.end())
     out.scheduler = runtime::read_scheduler_section(it->second, *scheduler_, where(runtime::kSchedulerSection));
-  if (auto it = plan.sections.find(runtime::kZenFlowSection); it != plan.sections.end()) {
-    DS_CHECK_T(ckpt::CheckpointError, plan.micro_steps.has_value(), "checkpoint file ", plan.model_file,
-               " has no 'micro_steps'");
-    zenflow_->load_state_dict(it->second, plan.model_file, parameter_names(), /*apply=*/false);
-    out.zenflow = it->second;
+  if (const char* key = iterations_->section_key()) {
+    if (auto it = plan.sections.find(key); it != plan.sections.end()) {
+      // The schedule goes on from the saved iteration count.
+      DS_CHECK_T(ckpt::CheckpointError, plan.micro_steps.has_value(), "checkpoint file ", plan.model_file,
+                 " has no 'micro_steps'");
+      iterations_->check_section(it->second, plan.model_file);
+      out.iterations = it->second;
+    }
   }
   return out;
 }
@@ -120,13 +123,8 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(const std::strin
   });
   // Collective: every rank's restored masters into the parameters, as after an optimizer step.
   stage_->restore_from_masters();
-  if (zenflow_) {
-    if (!target.full) {
-      zenflow_->reset();                  // the module alone was loaded: the selected values held are not its
-      zenflow_->resume_at(micro_steps_);  // and a window starts here (the iteration count goes on)
-    }
-    zenflow_->write_selected_into_parameters();
-  }
+  if (!target.full) iterations_->resume_module_only(micro_steps_);
+  iterations_->after_restore();
   if (world_.rank() == 0) {
     std::printf("loaded checkpoint %s\n", plan.path.c_str());
     std::fflush(stdout);
@@ -167,17 +165,7 @@ void EngineImpl::resume_training_state(const ckpt::LoadPlan& plan, const LoadedS
   steps_at_load_ = plan.global_steps;
   samples_at_load_ = plan.global_samples;
   if (plan.saved_batch != batch && world_.rank() == 0) report_batch_change(plan, batch);
-  micro_steps_ = plan.global_steps * config_.gradient_accumulation_steps.value();
-  // ZenFlow counts iterations, not steps; a checkpoint without its state starts it afresh (warm-up first).
-  if (zenflow_) {
-    micro_steps_ = sections.zenflow ? *plan.micro_steps : 0;
-    if (sections.zenflow) {
-      zenflow_->load_state_dict(*sections.zenflow, plan.model_file, parameter_names());
-      zenflow_->resume_at(micro_steps_);  // saved at a window's start
-    } else {
-      zenflow_->reset();  // the selected values it held are not the loaded model's
-    }
-  }
+  micro_steps_ = iterations_->resume(plan.global_steps, plan.micro_steps, sections.iterations, plan.model_file);
   micro_steps_at_load_ = micro_steps_;
   // Losses and clocks of steps before the load belong to no step after it.
   step_loss_sum_ = at::Tensor();

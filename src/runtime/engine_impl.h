@@ -20,7 +20,7 @@
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_step.h"
-#include "runtime/zenflow.h"
+#include "runtime/iteration_schedule.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
@@ -80,7 +80,7 @@ class EngineImpl : public runtime::StageEngine {
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
   int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
 
-  // The micro-step ends a gradient-accumulation window (with ZenFlow: an update window of its schedule).
+  // The micro-step ends a window of the iteration schedule (gradient accumulation's, or another schedule's).
   bool is_boundary() const;
   std::vector<double> get_lr() const;
   std::vector<at::Tensor> parameters() const;
@@ -106,13 +106,8 @@ class EngineImpl : public runtime::StageEngine {
   // Waits for the overlapped step, publishes its masters to the parameters and applies a pending schedule.
   // Collective (publish gathers partitions): every rank calls it at the same points.
   void land_overlapped_step();
-  // zero_optimization.zenflow (runtime/zenflow.h): the selective update around each iteration's step.
-  std::unique_ptr<runtime::ZenFlow> zenflow_;
-  void build_zenflow(const InitializeOptions& options);
-  void zenflow_step(int64_t iteration, bool boundary);
-  // Micro-batches whose gradients one optimizer step averages: gradient_accumulation_steps, or ZenFlow's
-  // update_interval (DeepSpeed sets the first to the second).
-  int64_t accumulation_window() const;
+  // How iterations group into optimizer steps and what runs around them (runtime/iteration_schedule.h).
+  std::unique_ptr<runtime::IterationSchedule> iterations_;
   runtime::Timers timers_;
   runtime::StateOffloader offloader_;
   int64_t micro_steps_ = 0;
@@ -121,7 +116,7 @@ class EngineImpl : public runtime::StageEngine {
   // this run's global batch per step since (engine_checkpoint.cc), so a resume at another batch keeps counting.
   int64_t samples_at_load_ = 0;
   int64_t steps_at_load_ = 0;
-  int64_t micro_steps_at_load_ = 0;  // ZenFlow counts samples by iteration
+  int64_t micro_steps_at_load_ = 0;  // a schedule may count samples by iteration
   int64_t global_samples() const;
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;
@@ -191,6 +186,7 @@ class EngineImpl : public runtime::StageEngine {
   // engine_checkpoint_load.cc: what this engine holds and asks of a checkpoint (checkpoint/load_plan.h), the sections
   // its components own read from the plan, and the plan applied (collective).
   struct LoadedSections;
+  runtime::IterationActions iteration_actions();
   checkpoint::LoadTarget load_target(const std::string& dir, const LoadCheckpointOptions& options) const;
   LoadedSections read_sections(const checkpoint::LoadPlan& plan) const;
   // Masters, optimizer states, buffers and the optimizer's step and hyperparameters; true when the latter came
