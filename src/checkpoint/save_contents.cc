@@ -12,7 +12,7 @@ namespace {
 
 // The optimizer_state_dict of a rank file: type, step, state names, each group's states (empty where this rank
 // does not write the group) and hyperparameters, a client optimizer's archive.
-c10::impl::GenericDict optimizer_dict(const RankFileContents& c) {
+c10::impl::GenericDict optimizer_dict(const RankFileContents& c, const std::vector<bool>& writes) {
   c10::impl::GenericDict opt = make_any_dict();
   if (!c.optimizer) return opt;
   const RankFileContents::Optimizer& o = *c.optimizer;
@@ -25,7 +25,7 @@ c10::impl::GenericDict optimizer_dict(const RankFileContents& c) {
   for (size_t g = 0; g < c.masters.size(); ++g) {
     c10::impl::GenericDict s = make_any_dict();
     for (size_t k = 0; k < o.state_names.size(); ++k)
-      s.insert(o.state_names[k], c.writes[g] ? c.states.at(g).at(k) : empty);
+      s.insert(o.state_names[k], writes[g] ? c.states.at(g).at(k) : empty);
     states.push_back(s);
     c10::impl::GenericDict pg = make_any_dict();
     pg.insert(std::string("lr"), o.lrs.at(g));
@@ -35,7 +35,7 @@ c10::impl::GenericDict optimizer_dict(const RankFileContents& c) {
   }
   opt.insert(std::string("state"), states);
   opt.insert(std::string("param_groups"), param_groups);
-  if (!o.archive.empty()) {
+  if (!o.archive.empty() && (c.config->zero.stage >= 1 || c.rank == 0)) {
     at::Tensor bytes = at::empty({static_cast<int64_t>(o.archive.size())}, at::kByte);
     std::memcpy(bytes.data_ptr(), o.archive.data(), o.archive.size());
     opt.insert(std::string("client_optimizer_archive"), bytes);
@@ -48,24 +48,27 @@ c10::impl::GenericDict optimizer_dict(const RankFileContents& c) {
 StateDict rank_file(const std::string& run_id, const RankFileContents& c) {
   StateDict state = make_state_dict();
   stamp_metadata(state, run_id);
+  const bool partitioned = c.config->zero.stage >= 1;
+  std::vector<bool> writes;
+  for (size_t g = 0; g < c.masters.size(); ++g) writes.push_back(partitioned || c.first_copy.at(g));
   state.insert(kPartitionCountKey, static_cast<int64_t>(c.world_size));
   state.insert(kDpRankKey, static_cast<int64_t>(c.rank));
-  state.insert("zero_stage", static_cast<int64_t>(c.zero_stage));
+  state.insert("zero_stage", static_cast<int64_t>(c.config->zero.stage));
   const at::Tensor empty = at::empty({0}, at::kFloat);
   c10::List<at::Tensor> flat;
-  for (size_t g = 0; g < c.masters.size(); ++g) flat.push_back(c.writes[g] ? c.masters[g] : empty);
+  for (size_t g = 0; g < c.masters.size(); ++g) flat.push_back(writes[g] ? c.masters[g] : empty);
   state.insert(kFp32FlatGroupsKey, flat);
   // One list each: c10 lists are shared handles, so filling the vector with copies of one would give every group
   // the same list.
   std::vector<c10::impl::GenericList> per_group;
   for (size_t g = 0; g < c.masters.size(); ++g) per_group.push_back(make_any_list());
   for (const auto& f : c.fragments)
-    if (c.writes[f.group])
+    if (writes[f.group])
       per_group[f.group].push_back(param_slice_entry(c.names[f.group][f.index], f.shape, f.begin, f.end, f.offset));
   c10::impl::GenericList slices = make_any_list();
   for (auto& l : per_group) slices.push_back(l);
   state.insert(kParamSlicesKey, slices);
-  state.insert("optimizer_state_dict", optimizer_dict(c));
+  state.insert("optimizer_state_dict", optimizer_dict(c, writes));
   state.insert("rng_state", c.rng);
   return state;
 }
@@ -104,9 +107,9 @@ StateDict model_file(const std::string& run_id, const ModelFileContents& c) {
       layout.insert(name, c10::List<int64_t>({split.first, split.second}));
     state.insert(std::string(kTensorParallelLayoutKey), layout);
   }
-  state.insert("zero_stage", static_cast<int64_t>(c.zero_stage));
+  state.insert("zero_stage", static_cast<int64_t>(c.config->zero.stage));
   state.insert("dtype", c.dtype);
-  state.insert("ds_config", c.config);
+  state.insert("ds_config", c.config_json);
   for (const auto& [key, value] : c.sections) state.insert(key, value);
   state.insert("client_state", c.client_state);
   return state;

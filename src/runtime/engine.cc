@@ -161,7 +161,7 @@ bool EngineImpl::take_model_step() {
   }
   // zero_optimization.compute_grad_norm false: no norm, and none is needed (the config gate refuses clipping).
   if (config_.zero.compute_grad_norm) {
-    global_grad_norm_ = model_parallel_.is_member() ? replica_grad_norm(grads) * unscale
+    global_grad_norm_ = layout_.model_parallel.is_member() ? replica_grad_norm(grads) * unscale
                        : stage_->global_norm(grads) * unscale;
   } else {
     DS_ASSERT(config_.gradient_clipping == 0.0, "clipping without a gradient norm (the config gate refuses it)");

@@ -18,10 +18,8 @@
 #include "config/feature_gate.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
-#include "sequence/apply.h"
-#include "tp/apply.h"
+#include "runtime/layout.h"
 #include "zero/make_stage.h"
-#include "zero/stage3/construction_shard.h"
 
 namespace deepspeed {
 namespace {
@@ -74,20 +72,11 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
     : module_(std::move(module)), config_(config) {
   DS_CHECK(module_ != nullptr, "initialize: model is null");
   if (!comm::is_initialized()) comm::init_distributed();
-  tensor_parallel_ = tp::apply(*module_, config_, options);
-  world_ = options.data_parallel_group.is_member() ? options.data_parallel_group : comm::get_world_group();
-  if (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1)
-    model_parallel_ = options.model_parallel_group;
-  norm_excluded_ = options.norm_excluded_params;
-  DS_CHECK_T(ConfigError, norm_excluded_.empty() || model_parallel_.is_member(),
-             "initialize: norm_excluded_params needs a model_parallel_group of more than one rank");
-  DS_CHECK_T(ConfigError, !model_parallel_.is_member() || tensor_parallel_ || config_.zero.stage <= 1,
-             "initialize: a model_parallel_group works with zero_optimization.stage 0 or 1, got ", config_.zero.stage);
+  layout_ = runtime::make_layout(*module_, config_, options, &norm_excluded_);
   config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
   if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
   config_.resolve_auto(known);
-  sequence_parallel_ = sequence::apply(*module_, config_, options, tensor_parallel_);
-  config_.resolve_batch(world_.size() / sequence_parallel_);
+  config_.resolve_batch(layout_.batch_ranks());
   config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
   // later checkpointing::configure by the caller still overrides it).
@@ -96,11 +85,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
              "optimizer: the config names an optimizer and initialize() was given one too; remove one");
   DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
              "scheduler: the config names a scheduler and initialize() was given one too; remove one");
-  const int stage = config_.zero.stage;
   dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
-  DS_CHECK_T(ConfigError, !options.optimizer || (stage == 0 && dtype_ == at::kFloat),
-             "optimizer: a client torch::optim optimizer steps the model's own parameters, so it works only with "
-             "zero_optimization.stage 0 in fp32; name the optimizer in the config instead");
   configure_threads();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
@@ -112,31 +97,16 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   tokens_per_sample_ = options.tokens_per_sample;
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
 
-  // Units partitioned at construction (zero::Init) are taken over by stage 3; other stages train them whole.
-  if (stage < 3) zero::materialize_construction_shards(module_);
+  zero::apply(config_, module_);  // the ZeRO stage's transform of the model
   place_on_device();
   groups_ = runtime::make_param_groups(*module_, std::move(options.param_groups));
   runtime::split_expert_groups(*module_, groups_);
   if (!options.optimizer && config_.optimizer.has_value() && config_.optimizer->type == "muon")
     runtime::split_muon_groups(module_, groups_);
-  has_experts_ = std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); });
-  DS_CHECK_T(ConfigError, !has_experts_ || stage <= 2,
-             "zero_optimization.stage: MoE expert parallelism (ep_size > 1) works with stages 0-2, got ", stage);
-  DS_CHECK_T(ConfigError, !has_experts_ || (!model_parallel_.is_member() && !options.data_parallel_group.is_member()),
-             "initialize: MoE expert parallelism (ep_size > 1) is not supported inside a pipeline or another "
-             "data-parallel layout; its groups are formed over the whole world");
-  DS_CHECK_T(ConfigError, !has_experts_ || (!options.optimizer && !options.lr_scheduler),
-             "initialize: a client optimizer or LR scheduler sees one parameter group where the engine keeps the "
-             "MoE experts (ep_size > 1) in groups of their own; name the optimizer and scheduler in the config");
-  DS_CHECK_T(ConfigError, !has_experts_ || config_.zero.offload_optimizer.device != config::OffloadDevice::kNvme,
-             "zero_optimization.offload_optimizer.device: nvme is not supported with MoE expert parallelism "
-             "(ep_size > 1); use \"cpu\" or none");
+  if (std::any_of(groups_.begin(), groups_.end(), [](const auto& g) { return g.group.is_member(); }))
+    runtime::add_experts(layout_, config_, options);
   if (dtype_ == at::kHalf) warn_if_no_half_matmul(groups_[0].params[0].device(), comm::get_rank());
-  // DeepSpeed's own warning: the key shapes stages 1-2's DeepSpeed-layout files only (checkpoint/deepspeed_export.h).
-  if (stage == 3 && config_.zero.elastic_checkpoint && comm::get_rank() == 0)
-    std::fprintf(stderr, "deepspeed: warning: zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is "
-                         "deprecated and no longer supported (as DeepSpeed says); use the universal checkpoint\n");
-  stage_ = zero::make_stage(config_, dtype_, module_, groups_, world_);
+  stage_ = zero::make_stage(config_, dtype_, module_, groups_, layout_.data_parallel);
   finish_construction(options);
 }
 
@@ -151,7 +121,7 @@ void EngineImpl::place_on_device() {
 void EngineImpl::check_no_expert_parallelism(const char* what) const {
   // Each expert-parallel rank holds other experts under the same local names: a single-model file written by one
   // rank would keep rank 0's and lose the rest.
-  DS_CHECK(!has_experts_, what, ": not supported with MoE expert parallelism (ep_size > 1): no rank holds "
+  DS_CHECK(!layout_.experts, what, ": not supported with MoE expert parallelism (ep_size > 1): no rank holds "
            "every expert; save_checkpoint writes each expert's weights to its layer_<L>_expert_<E> file");
 }
 
@@ -160,24 +130,24 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   parts.config = &config_;
   parts.stage = stage_.get();
   parts.groups = &groups_;
-  parts.rank = world_.rank();
+  parts.rank = layout_.data_parallel.rank();
   parts.on_accelerator = !device_.is_cpu();
   runtime::StepRequest request;
   request.client = std::move(options.optimizer);
-  request.world = world_;
-  request.whole_tensor_clash = has_experts_                                ? "MoE expert parallelism (ep_size > 1)"
+  request.world = layout_.data_parallel;
+  request.whole_tensor_clash = layout_.experts                                ? "MoE expert parallelism (ep_size > 1)"
                                : !tp::sharded_parameters(*module_).empty() ? "tensor-parallel layers"
                                                                            : nullptr;
-  request.custom_layout = model_parallel_.is_member() || options.data_parallel_group.is_member();
+  request.custom_layout = !layout_.whole_world;
   runtime::BuiltStep built = runtime::make_optimizer_step(parts, std::move(request));
   optimizer_ = std::move(built.optimizer);
   step_ = std::move(built.step);
   runtime::IterationParts iteration_parts{&config_, stage_.get(), &groups_, optimizer_.get(), parameter_names(),
-                                          world_, iteration_actions()};
+                                          layout_.data_parallel, iteration_actions()};
   iterations_ = runtime::make_iteration_schedule(
       std::move(iteration_parts),
-      runtime::IterationRequest{!config_.optimizer.has_value() && optimizer_ != nullptr, has_experts_,
-                                model_parallel_.is_member() || options.data_parallel_group.is_member()});
+      runtime::IterationRequest{!config_.optimizer.has_value() && optimizer_ != nullptr, layout_.experts,
+                                !layout_.whole_world});
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
@@ -200,7 +170,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
     // What Python DeepSpeed's layout can hold (checkpoint/deepspeed_export.h), refused now rather than at a save.
     // (fp16 and a config optimizer other than Adam/AdamW: refused by the feature gate.)
     const char* key = "checkpoint.save_layout: python_deepspeed";
-    DS_CHECK_T(ConfigError, !has_experts_ && !model_parallel_.is_member() && !options.data_parallel_group.is_member(),
+    DS_CHECK_T(ConfigError, !layout_.experts && layout_.whole_world,
                key, " does not write MoE or pipeline checkpoints");
     DS_CHECK_T(ConfigError,
                optimizer_ && optimizer_->name() != "muon" &&
@@ -209,8 +179,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   }
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   add_observers();
-  logged_waits_ = stage_->stats();  // the breakdown starts here, not with construction's gathers
-  logged_waits_.reduce_wait_ms = stage_->reduce_blocked_ms();
+  breakdown_table_.start(*stage_);  // the breakdown starts here, not with construction's gathers
 }
 
 runtime::IterationActions EngineImpl::iteration_actions() {

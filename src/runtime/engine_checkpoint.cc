@@ -1,6 +1,6 @@
 // Engine::save_checkpoint and the engine's state as a save hands it to the checkpoint writer
-// (checkpoint/save_contents.h: what each rank writes). At stage 0 every rank holds every master, so rank 0 saves them
-// and the other ranks' files hold empty partitions (and their own RNG state). Loading: engine_checkpoint_load.cc.
+// (checkpoint/save_contents.h: what each rank writes, and which rank writes a master every rank holds). Loading:
+// engine_checkpoint_load.cc.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -35,10 +35,11 @@ constexpr const char* kStagingSuffix = ".deepspeed_cpp_staging";
 }  // namespace
 
 int64_t EngineImpl::global_samples() const {
-  // A schedule whose step spans several iterations of train_batch_size samples each (ZenFlow's update windows, with
+  // A schedule whose step spans several iterations of train_batch_size samples each (update windows with
   // gradient_accumulation_steps 1) counts iterations.
-  if (iterations_->counts_iterations()) return samples_at_load_ + (micro_steps_ - micro_steps_at_load_) * config_.train_batch_size.value();
-  return samples_at_load_ + (global_steps_ - steps_at_load_) * config_.train_batch_size.value();
+  const int64_t since = iterations_->counts_iterations() ? micro_steps_ - micro_steps_at_load_
+                                                         : global_steps_ - steps_at_load_;
+  return samples_at_load_ + since * config_.train_batch_size.value();
 }
 
 void EngineImpl::check_step_closed(const char* what) const { step_->check_nothing_started(what); }
@@ -69,7 +70,7 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
     names.emplace(item.value().unsafeGetTensorImpl(),
                   item.key());  // a tied weight keeps its first name
   // Experts split over ranks are saved under their global names (moe/expert_params.h).
-  if (has_experts_)
+  if (layout_.experts)
     for (const auto& [impl, name] : moe::expert_names(*module_).global) names[impl] = name;
   std::vector<std::vector<std::string>> out(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g)
@@ -83,8 +84,9 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
 }
 
 runtime::TensorSlicing EngineImpl::tensor_slicing() const {
-  if (!tensor_parallel_) return pipeline_slicing_;
-  return runtime::TensorSlicing{model_parallel_.rank(), model_parallel_.size(), tp::split_layout(*module_)};
+  if (!layout_.tensor_parallel) return pipeline_slicing_;
+  const comm::ProcessGroup& tensor = layout_.model_parallel;
+  return runtime::TensorSlicing{tensor.rank(), tensor.size(), tp::split_layout(*module_)};
 }
 
 std::vector<std::vector<std::vector<int64_t>>> EngineImpl::parameter_shapes() const {
@@ -95,15 +97,14 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
                                              const CheckpointState& train_state) const {
   at::NoGradGuard no_grad;
   ckpt::RankFileContents c;
-  c.rank = world_.rank();
-  c.world_size = world_.size();
-  c.zero_stage = config_.zero.stage;
+  c.config = &config_;
+  c.rank = layout_.data_parallel.rank();
+  c.world_size = layout_.data_parallel.size();
   c.masters = train_state.masters;
   c.states = train_state.states;
-  // Stage 0: every rank holds everything; rank 0 saves it once (MoE experts: the first rank holding them).
-  const bool partitioned = config_.zero.stage >= 1;
+  // MoE experts: the first rank holding them.
   for (size_t g = 0; g < c.masters.size(); ++g)
-    c.writes.push_back(partitioned || zero::copies_group(groups_[g], world_).rank() == 0);
+    c.first_copy.push_back(zero::copies_group(groups_[g], layout_.data_parallel).rank() == 0);
   c.fragments = master_fragments();
   c.names = parameter_names();
   if (optimizer_) {
@@ -116,7 +117,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
       o.momenta.push_back(optimizer_->momentum(g));
       o.weight_decays.push_back(optimizer_->weight_decay(g));
     }
-    if (partitioned || c.rank == 0) o.archive = optimizer_->archive();
+    o.archive = optimizer_->archive();
     c.optimizer = std::move(o);
   }
   c.rng = accelerator::get_accelerator().get_rng_state();
@@ -129,7 +130,7 @@ std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const 
     // Experts split over ranks go to their own files (save_expert_files): under their local names here they
     // would stand for rank 0's experts only.
     std::unordered_map<const void*, std::string> experts;
-    if (has_experts_) experts = moe::expert_names(*module_).global;
+    if (layout_.experts) experts = moe::expert_names(*module_).global;
     ckpt::StateDict params = ckpt::make_state_dict();
     for (const auto& item : module_->named_parameters(/*recurse=*/true))
       if (!experts.count(item.value().unsafeGetTensorImpl())) params.insert(item.key(), item.value());
@@ -140,11 +141,11 @@ std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const 
   std::unordered_map<const void*, at::Tensor> copies;
   for (const auto& params : stage_->gather_units()) {
     zero::GatheredParameters gathered(params, /*modifier_rank=*/-1);
-    if (world_.rank() == 0)
+    if (layout_.data_parallel.rank() == 0)
       for (const auto& p : params) copies.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
   }
   ckpt::StateDict out = ckpt::make_state_dict();
-  if (world_.rank() == 0)
+  if (layout_.data_parallel.rank() == 0)
     for (const auto& item : module_->named_parameters(/*recurse=*/true))
       out.insert(item.key(), copies.at(item.value().unsafeGetTensorImpl()));
   return out;
@@ -155,7 +156,9 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
                                              const std::optional<ckpt::StateDict>& params) const {
   at::NoGradGuard no_grad;
   ckpt::ModelFileContents c;
-  // Without gathered parameters, stage 3's partitions live in the rank files only.
+  c.config = &config_;
+  c.config_json = config_.dump();
+  // Without gathered parameters, partitioned parameters live in the rank files only.
   if (params) c.params = *params;
   for (const auto& item : module_->named_buffers(/*recurse=*/true))
     if (item.value().defined()) c.buffers.emplace_back(item.key(), item.value());
@@ -166,13 +169,11 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   c.train_batch_size = config_.train_batch_size.value();
   c.micro_steps = micro_steps_;
   c.skipped_steps = scaler_ ? scaler_->skipped_steps() : int64_t{0};
-  c.dp_world_size = world_.size();
-  c.zero_stage = config_.zero.stage;
+  c.dp_world_size = layout_.data_parallel.size();
   runtime::TensorSlicing slicing = tensor_slicing();
   c.tensor_parallel_size = slicing.size;
   c.tensor_parallel_layout = std::move(slicing.layout);
   c.dtype = runtime::dtype_name(dtype_);
-  c.config = config_.dump();
   if (const char* key = iterations_->section_key()) c.sections.emplace_back(key, iterations_->section());
   if (scheduler_) c.sections.emplace_back(runtime::kSchedulerSection, runtime::scheduler_section(*scheduler_));
   if (scaler_) c.sections.emplace_back(runtime::kLossScalerSection, runtime::loss_scaler_section(*scaler_));
@@ -197,33 +198,34 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
            "save_checkpoint: tag '", tag, "' must be a plain directory name");
   // With tensor parallelism every tensor rank writes its own files into the same tag: the whole world agrees on the
   // tag and the run id, waits for one cleaner, and names the tag in `latest` once all have written.
-  comm::ProcessGroup everyone = tensor_parallel_ ? comm::get_world_group() : world_;
-  DS_CHECK(!tensor_parallel_ || !config_.checkpoint.save_python_layout,
+  comm::ProcessGroup everyone = layout_.tensor_parallel ? comm::get_world_group() : layout_.data_parallel;
+  DS_CHECK(!layout_.tensor_parallel || !config_.checkpoint.save_python_layout,
            "checkpoint.save_layout \"python_deepspeed\" is not supported with tensor_parallel.autotp_size > 1");
   runtime::check_same_on_all_ranks(everyone, tag, "save_checkpoint: the tag");
   const std::string run_id = runtime::make_run_id(everyone);
-  // Collective at stage 3 with stage3_gather_16bit_weights_on_model_save.
+  // Collective when the stage partitions parameters and gathers them for the save
+  // (stage3_gather_16bit_weights_on_model_save).
   const auto params = module_parameters(config_.zero.gather_16bit_weights_on_model_save);
   // checkpoint.save_layout python_deepspeed: our files go to a staging tag, from which every rank writes its part
   // of Python DeepSpeed's layout (checkpoint/deepspeed_export.h); a save killed meanwhile leaves a staging tag that
   // the next save's stale-file pass removes like any partial tag.
   const bool python_layout = config_.checkpoint.save_python_layout;
   const std::string our_tag = python_layout ? tag + kStagingSuffix : tag;
-  if (tensor_parallel_) {
+  if (layout_.tensor_parallel) {
     runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
       if (comm::get_local_rank() == 0) runtime::remove_stale_checkpoint_files(dir, tag);
     });
   }
   runtime::all_ranks_or_none(everyone, "save_checkpoint", [&] {
     // One process per host clears what killed saves left, before this save writes its own.
-    if (!tensor_parallel_ && comm::get_local_rank() == 0) runtime::remove_stale_checkpoint_files(dir, tag);
+    if (!layout_.tensor_parallel && comm::get_local_rank() == 0) runtime::remove_stale_checkpoint_files(dir, tag);
     ckpt::begin_tag_save(dir, our_tag);
-    ckpt::save_state(ckpt::optim_states_path(dir, our_tag, world_.rank(), mp_rank()),
+    ckpt::save_state(ckpt::optim_states_path(dir, our_tag, layout_.data_parallel.rank(), mp_rank()),
                      optim_state_dict(run_id, checkpoint_state()));
-    if (world_.rank() == 0)
+    if (layout_.data_parallel.rank() == 0)
       ckpt::save_state(ckpt::model_states_path(dir, our_tag, mp_rank()),
                        model_state_dict(run_id, client_state, params));
-    if (has_experts_) save_expert_files(dir, our_tag);
+    if (layout_.experts) save_expert_files(dir, our_tag);
   });
   if (python_layout) save_python_layout(dir, our_tag, tag);
   // Every rank's files are durable (the collective above is the barrier): only now may `latest`
@@ -241,19 +243,18 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
 }
 
 void EngineImpl::save_python_layout(const std::string& dir, const std::string& staging, const std::string& tag) {
-  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
+  runtime::all_ranks_or_none(layout_.data_parallel, "save_checkpoint", [&] {
     ckpt::begin_tag_save(dir, tag);
     ckpt::DeepSpeedExportOptions options;
-    options.world_size = world_.size();
-    options.zero_stage = config_.zero.stage;
-    options.only_rank = world_.rank();
+    options.world_size = layout_.data_parallel.size();
+    options.only_rank = layout_.data_parallel.rank();
     options.write_latest = false;
     ckpt::write_deepspeed_tag(dir, staging, ckpt::tag_dir(dir, tag), options);
   });
   ckpt::end_tag_save(dir, staging);
   // Every rank has read what it needed from the staging tag (the collective above is the barrier).
-  runtime::all_ranks_or_none(world_, "save_checkpoint", [&] {
-    if (world_.rank() != 0) return;
+  runtime::all_ranks_or_none(layout_.data_parallel, "save_checkpoint", [&] {
+    if (layout_.data_parallel.rank() != 0) return;
     ckpt::FileSystem* fs = ckpt::default_file_system();
     const std::string staged = ckpt::tag_dir(dir, staging);
     for (const std::string& name : fs->list_dir(staged)) fs->remove_file(staged + "/" + name);
@@ -281,7 +282,7 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
            "' and '", file_name, "'");
   land_overlapped_step();  // the model file holds the latest update
   if (stage_->partitions_parameters() && !config_.zero.gather_16bit_weights_on_model_save) {
-    if (world_.rank() == 0)
+    if (layout_.data_parallel.rank() == 0)
       std::fprintf(stderr,
                    "deepspeed: warning: save_16bit_model: did not save the model %s/%s because "
                    "zero_optimization.stage3_gather_16bit_weights_on_model_save is false; save a "
@@ -292,8 +293,8 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
   auto state = *module_parameters(/*gather=*/true);
   for (const auto& item : module_->named_buffers(/*recurse=*/true))
     if (item.value().defined()) state.insert(item.key(), item.value());
-  runtime::all_ranks_or_none(world_, "save_16bit_model", [&] {
-    if (world_.rank() == 0) ckpt::save_state(dir + "/" + file_name, state);
+  runtime::all_ranks_or_none(layout_.data_parallel, "save_16bit_model", [&] {
+    if (layout_.data_parallel.rank() == 0) ckpt::save_state(dir + "/" + file_name, state);
   });
   return true;
 }

@@ -52,9 +52,9 @@ ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheck
   t.universal = config_.checkpoint.load_universal;
   t.name_map = options.checkpoint_name_map;
   t.mp_rank = mp_rank();
-  t.rank = world_.rank();
-  t.world_size = world_.size();
-  t.refuse_python_tags = has_experts_;
+  t.rank = layout_.data_parallel.rank();
+  t.world_size = layout_.data_parallel.size();
+  t.refuse_python_tags = layout_.experts;
   // A tensor-parallel engine takes its slices of a universal tag's whole parameters, whatever tensor size saved them.
   runtime::TensorSlicing slicing = tensor_slicing();
   t.tensor_parallel_size = slicing.size;
@@ -67,8 +67,8 @@ ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheck
   t.fragments = master_fragments();
   t.names = parameter_names();
   t.shapes = parameter_shapes();
-  if (has_experts_) t.other_ranks_names = moe::expert_names(*module_).all;
-  t.may_hold_more = t.universal && model_parallel_.is_member();
+  if (layout_.experts) t.other_ranks_names = moe::expert_names(*module_).all;
+  t.may_hold_more = t.universal && layout_.model_parallel.is_member();
   for (const auto& item : module_->named_buffers(/*recurse=*/true))
     if (item.value().defined()) t.buffers.emplace_back(item.key(), item.value());
   t.full = !options.load_module_only;
@@ -112,12 +112,12 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(const std::strin
   // collective ending this phase makes every rank throw before any of them applies anything.
   ckpt::LoadPlan plan;
   LoadedSections sections;
-  runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
+  runtime::all_ranks_or_none(layout_.data_parallel, "load_checkpoint", [&] {
     plan = ckpt::plan_load(target);
     sections = read_sections(plan);
   });
   // Collective too, so an I/O error of offloaded state fails every rank alike.
-  runtime::all_ranks_or_none(world_, "load_checkpoint", [&] {
+  runtime::all_ranks_or_none(layout_.data_parallel, "load_checkpoint", [&] {
     const bool lrs_restored = apply_model_and_optimizer(plan);
     if (target.full) resume_training_state(plan, sections, lrs_restored);
   });
@@ -125,7 +125,7 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(const std::strin
   stage_->restore_from_masters();
   if (!target.full) iterations_->resume_module_only(micro_steps_);
   iterations_->after_restore();
-  if (world_.rank() == 0) {
+  if (layout_.data_parallel.rank() == 0) {
     std::printf("loaded checkpoint %s\n", plan.path.c_str());
     std::fflush(stdout);
   }
@@ -164,7 +164,7 @@ void EngineImpl::resume_training_state(const ckpt::LoadPlan& plan, const LoadedS
   global_steps_ = plan.global_steps;
   steps_at_load_ = plan.global_steps;
   samples_at_load_ = plan.global_samples;
-  if (plan.saved_batch != batch && world_.rank() == 0) report_batch_change(plan, batch);
+  if (plan.saved_batch != batch && layout_.data_parallel.rank() == 0) report_batch_change(plan, batch);
   micro_steps_ = iterations_->resume(plan.global_steps, plan.micro_steps, sections.iterations, plan.model_file);
   micro_steps_at_load_ = micro_steps_;
   // Losses and clocks of steps before the load belong to no step after it.

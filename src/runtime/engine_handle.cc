@@ -43,9 +43,9 @@ c10::Device Engine::device() const { return impl_->device_; }
 int Engine::global_rank() const { return comm::get_rank(); }
 int Engine::world_size() const { return comm::get_world_size(); }
 int Engine::dp_world_size() const { return impl_->config_.dp_world_size; }
-int Engine::dp_rank() const { return impl_->world_.rank() / impl_->sequence_parallel_; }
+int Engine::dp_rank() const { return impl_->layout_.data_parallel.rank() / impl_->layout_.sequence_parallel; }
 int Engine::mp_world_size() const {
-  return impl_->model_parallel_.is_member() ? impl_->model_parallel_.size() : 1;
+  return impl_->layout_.model_parallel.is_member() ? impl_->layout_.model_parallel.size() : 1;
 }
 int64_t Engine::train_batch_size() const { return impl_->config_.train_batch_size.value(); }
 int64_t Engine::train_micro_batch_size_per_gpu() const {

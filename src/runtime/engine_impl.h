@@ -15,17 +15,20 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/lr_schedules.h"
+#include "runtime/breakdown_table.h"
 #include "runtime/console_observer.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_step.h"
+#include "runtime/side_features.h"
 #include "runtime/iteration_schedule.h"
+#include "runtime/layout.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
 #include "zero/flat_params.h"
-#include "zero/flat_stage.h"
+#include "zero/deferred_reduction.h"
 #include "zero/stage.h"
 
 namespace deepspeed {
@@ -78,7 +81,7 @@ class EngineImpl : public runtime::StageEngine {
   }
 
   // This engine's model-parallel rank (its pipeline stage), which its checkpoint files are named by.
-  int mp_rank() const { return model_parallel_.is_member() ? model_parallel_.rank() : 0; }
+  int mp_rank() const { return layout_.model_parallel.is_member() ? layout_.model_parallel.rank() : 0; }
 
   // The micro-step ends a window of the iteration schedule (gradient accumulation's, or another schedule's).
   bool is_boundary() const;
@@ -89,7 +92,7 @@ class EngineImpl : public runtime::StageEngine {
  private:
   std::shared_ptr<torch::nn::Module> module_;
   Config config_;
-  comm::ProcessGroup world_;
+  runtime::Layout layout_;  // the ranks and groups this engine trains over (runtime/layout.h)
   at::ScalarType dtype_ = at::kFloat;  // the model's compute dtype
   c10::Device device_ = c10::Device(c10::kCPU);  // where the model trains (the accelerator's device)
   std::vector<zero::FlatGroup> groups_;
@@ -98,7 +101,7 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
-  // How the boundary's update runs (runtime/optimizer_step.h: in place, fp32 chunks, NVMe, overlapped, speculative);
+  // How the boundary's update runs (runtime/optimizer_step.h: in place, in fp32 chunks, streamed, overlapped, ...);
   // an overlapped one is landed by land_overlapped_step(). Declared after what it reads, so it is destroyed (waited
   // for) first.
   std::unique_ptr<runtime::OptimizerStep> step_;
@@ -129,7 +132,7 @@ class EngineImpl : public runtime::StageEngine {
   runtime::StepObservers observers_;
   void add_observers();
   // Each trainable parameter's full element count by its TensorImpl (ZeRO-3 leaves released parameters empty).
-  using FullNumels = std::unordered_map<const c10::TensorImpl*, int64_t>;
+  using FullNumels = runtime::FullNumels;
   FullNumels full_numels() const;
   // The StepReport of the optimizer step just taken, with `loss` as the observers get it.
   runtime::StepReport step_report(double loss) const;
@@ -140,27 +143,23 @@ class EngineImpl : public runtime::StageEngine {
   void boundary_step();
   // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
   bool take_model_step();
-  // engine_pipe.cc: `local` OR-ed over model_parallel_ (itself when there is none).
+  // engine_pipe.cc: `local` OR-ed over layout_.model_parallel (itself when there is none).
   bool agree_overflow(bool local);
   // engine_pipe.cc: the gradient norm over the whole replica: this part's reduced gradients (`grads`, as
-  // take_model_step holds them) without norm_excluded_, summed over model_parallel_.
+  // take_model_step holds them) without norm_excluded_, summed over layout_.model_parallel.
   double replica_grad_norm(const std::vector<at::Tensor>& grads);
   // (group, index) of a parameter of groups_; throws when `p` is not one.
   std::pair<size_t, size_t> locate(const at::Tensor& p) const;
 
-  comm::ProcessGroup model_parallel_;      // null without one (see InitializeOptions::model_parallel_group)
-  bool tensor_parallel_ = false;           // model_parallel_ is the tensor-parallel group (tp/apply.h)
-  runtime::TensorSlicing pipeline_slicing_;  // a 3D pipeline stage's (model_parallel_ spans the stages)
-  int sequence_parallel_ = 1;              // ranks splitting each sequence (sequence/apply.h); world_ / this = dp size
-  bool has_experts_ = false;               // some groups_ are MoE experts reduced over their own ranks
+  runtime::TensorSlicing pipeline_slicing_;  // a 3D pipeline stage's (layout_.model_parallel spans the stages)
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
   // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
   // parameters' names by (group, index).
   const std::vector<at::Tensor>& master_buffers() const;
   // This rank's fp32 masters and optimizer states per group ([group][state]), as checkpoints read and write them:
-  // the live tensors, or fp32 copies (with nvme offload read out of the swap files; with bf16 masters converted),
-  // which commit_checkpoint_state writes back (nvme: the parameters too); for live tensors it does nothing.
+  // the live tensors, or fp32 copies (read out of swap files; 16-bit masters converted), which
+  // commit_checkpoint_state writes back (runtime/optimizer_step.h); for live tensors it does nothing.
   using CheckpointState = runtime::MasterState;
   CheckpointState checkpoint_state();
   void commit_checkpoint_state(const CheckpointState& state);
@@ -168,8 +167,8 @@ class EngineImpl : public runtime::StageEngine {
   std::vector<std::vector<std::string>> parameter_names() const;
   std::vector<std::vector<std::vector<int64_t>>> parameter_shapes() const;
   checkpoint::StateDict optim_state_dict(const std::string& run_id, const CheckpointState& train_state) const;
-  // The module's parameters by name in the model's dtype: views at stages 0-2; at stage 3 gathered copies on rank 0
-  // (collective; empty on other ranks) when `gather`, else nullopt.
+  // The module's parameters by name in the model's dtype: views when the stage keeps them whole; when it partitions
+  // them, gathered copies on rank 0 (collective; empty on other ranks) when `gather`, else nullopt.
   std::optional<checkpoint::StateDict> module_parameters(bool gather) const;
   checkpoint::StateDict model_state_dict(const std::string& run_id,
                                          const std::optional<checkpoint::StateDict>& client_state,
@@ -194,18 +193,17 @@ class EngineImpl : public runtime::StageEngine {
   bool apply_model_and_optimizer(const checkpoint::LoadPlan& plan);
   void resume_training_state(const checkpoint::LoadPlan& plan, const LoadedSections& sections, bool lrs_restored);
   void apply_schedule();
-  // wall_clock_breakdown: the timers since the last log line over `steps` steps, as one table (then reset).
-  std::string timer_table(int64_t steps);
-  zero::Stage3Stats logged_waits_;  // the cumulative wait counters as of the last table
-  // engine_pipe.cc: the stage as the pipeline engine needs it (stages 0 and 1); throws otherwise.
-  zero::FlatStage& flat_stage(const char* what) const;
+  runtime::BreakdownTable breakdown_table_;
+  // engine_pipe.cc: the stage as the pipeline engine needs it (zero/deferred_reduction.h); throws otherwise.
+  zero::DeferredReduction& deferred_reduction(const char* what) const;
   void finish_construction(InitializeOptions& options);
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
   // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp
   // layers split (size 1 and no layout without tensor parallelism): the layout is saved in the model file as
   // "tp_partitions", so a universal conversion merges the tensor ranks' slices and a load at another tensor-parallel
-  // size slices them again. Either the engine's own (tensor_parallel_) or a 3D pipeline stage's (set_tensor_slicing).
+  // size slices them again. Either the engine's own (layout_.tensor_parallel) or a 3D pipeline stage's
+  // (set_tensor_slicing).
   runtime::TensorSlicing tensor_slicing() const;
 
   // Unscaled micro-batch losses of the step in progress, summed where the loss is (fp64): read once per step, so an

@@ -8,16 +8,17 @@
 #include <cmath>
 
 #include "runtime/engine_impl.h"
+#include "zero/deferred_reduction.h"
 #include "zero/global_norm.h"
 
 namespace deepspeed {
 
 void EngineImpl::backward_micro_batch(const at::Tensor& output, const at::Tensor& grad) {
-  zero::FlatStage& flat = flat_stage("backward_micro_batch");
+  deferred_reduction("backward_micro_batch");  // refuses a stage the pipeline engine cannot drive
   DS_CHECK(module_->is_training(), "backward: the engine is in eval mode; call train() first");
   check_states_resident("backward");
   if (breakdown_) timers_.start("bwd");
-  flat.begin_backward(/*boundary=*/false);
+  stage_->begin_backward(/*boundary=*/false);
   if (grad.defined()) {
     output.backward(grad);
   } else {
@@ -27,12 +28,12 @@ void EngineImpl::backward_micro_batch(const at::Tensor& output, const at::Tensor
                           static_cast<double>(config_.gradient_accumulation_steps.value());
     (factor != 1.0 ? output * factor : output).backward();
   }
-  flat.finish_backward();
+  stage_->finish_backward();
   if (breakdown_) timers_.stop("bwd");
 }
 
 void EngineImpl::reduce_gradients() {
-  flat_stage("reduce_gradients").reduce_accumulated();
+  deferred_reduction("reduce_gradients").reduce_accumulated();
 }
 
 std::pair<size_t, size_t> EngineImpl::locate(const at::Tensor& p) const {
@@ -45,7 +46,7 @@ std::pair<size_t, size_t> EngineImpl::locate(const at::Tensor& p) const {
 
 at::Tensor EngineImpl::accumulated_grad(const at::Tensor& p) const {
   auto [g, i] = locate(p);
-  return flat_stage("accumulated_grad").accumulated_grad(g, i);
+  return deferred_reduction("accumulated_grad").accumulated_grad(g, i);
 }
 
 void EngineImpl::pipeline_step(int64_t micro_batches) {
@@ -58,22 +59,20 @@ void EngineImpl::discard_gradients() {
   stage_->zero_grads();
 }
 
-zero::FlatStage& EngineImpl::flat_stage(const char* what) const {
-  auto* flat = dynamic_cast<zero::FlatStage*>(stage_.get());
-  DS_CHECK(flat != nullptr, what, ": the pipeline engine needs ZeRO stage 0 or 1, got ", config_.zero.stage);
-  return *flat;
+zero::DeferredReduction& EngineImpl::deferred_reduction(const char* what) const {
+  return zero::deferred_reduction(*stage_, what);
 }
 
 bool EngineImpl::agree_overflow(bool local) {
-  if (!model_parallel_.is_member()) return local;
+  if (!layout_.model_parallel.is_member()) return local;
   at::Tensor flag = at::tensor({local ? int64_t{1} : int64_t{0}}, at::kLong);
-  model_parallel_.all_reduce(flag, comm::ReduceOp::kMax);
+  layout_.model_parallel.all_reduce(flag, comm::ReduceOp::kMax);
   return flag.item<int64_t>() != 0;
 }
 
 double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
-  const zero::FlatStage& flat = flat_stage("replica_grad_norm");
-  // Excluded ranges per group, relative to this rank's gradient partition (the whole buffer at stage 0).
+  const zero::DeferredReduction& flat = deferred_reduction("replica_grad_norm");
+  // Excluded ranges per group, relative to this rank's gradient partition (the whole buffer when it is not partitioned).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> excluded(groups_.size());
   for (const auto& p : norm_excluded_) {
     auto [g, i] = locate(p);
@@ -96,8 +95,9 @@ double EngineImpl::replica_grad_norm(const std::vector<at::Tensor>& grads) {
     if (at < grads[g].numel()) add(grads[g].narrow(0, at, grads[g].numel() - at));
   }
   at::Tensor total = at::tensor({sq}, at::kDouble);
-  if (config_.zero.stage >= 1 && world_.size() > 1) world_.all_reduce(total, comm::ReduceOp::kSum);
-  model_parallel_.all_reduce(total, comm::ReduceOp::kSum);
+  if (flat.partitioned() && layout_.data_parallel.size() > 1)
+    layout_.data_parallel.all_reduce(total, comm::ReduceOp::kSum);
+  layout_.model_parallel.all_reduce(total, comm::ReduceOp::kSum);
   return std::sqrt(std::max(0.0, total.item<double>()));
 }
 

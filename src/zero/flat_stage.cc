@@ -119,4 +119,10 @@ int64_t FlatStage::grad_begin(size_t group) const {
   return fg.layout.begin(fg.layout.rank());
 }
 
+DeferredReduction& deferred_reduction(Stage& stage, const char* what) {
+  auto* flat = dynamic_cast<FlatStage*>(&stage);
+  DS_CHECK(flat != nullptr, what, ": the pipeline engine needs ZeRO stage 0 or 1 (zero_optimization.stage), got 3");
+  return *flat;
+}
+
 }  // namespace deepspeed::zero

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "zero/deferred_reduction.h"
 #include "zero/flat_params.h"
 #include "zero/grad_reducer.h"
 #include "zero/master_weights.h"
@@ -30,7 +31,7 @@ struct FlatStageOptions {
   MasterWeightsOptions masters;    // partitioned is derived from stage
 };
 
-class FlatStage : public Stage {
+class FlatStage : public Stage, public DeferredReduction {
  public:
   // Flattens `groups` (owned by the caller, outliving the stage), starts every rank from the first copy's values
   // and registers the gradient hooks. Collective over `world`.
@@ -68,13 +69,11 @@ class FlatStage : public Stage {
   // Only host_grad_copies_in_backward (ZeRO-Offload); the rest are stage 3's.
   Stage3Stats stats() const override;
 
-  // ---- For the pipeline engine (stages 0 and 1) ----
-  // Reduces the gradients accumulated by backward passes begun with boundary = false. Collective.
-  void reduce_accumulated();
-  // Parameter `index` of group `group`'s accumulated fp32 gradient (a view of the full gradient buffer).
-  at::Tensor accumulated_grad(size_t group, size_t index) const;
-  // Elements [begin, begin + numel of step_grads()[group]) of group `group`'s flat buffer are this rank's.
-  int64_t grad_begin(size_t group) const;
+  // ---- DeferredReduction: for the pipeline engine (stages 0 and 1) ----
+  void reduce_accumulated() override;
+  at::Tensor accumulated_grad(size_t group, size_t index) const override;
+  int64_t grad_begin(size_t group) const override;
+  bool partitioned() const override { return stage_ >= 1; }
 
  private:
   std::vector<FlatGroup>& groups_;

@@ -7,6 +7,7 @@
 #include "deepspeed/accelerator.h"
 #include "swap/aio.h"
 #include "zero/flat_stage.h"
+#include "zero/stage3/construction_shard.h"
 #include "zero/stage3/stage3.h"
 
 namespace deepspeed::zero {
@@ -162,6 +163,15 @@ std::unique_ptr<Stage> make_stage(const Config& config, at::ScalarType dtype,
                                   std::vector<FlatGroup>& groups, const comm::ProcessGroup& world) {
   if (config.zero.stage == 3) return make_stage3(config, dtype, module, groups, world);
   return make_flat_stage(config, dtype, groups, world);
+}
+
+void apply(const Config& config, const std::shared_ptr<torch::nn::Module>& module) {
+  const bool stage3 = config.zero.stage == 3;
+  if (!stage3) materialize_construction_shards(module);
+  // DeepSpeed's own warning: the key shapes stages 1-2's DeepSpeed-layout files only (checkpoint/deepspeed_export.h).
+  if (stage3 && config.zero.elastic_checkpoint && comm::get_rank() == 0)
+    std::fprintf(stderr, "deepspeed: warning: zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is "
+                         "deprecated and no longer supported (as DeepSpeed says); use the universal checkpoint\n");
 }
 
 }  // namespace deepspeed::zero

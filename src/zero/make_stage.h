@@ -29,6 +29,11 @@ std::optional<at::ScalarType> sixteen_bit_gradients(const Config& config);
 // gradients) stay in it; the optimizer steps them in fp32 a chunk at a time.
 bool model_dtype_masters(const Config& config);
 
+// ZeRO's module transform, applied before the model is placed and its parameter groups are made: units partitioned
+// at construction (zero::Init) are kept for stage 3, which takes them over, and gathered for good at stages 0-2,
+// which train the whole model on every rank. Warns (rank 0) about keys this stage ignores as DeepSpeed does.
+void apply(const Config& config, const std::shared_ptr<torch::nn::Module>& module);
+
 // `groups` are the engine's parameter groups: stages 0-2 flatten them in place and keep a reference (they must
 // outlive the stage); stage 3 partitions their parameters. `dtype` is the model's compute dtype. Every rank ends up
 // with the first copy's parameter values. Collective over `world`.
