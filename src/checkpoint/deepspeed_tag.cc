@@ -193,6 +193,24 @@ std::vector<std::pair<std::string, at::Tensor>> module_parameters(const StateDic
   return out;
 }
 
+// Parameter `index`'s per-element optimizer states (not the step; a 0-d parameter's states are 0-d too) from its
+// torch state `s`, appended to per_state[name] at that index (earlier parameters without one are filled later).
+void add_element_states(const std::optional<c10::IValue>& s, const at::Tensor& weight, size_t index,
+                        const std::string& where, std::map<std::string, std::vector<at::Tensor>>& per_state) {
+  if (!s || !s->isGenericDict()) return;
+  for (const auto& e : s->toGenericDict()) {
+    if (!e.key().isString() || e.key().toStringRef() == "step" || !e.value().isTensor() ||
+        (e.value().toTensor().dim() == 0 && weight.dim() != 0))
+      continue;
+    at::Tensor t = flat_fp32(e.value(), where);
+    DS_CHECK_T(CheckpointError, t.numel() == weight.numel(), where, " holds ", t.numel(), " elements, the parameter ",
+               weight.numel());
+    auto& list = per_state[e.key().toStringRef()];
+    list.resize(index, at::Tensor());
+    list.push_back(t);
+  }
+}
+
 // Stage 0 with a per-parameter torch optimizer state: fp32 (`opt` is the torch optimizer's state_dict, the masters
 // the module's weights) or bf16/fp16 through the unfused FP16_Optimizer (`fp32_groups` lists each group's fp32
 // masters; `opt` is its base optimizer's state_dict).
@@ -237,18 +255,7 @@ StateDict stage0_per_param(const StateDict& model, const c10::IValue& opt, const
       group_slices.push_back(param_slice_entry(name, weight.sizes().vec(), 0, weight.numel(), offset));
       std::optional<c10::IValue> s = dict_get(states, id);
       step = std::max(step, step_of(s, groups.get(g)));
-      if (s && s->isGenericDict())
-        for (const auto& e : s->toGenericDict())
-          // Per-element states (not the step; a 0-d parameter's states are 0-d too).
-          if (e.key().isString() && e.key().toStringRef() != "step" && e.value().isTensor() &&
-              (e.value().toTensor().dim() > 0 || weight.dim() == 0)) {
-            at::Tensor t = flat_fp32(e.value(), gw + " state of '" + name + "'");
-            DS_CHECK_T(CheckpointError, t.numel() == weight.numel(), gw, " state of '", name, "' holds ", t.numel(),
-                       " elements, the parameter ", weight.numel());
-            auto& list = per_state[e.key().toStringRef()];
-            list.resize(pieces.size() - 1, at::Tensor());
-            list.push_back(t);
-          }
+      add_element_states(s, weight, pieces.size() - 1, gw + " state of '" + name + "'", per_state);
       offset += weight.numel();
     }
     at::Tensor flat = pieces.empty() ? at::empty({0}, at::kFloat) : at::cat(pieces);

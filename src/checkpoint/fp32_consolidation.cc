@@ -34,6 +34,39 @@ OutputFormat output_format(const std::string& path) {
       "format follows the extension"));
 }
 
+// The model file's buffers (module/<name> for each of buffer_names), or none when the tag has no model file.
+std::vector<std::pair<std::string, at::Tensor>> saved_buffers(const std::string& dir, const std::string& tag,
+                                                              const PartitionIndex& index,
+                                                              const std::optional<ForeignTag>& translated,
+                                                              FileSystem* fs) {
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  const bool foreign = translated.has_value();
+  const std::string model_file = foreign ? translated->model_file : model_states_path(dir, tag);
+  if (!foreign && !fs->file_exists(model_file)) return buffers;
+  StateDict model = foreign ? translated->model : load_state(model_file, LoadOptions{/*mmap=*/true});
+  if (!model.contains(kBufferNamesKey)) return buffers;
+  for (const c10::IValue& n : model.at(kBufferNamesKey).toList()) {
+    std::string key = std::string(kModuleKey) + "/" + n.toStringRef();
+    std::optional<c10::IValue> t = find_entry(model, key);
+    DS_CHECK_T(CheckpointError, t && t->isTensor(), "checkpoint file ", model_file, " lists buffer '",
+               n.toStringRef(), "' but has no tensor '", key, "'");
+    DS_CHECK_T(CheckpointError, index.find(n.toStringRef()) == nullptr, "checkpoint file ", model_file, ": buffer '",
+               n.toStringRef(), "' is also a partitioned parameter");
+    buffers.emplace_back(n.toStringRef(), t->toTensor());
+  }
+  return buffers;
+}
+
+// One parameter whole: the mapping itself when one fragment holds it, else assembled.
+at::Tensor assemble(const SavedParam& p) {
+  for (const SavedFragment& f : p.fragments)
+    verify_tensor(f.source, ::deepspeed::detail::str_cat(kFp32FlatGroupsKey, "/", f.group));
+  if (p.fragments.size() == 1) return p.fragments[0].source.contiguous();
+  at::Tensor full = at::empty({p.numel}, at::kFloat);
+  for (const SavedFragment& f : p.fragments) full.narrow(0, f.begin, f.end - f.begin).copy_(f.source);
+  return full;
+}
+
 }  // namespace
 
 ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag_in,
@@ -45,26 +78,10 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
   // Python DeepSpeed's tags are translated into the same partition contract (deepspeed_tag.h).
   std::optional<ForeignTag> translated;
   PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
-  const bool foreign = translated.has_value();
   const std::vector<SavedParam>& params = index.params;
   const std::string& run_id = index.run_id;
 
-  std::vector<std::pair<std::string, at::Tensor>> buffers;
-  std::string model_file = foreign ? translated->model_file : model_states_path(dir, tag);
-  if (foreign || fs->file_exists(model_file)) {
-    StateDict model = foreign ? translated->model : load_state(model_file, LoadOptions{/*mmap=*/true});
-    if (model.contains(kBufferNamesKey)) {
-      for (const c10::IValue& n : model.at(kBufferNamesKey).toList()) {
-        std::string key = std::string(kModuleKey) + "/" + n.toStringRef();
-        std::optional<c10::IValue> t = find_entry(model, key);
-        DS_CHECK_T(CheckpointError, t && t->isTensor(), "checkpoint file ", model_file,
-                   " lists buffer '", n.toStringRef(), "' but has no tensor '", key, "'");
-        DS_CHECK_T(CheckpointError, index.find(n.toStringRef()) == nullptr, "checkpoint file ", model_file,
-                   ": buffer '", n.toStringRef(), "' is also a partitioned parameter");
-        buffers.emplace_back(n.toStringRef(), t->toTensor());
-      }
-    }
-  }
+  const std::vector<std::pair<std::string, at::Tensor>> buffers = saved_buffers(dir, tag, index, translated, fs);
 
   ConsolidateStats stats;
   stats.ranks = static_cast<int>(index.files.size());
@@ -72,15 +89,6 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
     stats.tensors++;
     stats.bytes += bytes;
     stats.largest_tensor_bytes = std::max(stats.largest_tensor_bytes, bytes);
-  };
-  // One parameter whole: the mapping itself when one fragment holds it, else assembled.
-  auto assemble = [](const SavedParam& p) {
-    for (const SavedFragment& f : p.fragments)
-      verify_tensor(f.source, ::deepspeed::detail::str_cat(kFp32FlatGroupsKey, "/", f.group));
-    if (p.fragments.size() == 1) return p.fragments[0].source.contiguous();
-    at::Tensor full = at::empty({p.numel}, at::kFloat);
-    for (const SavedFragment& f : p.fragments) full.narrow(0, f.begin, f.end - f.begin).copy_(f.source);
-    return full;
   };
   size_t slash = out_path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) fs->create_dirs(out_path.substr(0, slash));

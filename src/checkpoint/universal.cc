@@ -61,18 +61,122 @@ at::Tensor param_tensor(const std::string& path) {
   return t.to(at::kFloat).contiguous();
 }
 
-}  // namespace
+// The tensor-parallel size of a pipeline's stages and, per stage, how each split parameter's slices join.
+struct TensorLayouts {
+  int64_t tensor_size = 1;
+  std::vector<std::map<std::string, std::pair<int64_t, int64_t>>> per_stage{1};
+};
 
-UniversalStats write_universal(const std::string& dir, const std::string& tag_in, const std::string& out_dir,
-                               FileSystem* fs) {
-  if (fs == nullptr) fs = default_file_system();
-  const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
+// The model-parallel ranks are pipeline stages x tensor ranks (stage * T + tensor rank; T is the model file's
+// mp_world_size). A stage's tensor ranks hold slices of the same parameters: its first model file names how each
+// split parameter's slices join (the others are whole, and equal, on each of them).
+TensorLayouts tensor_layouts(const std::string& dir, const std::string& tag, FileSystem* fs, size_t ranks,
+                             bool translated) {
+  TensorLayouts out;
+  if (translated || ranks <= 1) return out;
   // A pipeline with tensor-parallel stages (3D) names its layer files per tensor rank (layer_<L>-model_<t>-...).
   std::string tensor_layer_file;
   for (const std::string& name : fs->list_dir(tag_dir(dir, tag)))
     if (name.rfind("layer_", 0) == 0 && name.find("-model_") != std::string::npos &&
         name.find("-model_") != name.rfind("-model_states.pt"))
       tensor_layer_file = name;
+  std::string file;
+  const StateDict first = read_model_states(dir, tag, {}, 0, fs, &file);
+  if (auto it = first.find("mp_world_size"); it != first.end() && it->value().isInt())
+    out.tensor_size = it->value().toInt();
+  const int64_t tensor_size = out.tensor_size;
+  DS_CHECK_T(CheckpointError, tensor_size >= 1 && static_cast<int64_t>(ranks) % tensor_size == 0, "checkpoint ",
+             tag_dir(dir, tag), " holds ", ranks, " model-parallel ranks, not a multiple of ",
+             "the tensor-parallel size ", tensor_size, " (mp_world_size in ", file, ")");
+  DS_CHECK_T(CheckpointError, tensor_size > 1 || tensor_layer_file.empty(), "checkpoint ", tag_dir(dir, tag),
+             " is of a pipeline with tensor-parallel stages (", tensor_layer_file, ") but ", file,
+             " records no tensor-parallel size (mp_world_size 1): it was saved before 3D checkpoints recorded it; "
+             "load it into the pipeline that saved it");
+  out.per_stage.assign(ranks / static_cast<size_t>(tensor_size), {});
+  for (size_t g = 0; tensor_size > 1 && g < out.per_stage.size(); ++g) {
+    const StateDict model =
+        g == 0 ? first : read_model_states(dir, tag, {}, static_cast<int>(g * tensor_size), fs, &file);
+    if (auto it = model.find(kTensorParallelLayoutKey); it != model.end())
+      for (const auto& e : it->value().toGenericDict()) {
+        const c10::IValue& v = e.value();
+        const bool ok =
+            v.isList() && v.toListRef().size() == 2 && v.toListRef()[0].isInt() && v.toListRef()[1].isInt();
+        DS_CHECK_T(CheckpointError, ok, "checkpoint file ", file, ": ", kTensorParallelLayoutKey, "['",
+                   e.key().toStringRef(), "'] must be [dimension, fused blocks]");
+        out.per_stage[g][e.key().toStringRef()] = {v.toListRef()[0].toInt(), v.toListRef()[1].toInt()};
+      }
+  }
+  return out;
+}
+
+// Rank 0's optimizer step (into `step`) and each param group's lr.
+GenericList saved_param_groups(const PartitionIndex& index, int64_t* step) {
+  GenericList param_groups = make_any_list();
+  auto it = index.states[0].find("optimizer_state_dict");
+  if (it == index.states[0].end()) return param_groups;
+  const GenericDict opt = it->value().toGenericDict();
+  if (auto s = opt.find(std::string("step")); s != opt.end()) *step = s->value().toInt();
+  if (auto pgs = opt.find(std::string("param_groups")); pgs != opt.end())
+    for (const c10::IValue& pg : pgs->value().toList()) {
+      GenericDict g = make_any_dict();
+      if (auto lr = pg.toGenericDict().find(std::string("lr")); lr != pg.toGenericDict().end())
+        g.insert(std::string("lr"), lr->value());
+      param_groups.push_back(g);
+    }
+  return param_groups;
+}
+
+// zero/optimizer_state.pt: the param groups and the layout's version. DeepSpeed's stage 3 reads the step and the
+// groups from a nested torch optimizer state_dict (its stages 1-2 from the top-level param_groups and each
+// parameter's step.pt).
+void write_optimizer_state(const std::string& zero, int64_t step, const GenericList& param_groups, FileSystem* fs) {
+  GenericDict optimizer_state = make_any_dict();
+  optimizer_state.insert(std::string("param_groups"), param_groups);
+  optimizer_state.insert(std::string("ds_version"), std::string(kUniversalLayoutVersion));
+  GenericDict step_state = make_any_dict(), first = make_any_dict(), nested = make_any_dict();
+  first.insert(std::string("step"), at::scalar_tensor(static_cast<double>(step), at::kFloat));
+  step_state.insert(int64_t{0}, first);
+  nested.insert(std::string("state"), step_state);
+  nested.insert(std::string("param_groups"), param_groups);
+  optimizer_state.insert(std::string("optimizer_state_dict"), nested);
+  write_value(zero + "/optimizer_state.pt", optimizer_state, fs);
+}
+
+// The model files as they are: counters, scheduler, buffers and client state, for either engine to read. DeepSpeed
+// at stage 3 reads rank 0's zero_pp_rank_0_mp_rank_<mp>_model_states.pt instead: a copy of ours under that name.
+void copy_model_files(const std::string& dir, const std::string& tag, const std::string& out_dir, FileSystem* fs) {
+  const std::vector<std::string> names = fs->list_dir(tag_dir(dir, tag));
+  for (const std::string& name : names)
+    if (name.ends_with("model_states.pt") && name.rfind("layer_", 0) != 0) {
+      const std::vector<char> bytes = fs->read_file(tag_dir(dir, tag) + "/" + name);
+      write_file_atomic(out_dir + "/" + name, bytes.data(), bytes.size(), fs);
+      const std::string stage3_name = "zero_pp_rank_0_" + name;
+      if (name.rfind("mp_rank_", 0) == 0 && std::find(names.begin(), names.end(), stage3_name) == names.end())
+        write_file_atomic(out_dir + "/" + stage3_name, bytes.data(), bytes.size(), fs);
+    }
+}
+
+// From a pipeline: each stage's model file holds its own buffers; one module for any layout to take them from.
+void merge_stage_modules(const std::string& dir, const std::string& tag, const CheckpointNameMap& map, FileSystem* fs,
+                         StateDict& model) {
+  for (int mp = 1; fs->file_exists(model_states_path(dir, tag, mp)); ++mp) {
+    std::string file;
+    const StateDict stage = read_model_states(dir, tag, map, mp, fs, &file);
+    auto module = stage.find(kModuleKey);
+    auto merged = model.find(kModuleKey);
+    if (module == stage.end() || merged == model.end()) continue;
+    GenericDict into = merged->value().toGenericDict();
+    for (const auto& e : module->value().toGenericDict())
+      if (!into.contains(e.key())) into.insert(e.key(), e.value());
+  }
+}
+
+}  // namespace
+
+UniversalStats write_universal(const std::string& dir, const std::string& tag_in, const std::string& out_dir,
+                               FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
   std::optional<ForeignTag> translated;
   // A pipeline's tag holds each stage's rank files under its model-parallel rank: every stage's parameters go into
   // the one universal folder (a tied weight, kept by several stages alike, once).
@@ -83,51 +187,11 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
       stages.push_back(load_partition_index(dir, tag, fs, mp));
   const PartitionIndex& index = stages[0];
   int64_t step = 0;
-  GenericList param_groups = make_any_list();
-  if (auto it = index.states[0].find("optimizer_state_dict"); it != index.states[0].end()) {
-    const GenericDict opt = it->value().toGenericDict();
-    if (auto s = opt.find(std::string("step")); s != opt.end()) step = s->value().toInt();
-    if (auto pgs = opt.find(std::string("param_groups")); pgs != opt.end())
-      for (const c10::IValue& pg : pgs->value().toList()) {
-        GenericDict g = make_any_dict();
-        if (auto lr = pg.toGenericDict().find(std::string("lr")); lr != pg.toGenericDict().end())
-          g.insert(std::string("lr"), lr->value());
-        param_groups.push_back(g);
-      }
-  }
+  const GenericList param_groups = saved_param_groups(index, &step);
 
-  // The model-parallel ranks are pipeline stages x tensor ranks (stage * T + tensor rank; T is the model file's
-  // mp_world_size). A stage's tensor ranks hold slices of the same parameters: its first model file names how each
-  // split parameter's slices join (the others are whole, and equal, on each of them).
-  int64_t tensor_size = 1;
-  std::vector<std::map<std::string, std::pair<int64_t, int64_t>>> tp_layouts(1);  // per pipeline stage
-  if (!translated && stages.size() > 1) {
-    std::string file;
-    const StateDict first = read_model_states(dir, tag, {}, 0, fs, &file);
-    if (auto it = first.find("mp_world_size"); it != first.end() && it->value().isInt())
-      tensor_size = it->value().toInt();
-    DS_CHECK_T(CheckpointError, tensor_size >= 1 && static_cast<int64_t>(stages.size()) % tensor_size == 0,
-               "checkpoint ", tag_dir(dir, tag), " holds ", stages.size(), " model-parallel ranks, not a multiple of ",
-               "the tensor-parallel size ", tensor_size, " (mp_world_size in ", file, ")");
-    DS_CHECK_T(CheckpointError, tensor_size > 1 || tensor_layer_file.empty(), "checkpoint ", tag_dir(dir, tag),
-               " is of a pipeline with tensor-parallel stages (", tensor_layer_file, ") but ", file,
-               " records no tensor-parallel size (mp_world_size 1): it was saved before 3D checkpoints recorded it; "
-               "load it into the pipeline that saved it");
-    tp_layouts.assign(stages.size() / static_cast<size_t>(tensor_size), {});
-    for (size_t g = 0; tensor_size > 1 && g < tp_layouts.size(); ++g) {
-      const StateDict model =
-          g == 0 ? first : read_model_states(dir, tag, {}, static_cast<int>(g * tensor_size), fs, &file);
-      if (auto it = model.find(kTensorParallelLayoutKey); it != model.end())
-        for (const auto& e : it->value().toGenericDict()) {
-          const c10::IValue& v = e.value();
-          const bool ok =
-              v.isList() && v.toListRef().size() == 2 && v.toListRef()[0].isInt() && v.toListRef()[1].isInt();
-          DS_CHECK_T(CheckpointError, ok, "checkpoint file ", file, ": ", kTensorParallelLayoutKey, "['",
-                     e.key().toStringRef(), "'] must be [dimension, fused blocks]");
-          tp_layouts[g][e.key().toStringRef()] = {v.toListRef()[0].toInt(), v.toListRef()[1].toInt()};
-        }
-    }
-  }
+  const TensorLayouts layouts = tensor_layouts(dir, tag, fs, stages.size(), translated.has_value());
+  const int64_t tensor_size = layouts.tensor_size;
+  const auto& tp_layouts = layouts.per_stage;
   UniversalStats stats;
   std::set<std::string> written;
   const std::string zero = out_dir + "/zero";
@@ -181,29 +245,8 @@ UniversalStats write_universal(const std::string& dir, const std::string& tag_in
       ++stats.params;
     }
   }
-  GenericDict optimizer_state = make_any_dict();
-  optimizer_state.insert(std::string("param_groups"), param_groups);
-  optimizer_state.insert(std::string("ds_version"), std::string(kUniversalLayoutVersion));
-  // DeepSpeed's stage 3 reads the step and the groups from a nested torch optimizer state_dict (its stages 1-2 from
-  // the top-level param_groups and each parameter's step.pt).
-  GenericDict step_state = make_any_dict(), first = make_any_dict(), nested = make_any_dict();
-  first.insert(std::string("step"), at::scalar_tensor(static_cast<double>(step), at::kFloat));
-  step_state.insert(int64_t{0}, first);
-  nested.insert(std::string("state"), step_state);
-  nested.insert(std::string("param_groups"), param_groups);
-  optimizer_state.insert(std::string("optimizer_state_dict"), nested);
-  write_value(zero + "/optimizer_state.pt", optimizer_state, fs);
-  // The model files as they are: counters, scheduler, buffers and client state, for either engine to read. DeepSpeed
-  // at stage 3 reads rank 0's zero_pp_rank_0_mp_rank_<mp>_model_states.pt instead: a copy of ours under that name.
-  const std::vector<std::string> names = fs->list_dir(tag_dir(dir, tag));
-  for (const std::string& name : names)
-    if (name.ends_with("model_states.pt") && name.rfind("layer_", 0) != 0) {
-      const std::vector<char> bytes = fs->read_file(tag_dir(dir, tag) + "/" + name);
-      write_file_atomic(out_dir + "/" + name, bytes.data(), bytes.size(), fs);
-      const std::string stage3_name = "zero_pp_rank_0_" + name;
-      if (name.rfind("mp_rank_", 0) == 0 && std::find(names.begin(), names.end(), stage3_name) == names.end())
-        write_file_atomic(out_dir + "/" + stage3_name, bytes.data(), bytes.size(), fs);
-    }
+  write_optimizer_state(zero, step, param_groups, fs);
+  copy_model_files(dir, tag, out_dir, fs);
   const std::string latest = parent_dir(out_dir) + "/" + kLatestUniversal;
   const std::string out_tag = base_name(out_dir);
   write_file_atomic(latest, out_tag.data(), out_tag.size(), fs);
@@ -219,17 +262,7 @@ ForeignTag read_universal(const std::string& dir, const std::string& tag, const 
              "checkpoint.load_universal false");
   ForeignTag out;
   out.model = read_model_states(dir, tag, map, 0, fs, &out.model_file);
-  // From a pipeline: each stage's model file holds its own buffers; one module for any layout to take them from.
-  for (int mp = 1; fs->file_exists(model_states_path(dir, tag, mp)); ++mp) {
-    std::string file;
-    const StateDict stage = read_model_states(dir, tag, map, mp, fs, &file);
-    auto module = stage.find(kModuleKey);
-    auto merged = out.model.find(kModuleKey);
-    if (module == stage.end() || merged == out.model.end()) continue;
-    GenericDict into = merged->value().toGenericDict();
-    for (const auto& e : module->value().toGenericDict())
-      if (!into.contains(e.key())) into.insert(e.key(), e.value());
-  }
+  merge_stage_modules(dir, tag, map, fs, out.model);
   // The learning rate DeepSpeed's param group 0 had (each of our groups is one parameter).
   std::optional<double> lr;
   const c10::IValue opt = read_value(zero + "/optimizer_state.pt");

@@ -7,15 +7,13 @@ namespace deepspeed::runtime {
 
 void BreakdownTable::start(const zero::Stage& stage) {
   logged_ = stage.stats();
-  logged_.reduce_wait_ms = stage.reduce_blocked_ms();
 }
 
 std::string BreakdownTable::next(Timers& timers, const zero::Stage& stage, int64_t global_steps, int64_t steps) {
   // Backward's reduction share: time the reducer kept backward waiting (stages 0-2), or stage 3's waits for its
   // gradient reductions; both are cumulative counters, read as the difference since the last table.
   const zero::Stage3Stats s3 = stage.stats();
-  const double reduce_total = stage.reduce_blocked_ms();
-  const double reduce = reduce_total - logged_.reduce_wait_ms;
+  const double reduce = s3.reduce_wait_ms - logged_.reduce_wait_ms;
   const double fwd = timers.elapsed_ms("fwd"), bwd = timers.elapsed_ms("bwd"), step = timers.elapsed_ms("step");
   std::vector<TimerRow> rows = {{"forward", fwd, 0},
                                 {"backward", bwd, 0},
@@ -28,7 +26,6 @@ std::string BreakdownTable::next(Timers& timers, const zero::Stage& stage, int64
     rows.push_back({"stage 3 prefetch wait (in fwd/bwd)", s3.prefetch_wait_ms - logged_.prefetch_wait_ms, 0});
   }
   logged_ = s3;
-  logged_.reduce_wait_ms = reduce_total;
   timers.reset();
   return format_timer_table(rows, global_steps, steps, fwd + bwd + step);
 }

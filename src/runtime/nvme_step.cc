@@ -10,14 +10,21 @@
 #include "swap/aio.h"
 #include "swap/optimizer_swapper.h"
 #include "zero/make_stage.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed::runtime {
 namespace {
 
+zero::SlicedMasters& sliced_masters(zero::Stage& stage) {
+  zero::SlicedMasters* slices = zero::feature<zero::SlicedMasters>(stage);
+  DS_ASSERT(slices != nullptr, "every ZeRO stage streams its masters in slices");
+  return *slices;
+}
+
 class NvmeStep : public OptimizerStep {
  public:
   NvmeStep(const OptimizerStepParts& parts, EngineOptimizer& optimizer, std::unique_ptr<swap::OptimizerSwapper> swapper)
-      : p_(parts), optimizer_(optimizer), swapper_(std::move(swapper)) {}
+      : p_(parts), optimizer_(optimizer), slices_(sliced_masters(*parts.stage)), swapper_(std::move(swapper)) {}
 
   void run(std::vector<at::Tensor> grads, double coef) override {
     const bool low_precision = scale_gradients(*p_.stage, grads, coef);
@@ -30,7 +37,7 @@ class NvmeStep : public OptimizerStep {
       // bf16/fp16 parameters of fp32 masters: the kernel writes them in its pass (DeepSpeed's fused fp16_param copy).
       // 16-bit masters are the parameters' values once rounded: write_slice copies them.
       const bool master16 = master.scalar_type() != at::kFloat;
-      const at::Tensor copy = master16 ? at::Tensor() : p_.stage->copy_back_slice(g, offset, n);
+      const at::Tensor copy = master16 ? at::Tensor() : slices_.copy_back_slice(g, offset, n);
       at::Tensor grad = grads[g].narrow(0, offset, n);
       // The CPU kernel reads host memory: a device's gradients come down one sub-group at a time.
       if (!grad.device().is_cpu()) grad = grad.to(at::kCPU);
@@ -39,7 +46,7 @@ class NvmeStep : public OptimizerStep {
                        [&](const at::Tensor& m, const at::Tensor& g32, const at::Tensor& first,
                            const at::Tensor& second,
                            const at::Tensor& c) { optimizer_.step_slice(g, m, g32, first, second, c); });
-      if (!copy.defined()) p_.stage->write_slice(g, offset, master);
+      if (!copy.defined()) slices_.write_slice(g, offset, master);
     });
     p_.stage->publish();
   }
@@ -50,7 +57,7 @@ class NvmeStep : public OptimizerStep {
     MasterState out;
     const size_t num_states = optimizer_.state_names().size();
     for (size_t g = 0; g < p_.groups->size(); ++g) {
-      const int64_t n = p_.stage->initial_master(g).numel();
+      const int64_t n = slices_.initial_master(g).numel();
       out.masters.push_back(at::empty({n}, at::kFloat));
       out.states.emplace_back();
       for (size_t k = 0; k < num_states; ++k) out.states.back().push_back(at::empty({n}, at::kFloat));
@@ -67,7 +74,7 @@ class NvmeStep : public OptimizerStep {
       master.copy_(state.masters[g].narrow(0, offset, master.numel()));
       for (size_t k = 0; k < states.size() && k < state.states[g].size(); ++k)
         states[k].copy_(state.states[g][k].narrow(0, offset, master.numel()));
-      p_.stage->write_slice(g, offset, master);  // the parameters follow their masters
+      slices_.write_slice(g, offset, master);  // the parameters follow their masters
     });
   }
 
@@ -77,6 +84,7 @@ class NvmeStep : public OptimizerStep {
  private:
   OptimizerStepParts p_;
   EngineOptimizer& optimizer_;
+  zero::SlicedMasters& slices_;
   std::unique_ptr<swap::OptimizerSwapper> swapper_;
 };
 
@@ -87,7 +95,7 @@ std::unique_ptr<OptimizerStep> make_nvme_step(const OptimizerStepParts& parts, c
   const Config& config = *parts.config;
   const auto& oo = config.zero.offload_optimizer;
   std::vector<at::Tensor> initial;
-  for (size_t g = 0; g < parts.groups->size(); ++g) initial.push_back(parts.stage->initial_master(g));
+  for (size_t g = 0; g < parts.groups->size(); ++g) initial.push_back(sliced_masters(*parts.stage).initial_master(g));
   *optimizer = make_fused_optimizer(cfg, *parts.groups, initial, /*resident_state=*/false);
   swap::OptimizerSwapperOptions so;
   so.dir = oo.nvme_path.value() + "/zero_stage_" + std::to_string(config.zero.stage) + "/optimizer/rank" +

@@ -13,6 +13,7 @@
 #include "runtime/optimizer_step.h"
 #include "runtime/speculative_step.h"
 #include "zero/make_stage.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -56,9 +57,9 @@ std::unique_ptr<EngineOptimizer> fused_optimizer(const OptimizerStepParts& parts
   auto optimizer = make_fused_optimizer(*config.optimizer, *parts.groups, parts.stage->masters(),
                                         /*resident_state=*/true, bf16_states ? at::kBFloat16 : at::kFloat);
   const bool buffers_apart = parts.on_accelerator && !config.zero.zenflow;
-  if (!config.zero.offload_optimizer.super_offload && (!overlap_step || buffers_apart))
-    parts.stage->fuse_copy_back(
-        [&](const std::vector<at::Tensor>& targets) { return optimizer->set_copy_back(targets); });
+  zero::FusedCopyBack* fusable = zero::feature<zero::FusedCopyBack>(*parts.stage);
+  if (fusable && !config.zero.offload_optimizer.super_offload && (!overlap_step || buffers_apart))
+    fusable->fuse_copy_back([&](const std::vector<at::Tensor>& targets) { return optimizer->set_copy_back(targets); });
   return optimizer;
 }
 

@@ -9,6 +9,7 @@
 #include "deepspeed/error.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/speculative_step.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -86,9 +87,10 @@ std::unique_ptr<OptimizerStep> make_speculative_step(const OptimizerStepParts& p
   auto speculation =
       std::make_unique<SpeculativeStep>(*parts.optimizer, parts.stage->masters(), may_roll_back, worker_threads);
   SpeculativeStep* worker = speculation.get();
-  const bool hooked = parts.stage->on_final_gradients(
+  zero::FinalGradients* final_gradients = zero::feature<zero::FinalGradients>(*parts.stage);
+  DS_ASSERT(final_gradients != nullptr, "the stage cannot report final gradients (the config gate asks for stage 3)");
+  final_gradients->on_final_gradients(
       [worker](size_t group, int64_t offset, const at::Tensor& grad) { worker->submit(group, offset, grad); });
-  DS_ASSERT(hooked, "the stage cannot report final gradients");
   return std::make_unique<SpeculativeUpdate>(std::move(inner), std::move(speculation), *parts.stage);
 }
 

@@ -344,11 +344,11 @@ void ZenFlow::write_selected_into_parameters() const {
     for (size_t i = 0; i < fragments_.size(); ++i) {
       const zero::MasterFragment& f = fragments_[i];
       const auto& [in_fragment, in_selection] = fragment_picks_.at(i);
-      partitioned_.stage->write_partition_values(f.group, in_fragment + f.offset,
+      partitioned_.writes->write_partition_values(f.group, in_fragment + f.offset,
                                                  slots_[slot_of(f.group, f.index)].value.reshape(-1).index_select(
                                                      0, in_selection));
     }
-    partitioned_.stage->finish_partition_writes();
+    partitioned_.writes->finish_partition_writes();
     return;
   }
   for (const auto& s : slots_) {

@@ -28,6 +28,7 @@
 #include "deepspeed/config/zero_config.h"
 #include "zero/partition.h"
 #include "zero/stage.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed::runtime {
 
@@ -60,6 +61,7 @@ struct ZenFlowAdam {
 // selected values, and the whole shapes (stage.param_shapes()).
 struct ZenFlowPartitioned {
   zero::Stage* stage = nullptr;
+  zero::PartitionWrites* writes = nullptr;  // the stage's (stage_features.h)
   std::vector<std::vector<std::vector<int64_t>>> shapes;
 };
 

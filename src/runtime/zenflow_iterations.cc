@@ -8,6 +8,7 @@
 #include "deepspeed/error.h"
 #include "runtime/iteration_schedule.h"
 #include "runtime/zenflow.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -29,7 +30,8 @@ class ZenFlowIterations final : public IterationSchedule {
 
   void run(int64_t i, bool ends_window) override {
     // A step's publish and ZenFlow's writes over it each refresh stage 3's persistent unit: once is enough.
-    parts_.stage->begin_batched_writes();
+    zero::PartitionWrites* batched = zero::feature<zero::PartitionWrites>(*parts_.stage);
+    if (batched) batched->begin_batched_writes();
     try {
       if (zenflow_->schedule().selective(i)) {
         selective_iteration(i, ends_window);
@@ -38,10 +40,10 @@ class ZenFlowIterations final : public IterationSchedule {
         parts_.actions.land();  // the warm-up steps every parameter synchronously, overlapped or not
       }
     } catch (...) {
-      parts_.stage->end_batched_writes(/*refresh=*/false);
+      if (batched) batched->end_batched_writes(/*refresh=*/false);
       throw;
     }
-    parts_.stage->end_batched_writes(/*refresh=*/true);
+    if (batched) batched->end_batched_writes(/*refresh=*/true);
     zenflow_->end_iteration(i);
   }
 
@@ -140,6 +142,8 @@ std::unique_ptr<IterationSchedule> make_zenflow_iterations(IterationParts parts,
   ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions
   if (parts.stage->partitions_parameters()) {
     partitioned.stage = parts.stage;
+    partitioned.writes = zero::feature<zero::PartitionWrites>(*parts.stage);
+    DS_ASSERT(partitioned.writes != nullptr, "a stage that partitions parameters writes into its partitions");
     partitioned.shapes = parts.stage->param_shapes();
   }
   auto zenflow = std::make_unique<ZenFlow>(*config.zero.zenflow, std::move(params), parts.names,

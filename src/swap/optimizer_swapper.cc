@@ -83,10 +83,14 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
     }
   }
 
-  // One file per group, piece-major: [master | state0 | state1] of piece 0, then of piece 1, ...
-  // A step then reads the file front to back in one stream and writes it back in another, instead
-  // of hopping between three files (one per tensor) every piece, which turns one sequential pass
-  // into three interleaved ones at the device.
+  lay_out_files(masters);
+  write_initial(masters);
+}
+
+// One file per group, piece-major: [master | state0 | state1] of piece 0, then of piece 1, ... A step then reads the
+// file front to back in one stream and writes it back in another, instead of hopping between three files (one per
+// tensor) every piece, which turns one sequential pass into three interleaved ones at the device.
+void OptimizerSwapper::lay_out_files(const std::vector<at::Tensor>& masters) {
   for (size_t g = 0; g < masters.size(); ++g) {
     const int64_t numel = masters[g].numel();
     group_numels_.push_back(numel);
@@ -103,6 +107,10 @@ OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& options,
   }
   read_ticket_.assign(pieces_.size(), 0);
   write_ticket_.assign(pieces_.size(), 0);
+}
+
+void OptimizerSwapper::write_initial(const std::vector<at::Tensor>& masters) {
+  const int per_set = 1 + options_.num_states;
   // Initial contents: the master values, zeroed states (the kernels ignore incoming state on step
   // 1 anyway), streamed through the same ring of slots.
   try {

@@ -111,6 +111,10 @@ class OptimizerSwapper {
   void write(size_t p);
   // Blocks until slot p % slots is free for piece p: the write of piece p - slots has finished.
   void wait_slot_free(size_t p);
+  // Construction: the pieces of every group and their swap files (preallocated), then the initial contents: the
+  // master values and zeroed states (the kernels ignore incoming state on step 1 anyway), streamed through the slots.
+  void lay_out_files(const std::vector<at::Tensor>& masters);
+  void write_initial(const std::vector<at::Tensor>& masters);
   void run_step(const UpdateFn& update);
   // Waits for everything in flight, dropping errors (after a failure has already been thrown).
   void drain() noexcept;

@@ -57,6 +57,7 @@ void FlatStage::zero_grads() {
 
 Stage3Stats FlatStage::stats() const {
   Stage3Stats s;
+  s.reduce_wait_ms = reducer_->blocked_ms();
   s.host_grad_copies_in_backward = masters_->final_grad_copies();
   return s;
 }

@@ -14,6 +14,7 @@
 
 #include "deepspeed/comm.h"
 #include "zero/deferred_reduction.h"
+#include "zero/stage_features.h"
 #include "zero/flat_params.h"
 #include "zero/grad_reducer.h"
 #include "zero/master_weights.h"
@@ -31,7 +32,7 @@ struct FlatStageOptions {
   MasterWeightsOptions masters;    // partitioned is derived from stage
 };
 
-class FlatStage : public Stage, public DeferredReduction {
+class FlatStage : public Stage, public DeferredReduction, public SlicedMasters, public FusedCopyBack {
  public:
   // Flattens `groups` (owned by the caller, outliving the stage), starts every rank from the first copy's values
   // and registers the gradient hooks. Collective over `world`.
@@ -65,8 +66,7 @@ class FlatStage : public Stage, public DeferredReduction {
 
   StageBytes bytes() const override;
   StageStates states() const override;
-  double reduce_blocked_ms() const override { return reducer_->blocked_ms(); }
-  // Only host_grad_copies_in_backward (ZeRO-Offload); the rest are stage 3's.
+  // Only reduce_wait_ms and host_grad_copies_in_backward (ZeRO-Offload); the rest are stage 3's.
   Stage3Stats stats() const override;
 
   // ---- DeferredReduction: for the pipeline engine (stages 0 and 1) ----

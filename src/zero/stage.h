@@ -9,14 +9,13 @@
 //   begin_backward(boundary) / finish_backward around loss.backward() (gradient reduction is armed, overlapped and
 //   finished here; `boundary` says the pass ends a gradient-accumulation window);
 //   at the boundary: step_grads() -> first_overflow / global_norm -> the optimizer updates masters() with them
-//   (or, nvme, streams slices through write_slice / copy_back_slice) -> publish() -> zero_grads().
+//   (or, nvme, streams slices through zero::SlicedMasters, stage_features.h) -> publish() -> zero_grads().
 // Collective methods (every rank of the data-parallel group calls them) are marked so.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -68,41 +67,7 @@ class Stage {
   virtual std::optional<std::pair<size_t, size_t>> first_overflow(const std::vector<at::Tensor>& grads) const = 0;
   // The updated masters into the model's parameters on every rank. Collective.
   virtual void publish() = 0;
-  // Offload with a bf16/fp16 model: offers the optimizer the parameter storage to write in its own pass;
-  // `accept(targets)` says whether it will. Stages that cannot be written that way return false.
-  virtual bool fuse_copy_back(const std::function<bool(const std::vector<at::Tensor>&)>& accept) {
-    (void)accept;
-    return false;
-  }
-  // ZenFlow at stage 3 (partitions_parameters()): `values` written into the model-dtype partitions at `positions`
-  // (int64, this rank's element offsets in masters()' group `group`, as MasterFragment::offset counts), without
-  // touching the masters; after the last write, finish_partition_writes() makes every unit's next gather send them
-  // (collective: it gathers the persistent unit again).
-  virtual void write_partition_values(size_t group, const at::Tensor& positions, const at::Tensor& values) {
-    (void)group, (void)positions, (void)values;
-    throw Error("this ZeRO stage keeps whole parameters: write them directly");
-  }
-  virtual void finish_partition_writes() {}
-  // Between these, publish() and finish_partition_writes() leave the persistent parameters' re-gather to
-  // end_batched_writes(refresh = true), which makes it once if either asked for it: a step published and then
-  // overwritten by ZenFlow's selected values gathers once instead of at each write. refresh = false (unwinding an
-  // error) makes nothing and leaves the request to the next publish. Collective when it gathers.
-  virtual void begin_batched_writes() {}
-  virtual void end_batched_writes(bool refresh) { (void)refresh; }
-  // offload_optimizer.super_offload: `ready(group, offset, grad)` is called, during a backward that ends an
-  // accumulation window, for each range [offset, offset + grad.numel()) of masters()' group `group` whose reduced
-  // gradient `grad` is final (each element once per such backward; `grad` stays valid until zero_grads). Returns
-  // false, changing nothing, for a stage that cannot tell.
-  virtual bool on_final_gradients(std::function<void(size_t group, int64_t offset, const at::Tensor& grad)> ready) {
-    (void)ready;
-    return false;
-  }
-  // nvme optimizer offload: this rank's share of group g as fp32 (the swapper's initial masters); the way an
-  // updated slice [offset, offset + master.numel()) of it reaches the parameters; and the parameter slice an
-  // optimizer kernel may write in its pass instead (undefined when it cannot: then write_slice).
-  virtual at::Tensor initial_master(size_t group) const = 0;
-  virtual void write_slice(size_t group, int64_t offset, const at::Tensor& master) = 0;
-  virtual at::Tensor copy_back_slice(size_t group, int64_t offset, int64_t n) const = 0;
+  // (What only some stages do for one feature each, NVMe's sliced masters among them: zero/stage_features.h.)
 
   // ---- Checkpoints ----
   // Where each parameter's elements sit in masters().
@@ -111,18 +76,18 @@ class Stage {
   virtual void restore_from_masters() = 0;
   // The full shape of every parameter, per group in group order.
   virtual std::vector<std::vector<std::vector<int64_t>>> param_shapes() const = 0;
-  // Whether parameters are partitioned between uses (stage 3): exports then gather them unit by unit, the
-  // parameters of each gather_units() entry at a time.
-  virtual bool partitions_parameters() const { return false; }
+  // The parameters of each unit the stage gathers between uses (stage 3), none when it keeps them whole: exports
+  // then gather them unit by unit.
   virtual std::vector<std::vector<at::Tensor>> gather_units() const { return {}; }
+  bool partitions_parameters() const { return !gather_units().empty(); }
 
   // ---- Accounting ----
   virtual StageBytes bytes() const = 0;
   virtual StageStates states() const = 0;
-  // Wall time (ms, cumulative) backward was kept waiting for gradient reductions.
-  virtual double reduce_blocked_ms() const = 0;
-  // Stage 3's gather and prefetch counters (zeros for stages that gather nothing).
-  virtual Stage3Stats stats() const { return {}; }
+  // The gather, prefetch and reduction counters (Stage3Stats::reduce_wait_ms: wall time, cumulative, backward was
+  // kept waiting for gradient reductions, at every stage; the gather counters are zeros for stages that gather
+  // nothing).
+  virtual Stage3Stats stats() const = 0;
   virtual void reset_peaks() {}
 };
 

@@ -33,38 +33,45 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
                comm::ProcessGroup world, Stage3Options options)
     : world_(std::move(world)), options_(options) {
   pool_.set_device(options_.device);
-  if (options_.hpz_size > 1) {
-    const int n = world_.size(), h = options_.hpz_size;
-    DS_CHECK(n % h == 0, "zero_optimization.zero_hpz_partition_size ", h, " must divide the data-parallel size ", n);
-    // new_group is collective over the world: every rank creates every group, in order, and keeps its own.
-    for (int first = 0; first < n; first += h) {
-      std::vector<int> ranks;
-      for (int r = first; r < first + h; ++r) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) hpz_group_ = g;
-    }
-  }
-  // Two-level qgZ when the ranks span hosts (consecutive ranks per host). new_group is collective: every rank
-  // creates every group, in the same order.
-  if (const int n = world_.size(), l = options_.ranks_per_node;
-      options_.quantized_gradients && l > 1 && l < n && n % l == 0) {
-    nodes_ = n / l;
-    for (int node = 0; node < nodes_; ++node) {
-      std::vector<int> ranks;
-      for (int r = node * l; r < (node + 1) * l; ++r) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) node_group_ = g;
-    }
-    for (int local = 0; local < l; ++local) {
-      std::vector<int> ranks;
-      for (int r = local; r < n; r += l) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) cross_node_group_ = g;
-    }
-  }
+  form_groups();
   DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
            "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
            "stage3_prefetch_bucket_size must be >= 0");
+  const std::vector<int64_t> group_size = make_units(module, groups);
+  lowp_base_.assign(groups.size(), 0);
+  if (!options_.param_swap_dir.empty()) setup_param_swap(group_size);
+  allocate_group_buffers(group_size);
+  // Index of every parameter in its group, for names in overflow messages.
+  for (auto& unit : units_)
+    for (auto& f : unit->flats)
+      for (const auto& p : f.params)
+        for (size_t i = 0; i < groups[f.group].size(); ++i)
+          if (groups[f.group][i].is_same(p)) f.index_in_group.push_back(i);
+
+  // Second pass, one unit at a time: fill the flat, take rank 0's values, keep this rank's partition, release.
+  for (auto& unit : units_) build_unit(*unit);
+  for (auto& unit : units_) {
+    unit->num_params = 0;
+    for (const auto& f : unit->flats) unit->num_params += static_cast<int>(f.params.size());
+    unit->numel = 0;
+    for (const auto& f : unit->flats) unit->numel += f.layout.padded_numel();
+  }
+  // Free pool buffers stay only within stage3_max_live_parameters' bytes (buffer_pool.h): what forward gathers.
+  // The gradient buffers of backward are freed once reduced rather than kept through the next forward, where they
+  // would sit on top of its activations.
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  if (options_.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
+    pool_.set_cache_limit(options_.max_live_elems * elem);
+  // The persistent unit stays gathered for good.
+  gather_async(*units_[persistent_], /*prefetch=*/false);
+  wait_gathered(*units_[persistent_]);
+  release_freed_heap();  // what flattening and partitioning freed (heap_trim.h)
+}
+
+// The units (each a module's parameters, then the root unit's and the persistent unit's) and their flats' layouts;
+// returns each group's size: this rank's partitions of every unit, where each sits in the group buffers.
+std::vector<int64_t> Stage3::make_units(const std::shared_ptr<torch::nn::Module>& module,
+                                        const std::vector<std::vector<at::Tensor>>& groups) {
   // Which unit owns each parameter; the first unit found (outermost) wins, nested units are refused.
   std::vector<std::shared_ptr<UnitBase>> modules = find_units(module);
   std::unordered_map<const void*, int> owner;
@@ -102,7 +109,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     units_.push_back(std::move(unit));
   }
 
-  // First pass: layouts and where each rank's partitions sit in the group buffers.
+  // Layouts and where each rank's partitions sit in the group buffers.
   const int n = world_.size(), rank = world_.rank();
   std::vector<int64_t> group_size(groups.size(), 0);
   for (int u = 0; u < n_units + 2; ++u) {
@@ -126,8 +133,44 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
       unit.flats.push_back(std::move(f));
     }
   }
-  lowp_base_.assign(groups.size(), 0);
-  if (!options_.param_swap_dir.empty()) setup_param_swap(group_size);
+  return group_size;
+}
+
+// hpZ's secondary groups and two-level qgZ's node and cross-node groups. new_group is collective over the world:
+// every rank creates every group, in order, and keeps its own.
+void Stage3::form_groups() {
+  if (options_.hpz_size > 1) {
+    const int n = world_.size(), h = options_.hpz_size;
+    DS_CHECK(n % h == 0, "zero_optimization.zero_hpz_partition_size ", h, " must divide the data-parallel size ", n);
+    for (int first = 0; first < n; first += h) {
+      std::vector<int> ranks;
+      for (int r = first; r < first + h; ++r) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) hpz_group_ = g;
+    }
+  }
+  // Two-level qgZ when the ranks span hosts (consecutive ranks per host).
+  if (const int n = world_.size(), l = options_.ranks_per_node;
+      options_.quantized_gradients && l > 1 && l < n && n % l == 0) {
+    nodes_ = n / l;
+    for (int node = 0; node < nodes_; ++node) {
+      std::vector<int> ranks;
+      for (int r = node * l; r < (node + 1) * l; ++r) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) node_group_ = g;
+    }
+    for (int local = 0; local < l; ++local) {
+      std::vector<int> ranks;
+      for (int r = local; r < n; r += l) ranks.push_back(r);
+      comm::ProcessGroup g = comm::new_group(ranks);
+      if (g.is_member()) cross_node_group_ = g;
+    }
+  }
+}
+
+// Each group's masters, gradients, separate model-dtype shards and host gradient copies, `group_size[g]` elements
+// (this rank's partitions of every unit).
+void Stage3::allocate_group_buffers(const std::vector<int64_t>& group_size) {
   auto& acc = accelerator::get_accelerator();
   auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
   const auto on_device = at::TensorOptions().device(options_.device);
@@ -140,7 +183,7 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     at::Tensor t = at::zeros({n}, on_host.dtype(options_.dtype));
     return options_.param_pin_memory ? acc.pin_memory(t) : t;
   };
-  for (size_t g = 0; g < groups.size(); ++g) {
+  for (size_t g = 0; g < group_size.size(); ++g) {
     masters_.push_back(
         host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(master_dtype()))));
     grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(options_.grad_dtype)));
@@ -148,31 +191,6 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     // The host copy of the gradients: fp32 for fp32 masters, the model's dtype beside masters in it.
     if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::dtype(master_dtype()))));
   }
-  // Index of every parameter in its group, for names in overflow messages.
-  for (auto& unit : units_)
-    for (auto& f : unit->flats)
-      for (const auto& p : f.params)
-        for (size_t i = 0; i < groups[f.group].size(); ++i)
-          if (groups[f.group][i].is_same(p)) f.index_in_group.push_back(i);
-
-  // Second pass, one unit at a time: fill the flat, take rank 0's values, keep this rank's partition, release.
-  for (auto& unit : units_) build_unit(*unit);
-  for (auto& unit : units_) {
-    unit->num_params = 0;
-    for (const auto& f : unit->flats) unit->num_params += static_cast<int>(f.params.size());
-    unit->numel = 0;
-    for (const auto& f : unit->flats) unit->numel += f.layout.padded_numel();
-  }
-  // Free pool buffers stay only within stage3_max_live_parameters' bytes (buffer_pool.h): what forward gathers.
-  // The gradient buffers of backward are freed once reduced rather than kept through the next forward, where they
-  // would sit on top of its activations.
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
-  if (options_.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
-    pool_.set_cache_limit(options_.max_live_elems * elem);
-  // The persistent unit stays gathered for good.
-  gather_async(*units_[persistent_], /*prefetch=*/false);
-  wait_gathered(*units_[persistent_]);
-  release_freed_heap();  // what flattening and partitioning freed (heap_trim.h)
 }
 
 void Stage3::build_unit(Unit& unit) {

@@ -46,6 +46,7 @@
 #include "zero/partition.h"
 #include "zero/stage3/buffer_pool.h"
 #include "zero/stage3/prefetch_coordinator.h"
+#include "zero/stage_features.h"
 #include "zero/stage.h"
 #include "zero/wall_clock.h"
 
@@ -131,7 +132,7 @@ struct Stage3Options {
   bool param_pin_memory = false;
 };
 
-class Stage3 : public Stage {
+class Stage3 : public Stage, public SlicedMasters, public FinalGradients, public PartitionWrites {
  public:
   // Partitions the parameters of `groups` (each a list of the module's parameters; together every trainable
   // parameter) across `world`. Units are found under `module`; construction-time partitions (zero::Init) are taken
@@ -147,9 +148,8 @@ class Stage3 : public Stage {
   void end_forward() override;
   // Every pass reduces (stage 3 keeps no full gradients to accumulate in); `boundary` only arms on_final_gradients.
   void begin_backward(bool boundary) override;
-  bool on_final_gradients(std::function<void(size_t, int64_t, const at::Tensor&)> ready) override {
+  void on_final_gradients(std::function<void(size_t, int64_t, const at::Tensor&)> ready) override {
     final_gradients_ = std::move(ready);
-    return true;
   }
   void finish_backward() override;
   void zero_grads() override;
@@ -176,12 +176,10 @@ class Stage3 : public Stage {
   void restore_from_masters() override;
   // Released parameters are empty tensors; these are their full shapes.
   std::vector<std::vector<std::vector<int64_t>>> param_shapes() const override;
-  bool partitions_parameters() const override { return true; }
   // The parameters of each unit (module order, then root and persistent).
   std::vector<std::vector<at::Tensor>> gather_units() const override;
   StageBytes bytes() const override;
   StageStates states() const override;
-  double reduce_blocked_ms() const override { return stats_.reduce_wait_ms; }
   Stage3Stats stats() const override;
   void reset_peaks() override;
 
@@ -214,10 +212,22 @@ class Stage3 : public Stage {
   struct Unit;
 
  private:
+  // Construction (stage3.cc): the ZeRO++ groups, the units and their layouts, then each group's buffers.
+  void form_groups();
+  std::vector<int64_t> make_units(const std::shared_ptr<torch::nn::Module>& module,
+                                  const std::vector<std::vector<at::Tensor>>& groups);
+  void allocate_group_buffers(const std::vector<int64_t>& group_size);
   void build_unit(Unit& unit);
   void fetch(Unit& unit);
   // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).
   void gather_async(Unit& unit, bool prefetch, bool exact = false);
+  // The all-gather of one flat into its gathered buffer, one function per way a unit is gathered (chosen once per
+  // gather for the whole unit): from the world's partitions as they are or quantized, or (hpZ, in backward) from the
+  // secondary group's slices as they are or quantized.
+  void gather_flat(Flat& f);
+  void gather_flat_quantized(Flat& f);
+  void gather_flat_secondary(Flat& f);
+  void gather_flat_secondary_quantized(Flat& f);
   // `keep_group_slice`: hpZ after a forward gather: keep this rank's secondary slice of the blocks (keep_secondary).
   void dequantize_gathered(Flat& f, bool keep_group_slice);
   // hpZ: keeps this rank's slice of the gathered `unit` for its backward's gather; drop_secondary frees it.

@@ -45,53 +45,15 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     copy_stream_->wait_event(*queued);
     on_copy_stream.emplace(*copy_stream_);
   }
+  void (Stage3::*gather)(Flat&) = unit.via_secondary ? (unit.quantized ? &Stage3::gather_flat_secondary_quantized
+                                                                          : &Stage3::gather_flat_secondary)
+                                 : unit.quantized   ? &Stage3::gather_flat_quantized
+                                                    : &Stage3::gather_flat;
   for (auto& f : unit.flats) {
     c10::StorageImpl* st = f.full.storage().unsafeGetStorageImpl();
     st->set_data_ptr_noswap(c10::DataPtr(f.gathered.data_ptr(), f.gathered.device()));
     st->set_nbytes(f.gathered.nbytes());
-    // One all-gather per flat, in place: this rank's partition is loaded into its own slice of the gathered
-    // buffer, and every other rank's lands in theirs (no staging copy: NCCL gathers in place, and the comm layer
-    // runs an in-place all-gather on Gloo as one broadcast per owner).
-    if (unit.via_secondary) {
-      const int64_t chunk = f.secondary.numel();
-      const int h = hpz_group_.rank();
-      if (!unit.quantized) {
-        at::Tensor own = f.gathered.narrow(0, h * chunk, chunk);
-        own.copy_(f.secondary);
-        f.gather_work = hpz_group_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
-        continue;
-      }
-      // The group's ranks hold consecutive world partitions' blocks: gathered, they are q_values / q_scales laid
-      // out as a world gather leaves them.
-      const int64_t scales = f.secondary_scales.numel();
-      f.q_values = at::empty({f.layout.padded_numel()}, f.secondary.options());
-      f.q_scales = at::empty({scales * options_.hpz_size}, f.secondary_scales.options());
-      at::Tensor own_values = f.q_values.narrow(0, h * chunk, chunk);
-      at::Tensor own_scales = f.q_scales.narrow(0, h * scales, scales);
-      own_values.copy_(f.secondary);
-      own_scales.copy_(f.secondary_scales);
-      f.gather_work = hpz_group_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
-      f.scale_work = hpz_group_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
-      continue;
-    }
-    const int64_t part = f.layout.partition_size();
-    at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part);
-    load_shard(f, own);
-    if (unit.quantized) {
-      // In place as above, in int8 blocks: this rank quantizes its partition into its own chunk.
-      plan_quantization(f);
-      const int64_t blocks = f.q_max_blocks;
-      const int rank = f.layout.rank();
-      f.q_values = at::empty({world_.size() * part}, f.gathered.options().dtype(at::kChar));
-      f.q_scales = at::zeros({world_.size() * blocks}, f.gathered.options().dtype(at::kFloat));
-      at::Tensor own_values = f.q_values.narrow(0, rank * part, part);
-      at::Tensor own_scales = f.q_scales.narrow(0, rank * blocks, blocks);
-      quantize_blocks(own, f.q_blocks[rank], own_values, own_scales);
-      f.gather_work = world_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
-      f.scale_work = world_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
-    } else if (world_.size() > 1) {
-      f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
-    }
+    (this->*gather)(f);
   }
   if (unit.on_copy_stream) {
     if (!unit.copied) unit.copied = acc.new_event();
@@ -104,6 +66,56 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   if (unit.via_secondary) ++stats_.secondary_gathers;
   if (span) waits_.end(std::move(*span), &stats_.gather_ms);
   if (!unit.root && !unit.persistent) note_live(unit.numel);
+}
+
+// One all-gather per flat, in place: this rank's partition is loaded into its own slice of the gathered buffer, and
+// every other rank's lands in theirs (no staging copy: NCCL gathers in place, and the comm layer runs an in-place
+// all-gather on Gloo as one broadcast per owner).
+void Stage3::gather_flat(Flat& f) {
+  at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
+  load_shard(f, own);
+  if (world_.size() > 1) f.gather_work = world_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+}
+
+// In place as gather_flat, in int8 blocks: this rank quantizes its partition into its own chunk.
+void Stage3::gather_flat_quantized(Flat& f) {
+  const int64_t part = f.layout.partition_size();
+  at::Tensor own = f.gathered.narrow(0, f.layout.begin(f.layout.rank()), part);
+  load_shard(f, own);
+  plan_quantization(f);
+  const int64_t blocks = f.q_max_blocks;
+  const int rank = f.layout.rank();
+  f.q_values = at::empty({world_.size() * part}, f.gathered.options().dtype(at::kChar));
+  f.q_scales = at::zeros({world_.size() * blocks}, f.gathered.options().dtype(at::kFloat));
+  at::Tensor own_values = f.q_values.narrow(0, rank * part, part);
+  at::Tensor own_scales = f.q_scales.narrow(0, rank * blocks, blocks);
+  quantize_blocks(own, f.q_blocks[rank], own_values, own_scales);
+  f.gather_work = world_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
+  f.scale_work = world_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
+}
+
+// hpZ: this rank's secondary slice into its place in the group's gather.
+void Stage3::gather_flat_secondary(Flat& f) {
+  const int64_t chunk = f.secondary.numel();
+  at::Tensor own = f.gathered.narrow(0, hpz_group_.rank() * chunk, chunk);
+  own.copy_(f.secondary);
+  f.gather_work = hpz_group_.all_gather_into_tensor(f.gathered, own, /*async_op=*/true);
+}
+
+// hpZ, quantized: the group's ranks hold consecutive world partitions' blocks; gathered, they are q_values / q_scales
+// laid out as a world gather leaves them.
+void Stage3::gather_flat_secondary_quantized(Flat& f) {
+  const int64_t chunk = f.secondary.numel();
+  const int h = hpz_group_.rank();
+  const int64_t scales = f.secondary_scales.numel();
+  f.q_values = at::empty({f.layout.padded_numel()}, f.secondary.options());
+  f.q_scales = at::empty({scales * options_.hpz_size}, f.secondary_scales.options());
+  at::Tensor own_values = f.q_values.narrow(0, h * chunk, chunk);
+  at::Tensor own_scales = f.q_scales.narrow(0, h * scales, scales);
+  own_values.copy_(f.secondary);
+  own_scales.copy_(f.secondary_scales);
+  f.gather_work = hpz_group_.all_gather_into_tensor(f.q_values, own_values, /*async_op=*/true);
+  f.scale_work = hpz_group_.all_gather_into_tensor(f.q_scales, own_scales, /*async_op=*/true);
 }
 
 void Stage3::wait_gathered(Unit& unit) {
