@@ -59,23 +59,23 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   const config::ZeroConfig& z = config.zero;
   const bool rank0 = comm::get_rank() == 0;
   Stage3Options so;
-  so.dtype = dtype;
+  so.precision.dtype = dtype;
   so.device = accelerator::get_accelerator().device();  // where the engine put the model
-  so.prefetch_bucket_elems = z.prefetch_bucket_size;
-  so.max_live_elems = z.max_live_parameters;
-  so.max_reuse_distance = z.max_reuse_distance;
-  so.persistence_threshold = z.param_persistence_threshold;
-  so.overlap_comm = z.overlap_comm;
-  so.reduce_bucket_elems = z.reduce_bucket_size;
-  so.prescale_gradients = config.prescale_gradients;
-  so.gradient_predivide_factor = config.gradient_predivide_factor;
-  so.comm_dtype = gradient_communication_dtype(config);
-  if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) so.grad_dtype = dtype;
-  so.model_dtype_masters = model_dtype_masters(config);
-  so.quantized_weights = z.zero_quantized_weights;
-  so.quantized_gradients = z.zero_quantized_gradients;
+  so.prefetch.prefetch_bucket_elems = z.prefetch_bucket_size;
+  so.prefetch.max_live_elems = z.max_live_parameters;
+  so.prefetch.max_reuse_distance = z.max_reuse_distance;
+  so.prefetch.persistence_threshold = z.param_persistence_threshold;
+  so.reduction.overlap_comm = z.overlap_comm;
+  so.reduction.reduce_bucket_elems = z.reduce_bucket_size;
+  so.reduction.prescale_gradients = config.prescale_gradients;
+  so.reduction.gradient_predivide_factor = config.gradient_predivide_factor;
+  so.precision.comm_dtype = gradient_communication_dtype(config);
+  if (const auto sixteen = sixteen_bit_gradients(config); sixteen && *sixteen == dtype) so.precision.grad_dtype = dtype;
+  so.precision.model_dtype_masters = model_dtype_masters(config);
+  so.quantization.quantized_weights = z.zero_quantized_weights;
+  so.quantization.quantized_gradients = z.zero_quantized_gradients;
   // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).
-  if (world.size() == comm::get_world_size()) so.ranks_per_node = comm::get_local_world_size();
+  if (world.size() == comm::get_world_size()) so.quantization.ranks_per_node = comm::get_local_world_size();
   if (z.zero_hpz_partition_size > 1) {
     const int h = z.zero_hpz_partition_size, local = comm::get_local_world_size();
     DS_CHECK_T(ConfigError, world.size() == comm::get_world_size(), "zero_optimization.zero_hpz_partition_size: "
@@ -86,37 +86,37 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
     DS_CHECK_T(ConfigError, local % h == 0, "zero_optimization.zero_hpz_partition_size ", h,
                " must divide the ranks per host (", local, ", LOCAL_WORLD_SIZE): a secondary partition group would "
                "span hosts");
-    so.hpz_size = h;
+    so.quantization.hpz_size = h;
   }
   if (z.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && rank0)
     std::fprintf(stderr,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
                  "stage 3 gathers per unit; stage3_prefetch_bucket_size bounds what is gathered ahead)\n");
-  so.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
+  so.offload.offload_to_host = z.offload_optimizer.device == config::OffloadDevice::kCpu;
   // Not when a step may read the host gradients while the next backward runs (overlap_step, ZenFlow), nor with
   // super_offload, whose worker takes each final gradient itself.
-  so.early_host_grads = so.offload_to_host && !z.offload_optimizer.overlap_step && !z.offload_optimizer.super_offload &&
-                        !z.zenflow;
-  so.pin_memory = z.offload_optimizer.pin_memory;
-  so.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
+  so.offload.early_host_grads = so.offload.offload_to_host && !z.offload_optimizer.overlap_step &&
+                                !z.offload_optimizer.super_offload && !z.zenflow;
+  so.offload.pin_memory = z.offload_optimizer.pin_memory;
+  so.offload.external_masters = z.offload_optimizer.device == config::OffloadDevice::kNvme;
   const config::OffloadParamConfig& op = z.offload_param;
   const config::OffloadParamConfig defaults;
   const bool nvme_keys_set = op.buffer_count != defaults.buffer_count || op.max_in_cpu != defaults.max_in_cpu;
   const char* unused_keys = nullptr;  // offload_param keys this device does not use, said once as a note
   if (op.device == config::OffloadDevice::kCpu) {
-    so.params_on_host = true;
-    so.param_pin_memory = op.pin_memory;
+    so.offload.params_on_host = true;
+    so.offload.param_pin_memory = op.pin_memory;
     if (nvme_keys_set || op.buffer_size != defaults.buffer_size)
       unused_keys = "buffer_count, buffer_size and max_in_cpu apply to device \"nvme\" (as in DeepSpeed); with device "
                     "\"cpu\" every partition is in host memory";
   }
   if (op.device == config::OffloadDevice::kNvme) {
-    so.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
-    so.aio = swap::aio_options_from_config(config.aio);
-    so.param_buffer_elems = op.buffer_size;
-    so.param_max_in_cpu = op.max_in_cpu;
-    so.param_buffer_count = op.buffer_count;
-    so.param_swap_pin = op.pin_memory;
+    so.offload.param_swap_dir = op.nvme_path.value() + "/zero_stage_3/params/rank" + std::to_string(world.rank());
+    so.offload.aio = swap::aio_options_from_config(config.aio);
+    so.offload.param_buffer_elems = op.buffer_size;
+    so.offload.param_max_in_cpu = op.max_in_cpu;
+    so.offload.param_buffer_count = op.buffer_count;
+    so.offload.param_swap_pin = op.pin_memory;
     DS_CHECK_T(ConfigError, op.buffer_count >= 1, "zero_optimization.offload_param.buffer_count: swapped parameters "
                "pass through these buffers; need at least 1, got ", op.buffer_count);
     if (so.device.is_cpu() && (op.buffer_count != defaults.buffer_count || op.pin_memory != defaults.pin_memory))

@@ -34,12 +34,13 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     : world_(std::move(world)), options_(options) {
   pool_.set_device(options_.device);
   form_groups();
-  DS_CHECK(options_.max_live_elems >= 0 && options_.max_reuse_distance >= 0 && options_.prefetch_bucket_elems >= 0,
+  DS_CHECK(options_.prefetch.max_live_elems >= 0 && options_.prefetch.max_reuse_distance >= 0 &&
+               options_.prefetch.prefetch_bucket_elems >= 0,
            "zero_optimization: stage3_max_live_parameters, stage3_max_reuse_distance and "
            "stage3_prefetch_bucket_size must be >= 0");
   const std::vector<int64_t> group_size = make_units(module, groups);
   lowp_base_.assign(groups.size(), 0);
-  if (!options_.param_swap_dir.empty()) setup_param_swap(group_size);
+  if (!options_.offload.param_swap_dir.empty()) setup_param_swap(group_size);
   allocate_group_buffers(group_size);
   // Index of every parameter in its group, for names in overflow messages.
   for (auto& unit : units_)
@@ -59,9 +60,9 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
   // Free pool buffers stay only within stage3_max_live_parameters' bytes (buffer_pool.h): what forward gathers.
   // The gradient buffers of backward are freed once reduced rather than kept through the next forward, where they
   // would sit on top of its activations.
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
-  if (options_.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
-    pool_.set_cache_limit(options_.max_live_elems * elem);
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.precision.dtype));
+  if (options_.prefetch.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
+    pool_.set_cache_limit(options_.prefetch.max_live_elems * elem);
   // The persistent unit stays gathered for good.
   gather_async(*units_[persistent_], /*prefetch=*/false);
   wait_gathered(*units_[persistent_]);
@@ -95,7 +96,7 @@ std::vector<int64_t> Stage3::make_units(const std::shared_ptr<torch::nn::Module>
       if (it != owner.end())
         if (auto* cs = dynamic_cast<ConstructionShard*>(modules[u]->hooks().get())) numel = cs->numel_of(p);
       numel_of[p.unsafeGetTensorImpl()] = numel;
-      if (numel < options_.persistence_threshold) u = persistent_;
+      if (numel < options_.prefetch.persistence_threshold) u = persistent_;
       members[u].push_back({g, p});
     }
   }
@@ -139,8 +140,8 @@ std::vector<int64_t> Stage3::make_units(const std::shared_ptr<torch::nn::Module>
 // hpZ's secondary groups and two-level qgZ's node and cross-node groups. new_group is collective over the world:
 // every rank creates every group, in order, and keeps its own.
 void Stage3::form_groups() {
-  if (options_.hpz_size > 1) {
-    const int n = world_.size(), h = options_.hpz_size;
+  if (options_.quantization.hpz_size > 1) {
+    const int n = world_.size(), h = options_.quantization.hpz_size;
     DS_CHECK(n % h == 0, "zero_optimization.zero_hpz_partition_size ", h, " must divide the data-parallel size ", n);
     for (int first = 0; first < n; first += h) {
       std::vector<int> ranks;
@@ -150,8 +151,8 @@ void Stage3::form_groups() {
     }
   }
   // Two-level qgZ when the ranks span hosts (consecutive ranks per host).
-  if (const int n = world_.size(), l = options_.ranks_per_node;
-      options_.quantized_gradients && l > 1 && l < n && n % l == 0) {
+  if (const int n = world_.size(), l = options_.quantization.ranks_per_node;
+      options_.quantization.quantized_gradients && l > 1 && l < n && n % l == 0) {
     nodes_ = n / l;
     for (int node = 0; node < nodes_; ++node) {
       std::vector<int> ranks;
@@ -172,24 +173,27 @@ void Stage3::form_groups() {
 // (this rank's partitions of every unit).
 void Stage3::allocate_group_buffers(const std::vector<int64_t>& group_size) {
   auto& acc = accelerator::get_accelerator();
-  auto host = [&](at::Tensor t) { return options_.offload_to_host && options_.pin_memory ? acc.pin_memory(t) : t; };
+  auto host = [&](at::Tensor t) {
+    return options_.offload.offload_to_host && options_.offload.pin_memory ? acc.pin_memory(t) : t;
+  };
   const auto on_device = at::TensorOptions().device(options_.device);
   const auto on_host = at::TensorOptions().device(at::kCPU);
   // fp32 masters live with the optimizer: in host memory when it is offloaded, else on the device.
-  const auto master_place = options_.offload_to_host ? on_host : on_device;
+  const auto master_place = options_.offload.offload_to_host ? on_host : on_device;
   // Model-dtype shards on the device, or in host memory with offload_param "cpu".
   auto shard_buffer = [&](int64_t n) {
-    if (!shards_on_host()) return at::zeros({n}, on_device.dtype(options_.dtype));
-    at::Tensor t = at::zeros({n}, on_host.dtype(options_.dtype));
-    return options_.param_pin_memory ? acc.pin_memory(t) : t;
+    if (!shards_on_host()) return at::zeros({n}, on_device.dtype(options_.precision.dtype));
+    at::Tensor t = at::zeros({n}, on_host.dtype(options_.precision.dtype));
+    return options_.offload.param_pin_memory ? acc.pin_memory(t) : t;
   };
   for (size_t g = 0; g < group_size.size(); ++g) {
     masters_.push_back(
-        host(at::zeros({options_.external_masters ? 0 : group_size[g]}, master_place.dtype(master_dtype()))));
-    grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(options_.grad_dtype)));
+        host(at::zeros({options_.offload.external_masters ? 0 : group_size[g]}, master_place.dtype(master_dtype()))));
+    grads_.push_back(at::zeros({group_size[g]}, on_device.dtype(options_.precision.grad_dtype)));
     lowp_.push_back(separate_shards() ? shard_buffer(group_size[g] - lowp_base_[g]) : at::Tensor());
     // The host copy of the gradients: fp32 for fp32 masters, the model's dtype beside masters in it.
-    if (options_.offload_to_host) host_grads_.push_back(host(at::zeros({group_size[g]}, at::dtype(master_dtype()))));
+    if (options_.offload.offload_to_host)
+      host_grads_.push_back(host(at::zeros({group_size[g]}, at::dtype(master_dtype()))));
   }
 }
 
@@ -198,7 +202,8 @@ void Stage3::build_unit(Unit& unit) {
     if (auto* cs = dynamic_cast<ConstructionShard*>(unit.module->hooks().get())) cs->materialize();
   at::NoGradGuard no_grad;
   for (auto& f : unit.flats) {
-    f.full = at::zeros({f.layout.padded_numel()}, at::TensorOptions().dtype(options_.dtype).device(options_.device));
+    f.full = at::zeros({f.layout.padded_numel()},
+                       at::TensorOptions().dtype(options_.precision.dtype).device(options_.device));
     for (size_t i = 0; i < f.params.size(); ++i) {
       const at::Tensor& p = f.params[i];
       DS_CHECK(p.is_floating_point(), "zero stage 3: parameter ", f.index_in_group[i], " of group ", f.group,
@@ -208,7 +213,7 @@ void Stage3::build_unit(Unit& unit) {
     }
     if (world_.size() > 1) world_.broadcast(f.full, /*src=*/world_.ranks()[0]);
     at::Tensor mine = f.full.narrow(0, f.layout.begin(f.layout.rank()), f.layout.partition_size());
-    if (!options_.external_masters)
+    if (!options_.offload.external_masters)
       masters_[f.group].narrow(0, f.group_offset, f.layout.partition_size()).copy_(mine);
     if (separate_shards()) store_shard(f, mine);
     // Gradient hooks are registered while the parameters have their full shape and final dtype: autograd's
@@ -245,7 +250,7 @@ Stage3::~Stage3() {
 
 int64_t Stage3::param_bytes() const {
   int64_t bytes = 0;
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.precision.dtype));
   for (const auto& m : shard_buffers()) bytes += m.numel() * elem;
   for (const auto& f : units_[persistent_]->flats) bytes += f.layout.padded_numel() * elem;
   return bytes;
@@ -266,7 +271,7 @@ at::Tensor Stage3::initial_master(size_t group) const {
   for (const auto& unit : units_)
     for (const auto& f : unit->flats) {
       if (f.group != group) continue;
-      at::Tensor shard = at::empty({f.layout.partition_size()}, at::TensorOptions().dtype(options_.dtype));
+      at::Tensor shard = at::empty({f.layout.partition_size()}, at::TensorOptions().dtype(options_.precision.dtype));
       const_cast<Stage3*>(this)->load_shard(f, shard);
       master.narrow(0, f.group_offset, shard.numel()).copy_(shard);
     }
@@ -294,7 +299,7 @@ void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master)
       } else if (hi - lo == part) {
         store_shard(f, values);
       } else {
-        at::Tensor shard = at::empty({part}, at::TensorOptions().dtype(options_.dtype));
+        at::Tensor shard = at::empty({part}, at::TensorOptions().dtype(options_.precision.dtype));
         load_shard(f, shard);
         shard.narrow(0, lo - f.group_offset, hi - lo).copy_(values);
         store_shard(f, shard);
@@ -304,7 +309,7 @@ void Stage3::write_slice(size_t group, int64_t offset, const at::Tensor& master)
 
 at::Tensor Stage3::copy_back_slice(size_t group, int64_t offset, int64_t n) const {
   const at::Tensor& shard = lowp_.at(group);
-  if ((options_.dtype != at::kBFloat16 && options_.dtype != at::kHalf) || !shard.device().is_cpu())
+  if ((options_.precision.dtype != at::kBFloat16 && options_.precision.dtype != at::kHalf) || !shard.device().is_cpu())
     return at::Tensor();
   // With offload_param nvme only the persistent tail is in memory; other slices go through write_slice.
   if (offset < lowp_base_.at(group)) return at::Tensor();
@@ -319,8 +324,8 @@ int64_t Stage3::host_grad_bytes() const {
 }
 
 std::vector<at::Tensor> Stage3::step_grads() {
-  if (!options_.offload_to_host) return grads_;
-  if (!options_.early_host_grads) {
+  if (!options_.offload.offload_to_host) return grads_;
+  if (!options_.offload.early_host_grads) {
     for (size_t g = 0; g < grads_.size(); ++g) host_grads_[g].copy_(grads_[g]);
     return host_grads_;
   }
@@ -359,8 +364,8 @@ StageBytes Stage3::bytes() const {
   b.master_copies = master_copy_bytes();
   b.working = working_bytes();
   b.host_grads = host_grad_bytes();
-  b.offloaded = options_.offload_to_host;
-  if (options_.params_on_host)
+  b.offloaded = options_.offload.offload_to_host;
+  if (options_.offload.params_on_host)
     for (const auto& s : shard_buffers()) b.host_params += static_cast<int64_t>(s.nbytes());
   return b;
 }

@@ -53,83 +53,100 @@
 namespace deepspeed::zero {
 
 struct Stage3Options {
-  at::ScalarType dtype = at::kFloat;        // the model's compute dtype
   // Where the model computes (the accelerator's device): gathered units, gradient partitions, model-dtype shards,
   // and the fp32 masters unless offloaded to host memory.
   c10::Device device = c10::Device(c10::kCPU);
-  int64_t prefetch_bucket_elems = 50000000;  // 0 disables prefetch
-  int64_t max_live_elems = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  int64_t persistence_threshold = 100000;  // parameters with fewer elements stay gathered
-  bool overlap_comm = true;                // reduce-scatter from the hooks (else at the end of backward)
-  int64_t reduce_bucket_elems = 500000000;  // reduce_bucket_size: elements of gradient reductions in flight
-  bool prescale_gradients = false;
-  double gradient_predivide_factor = 1.0;
-  // communication_data_type: the dtype of each flat's reduce-scatter. The model's dtype reduces in place on the
-  // gradient buffer; another takes a pooled buffer of that type. Each rank's partition accumulates in grad_dtype.
-  at::ScalarType comm_dtype = at::kFloat;
-  // The dtype this rank's gradient partitions accumulate in over micro-steps (data_types.grad_accum_dtype): fp32, or
-  // the model's 16-bit dtype (half the bytes; each micro-step's reduced gradient rounded into the sum).
-  at::ScalarType grad_dtype = at::kFloat;
-  // bf16.bf16_master_weights_and_grads: the masters are in the model's dtype; without offload they are the shards
-  // themselves (as an fp32 model's are), with offload_optimizer "cpu" host copies in that dtype.
-  bool model_dtype_masters = false;
-  // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
-  // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
-  bool offload_to_host = false;
-  // With offload_to_host: each partition's final gradient goes to its host copy as soon as a boundary backward has
-  // reduced it (on an accelerator, into pinned memory only: asynchronously, on a copy stream, overlapping the rest
-  // of backward), rather than all at step_grads. Only when nothing reads the host copies during the next backward (no overlapped or
-  // speculative step, no ZenFlow).
-  bool early_host_grads = false;
-  bool pin_memory = false;
-  // ZeRO-Infinity (offload_optimizer.device "nvme"): the masters live in the optimizer swapper's files, not
-  // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
-  // slice into them with write_slice().
-  bool external_masters = false;
-  // ZeRO-Infinity (offload_param.device "nvme"): the model-dtype partitions of every unit except the persistent
-  // one live in a file under this directory (created; the file is removed with the Stage3) and are read straight
-  // into the gather buffer when a unit's gather is issued, so ahead of use when it is prefetched; after each
-  // optimizer step the updated partitions are written back. Empty: partitions stay in memory.
-  std::string param_swap_dir;
-  swap::AioOptions aio;
-  // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
-  int64_t param_buffer_elems = 100000000;
-  // offload_param.buffer_count / pin_memory: on an accelerator, swapped partitions pass through a ring of this many
-  // host buffers (swap/staging_ring.h); pinned, each read's copy to the device runs while the next read does (not
-  // pinned, the copies are synchronous). A CPU device reads straight into the gather buffer and makes no ring.
-  int param_buffer_count = 5;
-  bool param_swap_pin = false;
-  // offload_param.max_in_cpu: elements of this rank's partitions kept in host memory instead of the swap file (as
-  // DeepSpeed keeps that many in its CPU flat buffer): whole units, the last ones before the persistent unit, while
-  // they fit.
-  int64_t param_max_in_cpu = 0;
-  // ZeRO++ qwZ (zero_quantized_weights): the training schedule's gathers (forward, backward, prefetch) send each
-  // partition as block-wise int8 with fp32 scales (block_quantizer.h) and dequantize it on arrival, so every rank
-  // computes with the same quantized weights; the masters stay exact. Not the persistent unit (gathered once per
-  // step, small by definition) and not GatheredParameters (which reads and writes exact values).
-  bool quantized_weights = false;
-  // ZeRO++ qgZ (zero_quantized_gradients): each unit's gradient reduction is an all-to-all of int4 blocks (one fp32
-  // scale per block, block_quantizer.h) in place of the reduce-scatter: every rank quantizes the chunk each other rank
-  // owns, and sums what it receives, dequantized, with its own chunk unquantized, in fp32. Replaces comm_dtype's wire.
-  // With ranks on several hosts (ranks_per_node below the world) two levels, as ZeRO++: see send_quantized_in_node.
-  bool quantized_gradients = false;
-  // Ranks per host (the launcher's LOCAL_WORLD_SIZE), numbered host by host; 0: unknown (one level).
-  int ranks_per_node = 0;
-  // ZeRO++ hpZ (zero_hpz_partition_size): when a unit is released after a forward that backward follows, each rank
-  // keeps its 1/hpz_size slice of the gathered unit (a secondary partition over consecutive groups of hpz_size ranks,
-  // one host's when hpz_size divides the ranks per host); that backward's gather of the unit is an all-gather within
-  // the group. Under qwZ the slice is the int8 blocks (and scales) forward received, so the group gather is
-  // quantized too and backward computes with forward's values. Secondary partitions are dropped when backward ends
-  // (the step changes the weights). 1: off.
-  int hpz_size = 1;
-  // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
-  // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
-  // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
-  // is the device's: the partitions stay where they are and nothing more is allocated or copied; only the accounting
-  // (StageBytes::host_params) says they are offloaded.
-  bool params_on_host = false;
-  bool param_pin_memory = false;
+  // What the model computes, reduces and accumulates in (FSDP2's MixedPrecisionPolicy).
+  struct Precision {
+    at::ScalarType dtype = at::kFloat;  // the model's compute dtype
+    // communication_data_type: the dtype of each flat's reduce-scatter. The model's dtype reduces in place on the
+    // gradient buffer; another takes a pooled buffer of that type. Each rank's partition accumulates in grad_dtype.
+    at::ScalarType comm_dtype = at::kFloat;
+    // The dtype this rank's gradient partitions accumulate in over micro-steps (data_types.grad_accum_dtype): fp32, or
+    // the model's 16-bit dtype (half the bytes; each micro-step's reduced gradient rounded into the sum).
+    at::ScalarType grad_dtype = at::kFloat;
+    // bf16.bf16_master_weights_and_grads: the masters are in the model's dtype; without offload they are the shards
+    // themselves (as an fp32 model's are), with offload_optimizer "cpu" host copies in that dtype.
+    bool model_dtype_masters = false;
+  } precision;
+  // Which units are gathered ahead of use and kept (stage3_prefetch_bucket_size, stage3_max_live_parameters,
+  // stage3_max_reuse_distance, stage3_param_persistence_threshold).
+  struct Prefetch {
+    int64_t prefetch_bucket_elems = 50000000;  // 0 disables prefetch
+    int64_t max_live_elems = 1000000000;
+    int64_t max_reuse_distance = 1000000000;
+    int64_t persistence_threshold = 100000;  // parameters with fewer elements stay gathered
+  } prefetch;
+  // How gradients are reduced.
+  struct Reduction {
+    bool overlap_comm = true;                 // reduce-scatter from the hooks (else at the end of backward)
+    int64_t reduce_bucket_elems = 500000000;  // reduce_bucket_size: elements of gradient reductions in flight
+    bool prescale_gradients = false;
+    double gradient_predivide_factor = 1.0;
+  } reduction;
+  // Where the masters and the partitions live (offload_optimizer, offload_param: FSDP2's OffloadPolicy).
+  struct Offload {
+    // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
+    // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
+    bool offload_to_host = false;
+    // With offload_to_host: each partition's final gradient goes to its host copy as soon as a boundary backward has
+    // reduced it (on an accelerator, into pinned memory only: asynchronously, on a copy stream, overlapping the rest
+    // of backward), rather than all at step_grads. Only when nothing reads the host copies during the next backward (no
+    // overlapped or speculative step, no ZenFlow).
+    bool early_host_grads = false;
+    bool pin_memory = false;
+    // ZeRO-Infinity (offload_optimizer.device "nvme"): the masters live in the optimizer swapper's files, not
+    // here; masters() is empty, the model-dtype shards are their own buffers, and the engine writes each updated
+    // slice into them with write_slice().
+    bool external_masters = false;
+    // ZeRO-Infinity (offload_param.device "nvme"): the model-dtype partitions of every unit except the persistent
+    // one live in a file under this directory (created; the file is removed with the Stage3) and are read straight
+    // into the gather buffer when a unit's gather is issued, so ahead of use when it is prefetched; after each
+    // optimizer step the updated partitions are written back. Empty: partitions stay in memory.
+    std::string param_swap_dir;
+    swap::AioOptions aio;
+    // offload_param.buffer_size: the largest partition (elements) one unit's flat may have on this rank.
+    int64_t param_buffer_elems = 100000000;
+    // offload_param.buffer_count / pin_memory: on an accelerator, swapped partitions pass through a ring of this many
+    // host buffers (swap/staging_ring.h); pinned, each read's copy to the device runs while the next read does (not
+    // pinned, the copies are synchronous). A CPU device reads straight into the gather buffer and makes no ring.
+    int param_buffer_count = 5;
+    bool param_swap_pin = false;
+    // offload_param.max_in_cpu: elements of this rank's partitions kept in host memory instead of the swap file (as
+    // DeepSpeed keeps that many in its CPU flat buffer): whole units, the last ones before the persistent unit, while
+    // they fit.
+    int64_t param_max_in_cpu = 0;
+    // ZeRO-Offload of parameters (offload_param.device "cpu"): every model-dtype partition lives in host memory (pinned
+    // if param_pin_memory) and is copied into its slice of the device's gather buffer when the gather is issued, so
+    // ahead of use when prefetched; the optimizer step writes the updated partitions there. On a CPU device host memory
+    // is the device's: the partitions stay where they are and nothing more is allocated or copied; only the accounting
+    // (StageBytes::host_params) says they are offloaded.
+    bool params_on_host = false;
+    bool param_pin_memory = false;
+  } offload;
+  // ZeRO++: quantized weights (qwZ) and gradients (qgZ), hierarchical partitions (hpZ).
+  struct Quantization {
+    // ZeRO++ qwZ (zero_quantized_weights): the training schedule's gathers (forward, backward, prefetch) send each
+    // partition as block-wise int8 with fp32 scales (block_quantizer.h) and dequantize it on arrival, so every rank
+    // computes with the same quantized weights; the masters stay exact. Not the persistent unit (gathered once per
+    // step, small by definition) and not GatheredParameters (which reads and writes exact values).
+    bool quantized_weights = false;
+    // ZeRO++ qgZ (zero_quantized_gradients): each unit's gradient reduction is an all-to-all of int4 blocks (one fp32
+    // scale per block, block_quantizer.h) in place of the reduce-scatter: every rank quantizes the chunk each other
+    // rank owns, and sums what it receives, dequantized, with its own chunk unquantized, in fp32. Replaces comm_dtype's
+    // wire. With ranks on several hosts (ranks_per_node below the world) two levels, as ZeRO++: see
+    // send_quantized_in_node.
+    bool quantized_gradients = false;
+    // Ranks per host (the launcher's LOCAL_WORLD_SIZE), numbered host by host; 0: unknown (one level).
+    int ranks_per_node = 0;
+    // ZeRO++ hpZ (zero_hpz_partition_size): when a unit is released after a forward that backward follows, each rank
+    // keeps its 1/hpz_size slice of the gathered unit (a secondary partition over consecutive groups of hpz_size ranks,
+    // one host's when hpz_size divides the ranks per host); that backward's gather of the unit is an all-gather within
+    // the group. Under qwZ the slice is the int8 blocks (and scales) forward received, so the group gather is
+    // quantized too and backward computes with forward's values. Secondary partitions are dropped when backward ends
+    // (the step changes the weights). 1: off.
+    int hpz_size = 1;
+  } quantization;
 };
 
 class Stage3 : public Stage, public SlicedMasters, public FinalGradients, public PartitionWrites {
@@ -268,13 +285,15 @@ class Stage3 : public Stage, public SlicedMasters, public FinalGradients, public
   std::vector<at::Tensor> masters_, lowp_, grads_;  // per group, this rank's partitions back to back
   std::vector<at::Tensor> host_grads_;              // offload only
   // The model-dtype shards are their own buffers (lowp_) rather than the masters themselves.
-  at::ScalarType master_dtype() const { return options_.model_dtype_masters ? options_.dtype : at::kFloat; }
+  at::ScalarType master_dtype() const {
+    return options_.precision.model_dtype_masters ? options_.precision.dtype : at::kFloat;
+  }
   bool separate_shards() const {
-    return options_.dtype != master_dtype() || options_.offload_to_host || options_.external_masters ||
-           param_io_ != nullptr || shards_on_host();
+    return options_.precision.dtype != master_dtype() || options_.offload.offload_to_host ||
+           options_.offload.external_masters || param_io_ != nullptr || shards_on_host();
   }
   // offload_param "cpu" with the model on another device: the shards are host buffers of their own.
-  bool shards_on_host() const { return options_.params_on_host && !options_.device.is_cpu(); }
+  bool shards_on_host() const { return options_.offload.params_on_host && !options_.device.is_cpu(); }
   // stage3_param_swap.cc: offload_param nvme.
   void setup_param_swap(const std::vector<int64_t>& group_size);
   // This rank's partition of `f` in the model dtype: read from the swap file, or copied from memory.

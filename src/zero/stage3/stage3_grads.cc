@@ -44,7 +44,7 @@ void Stage3::arm_grads(Unit& unit) {
   // at the gathered units plus one unit's gradients; a GPU config's large bucket keeps them in flight.
   drain_reductions(kMaxPendingReductions * unit.flats.size(), unit.numel);
   for (auto& f : unit.flats) {
-    f.grad_full = pool_.acquire(options_.dtype, f.layout.padded_numel());
+    f.grad_full = pool_.acquire(options_.precision.dtype, f.layout.padded_numel());
     f.grad_full.zero_();
     for (size_t i = 0; i < f.params.size(); ++i) {
       at::Tensor view = f.grad_full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]);
@@ -61,7 +61,7 @@ void Stage3::param_grad_ready(int id) {
   Unit& unit = *units_.at(id);
   if (!unit.awaiting_grads) return;
   arm_grads(unit);
-  if (--unit.pending_grads > 0 || !options_.overlap_comm || unit.root || unit.persistent) return;
+  if (--unit.pending_grads > 0 || !options_.reduction.overlap_comm || unit.root || unit.persistent) return;
   reduce_grads(unit);
   unit.running = false;
   if (!keep_for_reuse(unit)) release(unit);
@@ -72,7 +72,8 @@ void Stage3::reduce_grads(Unit& unit) {
   arm_grads(unit);  // none of its gradients arrived: it reduces zeros, so that every rank runs the same collectives
   at::NoGradGuard no_grad;
   const int n = world_.size();
-  const double pre = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
+  const double pre =
+      options_.reduction.prescale_gradients ? 1.0 / n : 1.0 / options_.reduction.gradient_predivide_factor;
   for (size_t fi = 0; fi < unit.flats.size(); ++fi) {
     Flat& f = unit.flats[fi];
     // Autograd may have replaced a view with its own tensor (e.g. a user reassigned .grad); fold it back in.
@@ -86,8 +87,8 @@ void Stage3::reduce_grads(Unit& unit) {
     r.unit = &unit;
     r.flat = fi;
     // With nothing to communicate the partition takes the gradient in fp32, unrounded.
-    const at::ScalarType wire = n > 1 ? options_.comm_dtype : at::kFloat;
-    if (n > 1 && options_.quantized_gradients) {
+    const at::ScalarType wire = n > 1 ? options_.precision.comm_dtype : at::kFloat;
+    if (n > 1 && options_.quantization.quantized_gradients) {
       r.input = f.grad_full;
       r.input_is_grad = true;
       if (pre != 1.0) r.input.mul_(pre);
@@ -96,7 +97,7 @@ void Stage3::reduce_grads(Unit& unit) {
       } else {
         send_quantized(r, f);
       }
-    } else if (options_.dtype == wire) {
+    } else if (options_.precision.dtype == wire) {
       r.input = f.grad_full;
       r.input_is_grad = true;
     } else {
@@ -124,7 +125,9 @@ void Stage3::reduce_grads(Unit& unit) {
 
 void Stage3::drain_reductions(size_t keep, int64_t incoming) {
   const int n = world_.size();
-  const double post = n == 1 ? 1.0 : options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
+  const double post = n == 1                                  ? 1.0
+                      : options_.reduction.prescale_gradients ? 1.0
+                                                              : options_.reduction.gradient_predivide_factor / n;
   size_t done = 0;
   // Oldest first, until at most `keep` remain and their elements fit in reduce_bucket_size: beside `incoming` (a
   // gradient buffer about to be taken) when there is one, else beyond the newest, which must travel whatever its
@@ -132,8 +135,8 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
   auto over = [&] {
     const size_t left = pending_.size() - done;
     if (left > keep) return true;
-    if (incoming > 0) return left > 0 && pending_elems_ + incoming > options_.reduce_bucket_elems;
-    return left > 1 && pending_elems_ > options_.reduce_bucket_elems;
+    if (incoming > 0) return left > 0 && pending_elems_ + incoming > options_.reduction.reduce_bucket_elems;
+    return left > 1 && pending_elems_ > options_.reduction.reduce_bucket_elems;
   };
   while (over()) {
     PendingReduce& r = pending_[done++];
@@ -158,7 +161,7 @@ void Stage3::drain_reductions(size_t keep, int64_t incoming) {
       final_gradients_(f.group, f.group_offset, acc);
       f.reported = true;
     }
-    if (boundary_backward_ && options_.early_host_grads) copy_final_grad_to_host(f, acc);
+    if (boundary_backward_ && options_.offload.early_host_grads) copy_final_grad_to_host(f, acc);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
@@ -331,7 +334,7 @@ void Stage3::finish_backward() {
       const at::Tensor acc = grads_[f.group].narrow(0, f.group_offset, f.layout.partition_size());
       if (boundary_backward_ && final_gradients_ && !f.reported) final_gradients_(f.group, f.group_offset, acc);
       f.reported = false;
-      if (boundary_backward_ && options_.early_host_grads && !f.host_copied) copy_final_grad_to_host(f, acc);
+      if (boundary_backward_ && options_.offload.early_host_grads && !f.host_copied) copy_final_grad_to_host(f, acc);
     }
   boundary_backward_ = false;
   for (auto& unit : units_) {
@@ -358,7 +361,7 @@ void Stage3::zero_grads() {
 void Stage3::publish() {
   at::NoGradGuard no_grad;
   // External masters wrote their updated slices into the shards already (write_slice).
-  if (separate_shards() && !options_.external_masters) {
+  if (separate_shards() && !options_.offload.external_masters) {
     wait_host_reads();
     for (size_t g = 0; g < masters_.size(); ++g)
       lowp_[g].copy_(masters_[g].narrow(0, lowp_base_[g], lowp_[g].numel()));

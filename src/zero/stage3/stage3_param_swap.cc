@@ -19,21 +19,21 @@
 namespace deepspeed::zero {
 
 void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
-  const std::string& dir = options_.param_swap_dir;
+  const std::string& dir = options_.offload.param_swap_dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   DS_CHECK_T(ConfigError, !ec, "zero_optimization.offload_param.nvme_path: cannot create ", dir,
              ": ", ec.message());
   param_swap_file_ = std::make_unique<swap::SwapFile>(dir + "/params.swp", "zero_optimization.offload_param.nvme_path");
   param_file_ = param_swap_file_->io_path();
-  param_io_ = std::make_unique<swap::AioHandle>(options_.aio);
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.dtype));
+  param_io_ = std::make_unique<swap::AioHandle>(options_.offload.aio);
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.precision.dtype));
   int64_t offset = 0;
   for (size_t g = 0; g < group_size.size(); ++g) lowp_base_[g] = group_size[g];
   // max_in_cpu: units from the last non-persistent one backwards stay in memory while their partitions fit, so the
   // in-memory flats of every group stay one tail (lowp_) behind the swapped ones.
   std::vector<bool> in_memory(units_.size(), false);
-  int64_t budget = options_.param_max_in_cpu;
+  int64_t budget = options_.offload.param_max_in_cpu;
   for (size_t u = units_.size(); u-- > 0;) {
     if (units_[u]->persistent) {
       in_memory[u] = true;
@@ -52,10 +52,9 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
         lowp_base_[f.group] = std::min(lowp_base_[f.group], f.group_offset);
         continue;
       }
-      DS_CHECK_T(ConfigError, part <= options_.param_buffer_elems,
-                 "zero_optimization.offload_param.buffer_size: ", units_[u]->name,
-                 " has a partition of ", part, " elements on this rank, more than buffer_size ",
-                 options_.param_buffer_elems);
+      DS_CHECK_T(ConfigError, part <= options_.offload.param_buffer_elems,
+                 "zero_optimization.offload_param.buffer_size: ", units_[u]->name, " has a partition of ", part,
+                 " elements on this rank, more than buffer_size ", options_.offload.param_buffer_elems);
       f.swap_offset = offset;
       offset += swap::padded_bytes(part * elem);
     }
@@ -65,8 +64,8 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
     for (size_t u = 0; u < units_.size(); ++u)
       for (const auto& f : units_[u]->flats)
         if (f.swap_offset >= 0) largest = std::max(largest, f.layout.partition_size());
-    param_staging_ = std::make_unique<swap::StagingRing>(options_.param_buffer_count, largest, options_.dtype,
-                                                         options_.param_swap_pin);
+    param_staging_ = std::make_unique<swap::StagingRing>(options_.offload.param_buffer_count, largest,
+                                                         options_.precision.dtype, options_.offload.param_swap_pin);
   }
   // The in-memory flats come last in every group (units are laid out in order, the persistent unit last), so
   // lowp_ needs only the tail from lowp_base_ on.
@@ -78,7 +77,7 @@ void Stage3::setup_param_swap(const std::vector<int64_t>& group_size) {
 
 void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
   if (f.swap_offset < 0) {
-    const bool async = shards_on_host() && options_.param_pin_memory;
+    const bool async = shards_on_host() && options_.offload.param_pin_memory;
     dst.copy_(f.shard(*this), /*non_blocking=*/async);
     if (async) {
       host_reads_.record();
@@ -113,7 +112,7 @@ void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
     return;
   }
   if (values.device().is_cpu()) {
-    param_io_->sync_pwrite(values.to(options_.dtype).contiguous(), param_file_, f.swap_offset);
+    param_io_->sync_pwrite(values.to(options_.precision.dtype).contiguous(), param_file_, f.swap_offset);
     return;
   }
   // From a device: down into a ring buffer (a blocking copy: the write reads it next), then to the file.

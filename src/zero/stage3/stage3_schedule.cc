@@ -28,15 +28,16 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   if (!prefetch) span = waits_.begin();
   // hpZ: backward gathers a unit its forward left secondary partitions of within the secondary group.
   unit.via_secondary = in_backward_ && !exact && !unit.flats.empty() && unit.flats.front().secondary.defined();
-  unit.quantized = unit.via_secondary ? unit.secondary_quantized
-                                      : options_.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
+  unit.quantized = unit.via_secondary
+                       ? unit.secondary_quantized
+                       : options_.quantization.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
   // Pinned host shards go up on the copy stream, and their all-gathers are issued there too (a collective waits for
   // the stream current at its call), so neither holds up the compute stream's kernels queued meanwhile. The copy
   // stream first waits for the compute stream's work so far: a pooled buffer's last reader is among it. Quantized
   // and hpZ gathers, which run kernels of their own on what arrives, stay on the compute stream.
   auto& acc = accelerator::get_accelerator();
-  unit.on_copy_stream = shards_on_host() && options_.param_pin_memory && !unit.via_secondary && !unit.quantized;
-  for (auto& f : unit.flats) f.gathered = pool_.acquire(options_.dtype, f.layout.padded_numel());
+  unit.on_copy_stream = shards_on_host() && options_.offload.param_pin_memory && !unit.via_secondary && !unit.quantized;
+  for (auto& f : unit.flats) f.gathered = pool_.acquire(options_.precision.dtype, f.layout.padded_numel());
   std::optional<accelerator::StreamGuard> on_copy_stream;  // after the buffers: they belong to the compute stream
   if (unit.on_copy_stream) {
     if (!copy_stream_) copy_stream_ = acc.new_stream();
@@ -109,7 +110,7 @@ void Stage3::gather_flat_secondary_quantized(Flat& f) {
   const int h = hpz_group_.rank();
   const int64_t scales = f.secondary_scales.numel();
   f.q_values = at::empty({f.layout.padded_numel()}, f.secondary.options());
-  f.q_scales = at::empty({scales * options_.hpz_size}, f.secondary_scales.options());
+  f.q_scales = at::empty({scales * options_.quantization.hpz_size}, f.secondary_scales.options());
   at::Tensor own_values = f.q_values.narrow(0, h * chunk, chunk);
   at::Tensor own_scales = f.q_scales.narrow(0, h * scales, scales);
   own_values.copy_(f.secondary);
@@ -132,7 +133,8 @@ void Stage3::wait_gathered(Unit& unit) {
     if (unit.quantized) {
       f.scale_work.wait();
       f.scale_work = comm::Work();
-      dequantize_gathered(f, /*keep_group_slice=*/options_.hpz_size > 1 && !unit.via_secondary && !in_backward_);
+      dequantize_gathered(
+          f, /*keep_group_slice=*/options_.quantization.hpz_size > 1 && !unit.via_secondary && !in_backward_);
     }
   }
   waits_.end(std::move(span), unit.prefetched ? &stats_.prefetch_wait_ms : &stats_.gather_ms);
@@ -144,7 +146,8 @@ void Stage3::wait_gathered(Unit& unit) {
 }
 
 void Stage3::keep_secondary(Unit& unit) {
-  if (options_.hpz_size <= 1 || unit.root || unit.persistent || unit.state != Unit::State::kGathered) return;
+  if (options_.quantization.hpz_size <= 1 || unit.root || unit.persistent || unit.state != Unit::State::kGathered)
+    return;
   // A quantized gather that did not land in a forward kept no blocks: backward then gathers from the world.
   if (unit.quantized)
     for (const auto& f : unit.flats)
@@ -156,7 +159,7 @@ void Stage3::keep_secondary(Unit& unit) {
       f.secondary_scales = std::move(f.forward_q_scales);
       continue;
     }
-    const int64_t chunk = f.layout.padded_numel() / options_.hpz_size;
+    const int64_t chunk = f.layout.padded_numel() / options_.quantization.hpz_size;
     f.secondary = f.full.narrow(0, hpz_group_.rank() * chunk, chunk).clone();
   }
   unit.secondary_quantized = unit.quantized;
@@ -185,7 +188,7 @@ void Stage3::dequantize_gathered(Flat& f, bool keep_group_slice) {
   if (keep_group_slice) {
     // hpZ: the blocks of this rank's secondary slice (world partitions [h * w, (h + 1) * w), w = world / hpz_size),
     // in case the unit is released with a backward to follow (keep_secondary); release drops them otherwise.
-    const int64_t w = world_.size() / options_.hpz_size, h = hpz_group_.rank();
+    const int64_t w = world_.size() / options_.quantization.hpz_size, h = hpz_group_.rank();
     f.forward_q_values = f.q_values.narrow(0, h * w * part, w * part).clone();
     f.forward_q_scales = f.q_scales.narrow(0, h * w * blocks, w * blocks).clone();
   }
@@ -215,7 +218,8 @@ bool Stage3::keep_for_reuse(const Unit& unit) const {
   if (!coordinator_.following()) return false;
   int64_t between = 0;
   for (int id : coordinator_.upcoming(std::numeric_limits<size_t>::max())) {
-    if (id == unit.id) return between < options_.max_reuse_distance && stats_.live_elems <= options_.max_live_elems;
+    if (id == unit.id)
+      return between < options_.prefetch.max_reuse_distance && stats_.live_elems <= options_.prefetch.max_live_elems;
     between += units_[id]->numel;
   }
   return false;
@@ -225,22 +229,22 @@ bool Stage3::keep_for_reuse(const Unit& unit) const {
 // stage3_max_live_parameters. A unit that alone exceeds the bound is still gathered: it must run.
 void Stage3::make_room(int64_t elems, const Unit& wanted) {
   for (auto& u : units_) {
-    if (stats_.live_elems + elems <= options_.max_live_elems) return;
+    if (stats_.live_elems + elems <= options_.prefetch.max_live_elems) return;
     if (u.get() == &wanted || u->root || u->persistent || u->running) continue;
     if (u->state != Unit::State::kReleased) release(*u);
   }
 }
 
 void Stage3::prefetch_after(const Unit& unit) {
-  if (options_.prefetch_bucket_elems <= 0 || !coordinator_.following()) return;
+  if (options_.prefetch.prefetch_bucket_elems <= 0 || !coordinator_.following()) return;
   int64_t issued = 0;
   // Not across the forward's end: the first units of backward are needed only after the loss and its gradient,
   // where activations peak, and a unit gathered for them early would be held through that peak.
   for (int id : coordinator_.upcoming(units_.size() * 2, /*within_forward=*/true)) {
     Unit& next = *units_[id];
     if (next.id == unit.id || next.state != Unit::State::kReleased) continue;
-    if (issued + next.numel > options_.prefetch_bucket_elems) break;
-    if (stats_.live_elems + next.numel > options_.max_live_elems) break;
+    if (issued + next.numel > options_.prefetch.prefetch_bucket_elems) break;
+    if (stats_.live_elems + next.numel > options_.prefetch.max_live_elems) break;
     gather_async(next, /*prefetch=*/true);
     issued += next.numel;
   }
@@ -324,8 +328,9 @@ void Stage3::end_access(const std::vector<int>& ids, int modifier_rank) {
   for (int id : ids) {
     Unit& unit = *units_[id];
     if (modifier_rank >= 0) {
-      DS_CHECK(!options_.external_masters, "GatheredParameters: modifying parameters (modifier_rank ",
-               modifier_rank, ") of a ZeRO-3 engine whose optimizer is offloaded to nvme is not supported: the "
+      DS_CHECK(!options_.offload.external_masters, "GatheredParameters: modifying parameters (modifier_rank ",
+               modifier_rank,
+               ") of a ZeRO-3 engine whose optimizer is offloaded to nvme is not supported: the "
                "masters live in the swap files; modify them before initialize (under zero::Init)");
       for (auto& f : unit.flats) {
         if (world_.size() > 1) world_.broadcast(f.full, modifier_rank);
