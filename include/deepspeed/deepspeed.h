@@ -182,8 +182,8 @@ class Engine {
   void reload_states();
   // Bytes currently moved out by offload_states (0 when not offloaded).
   int64_t offloaded_state_bytes() const;
-  // Stage 3's gather/prefetch/pool counters (zero at other stages, but for host_grad_copies_in_backward);
-  // reset_stage3_peaks() restarts the peaks.
+  // Stage 3's gather/prefetch/pool counters (zero at other stages, but for reduce_wait_ms and
+  // host_grad_copies_in_backward); reset_stage3_peaks() restarts the peaks.
   zero::Stage3Stats stage3_stats() const;
   void reset_stage3_peaks();
 

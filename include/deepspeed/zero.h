@@ -181,7 +181,7 @@ struct Stage3Stats {
   // gradient reductions.
   double gather_ms = 0;
   double prefetch_wait_ms = 0;
-  double reduce_wait_ms = 0;
+  double reduce_wait_ms = 0;  // at every stage (stages 0-2: backward kept waiting by the bucket reducer)
   // offload_optimizer "cpu": gradient elements copied to host memory during boundary backwards, as each partition's
   // (stages 1 and 2: each bucket's; stage 1's complete as backward finishes) reduction ended (the rest go at the
   // step). Counted at stages 1 and 2 too.

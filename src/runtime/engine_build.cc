@@ -86,6 +86,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
              "scheduler: the config names a scheduler and initialize() was given one too; remove one");
   dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
+  runtime::check_client_optimizer(config_, options.optimizer != nullptr);
   configure_threads();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
@@ -142,8 +143,9 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   runtime::BuiltStep built = runtime::make_optimizer_step(parts, std::move(request));
   optimizer_ = std::move(built.optimizer);
   step_ = std::move(built.step);
-  runtime::IterationParts iteration_parts{&config_, stage_.get(), &groups_, optimizer_.get(), parameter_names(),
-                                          layout_.data_parallel, iteration_actions()};
+  runtime::IterationParts iteration_parts{&config_, stage_.get(), &groups_, optimizer_.get(),
+                                          [this] { return parameter_names_or_positions(); }, layout_.data_parallel,
+                                          iteration_actions()};
   iterations_ = runtime::make_iteration_schedule(
       std::move(iteration_parts),
       runtime::IterationRequest{!config_.optimizer.has_value() && optimizer_ != nullptr, layout_.experts,
@@ -180,6 +182,13 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   add_observers();
   breakdown_table_.start(*stage_);  // the breakdown starts here, not with construction's gathers
+}
+
+std::vector<std::vector<std::string>> EngineImpl::parameter_names_or_positions() const {
+  std::vector<std::vector<std::string>> names(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) names[g].push_back(parameter_name(g, i));
+  return names;
 }
 
 runtime::IterationActions EngineImpl::iteration_actions() {

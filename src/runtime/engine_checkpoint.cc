@@ -4,12 +4,10 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <random>
 #include <unordered_map>
 
 #include "checkpoint/deepspeed_export.h"
@@ -50,10 +48,6 @@ void EngineImpl::check_boundary(const char* what) const {
   DS_CHECK(micro_steps_ % gas == 0, what,
            ": call it at a gradient accumulation boundary (after the step() that ",
            "completes a global step); this is micro step ", micro_steps_ % gas, " of ", gas);
-}
-
-const std::vector<at::Tensor>& EngineImpl::master_buffers() const {
-  return stage_->masters();
 }
 
 EngineImpl::CheckpointState EngineImpl::checkpoint_state() { return step_->checkpoint_state(); }

@@ -45,7 +45,7 @@ struct EngineImpl::LoadedSections {
   std::optional<c10::impl::GenericDict> iterations;  // the iteration schedule's
 };
 
-ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheckpointOptions& options) const {
+ckpt::LoadTarget EngineImpl::load_request(const std::string& dir, const LoadCheckpointOptions& options) const {
   ckpt::LoadTarget t;
   t.dir = dir;
   if (options.tag && !options.tag->empty()) t.tag = options.tag;
@@ -54,6 +54,10 @@ ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheck
   t.mp_rank = mp_rank();
   t.rank = layout_.data_parallel.rank();
   t.world_size = layout_.data_parallel.size();
+  return t;
+}
+
+void EngineImpl::describe_model(ckpt::LoadTarget& t, const LoadCheckpointOptions& options) const {
   t.refuse_python_tags = layout_.experts;
   // A tensor-parallel engine takes its slices of a universal tag's whole parameters, whatever tensor size saved them.
   runtime::TensorSlicing slicing = tensor_slicing();
@@ -79,7 +83,6 @@ ckpt::LoadTarget EngineImpl::load_target(const std::string& dir, const LoadCheck
   if (t.full && options.load_lr_scheduler_states && scheduler_) t.sections.push_back(runtime::kSchedulerSection);
   if (const char* key = iterations_->section_key(); t.full && key) t.sections.push_back(key);
   t.train_batch_size = config_.train_batch_size.value();
-  return t;
 }
 
 EngineImpl::LoadedSections EngineImpl::read_sections(const ckpt::LoadPlan& plan) const {
@@ -106,13 +109,14 @@ std::optional<LoadCheckpointResult> EngineImpl::load_checkpoint(const std::strin
   check_states_resident("load_checkpoint");
   check_boundary("load_checkpoint");
   land_overlapped_step();  // its thread would write masters the load is about to replace
-  const ckpt::LoadTarget target = load_target(dir, options);
+  ckpt::LoadTarget target = load_request(dir, options);
   if (ckpt::nothing_to_load(target)) return std::nullopt;
   // Each rank checks the checksums of the records it copies from, so one rank may fail where the others pass: the
   // collective ending this phase makes every rank throw before any of them applies anything.
   ckpt::LoadPlan plan;
   LoadedSections sections;
   runtime::all_ranks_or_none(layout_.data_parallel, "load_checkpoint", [&] {
+    describe_model(target, options);
     plan = ckpt::plan_load(target);
     sections = read_sections(plan);
   });

@@ -154,9 +154,6 @@ class EngineImpl : public runtime::StageEngine {
   runtime::TensorSlicing pipeline_slicing_;  // a 3D pipeline stage's (layout_.model_parallel spans the stages)
   std::vector<at::Tensor> norm_excluded_;  // InitializeOptions::norm_excluded_params
   std::string parameter_name(size_t group, size_t index) const;
-  // engine_checkpoint.cc: this rank's fp32 masters per group, where each parameter sits in them, and the
-  // parameters' names by (group, index).
-  const std::vector<at::Tensor>& master_buffers() const;
   // This rank's fp32 masters and optimizer states per group ([group][state]), as checkpoints read and write them:
   // the live tensors, or fp32 copies (read out of swap files; 16-bit masters converted), which
   // commit_checkpoint_state writes back (runtime/optimizer_step.h); for live tensors it does nothing.
@@ -185,8 +182,10 @@ class EngineImpl : public runtime::StageEngine {
   // engine_checkpoint_load.cc: what this engine holds and asks of a checkpoint (checkpoint/load_plan.h), the sections
   // its components own read from the plan, and the plan applied (collective).
   struct LoadedSections;
-  runtime::IterationActions iteration_actions();
-  checkpoint::LoadTarget load_target(const std::string& dir, const LoadCheckpointOptions& options) const;
+  // The load asked for (where, which tag, which format), then what this engine holds (in the collective phase: its
+  // errors fail every rank alike).
+  checkpoint::LoadTarget load_request(const std::string& dir, const LoadCheckpointOptions& options) const;
+  void describe_model(checkpoint::LoadTarget& target, const LoadCheckpointOptions& options) const;
   LoadedSections read_sections(const checkpoint::LoadPlan& plan) const;
   // Masters, optimizer states, buffers and the optimizer's step and hyperparameters; true when the latter came
   // from the checkpoint.
@@ -197,6 +196,10 @@ class EngineImpl : public runtime::StageEngine {
   // engine_pipe.cc: the stage as the pipeline engine needs it (zero/deferred_reduction.h); throws otherwise.
   zero::DeferredReduction& deferred_reduction(const char* what) const;
   void finish_construction(InitializeOptions& options);
+  // engine_build.cc: what the iteration schedule drives in this engine (runtime/iteration_schedule.h), and the
+  // names it knows parameters by (a tensor of the groups that the module does not name: "group g parameter i").
+  runtime::IterationActions iteration_actions();
+  std::vector<std::vector<std::string>> parameter_names_or_positions() const;
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
   // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp

@@ -78,7 +78,8 @@ struct IterationParts {
   zero::Stage* stage = nullptr;
   const std::vector<zero::FlatGroup>* groups = nullptr;
   const EngineOptimizer* optimizer = nullptr;
-  std::vector<std::vector<std::string>> names;  // the parameters' names by (group, index)
+  // The parameters' names by (group, index), asked for only by a schedule that needs them.
+  std::function<std::vector<std::vector<std::string>>()> names;
   comm::ProcessGroup world;
   IterationActions actions;
 };

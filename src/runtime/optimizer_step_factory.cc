@@ -81,12 +81,15 @@ void check_chunked_step(const Config& cfg, const EngineOptimizer* optimizer) {
 
 }  // namespace
 
-BuiltStep make_optimizer_step(OptimizerStepParts parts, StepRequest request) {
-  const Config& config = *parts.config;
-  DS_CHECK_T(ConfigError,
-             !request.client || (config.zero.stage == 0 && !config.bf16.enabled && !config.fp16.enabled),
+void check_client_optimizer(const Config& config, bool client) {
+  DS_CHECK_T(ConfigError, !client || (config.zero.stage == 0 && !config.bf16.enabled && !config.fp16.enabled),
              "optimizer: a client torch::optim optimizer steps the model's own parameters, so it works only with "
              "zero_optimization.stage 0 in fp32; name the optimizer in the config instead");
+}
+
+BuiltStep make_optimizer_step(OptimizerStepParts parts, StepRequest request) {
+  const Config& config = *parts.config;
+  check_client_optimizer(config, request.client != nullptr);
   const auto& zenflow = config.zero.zenflow;
   const bool overlap_step = config.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
   check_overlap(config, request, overlap_step);

@@ -15,8 +15,9 @@ namespace {
 
 class ZenFlowIterations final : public IterationSchedule {
  public:
-  ZenFlowIterations(std::unique_ptr<ZenFlow> zenflow, IterationParts parts)
-      : zenflow_(std::move(zenflow)), parts_(std::move(parts)) {}
+  ZenFlowIterations(std::unique_ptr<ZenFlow> zenflow, IterationParts parts,
+                    std::vector<std::vector<std::string>> names)
+      : zenflow_(std::move(zenflow)), parts_(std::move(parts)), names_(std::move(names)) {}
 
   bool ends_window(int64_t i) const override { return zenflow_->ends_window(i); }
   // An adaptive window's length is known only at its end: its step divides the sum then.
@@ -64,7 +65,7 @@ class ZenFlowIterations final : public IterationSchedule {
   const char* section_key() const override { return kZenFlowSection; }
   c10::IValue section() const override { return zenflow_->state_dict(); }
   void check_section(const c10::impl::GenericDict& saved, const std::string& where) const override {
-    zenflow_->load_state_dict(saved, where, parts_.names, /*apply=*/false);
+    zenflow_->load_state_dict(saved, where, names_, /*apply=*/false);
   }
   // ZenFlow counts iterations, not steps; a checkpoint without its state starts it afresh (warm-up first).
   int64_t resume(int64_t /*steps*/, std::optional<int64_t> saved_iterations,
@@ -75,7 +76,7 @@ class ZenFlowIterations final : public IterationSchedule {
     }
     DS_CHECK_T(checkpoint::CheckpointError, saved_iterations.has_value(), "checkpoint file ", where,
                " has no 'micro_steps'");
-    zenflow_->load_state_dict(*section, where, parts_.names);
+    zenflow_->load_state_dict(*section, where, names_);
     zenflow_->resume_at(*saved_iterations);  // saved at a window's start
     return *saved_iterations;
   }
@@ -110,6 +111,7 @@ class ZenFlowIterations final : public IterationSchedule {
 
   std::unique_ptr<ZenFlow> zenflow_;
   IterationParts parts_;
+  std::vector<std::vector<std::string>> names_;
 };
 
 ZenFlowAdam adam_of(const config::OptimizerConfig& optimizer, const EngineOptimizer& built, size_t groups) {
@@ -146,10 +148,11 @@ std::unique_ptr<IterationSchedule> make_zenflow_iterations(IterationParts parts,
     DS_ASSERT(partitioned.writes != nullptr, "a stage that partitions parameters writes into its partitions");
     partitioned.shapes = parts.stage->param_shapes();
   }
-  auto zenflow = std::make_unique<ZenFlow>(*config.zero.zenflow, std::move(params), parts.names,
+  std::vector<std::vector<std::string>> names = parts.names();
+  auto zenflow = std::make_unique<ZenFlow>(*config.zero.zenflow, std::move(params), names,
                                            adam_of(*config.optimizer, *parts.optimizer, parts.groups->size()),
                                            parts.world, std::move(partitioned));
-  return std::make_unique<ZenFlowIterations>(std::move(zenflow), std::move(parts));
+  return std::make_unique<ZenFlowIterations>(std::move(zenflow), std::move(parts), std::move(names));
 }
 
 }  // namespace deepspeed::runtime

@@ -1,5 +1,5 @@
-// sequence_parallel_size (Ulysses) as a module transform, applied by deepspeed::initialize after tensor parallelism
-// (docs/architecture.md: the transforms' order). The model's DistributedAttention layers must be built over groups of
+// sequence_parallel_size (Ulysses) as a module transform, applied when the engine is built, by runtime::make_layout
+// after tensor parallelism (docs/architecture.md: the transforms' order). The model's DistributedAttention layers must be built over groups of
 // P ranks (deepspeed::sequence::sequence_parallel_groups); this checks them against the config. To everything but
 // attention the P ranks of a group are data-parallel replicas holding other tokens of the same samples, so the engine
 // keeps the whole world as its data-parallel world (gradients averaged over every rank: the mean over all tokens of

@@ -1,4 +1,4 @@
-// tensor_parallel.autotp_size as a module transform, applied by deepspeed::initialize before the engine is built
+// tensor_parallel.autotp_size as a module transform, applied first when the engine is built, by runtime::make_layout
 // (docs/architecture.md: the transforms' order). It forms the tensor-parallel groups, runs AutoTP on a model written
 // for one device, and hands the engine the layout it trains over.
 //

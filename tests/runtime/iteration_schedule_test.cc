@@ -30,8 +30,9 @@ struct Rig {
     groups = make_param_groups(*module, {});
     stage = zero::make_stage(config, at::kFloat, module, groups, comm::get_world_group());
     optimizer = make_fused_optimizer(*config.optimizer, groups, stage->masters(), /*resident_state=*/true);
-    IterationParts parts{&config, stage.get(), &groups, optimizer.get(), {{"weight", "bias"}}, comm::get_world_group(),
-                         {}};
+    IterationParts parts{&config, stage.get(), &groups, optimizer.get(),
+                         [] { return std::vector<std::vector<std::string>>{{"weight", "bias"}}; },
+                         comm::get_world_group(), {}};
     parts.actions.optimizer_step = [this] { ++optimizer_steps; };
     parts.actions.land = [] {};
     parts.actions.advance_schedule = [] {};

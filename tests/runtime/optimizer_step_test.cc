@@ -5,11 +5,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 
 #include <memory>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
+#include "deepspeed/deepspeed.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/param_groups.h"
@@ -222,6 +224,31 @@ TEST(OptimizerStepFactory, ASpeculativeStepStandsOnlyWhenNothingRescalesIt) {
   Built plain(kAdam, R"({"stage": 3, "offload_optimizer": {"device": "cpu"}})");
   plain.built.step->begin_window_backward(1.0);
   EXPECT_FALSE(plain.built.step->accept_started(1.0, 1.0, 0.5));
+}
+
+// A client torch::optim optimizer steps the model's own parameters: above stage 0 (or in 16 bits) it is refused, and
+// before the engine changed the caller's model (stage 3 would have partitioned and released its parameters).
+TEST(OptimizerStepFactory, AClientOptimizerAboveStageZeroIsRefusedBeforeTheModelChanges) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  for (const char* zero : {R"({"stage": 3})", R"({"stage": 2})"}) {
+    SCOPED_TRACE(zero);
+    torch::manual_seed(7);
+    auto model = std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(8, 4));
+    const at::Tensor before = model->weight.detach().clone();
+    InitializeOptions options;
+    options.optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+    try {
+      deepspeed::initialize(model, Config::from_string(std::string(R"({"train_micro_batch_size_per_gpu": 1,
+          "zero_optimization": )") + zero + "}"),
+                            std::move(options));
+      ADD_FAILURE() << "a client optimizer above stage 0 was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("works only with zero_optimization.stage 0 in fp32"), std::string::npos)
+          << e.what();
+    }
+    ASSERT_EQ(model->weight.sizes(), before.sizes()) << "the refused initialize partitioned the model";
+    EXPECT_TRUE(at::equal(model->weight.detach(), before));
+  }
 }
 
 }  // namespace
