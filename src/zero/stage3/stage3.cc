@@ -236,7 +236,7 @@ Stage3::~Stage3() {
   try {
     drain_reductions(0);
     for (auto& unit : units_)
-      if (unit->state == Unit::State::kInflight) wait_gathered(*unit);
+      if (unit->state == Unit::State::kGathering) wait_gathered(*unit);
     // Copies still reading the gradient partitions or host shards about to be freed.
     grad_copies_.wait();
     if (copy_stream_) copy_stream_->synchronize();

@@ -23,11 +23,11 @@ void Stage3::note_live(int64_t delta) {
 }
 
 void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
-  if (unit.state != Unit::State::kReleased) return;
+  if (!unit.sharded()) return;
   std::optional<WaitClock::Span> span;  // a prefetch is issued ahead of need: only a gather on demand is a wait
   if (!prefetch) span = waits_.begin();
   // hpZ: backward gathers a unit its forward left secondary partitions of within the secondary group.
-  unit.via_secondary = in_backward_ && !exact && !unit.flats.empty() && unit.flats.front().secondary.defined();
+  unit.via_secondary = in_backward_ && !exact && unit.state == Unit::State::kShardedPostForward;
   unit.quantized = unit.via_secondary
                        ? unit.secondary_quantized
                        : options_.quantization.quantized_weights && !exact && !unit.persistent && world_.size() > 1;
@@ -60,7 +60,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     if (!unit.copied) unit.copied = acc.new_event();
     unit.copied->record(copy_stream_.get());
   }
-  unit.state = Unit::State::kInflight;
+  unit.state = Unit::State::kGathering;
   unit.prefetched = prefetch;
   ++stats_.gathers;
   if (prefetch) ++stats_.prefetches;
@@ -120,7 +120,7 @@ void Stage3::gather_flat_secondary_quantized(Flat& f) {
 }
 
 void Stage3::wait_gathered(Unit& unit) {
-  if (unit.state != Unit::State::kInflight) return;
+  if (unit.state != Unit::State::kGathering) return;
   WaitClock::Span span = waits_.begin();
   if (unit.on_copy_stream) {
     // The copies up (and, at one rank, the only step): the compute stream goes on once they are done.
@@ -167,6 +167,7 @@ void Stage3::keep_secondary(Unit& unit) {
 
 void Stage3::drop_secondary(Unit& unit) {
   for (auto& f : unit.flats) f.secondary = f.secondary_scales = at::Tensor();
+  if (unit.state == Unit::State::kShardedPostForward) unit.state = Unit::State::kSharded;
 }
 
 void Stage3::plan_quantization(Flat& f) {
@@ -197,7 +198,7 @@ void Stage3::dequantize_gathered(Flat& f, bool keep_group_slice) {
 }
 
 void Stage3::release(Unit& unit) {
-  if (unit.state == Unit::State::kReleased || unit.persistent) return;
+  if (unit.sharded() || unit.persistent) return;
   wait_gathered(unit);  // an in-flight gather must land before its buffer is reused
   for (auto& f : unit.flats) {
     f.forward_q_values = f.forward_q_scales = at::Tensor();  // kept by keep_secondary, if it was to be
@@ -208,7 +209,8 @@ void Stage3::release(Unit& unit) {
     pool_.release(std::move(f.gathered));
     f.gathered = at::Tensor();
   }
-  unit.state = Unit::State::kReleased;
+  const bool secondary = !unit.flats.empty() && unit.flats.front().secondary.defined();
+  unit.state = secondary ? Unit::State::kShardedPostForward : Unit::State::kSharded;
   if (!unit.root) note_live(-unit.numel);
 }
 
@@ -231,7 +233,7 @@ void Stage3::make_room(int64_t elems, const Unit& wanted) {
   for (auto& u : units_) {
     if (stats_.live_elems + elems <= options_.prefetch.max_live_elems) return;
     if (u.get() == &wanted || u->root || u->persistent || u->running) continue;
-    if (u->state != Unit::State::kReleased) release(*u);
+    if (!u->sharded()) release(*u);
   }
 }
 
@@ -242,7 +244,7 @@ void Stage3::prefetch_after(const Unit& unit) {
   // where activations peak, and a unit gathered for them early would be held through that peak.
   for (int id : coordinator_.upcoming(units_.size() * 2, /*within_forward=*/true)) {
     Unit& next = *units_[id];
-    if (next.id == unit.id || next.state != Unit::State::kReleased) continue;
+    if (next.id == unit.id || !next.sharded()) continue;
     if (issued + next.numel > options_.prefetch.prefetch_bucket_elems) break;
     if (stats_.live_elems + next.numel > options_.prefetch.max_live_elems) break;
     gather_async(next, /*prefetch=*/true);
@@ -252,7 +254,7 @@ void Stage3::prefetch_after(const Unit& unit) {
 
 void Stage3::fetch(Unit& unit) {
   coordinator_.on_fetch(unit.id);
-  if (unit.state == Unit::State::kReleased) {
+  if (unit.sharded()) {
     make_room(unit.numel, unit);
     gather_async(unit, /*prefetch=*/false);
   }
@@ -264,7 +266,7 @@ void Stage3::fetch(Unit& unit) {
 void Stage3::begin_forward() {
   coordinator_.begin_pass();
   Unit& root = *units_[root_];
-  if (root.state == Unit::State::kReleased) gather_async(root, /*prefetch=*/false);
+  if (root.sharded()) gather_async(root, /*prefetch=*/false);
   wait_gathered(root);
 }
 
@@ -316,8 +318,8 @@ std::vector<int> Stage3::gather_for_access(const std::vector<at::Tensor>& params
     ids.push_back(unit->id);
     // A unit the schedule gathered through int8 (kept for reuse, or prefetched) is gathered again exactly: a scope
     // that reads the weights (a save) or writes them back must see the masters' values, not their quantization.
-    if (unit->quantized && unit->state != Unit::State::kReleased && !unit->running) release(*unit);
-    if (unit->state == Unit::State::kReleased) gather_async(*unit, /*prefetch=*/false, /*exact=*/true);
+    if (unit->quantized && !unit->sharded() && !unit->running) release(*unit);
+    if (unit->sharded()) gather_async(*unit, /*prefetch=*/false, /*exact=*/true);
   }
   for (int id : ids) wait_gathered(*units_[id]);
   return ids;

@@ -46,14 +46,23 @@ struct Stage3::Flat {
 };
 
 struct Stage3::Unit {
-  enum class State { kReleased, kInflight, kGathered };
+  // Where the unit's parameters are, FSDP2's sharded states (torch/distributed/fsdp/_fully_shard):
+  //   kSharded             released: only this rank's partition is held
+  //   kShardedPostForward  released after a forward that backward follows, with hpZ's secondary slice kept, from
+  //                        which backward's gather runs within the secondary group (keep_secondary)
+  //   kGathering           a gather is in flight (gather_async; wait_gathered lands it)
+  //   kGathered            whole, the parameters point into the gathered buffer
+  // release() goes to kShardedPostForward while the secondary slice is held, else to kSharded; drop_secondary()
+  // takes kShardedPostForward to kSharded (the weights change at the step).
+  enum class State { kSharded, kShardedPostForward, kGathering, kGathered };
   int id = 0;
   std::string name;
   bool root = false;
   bool persistent = false;
   std::vector<Flat> flats;
   int64_t numel = 0;  // padded elements gathered when whole
-  State state = State::kReleased;
+  State state = State::kSharded;
+  bool sharded() const { return state == State::kSharded || state == State::kShardedPostForward; }
   bool prefetched = false;  // its in-flight gather was issued ahead of use (for the wait timers)
   bool quantized = false;   // gathered through int8 (quantized_weights): the values are not exact
   bool via_secondary = false;        // the gather in flight or done came from hpZ's secondary partitions
