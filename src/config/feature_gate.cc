@@ -94,9 +94,8 @@ void check_optimizer_type(const config::Config& cfg) {
              " is not supported with ", clash ? clash : "", " yet; use Adam/AdamW there");
 }
 
-}  // namespace
-
-void check_supported_features(const config::Config& cfg) {
+// Stage 3 keys this engine does not honour.
+void check_stage3_keys(const config::Config& cfg) {
   const auto& z = cfg.zero;
   const auto& oo = z.offload_optimizer;
   reject_if(z.stage == 3 && oo.ratio < 1.0, "zero_optimization.offload_optimizer.ratio",
@@ -109,6 +108,12 @@ void check_supported_features(const config::Config& cfg) {
             "zero_optimization.use_all_reduce_for_fetch_params", "fetching parameters by all-reduce or sequentially");
   reject_if(z.stage == 3 && !z.reduce_scatter, "zero_optimization.reduce_scatter",
             "stage 3 with all-reduced gradients (stage 3 always reduce-scatters to the owners; remove the key)");
+}
+
+// zero_optimization.offload_optimizer: devices, overlap and SuperOffload.
+void check_offload_optimizer(const config::Config& cfg) {
+  const auto& z = cfg.zero;
+  const auto& oo = z.offload_optimizer;
   DS_CHECK_T(ConfigError, !oo.enabled() || z.stage >= 1,
              "zero_optimization.offload_optimizer: offloading the optimizer needs zero_optimization.stage 1, 2 or 3, "
              "got stage ", z.stage);
@@ -134,39 +139,50 @@ void check_supported_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !(oo.super_offload && oo.overlap_step),
              "zero_optimization.offload_optimizer: super_offload and overlap_step are two ways to hide the CPU step; "
              "choose one");
-  if (z.zenflow) {
-    const config::ZenFlowConfig& zf = *z.zenflow;
-    DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu,
-               "zero_optimization.zenflow: needs offload_optimizer.device \"cpu\" (the unselected columns take the CPU "
-               "optimizer's step), got \"", config::to_string(oo.device), "\"");
-    DS_CHECK_T(ConfigError, z.stage != 3 || z.offload_param.device != config::OffloadDevice::kNvme,
-               "zero_optimization.zenflow: the selected values are written into the partitions in memory at every "
-               "iteration; with offload_param \"nvme\" they live in swap files (use offload_param \"cpu\" or none)");
-    DS_CHECK_T(ConfigError, !oo.super_offload,
-               "zero_optimization.zenflow: ZenFlow and offload_optimizer.super_offload both reschedule the CPU "
-               "step; choose one");
-    DS_CHECK_T(ConfigError, !zf.update_interval || zf.auto_ratio == config::ZenFlowConfig{}.auto_ratio,
-               "zero_optimization.zenflow.auto_ratio: tunes the adaptive window of update_interval \"auto\"; "
-               "update_interval is ", zf.update_interval.value_or(0), " here");
-    reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
-    reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
-              "pinning training and optimizer threads to separate cores");
-    // Its selective AdamW (a config without an optimizer section is refused at initialize, where a client optimizer
-    // would be), and the window it runs over.
-    const char* key = "zero_optimization.zenflow";
-    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw", key,
-               ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the CPU "
-               "Adam step)");
-    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->params.get_bool("bias_correction", true), key,
-               ": the selective AdamW corrects its moments' bias; optimizer.params.bias_correction false is not "
-               "supported");
-    DS_CHECK_T(ConfigError, !cfg.scheduler || cfg.scheduler->type != "OneCycle", key,
-               ": OneCycle's momentum cycling is not applied to the selective AdamW; use another schedule");
-    DS_CHECK_T(ConfigError, !cfg.gradient_accumulation_steps || *cfg.gradient_accumulation_steps == 1, key,
-               ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); "
-               "set gradient_accumulation_steps to 1, got ", cfg.gradient_accumulation_steps.value_or(1));
-    DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
-  }
+}
+
+// zero_optimization.zenflow: what it runs with.
+void check_zenflow(const config::Config& cfg) {
+  const auto& z = cfg.zero;
+  const auto& oo = z.offload_optimizer;
+  if (!z.zenflow) return;
+  const config::ZenFlowConfig& zf = *z.zenflow;
+  DS_CHECK_T(ConfigError, oo.device == config::OffloadDevice::kCpu,
+             "zero_optimization.zenflow: needs offload_optimizer.device \"cpu\" (the unselected columns take the CPU "
+             "optimizer's step), got \"", config::to_string(oo.device), "\"");
+  DS_CHECK_T(ConfigError, z.stage != 3 || z.offload_param.device != config::OffloadDevice::kNvme,
+             "zero_optimization.zenflow: the selected values are written into the partitions in memory at every "
+             "iteration; with offload_param \"nvme\" they live in swap files (use offload_param \"cpu\" or none)");
+  DS_CHECK_T(ConfigError, !oo.super_offload,
+             "zero_optimization.zenflow: ZenFlow and offload_optimizer.super_offload both reschedule the CPU "
+             "step; choose one");
+  DS_CHECK_T(ConfigError, !zf.update_interval || zf.auto_ratio == config::ZenFlowConfig{}.auto_ratio,
+             "zero_optimization.zenflow.auto_ratio: tunes the adaptive window of update_interval \"auto\"; "
+             "update_interval is ", zf.update_interval.value_or(0), " here");
+  reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
+  reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
+            "pinning training and optimizer threads to separate cores");
+  // Its selective AdamW (a config without an optimizer section is refused at initialize, where a client optimizer
+  // would be), and the window it runs over.
+  const char* key = "zero_optimization.zenflow";
+  DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw", key,
+             ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the CPU "
+             "Adam step)");
+  DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->params.get_bool("bias_correction", true), key,
+             ": the selective AdamW corrects its moments' bias; optimizer.params.bias_correction false is not "
+             "supported");
+  DS_CHECK_T(ConfigError, !cfg.scheduler || cfg.scheduler->type != "OneCycle", key,
+             ": OneCycle's momentum cycling is not applied to the selective AdamW; use another schedule");
+  DS_CHECK_T(ConfigError, !cfg.gradient_accumulation_steps || *cfg.gradient_accumulation_steps == 1, key,
+             ": update_interval takes the place of gradient_accumulation_steps (DeepSpeed sets one to the other); "
+             "set gradient_accumulation_steps to 1, got ", cfg.gradient_accumulation_steps.value_or(1));
+  DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, ": fp16 loss scaling is not supported with ZenFlow; use bf16");
+}
+
+// offload_param, the stage 1/2 keys and ZeRO++'s against the stage.
+void check_partitioning_keys(const config::Config& cfg) {
+  const auto& z = cfg.zero;
+  const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
   DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
              "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "
@@ -193,9 +209,11 @@ void check_supported_features(const config::Config& cfg) {
              "zero_optimization.zero_quantized_gradients: quantizes stage 3's gradient reductions (ZeRO++ qgZ), got "
              "stage ", z.stage);
   reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
-  check_model_dtype_masters(cfg);
-  check_compute_grad_norm(cfg);
-  check_optimizer_type(cfg);
+}
+
+// The reduction op, autocast and the gradient accumulation dtype.
+void check_precision_keys(const config::Config& cfg) {
+  const auto& z = cfg.zero;
   // gradient_allreduce_op "sum": stages 0-2 reduce without averaging; DeepSpeed refuses it at stage 3 and with
   // ZenFlow, and so do we.
   if (cfg.gradient_allreduce_op == "sum") {
@@ -216,6 +234,10 @@ void check_supported_features(const config::Config& cfg) {
                config::to_string(model), ")");
     DS_CHECK_T(ConfigError, !z.zenflow, key, ": ZenFlow selects and steps on fp32 gradients; not supported with it");
   }
+}
+
+// What the checkpoint layout, the pipeline section and the monitors may ask of deepspeed::initialize.
+void check_engine_wide_keys(const config::Config& cfg) {
   // What Python DeepSpeed's layout holds (checkpoint/deepspeed_export.h); the engine checks a client optimizer's
   // states, and MoE and pipelines.
   if (cfg.checkpoint.save_python_layout) {
@@ -238,6 +260,20 @@ void check_supported_features(const config::Config& cfg) {
              "(its files can be uploaded with wandb's own tools)");
   reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
             "zero_optimization.allgather_partitions false)");
+}
+
+}  // namespace
+
+void check_supported_features(const config::Config& cfg) {
+  check_stage3_keys(cfg);
+  check_offload_optimizer(cfg);
+  check_zenflow(cfg);
+  check_partitioning_keys(cfg);
+  check_model_dtype_masters(cfg);
+  check_compute_grad_norm(cfg);
+  check_optimizer_type(cfg);
+  check_precision_keys(cfg);
+  check_engine_wide_keys(cfg);
 }
 
 void check_pipeline_features(const config::Config& cfg) {
