@@ -7,6 +7,7 @@ namespace deepspeed::runtime {
 
 void BreakdownTable::start(const zero::Stage& stage) {
   logged_ = stage.stats();
+  gathers_ = stage.partitions_parameters();
 }
 
 std::string BreakdownTable::next(Timers& timers, const zero::Stage& stage, int64_t global_steps, int64_t steps) {
@@ -20,7 +21,7 @@ std::string BreakdownTable::next(Timers& timers, const zero::Stage& stage, int64
                                 {"compute", std::max(0.0, bwd - reduce), 1},
                                 {"reduce (blocked)", reduce, 1},
                                 {"step", step, 0}};
-  if (stage.partitions_parameters()) {
+  if (gathers_) {
     // Parts of forward and backward: gathers of parameters needed at once, and what prefetching did not hide.
     rows.push_back({"stage 3 gather (on demand, in fwd/bwd)", s3.gather_ms - logged_.gather_ms, 0});
     rows.push_back({"stage 3 prefetch wait (in fwd/bwd)", s3.prefetch_wait_ms - logged_.prefetch_wait_ms, 0});

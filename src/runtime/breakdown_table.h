@@ -20,6 +20,7 @@ class BreakdownTable {
 
  private:
   zero::Stage3Stats logged_;  // the cumulative wait counters as of the last table
+  bool gathers_ = false;      // the stage gathers parameters between uses (fixed for its life)
 };
 
 }  // namespace deepspeed::runtime

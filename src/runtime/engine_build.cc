@@ -184,13 +184,6 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   breakdown_table_.start(*stage_);  // the breakdown starts here, not with construction's gathers
 }
 
-std::vector<std::vector<std::string>> EngineImpl::parameter_names_or_positions() const {
-  std::vector<std::vector<std::string>> names(groups_.size());
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) names[g].push_back(parameter_name(g, i));
-  return names;
-}
-
 runtime::IterationActions EngineImpl::iteration_actions() {
   runtime::IterationActions a;
   a.optimizer_step = [this] { boundary_step(); };

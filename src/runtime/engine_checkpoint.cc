@@ -58,7 +58,11 @@ std::vector<zero::MasterFragment> EngineImpl::master_fragments() const {
   return stage_->master_fragments();
 }
 
-std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
+std::vector<std::vector<std::string>> EngineImpl::parameter_names() const { return names_by_group(false); }
+
+std::vector<std::vector<std::string>> EngineImpl::parameter_names_or_positions() const { return names_by_group(true); }
+
+std::vector<std::vector<std::string>> EngineImpl::names_by_group(bool positions_for_unnamed) const {
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : module_->named_parameters(/*recurse=*/true))
     names.emplace(item.value().unsafeGetTensorImpl(),
@@ -70,6 +74,10 @@ std::vector<std::vector<std::string>> EngineImpl::parameter_names() const {
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       auto it = names.find(groups_[g].params[i].unsafeGetTensorImpl());
+      if (it == names.end() && positions_for_unnamed) {
+        out[g].push_back("group " + std::to_string(g) + " parameter " + std::to_string(i));
+        continue;
+      }
       DS_ASSERT(it != names.end(), "parameter ", i, " of group ", g,
                 " is not a parameter of the module");
       out[g].push_back(it->second);

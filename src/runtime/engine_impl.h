@@ -200,6 +200,9 @@ class EngineImpl : public runtime::StageEngine {
   // names it knows parameters by (a tensor of the groups that the module does not name: "group g parameter i").
   runtime::IterationActions iteration_actions();
   std::vector<std::vector<std::string>> parameter_names_or_positions() const;
+  // engine_checkpoint.cc: both name lists from one pass over the module (experts by their global names); a group
+  // tensor the module does not name is "group g parameter i" when `positions_for_unnamed`, else an internal error.
+  std::vector<std::vector<std::string>> names_by_group(bool positions_for_unnamed) const;
   // Moves the model to the accelerator's device (device_), refusing what does not run there yet.
   void place_on_device();
   // This rank's tensor rank and size, and parameter name -> (split dimension, fused blocks) of every parameter the tp

@@ -17,7 +17,10 @@ class ZenFlowIterations final : public IterationSchedule {
  public:
   ZenFlowIterations(std::unique_ptr<ZenFlow> zenflow, IterationParts parts,
                     std::vector<std::vector<std::string>> names)
-      : zenflow_(std::move(zenflow)), parts_(std::move(parts)), names_(std::move(names)) {}
+      : zenflow_(std::move(zenflow)),
+        parts_(std::move(parts)),
+        names_(std::move(names)),
+        batched_(zero::feature<zero::PartitionWrites>(*parts_.stage)) {}
 
   bool ends_window(int64_t i) const override { return zenflow_->ends_window(i); }
   // An adaptive window's length is known only at its end: its step divides the sum then.
@@ -31,8 +34,7 @@ class ZenFlowIterations final : public IterationSchedule {
 
   void run(int64_t i, bool ends_window) override {
     // A step's publish and ZenFlow's writes over it each refresh stage 3's persistent unit: once is enough.
-    zero::PartitionWrites* batched = zero::feature<zero::PartitionWrites>(*parts_.stage);
-    if (batched) batched->begin_batched_writes();
+    if (batched_) batched_->begin_batched_writes();
     try {
       if (zenflow_->schedule().selective(i)) {
         selective_iteration(i, ends_window);
@@ -41,10 +43,10 @@ class ZenFlowIterations final : public IterationSchedule {
         parts_.actions.land();  // the warm-up steps every parameter synchronously, overlapped or not
       }
     } catch (...) {
-      if (batched) batched->end_batched_writes(/*refresh=*/false);
+      if (batched_) batched_->end_batched_writes(/*refresh=*/false);
       throw;
     }
-    if (batched) batched->end_batched_writes(/*refresh=*/true);
+    if (batched_) batched_->end_batched_writes(/*refresh=*/true);
     zenflow_->end_iteration(i);
   }
 
@@ -112,6 +114,7 @@ class ZenFlowIterations final : public IterationSchedule {
   std::unique_ptr<ZenFlow> zenflow_;
   IterationParts parts_;
   std::vector<std::vector<std::string>> names_;
+  zero::PartitionWrites* batched_;  // the stage's (stage 3), null for a flat stage
 };
 
 ZenFlowAdam adam_of(const config::OptimizerConfig& optimizer, const EngineOptimizer& built, size_t groups) {
