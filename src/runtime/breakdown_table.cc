@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "zero/stage_features.h"
+
 namespace deepspeed::runtime {
 
 void BreakdownTable::start(const zero::Stage& stage) {
   logged_ = stage.stats();
-  gathers_ = stage.partitions_parameters();
+  gathers_ = zero::partitions_parameters(stage);
 }
 
 std::string BreakdownTable::next(Timers& timers, const zero::Stage& stage, int64_t global_steps, int64_t steps) {

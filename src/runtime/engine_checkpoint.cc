@@ -19,6 +19,7 @@
 #include "runtime/rank_agreement.h"
 #include "runtime/engine_impl.h"
 #include "runtime/state_sections.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed {
 
@@ -128,7 +129,7 @@ ckpt::StateDict EngineImpl::optim_state_dict(const std::string& run_id,
 
 std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const {
   at::NoGradGuard no_grad;
-  if (!stage_->partitions_parameters()) {
+  if (!zero::partitions_parameters(*stage_)) {
     // Experts split over ranks go to their own files (save_expert_files): under their local names here they
     // would stand for rank 0's experts only.
     std::unordered_map<const void*, std::string> experts;
@@ -141,7 +142,7 @@ std::optional<ckpt::StateDict> EngineImpl::module_parameters(bool gather) const 
   if (!gather) return std::nullopt;
   // One unit gathered at a time; rank 0 keeps copies of what it needs.
   std::unordered_map<const void*, at::Tensor> copies;
-  for (const auto& params : stage_->gather_units()) {
+  for (const auto& params : zero::feature<zero::GatheredUnits>(*stage_)->gather_units()) {
     zero::GatheredParameters gathered(params, /*modifier_rank=*/-1);
     if (layout_.data_parallel.rank() == 0)
       for (const auto& p : params) copies.emplace(p.unsafeGetTensorImpl(), p.detach().clone());
@@ -283,7 +284,7 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
            "save_16bit_model: save_dir must be set and save_filename a plain file name, got '", dir,
            "' and '", file_name, "'");
   land_overlapped_step();  // the model file holds the latest update
-  if (stage_->partitions_parameters() && !config_.zero.gather_16bit_weights_on_model_save) {
+  if (zero::partitions_parameters(*stage_) && !config_.zero.gather_16bit_weights_on_model_save) {
     if (layout_.data_parallel.rank() == 0)
       std::fprintf(stderr,
                    "deepspeed: warning: save_16bit_model: did not save the model %s/%s because "

@@ -6,6 +6,7 @@
 #include "deepspeed/error.h"
 #include "runtime/engine_impl.h"
 #include "zero/make_stage.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed {
 
@@ -37,7 +38,9 @@ zero::Stage3Stats Engine::stage3_stats() const {
   impl_->step_->add_stats(s);
   return s;
 }
-void Engine::reset_stage3_peaks() { impl_->stage_->reset_peaks(); }
+void Engine::reset_stage3_peaks() {
+  if (auto* peaks = zero::feature<zero::PeakCounters>(*impl_->stage_)) peaks->reset_peaks();
+}
 int Engine::local_rank() const { return comm::get_local_rank(); }
 c10::Device Engine::device() const { return impl_->device_; }
 int Engine::global_rank() const { return comm::get_rank(); }

@@ -12,6 +12,7 @@
 
 #include "runtime/engine_impl.h"
 #include "runtime/side_features.h"
+#include "zero/stage_features.h"
 
 namespace deepspeed {
 
@@ -22,7 +23,7 @@ void EngineImpl::add_observers() {
   parts.total_steps = total_steps_;
   parts.tokens_per_sample = tokens_per_sample_;
   parts.model_parallel_size = layout_.model_parallel.is_member() ? layout_.model_parallel.size() : 1;
-  parts.partitioned_parameters = stage_->partitions_parameters();
+  parts.partitioned_parameters = zero::partitions_parameters(*stage_);
   parts.full_numels = [this] { return full_numels(); };
   parts.log_line = [this](const runtime::StepReport& last, double window_loss,
                           const runtime::LogWindow::Span& window) {

@@ -145,7 +145,7 @@ std::unique_ptr<IterationSchedule> make_zenflow_iterations(IterationParts parts,
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : *parts.groups) params.push_back(g.params);
   ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions
-  if (parts.stage->partitions_parameters()) {
+  if (zero::partitions_parameters(*parts.stage)) {
     partitioned.stage = parts.stage;
     partitioned.writes = zero::feature<zero::PartitionWrites>(*parts.stage);
     DS_ASSERT(partitioned.writes != nullptr, "a stage that partitions parameters writes into its partitions");

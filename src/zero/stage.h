@@ -76,10 +76,7 @@ class Stage {
   virtual void restore_from_masters() = 0;
   // The full shape of every parameter, per group in group order.
   virtual std::vector<std::vector<std::vector<int64_t>>> param_shapes() const = 0;
-  // The parameters of each unit the stage gathers between uses (stage 3), none when it keeps them whole: exports
-  // then gather them unit by unit.
-  virtual std::vector<std::vector<at::Tensor>> gather_units() const { return {}; }
-  bool partitions_parameters() const { return !gather_units().empty(); }
+  // (Whether the stage partitions parameters and gathers them between uses: GatheredUnits, stage_features.h.)
 
   // ---- Accounting ----
   virtual StageBytes bytes() const = 0;
@@ -88,7 +85,7 @@ class Stage {
   // kept waiting for gradient reductions, at every stage; the gather counters are zeros for stages that gather
   // nothing).
   virtual Stage3Stats stats() const = 0;
-  virtual void reset_peaks() {}
+  // (Peaks that can be reset between measurements: PeakCounters, stage_features.h.)
 };
 
 }  // namespace deepspeed::zero

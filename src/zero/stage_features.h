@@ -5,6 +5,8 @@
 //   FusedCopyBack    offload with a 16-bit model: the optimizer writes the parameters in its own pass (stages 0-2)
 //   FinalGradients   SuperOffload starts each partition's step as its gradient is final (stage 3)
 //   PartitionWrites  ZenFlow writes selected values into the model-dtype partitions (stage 3)
+//   GatheredUnits    exports and saves gather partitioned parameters unit by unit (stage 3)
+//   PeakCounters     Engine::reset_stage3_peaks starts a new peak measurement (stage 3)
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -62,10 +64,33 @@ class PartitionWrites {
   virtual void end_batched_writes(bool refresh) = 0;
 };
 
+class GatheredUnits {
+ public:
+  virtual ~GatheredUnits() = default;
+  // The parameters of each unit the stage gathers between uses, in module order (units without parameters left
+  // out): exports gather them unit by unit.
+  virtual std::vector<std::vector<at::Tensor>> gather_units() const = 0;
+};
+
+class PeakCounters {
+ public:
+  virtual ~PeakCounters() = default;
+  // Stats::peak_live_elems and the gather pool's peak restart from what is live now.
+  virtual void reset_peaks() = 0;
+};
+
 // `stage`'s interface for a feature, or null when it has none.
 template <class Feature>
 Feature* feature(Stage& stage) {
   return dynamic_cast<Feature*>(&stage);
 }
+template <class Feature>
+const Feature* feature(const Stage& stage) {
+  return dynamic_cast<const Feature*>(&stage);
+}
+
+// Whether `stage` partitions the parameters themselves (and gathers them between uses), rather than keeping them
+// whole on every rank.
+inline bool partitions_parameters(const Stage& stage) { return feature<GatheredUnits>(stage) != nullptr; }
 
 }  // namespace deepspeed::zero

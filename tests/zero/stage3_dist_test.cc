@@ -591,6 +591,15 @@ TEST(Stage3Memory, LiveParametersAndThePoolStayUnderTheBound) {
   EXPECT_GT(s2.pool_reserved_bytes, 0) << "gathered buffers should be kept for the next forward";
   EXPECT_LE(s2.peak_live_elems, 2 * block + 512);
   EXPECT_GT(s2.gathers, s1.gathers);
+  // A new measurement starts from what is gathered now (between steps: nothing beyond the bound's persistent
+  // parameters), and the next step's gathers raise the peak again.
+  engine.reset_stage3_peaks();
+  auto s3 = engine.stage3_stats();
+  EXPECT_EQ(s3.peak_live_elems, s3.live_elems);
+  EXPECT_LT(s3.peak_live_elems, block) << "reset_stage3_peaks kept the previous steps' peak";
+  EXPECT_LT(s3.pool_peak_bytes, s2.pool_peak_bytes) << "reset_stage3_peaks kept the pool's previous peak";
+  tiny_gpt::train(engine, data, 1);
+  EXPECT_GE(engine.stage3_stats().peak_live_elems, block);
 }
 
 // zero::Init: building a model of many blocks holds one block whole at most beyond this rank's partitions, not the

@@ -149,7 +149,12 @@ struct Stage3Options {
   } quantization;
 };
 
-class Stage3 : public Stage, public SlicedMasters, public FinalGradients, public PartitionWrites {
+class Stage3 : public Stage,
+               public SlicedMasters,
+               public FinalGradients,
+               public PartitionWrites,
+               public GatheredUnits,
+               public PeakCounters {
  public:
   // Partitions the parameters of `groups` (each a list of the module's parameters; together every trainable
   // parameter) across `world`. Units are found under `module`; construction-time partitions (zero::Init) are taken
