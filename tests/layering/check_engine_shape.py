@@ -5,10 +5,12 @@
   features arrive behind seams (zero::Stage, OptimizerStep, IterationSchedule, the layout's transforms), not as
   branches in the engine;
 - engine*.cc together hold at most 1,200 lines;
-- no function defined in src/ is over 80 lines.
+- no function defined in src/ is over 80 lines;
+- zero::Stage (src/zero/stage.h) has at most 16 virtual methods, none with a default that throws: what one stage
+  does for one feature is an interface of its own (stage_features.h).
 
 Prints "engine shape ok" or every violation with its file and line.
-    python3 check_engine_shape.py ROOT [--max-engine-lines N] [--max-function-lines N]
+    python3 check_engine_shape.py ROOT [--max-engine-lines N] [--max-function-lines N] [--max-stage-virtuals N]
 """
 import argparse
 import pathlib
@@ -70,11 +72,34 @@ def function_lengths(path):
     return out
 
 
+# A virtual method's declaration (the destructor excepted), up to its ";" or its inline body.
+VIRTUAL = re.compile(r"^\s*virtual\s+(?!~)[^;{]*?(\w+)\s*\([^;{]*(;|\{.*)")
+
+
+def stage_seam_problems(root, max_virtuals):
+    path = root / "src/zero/stage.h"
+    if not path.is_file():
+        return []
+    problems, count = [], 0
+    for n, line in enumerate(path.read_text(errors="replace").split("\n"), 1):
+        m = VIRTUAL.match(line)
+        if not m:
+            continue
+        count += 1
+        if re.search(r"\bthrow\b|DS_CHECK\w*\(\s*false|DS_THROW", m.group(2)):
+            problems.append(f"src/zero/stage.h:{n}: {m.group(1)} has a default that throws: make it a feature "
+                            "interface (stage_features.h)")
+    if count > max_virtuals:
+        problems.append(f"src/zero/stage.h: zero::Stage has {count} virtual methods, over {max_virtuals}")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
     ap.add_argument("--max-engine-lines", type=int, default=1200)
     ap.add_argument("--max-function-lines", type=int, default=80)
+    ap.add_argument("--max-stage-virtuals", type=int, default=16)
     ap.add_argument("--no-legacy-check", action="store_true", help="a fixture tree: LEGACY's files are not in it")
     args = ap.parse_args()
     root = pathlib.Path(args.root)
@@ -88,6 +113,7 @@ def main():
                 for p in engine_files(root, with_handle=True) if p.suffix == ".cc")
     if total > args.max_engine_lines:
         problems.append(f"src/runtime/engine*.cc: {total} lines together, over {args.max_engine_lines}")
+    problems += stage_seam_problems(root, args.max_stage_virtuals)
     legacy_seen = set()
     for p in sorted((root / "src").rglob("*.cc")):
         for line, length, head in function_lengths(p):
@@ -107,7 +133,8 @@ def main():
         print("\n".join(problems))
         return 1
     print(f"engine shape ok: engine*.cc {total} lines, no forbidden name, no function over {args.max_function_lines} "
-          f"lines but the {len(legacy_seen)} listed to be split")
+          f"lines but the {len(legacy_seen)} listed to be split, zero::Stage within {args.max_stage_virtuals} "
+          "virtual methods")
     return 0
 
 
