@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "comm/mesh.h"
 #include "config/feature_gate.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
@@ -97,29 +98,27 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
 
 void PipelineEngineImpl::make_groups(InitializeOptions& options) {
   const ProcessTopology& topo = module_->topology();
-  // Groups are created in the same order on every rank; each keeps those it belongs to.
-  for (const auto& ranks : topo.get_axis_comm_lists("data")) {
-    comm::ProcessGroup g = comm::new_group(ranks);
-    if (g.is_member()) data_group_ = g;
-  }
-  for (const auto& ranks : topo.get_axis_comm_lists("pipe")) {
-    comm::ProcessGroup g = comm::new_group(ranks);
-    if (g.is_member()) pipe_group_ = g;
-  }
+  // The topology's grid over the world (comm/mesh.h lays ranks out the same way: row-major, the last axis fastest).
+  const comm::Mesh mesh("pipe", topo.get_dims(), "pipeline topology " + topo.to_string());
+  auto axis = [&](const std::string& name) {
+    const auto& names = topo.get_axis_names();
+    return static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  data_group_ = mesh.group({axis("data")});
+  pipe_group_ = mesh.group({axis("pipe")});
   options.data_parallel_group = data_group_;
   // The ranks of one model replica (every stage and, with a "model" axis, every tensor rank) agree on the gradient
   // norm and on fp16 overflow.
   if (grid_.model_parallel_size > 1) {
-    for (int d = 0; d < grid_.data_parallel_size; ++d) {
-      comm::ProcessGroup g = comm::new_group(topo.get_axis_list("data", d));
-      if (g.is_member()) options.model_parallel_group = g;
-    }
+    options.model_parallel_group = mesh.group({axis("pipe"), axis("model")});
   } else if (grid_.pipe_parallel_size > 1) {
     options.model_parallel_group = pipe_group_;
   }
   for (const std::string& key : all_tied_keys(*module_)) {
     const std::vector<int> stages = module_->tied_stages(key);
     if (stages.size() < 2) continue;
+    // One group per (data, model) position: the tie's stages at that position.
+    std::vector<std::vector<int>> lists;
     for (int d = 0; d < grid_.data_parallel_size; ++d) {
       for (int t = 0; t < grid_.model_parallel_size; ++t) {
         std::vector<int> ranks;
@@ -128,14 +127,15 @@ void PipelineEngineImpl::make_groups(InitializeOptions& options) {
           if (topo.has_axis("model")) at.emplace_back("model", t);
           ranks.push_back(topo.get_rank(at));
         }
-        comm::ProcessGroup g = comm::new_group(ranks);
-        if (!g.is_member()) continue;
-        tie_groups_.emplace_back(key, g);
-        // The first stage of the tie counts the weight in the gradient norm; the others hold copies.
-        if (grid_.stage_id != stages.front())
-          for (const auto& p : module_->tied_parameters(key)) options.norm_excluded_params.push_back(p);
+        lists.push_back(std::move(ranks));
       }
     }
+    comm::ProcessGroup g = comm::group_from_lists("pipe.tie." + key, lists);
+    if (!g.is_member()) continue;
+    tie_groups_.emplace_back(key, g);
+    // The first stage of the tie counts the weight in the gradient norm; the others hold copies.
+    if (grid_.stage_id != stages.front())
+      for (const auto& p : module_->tied_parameters(key)) options.norm_excluded_params.push_back(p);
   }
   // Tensor parallelism: weights the layers do not split are whole on every tensor rank; rank 0 of the model axis
   // counts them.

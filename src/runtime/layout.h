@@ -5,8 +5,8 @@
 // The order it is made in (make_layout): the caller's groups when it lays out the ranks itself (the pipeline engine,
 // InitializeOptions::data_parallel_group / model_parallel_group), else tensor parallelism's (tp::apply, which also
 // runs AutoTP); then sequence parallelism's check of the model's attention layers (sequence::apply). MoE expert
-// groups are formed by the model's layers (moe/expert_groups.h) and reported by the parameter groups
-// (add_experts).
+// groups are the model's layers' (moe::expert_groups) and reported by the parameter groups (add_experts). Every
+// group, here and there, comes from the world's rank grid (comm/mesh.h).
 #pragma once
 
 #include <torch/nn/module.h>

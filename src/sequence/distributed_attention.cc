@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/grid_groups.h"
+#include "comm/mesh.h"
 #include "comm/group_capsule.h"
 #include "deepspeed/error.h"
 #include "deepspeed/sequence/layer.h"

@@ -1,7 +1,7 @@
-// Tensor-parallel process groups (deepspeed/tp/groups.h) over the shared grid layout (comm/grid_groups.h).
+// Tensor-parallel process groups (deepspeed/tp/groups.h) over the shared grid layout (comm/mesh.h).
 #include "deepspeed/tp/groups.h"
 
-#include "comm/grid_groups.h"
+#include "comm/mesh.h"
 
 namespace deepspeed::tp {
 

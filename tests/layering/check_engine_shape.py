@@ -6,6 +6,7 @@
   branches in the engine;
 - engine*.cc together hold at most 1,200 lines;
 - no function defined in src/ is over 80 lines;
+- every process group is made through the rank grid of src/comm/mesh.h: no new_group call outside src/comm/;
 - zero::Stage (src/zero/stage.h) has at most 16 virtual methods, none with a default that throws: what one stage
   does for one feature is an interface of its own (stage_features.h).
 
@@ -94,6 +95,18 @@ def stage_seam_problems(root, max_virtuals):
     return problems
 
 
+def group_problems(root):
+    problems = []
+    for p in sorted((root / "src").rglob("*.cc")):
+        if p.relative_to(root).parts[:2] == ("src", "comm"):
+            continue
+        for n, line in enumerate(p.read_text(errors="replace").split("\n"), 1):
+            if re.search(r"\bnew_group\s*\(", line) and not line.lstrip().startswith("//"):
+                problems.append(f"{p.relative_to(root)}:{n}: makes a process group outside comm/mesh.h: "
+                                f"{line.strip()}")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
@@ -114,6 +127,7 @@ def main():
     if total > args.max_engine_lines:
         problems.append(f"src/runtime/engine*.cc: {total} lines together, over {args.max_engine_lines}")
     problems += stage_seam_problems(root, args.max_stage_virtuals)
+    problems += group_problems(root)
     legacy_seen = set()
     for p in sorted((root / "src").rglob("*.cc")):
         for line, length, head in function_lengths(p):
@@ -134,7 +148,7 @@ def main():
         return 1
     print(f"engine shape ok: engine*.cc {total} lines, no forbidden name, no function over {args.max_function_lines} "
           f"lines but the {len(legacy_seen)} listed to be split, zero::Stage within {args.max_stage_virtuals} "
-          "virtual methods")
+          "virtual methods, every process group from comm/mesh.h")
     return 0
 
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "comm/mesh.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 #include "zero/stage3/construction_shard.h"
@@ -137,35 +138,24 @@ std::vector<int64_t> Stage3::make_units(const std::shared_ptr<torch::nn::Module>
   return group_size;
 }
 
-// hpZ's secondary groups and two-level qgZ's node and cross-node groups. new_group is collective over the world:
-// every rank creates every group, in order, and keeps its own.
+// hpZ's secondary groups and two-level qgZ's node and cross-node groups: grids over the world (comm/mesh.h), which
+// make_stage checked is this stage's data-parallel group when it asked for either.
 void Stage3::form_groups() {
-  if (options_.quantization.hpz_size > 1) {
-    const int n = world_.size(), h = options_.quantization.hpz_size;
-    DS_CHECK(n % h == 0, "zero_optimization.zero_hpz_partition_size ", h, " must divide the data-parallel size ", n);
-    for (int first = 0; first < n; first += h) {
-      std::vector<int> ranks;
-      for (int r = first; r < first + h; ++r) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) hpz_group_ = g;
-    }
-  }
-  // Two-level qgZ when the ranks span hosts (consecutive ranks per host).
-  if (const int n = world_.size(), l = options_.quantization.ranks_per_node;
-      options_.quantization.quantized_gradients && l > 1 && l < n && n % l == 0) {
-    nodes_ = n / l;
-    for (int node = 0; node < nodes_; ++node) {
-      std::vector<int> ranks;
-      for (int r = node * l; r < (node + 1) * l; ++r) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) node_group_ = g;
-    }
-    for (int local = 0; local < l; ++local) {
-      std::vector<int> ranks;
-      for (int r = local; r < n; r += l) ranks.push_back(r);
-      comm::ProcessGroup g = comm::new_group(ranks);
-      if (g.is_member()) cross_node_group_ = g;
-    }
+  const bool two_level_qgz = options_.quantization.quantized_gradients && options_.quantization.ranks_per_node > 1 &&
+                             options_.quantization.ranks_per_node < world_.size() &&
+                             world_.size() % options_.quantization.ranks_per_node == 0;
+  if (options_.quantization.hpz_size <= 1 && !two_level_qgz) return;
+  DS_CHECK(world_.size() == comm::get_world_size(), "ZeRO++'s hpZ and host groups are laid out over the whole world");
+  if (options_.quantization.hpz_size > 1)
+    hpz_group_ = comm::grid_groups("zero.hpz", "zero_optimization.zero_hpz_partition_size",
+                                   options_.quantization.hpz_size)
+                     .inner;
+  if (two_level_qgz) {
+    const int l = options_.quantization.ranks_per_node;
+    nodes_ = world_.size() / l;
+    const comm::GridGroups hosts = comm::grid_groups("zero.qgz_hosts", "zero_quantized_gradients ranks per host", l);
+    node_group_ = hosts.inner;
+    cross_node_group_ = hosts.outer;
   }
 }
 
