@@ -26,8 +26,7 @@ constexpr int64_t kGroupStride = int64_t{1} << 40;
 }  // namespace
 
 void Stage3::expect_grads(Unit& unit) {
-  unit.awaiting_grads = true;
-  unit.reduced = false;
+  unit.grads = Unit::Grads::kExpected;
   unit.pending_grads = unit.num_params;
 }
 
@@ -36,7 +35,8 @@ void Stage3::expect_grads(Unit& unit) {
 // needed before autograd hands over a parameter's gradient, by which time the activation gradient it came from is
 // gone.
 void Stage3::arm_grads(Unit& unit) {
-  if (unit.armed) return;
+  if (unit.grads == Unit::Grads::kArmed) return;
+  DS_ASSERT(unit.grads == Unit::Grads::kExpected, "unit ", unit.name, ": gradients armed outside its backward");
   at::NoGradGuard no_grad;
   // The gradient elements held at once (this unit's new buffer and the reductions still in flight) stay within
   // reduce_bucket_size: reductions that would not fit beside the new buffer finish first (a unit larger than the
@@ -53,22 +53,22 @@ void Stage3::arm_grads(Unit& unit) {
       g = view;
     }
   }
-  unit.armed = true;
+  unit.grads = Unit::Grads::kArmed;
 }
 
 void Stage3::param_grad_ready(int id) {
   if (!in_backward_) return;
   Unit& unit = *units_.at(id);
-  if (!unit.awaiting_grads) return;
+  if (!unit.awaiting_grads()) return;
   arm_grads(unit);
   if (--unit.pending_grads > 0 || !options_.reduction.overlap_comm || unit.root || unit.persistent) return;
   reduce_grads(unit);
-  unit.running = false;
+  unit.in_use = false;
   if (!keep_for_reuse(unit)) release(unit);
 }
 
 void Stage3::reduce_grads(Unit& unit) {
-  if (!unit.awaiting_grads || unit.reduced) return;
+  if (!unit.awaiting_grads()) return;
   arm_grads(unit);  // none of its gradients arrived: it reduces zeros, so that every rank runs the same collectives
   at::NoGradGuard no_grad;
   const int n = world_.size();
@@ -115,9 +115,7 @@ void Stage3::reduce_grads(Unit& unit) {
     pending_elems_ += r.input.numel();
     pending_.push_back(std::move(r));
   }
-  unit.armed = false;
-  unit.awaiting_grads = false;
-  unit.reduced = true;
+  unit.grads = Unit::Grads::kReduced;
   drain_reductions(kMaxPendingReductions * unit.flats.size());
   // What stays in flight while backward goes on.
   stats_.peak_pending_reduce_elems = std::max(stats_.peak_pending_reduce_elems, pending_elems_);
@@ -324,7 +322,7 @@ void Stage3::finish_backward() {
   // Units whose gradients were not all produced (unused parameters), then the root and persistent units, in unit
   // order, which every rank shares.
   for (auto& unit : units_)
-    if (unit->awaiting_grads) reduce_grads(*unit);
+    if (unit->awaiting_grads()) reduce_grads(*unit);
   drain_reductions(0);
   in_backward_ = false;
   // Flats this backward did not reduce (a unit unused in the last micro-batch) hold the window's gradients all the
@@ -338,8 +336,8 @@ void Stage3::finish_backward() {
     }
   boundary_backward_ = false;
   for (auto& unit : units_) {
-    unit->running = false;
-    unit->reduced = false;
+    unit->in_use = false;
+    unit->grads = Unit::Grads::kNone;
     if (!unit->persistent) release(*unit);
     drop_secondary(*unit);  // the step changes the weights; the next forward gathers afresh
   }

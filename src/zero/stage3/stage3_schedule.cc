@@ -232,7 +232,7 @@ bool Stage3::keep_for_reuse(const Unit& unit) const {
 void Stage3::make_room(int64_t elems, const Unit& wanted) {
   for (auto& u : units_) {
     if (stats_.live_elems + elems <= options_.prefetch.max_live_elems) return;
-    if (u.get() == &wanted || u->root || u->persistent || u->running) continue;
+    if (u.get() == &wanted || u->root || u->persistent || u->in_use) continue;
     if (!u->sharded()) release(*u);
   }
 }
@@ -284,13 +284,13 @@ void Stage3::end_forward() {
 
 void Stage3::unit_pre_forward(int id) {
   Unit& unit = *units_.at(id);
-  unit.running = true;
+  unit.in_use = true;
   fetch(unit);
 }
 
 at::Tensor Stage3::unit_post_forward(int id, const at::Tensor& output) {
   Unit& unit = *units_.at(id);
-  unit.running = false;
+  unit.in_use = false;
   const bool backward_follows = at::GradMode::is_enabled() && output.requires_grad();
   if (!backward_follows || !keep_for_reuse(unit)) {
     if (backward_follows && !in_backward_) keep_secondary(unit);
@@ -301,8 +301,8 @@ at::Tensor Stage3::unit_post_forward(int id, const at::Tensor& output) {
 
 void Stage3::unit_pre_backward(int id) {
   Unit& unit = *units_.at(id);
-  if (unit.awaiting_grads) return;  // several outputs of one unit each carry the hook
-  unit.running = true;
+  if (unit.awaiting_grads()) return;  // several outputs of one unit each carry the hook
+  unit.in_use = true;
   fetch(unit);
   expect_grads(unit);  // its gradient buffer is taken when the first gradient arrives (arm_grads)
 }
@@ -318,7 +318,7 @@ std::vector<int> Stage3::gather_for_access(const std::vector<at::Tensor>& params
     ids.push_back(unit->id);
     // A unit the schedule gathered through int8 (kept for reuse, or prefetched) is gathered again exactly: a scope
     // that reads the weights (a save) or writes them back must see the masters' values, not their quantization.
-    if (unit->quantized && !unit->sharded() && !unit->running) release(*unit);
+    if (unit->quantized && !unit->sharded() && !unit->in_use) release(*unit);
     if (unit->sharded()) gather_async(*unit, /*prefetch=*/false, /*exact=*/true);
   }
   for (int id : ids) wait_gathered(*units_[id]);

@@ -71,10 +71,22 @@ struct Stage3::Unit {
   std::unique_ptr<accelerator::Event> copied;
   bool on_copy_stream = false;
   bool secondary_quantized = false;  // the secondary partitions hold int8-gathered values
-  bool running = false;  // inside its forward, or armed for its backward and not yet reduced
-  bool awaiting_grads = false;  // its backward has begun and its gradients are not reduced yet
-  bool armed = false;           // its gradient buffer is taken (at its first gradient: see arm_grads)
-  bool reduced = false;
+  // Its gradients in the current backward, a state machine beside the sharded one (FSDP2 keeps its TrainingState
+  // beside the sharded state the same way):
+  //   kNone      no backward of it is under way (before it, and after finish_backward)
+  //   kExpected  its backward began (unit_pre_backward; the root and persistent units at begin_backward): gradients
+  //              are due, no buffer taken yet
+  //   kArmed     its gradient buffer is taken (arm_grads, at its first gradient); the parameters' .grad view it
+  //   kReduced   its reduce-scatter was issued (reduce_grads); it is not reduced twice in one backward
+  // expect_grads enters kExpected (again, for a unit whose backward runs a second time), arm_grads kArmed,
+  // reduce_grads kReduced, finish_backward kNone.
+  enum class Grads { kNone, kExpected, kArmed, kReduced };
+  Grads grads = Grads::kNone;
+  bool awaiting_grads() const { return grads == Grads::kExpected || grads == Grads::kArmed; }
+  // In use by a forward or backward computing now: make_room and gather_for_access leave it gathered. A pin apart
+  // from `grads`, because the two overlap: a recompute forward (activation checkpointing) runs inside backward, and
+  // without overlap_comm a unit's gradients are reduced at finish_backward while it is still in use.
+  bool in_use = false;
   int pending_grads = 0;
   int num_params = 0;
   std::shared_ptr<UnitBase> module;  // null for the root and persistent units
