@@ -59,8 +59,8 @@ std::optional<int64_t> read_batch_key(ObjectReader& r, const std::string& key,
   return ObjectReader::to_int(*v, key, 1, std::numeric_limits<int64_t>::max());
 }
 
-void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) {
-  ObjectReader r(root, "", autos);
+// The top level's own values: batch sizes, clipping, flags, data types.
+void parse_top_level_values(ObjectReader& r, Config* c, std::set<std::string>* autos) {
   c->train_batch_size = read_batch_key(r, "train_batch_size", autos);
   c->train_micro_batch_size_per_gpu = read_batch_key(r, "train_micro_batch_size_per_gpu", autos);
   c->gradient_accumulation_steps = read_batch_key(r, "gradient_accumulation_steps", autos);
@@ -116,7 +116,10 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   }
   r.read_bool("zero_allow_untested_optimizer", &c->zero_allow_untested_optimizer);
   r.read_bool("zero_force_ds_cpu_optimizer", &c->zero_force_ds_cpu_optimizer);
+}
 
+// The top level's sections, each parsed by its own reader.
+void parse_sections(ObjectReader& r, Config* c, std::set<std::string>* autos) {
   if (const Json* v = r.find("optimizer"); v && !v->is_null()) {
     c->optimizer = parse_optimizer_config(*v);
   }
@@ -176,6 +179,12 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   if (const Json* v = r.find("autotuning"); v && !v->is_null()) {
     c->autotuning = parse_autotuning_config(*v);
   }
+}
+
+void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) {
+  ObjectReader r(root, "", autos);
+  parse_top_level_values(r, c, autos);
+  parse_sections(r, c, autos);
   for (const std::string& key : unsupported_sections()) check_unsupported(r, key);
   r.finish();
 }

@@ -134,9 +134,10 @@ const char* to_string(OffloadDevice device) {
   return "none";
 }
 
-ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
-  ObjectReader r(node, kPath, autos);
-  ZeroConfig z;
+namespace {
+
+// Partitioning and reduction: the stage, buckets, overlap.
+void read_partitioning(ObjectReader& r, ZeroConfig& z) {
   r.read_int("stage", &z.stage, 0, 3);
   r.read_bool("contiguous_gradients", &z.contiguous_gradients);
   r.read_bool("reduce_scatter", &z.reduce_scatter);
@@ -152,7 +153,10 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   r.read_bool("load_from_fp32_weights", &z.load_from_fp32_weights);
   r.read_bool("elastic_checkpoint", &z.elastic_checkpoint);
   r.read_int("sub_group_size", &z.sub_group_size, 0);
+}
 
+// offload_optimizer and offload_param, with the deprecated spellings DeepSpeed still maps onto them.
+void read_offload(ObjectReader& r, ZeroConfig& z) {
   const Json* offload_optimizer = r.find("offload_optimizer");
   if (offload_optimizer && !offload_optimizer->is_null()) {
     z.offload_optimizer = parse_offload_optimizer(*offload_optimizer);
@@ -181,7 +185,10 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   }
   bool unused_pin = false;  // DeepSpeed accepts and ignores it (no replacement is set)
   r.read_bool("cpu_offload_use_pin_memory", &unused_pin);
+}
 
+// Stage 3's gathering and persistence knobs, under their stage3_ names or DeepSpeed's field names.
+void read_stage3_keys(ObjectReader& r, ZeroConfig& z, std::set<std::string>* autos) {
   read_stage3_int(r, "prefetch_bucket_size", &z.prefetch_bucket_size, autos);
   read_stage3_int(r, "param_persistence_threshold", &z.param_persistence_threshold, autos);
   read_stage3_int(r, "model_persistence_threshold", &z.model_persistence_threshold, autos);
@@ -196,7 +203,10 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
              &z.module_granularity_threshold, 0);
   read_stage3_bool(r, "use_all_reduce_for_fetch_params", &z.use_all_reduce_for_fetch_params);
   read_stage3_bool(r, "allgather_sequential", &z.allgather_sequential);
+}
 
+// ZeRO++, MiCS, leaf modules and the flags DeepSpeed reads beside them.
+void read_extensions(ObjectReader& r, ZeroConfig& z) {
   r.read_bool("ignore_unused_parameters", &z.ignore_unused_parameters);
   r.read_bool("legacy_stage1", &z.legacy_stage1);
   r.read_bool("round_robin_gradients", &z.round_robin_gradients);
@@ -229,6 +239,17 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
     read_list("name_suffixes", &z.leaf_module_name_suffixes);
     l.finish();
   }
+}
+
+}  // namespace
+
+ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
+  ObjectReader r(node, kPath, autos);
+  ZeroConfig z;
+  read_partitioning(r, z);
+  read_offload(r, z);
+  read_stage3_keys(r, z, autos);
+  read_extensions(r, z);
   const Json* zenflow = r.find("zenflow");
   if (zenflow && !zenflow->is_null()) z.zenflow = parse_zenflow(*zenflow);
   r.finish();
