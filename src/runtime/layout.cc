@@ -1,13 +1,44 @@
 #include "runtime/layout.h"
 
+#include <algorithm>
+
 #include "deepspeed/error.h"
 #include "sequence/apply.h"
 #include "tp/apply.h"
 
 namespace deepspeed::runtime {
 
+void check_degrees(const Config& config, const InitializeOptions& options) {
+  const int world = comm::get_world_size();
+  const bool caller_layout = options.data_parallel_group.is_member() || options.model_parallel_group.is_member();
+  const int tp = std::max(config.tensor_parallel.autotp_size, 1), sp = config.sequence_parallel_size;
+  DS_CHECK_T(ConfigError, tp == 1 || !caller_layout, "tensor_parallel.autotp_size: with "
+             "InitializeOptions::data_parallel_group / model_parallel_group the caller lays out the ranks; leave the "
+             "tensor-parallel layout to it");
+  DS_CHECK_T(ConfigError, tp == 1 || config.zero.stage <= 2, "tensor_parallel.autotp_size: AutoTP training works "
+             "with zero_optimization.stage 0, 1 or 2 (as in DeepSpeed), got ", config.zero.stage);
+  DS_CHECK_T(ConfigError, sp == 1 || (tp == 1 && !caller_layout),
+             "sequence_parallel_size: Ulysses does not combine with tensor or pipeline parallelism yet");
+  if (const int h = config.zero.zero_hpz_partition_size; h > 1) {
+    DS_CHECK_T(ConfigError, tp == 1 && !caller_layout, "zero_optimization.zero_hpz_partition_size: secondary "
+               "partitions need the data-parallel group to be the whole world (not inside a pipeline or another "
+               "data-parallel layout)");
+    // Ranks are numbered host by host (the launcher's RANK = node * ranks per host + local rank), so groups of h
+    // consecutive ranks stay on one host when h divides the ranks per host.
+    const int local = comm::get_local_world_size();
+    DS_CHECK_T(ConfigError, local % h == 0, "zero_optimization.zero_hpz_partition_size ", h,
+               " must divide the ranks per host (", local, ", LOCAL_WORLD_SIZE): a secondary partition group would "
+               "span hosts");
+  }
+  DS_CHECK_T(ConfigError, world % tp == 0, "tensor_parallel.autotp_size (", tp, ") must divide the world of ", world,
+             " ranks");
+  DS_CHECK_T(ConfigError, world % sp == 0, "sequence_parallel_size (", sp, ") must divide the world of ", world,
+             " ranks");
+}
+
 Layout make_layout(torch::nn::Module& module, const Config& config, InitializeOptions& options,
                    std::vector<at::Tensor>* norm_excluded) {
+  check_degrees(config, options);
   Layout layout;
   layout.tensor_parallel = tp::apply(module, config, options);
   layout.data_parallel =

@@ -30,7 +30,13 @@ struct Layout {
   int batch_ranks() const { return data_parallel.size() / sequence_parallel; }
 };
 
-// Applies the parallelism transforms to `module` and makes the layout (above); `options` loses the groups and
+// The refusals about the degrees themselves, checked together before any transform runs: tensor and sequence
+// parallelism's sizes divide the world; AutoTP below stage 3 and not beside a caller's layout; Ulysses alone (no
+// tensor or pipeline parallelism yet); hpZ's secondary groups over the whole world, within a host. ConfigError names
+// the key. (MoE's, which the model's layers know: add_experts.)
+void check_degrees(const Config& config, const InitializeOptions& options);
+
+// Applies the parallelism transforms to `module` and makes the layout (above), check_degrees first; `options` loses the groups and
 // exclusions it handed over. Throws ConfigError naming the key for a layout the config cannot train with.
 Layout make_layout(torch::nn::Module& module, const Config& config, InitializeOptions& options,
                    std::vector<at::Tensor>* norm_excluded);

@@ -23,10 +23,8 @@ int apply(const torch::nn::Module& module, const Config& config, const Initializ
   if (sp == 1) return 1;
   DS_CHECK_T(ConfigError, layers > 0, "sequence_parallel_size: ", sp, " ranks would split each sequence, but the model "
              "has no deepspeed::sequence::DistributedAttention layer to exchange them; build its attention with one");
-  DS_CHECK_T(ConfigError, !tensor_parallel && !options.data_parallel_group.is_member() &&
-                              !options.model_parallel_group.is_member(),
-             "sequence_parallel_size: Ulysses does not combine with tensor or pipeline parallelism yet");
-  sequence_parallel_groups(sp);  // the layout the layers use; checks that sp divides the world
+  // (With tensor or pipeline parallelism it was refused by runtime::check_degrees.)
+  sequence_parallel_groups(sp);  // the layout the layers use
   return sp;
 }
 

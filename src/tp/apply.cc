@@ -47,13 +47,9 @@ AutoTpPolicy policy_of(const config::TensorParallelConfig& c) {
 
 bool apply(torch::nn::Module& module, const Config& config, InitializeOptions& options) {
   // A caller that lays out the groups itself (the pipeline engine, whose topology's "model" axis is the tensor-parallel
-  // one) has checked the layers against them and passes the norm's exclusions.
-  if (options.data_parallel_group.is_member() || options.model_parallel_group.is_member()) {
-    DS_CHECK_T(ConfigError, config.tensor_parallel.autotp_size <= 1, "tensor_parallel.autotp_size: with "
-               "InitializeOptions::data_parallel_group / model_parallel_group the caller lays out the ranks; leave "
-               "the tensor-parallel layout to it");
-    return false;
-  }
+  // one) has checked the layers against them and passes the norm's exclusions (runtime::check_degrees refused an
+  // autotp_size beside them).
+  if (options.data_parallel_group.is_member() || options.model_parallel_group.is_member()) return false;
   int model_tp = 0;
   sharded_parameters(module, &model_tp);
   const int tp_size = std::max(config.tensor_parallel.autotp_size, 1);
@@ -64,8 +60,6 @@ bool apply(torch::nn::Module& module, const Config& config, InitializeOptions& o
              "overlaps the tensor-parallel all-reduces: it needs autotp_size > 1, got ",
              config.tensor_parallel.autotp_size);
   if (tp_size == 1) return false;
-  DS_CHECK_T(ConfigError, config.zero.stage <= 2, "tensor_parallel.autotp_size: AutoTP training works with "
-             "zero_optimization.stage 0, 1 or 2 (as in DeepSpeed), got ", config.zero.stage);
   const TensorParallelGroups groups = tensor_parallel_groups(tp_size);
   if (model_tp == 0) {
     DS_CHECK_T(ConfigError, !options.optimizer, "tensor_parallel.autotp_size: AutoTP replaces the model's layers, "

@@ -76,18 +76,8 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   so.quantization.quantized_gradients = z.zero_quantized_gradients;
   // Hosts are known only when the data-parallel group is the world (ranks numbered host by host).
   if (world.size() == comm::get_world_size()) so.quantization.ranks_per_node = comm::get_local_world_size();
-  if (z.zero_hpz_partition_size > 1) {
-    const int h = z.zero_hpz_partition_size, local = comm::get_local_world_size();
-    DS_CHECK_T(ConfigError, world.size() == comm::get_world_size(), "zero_optimization.zero_hpz_partition_size: "
-               "secondary partitions need the data-parallel group to be the whole world (not inside a pipeline or "
-               "another data-parallel layout)");
-    // Ranks are numbered host by host (the launcher's RANK = node * ranks per host + local rank), so groups of h
-    // consecutive ranks stay on one host when h divides the ranks per host.
-    DS_CHECK_T(ConfigError, local % h == 0, "zero_optimization.zero_hpz_partition_size ", h,
-               " must divide the ranks per host (", local, ", LOCAL_WORLD_SIZE): a secondary partition group would "
-               "span hosts");
-    so.quantization.hpz_size = h;
-  }
+  // (Where the secondary partitions may lie, the whole world in groups within a host: runtime::check_degrees.)
+  if (z.zero_hpz_partition_size > 1) so.quantization.hpz_size = z.zero_hpz_partition_size;
   if (z.allgather_bucket_size != config::ZeroConfig{}.allgather_bucket_size && rank0)
     std::fprintf(stderr,
                  "deepspeed: note: zero_optimization.allgather_bucket_size is not used at stage 3 (as in DeepSpeed: "
