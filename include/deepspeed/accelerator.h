@@ -107,6 +107,9 @@ class Accelerator {
   // Returns `t` in pinned host memory where supported, else `t` itself.
   virtual at::Tensor pin_memory(const at::Tensor& t) const = 0;
   virtual bool is_pinned(const at::Tensor& t) const = 0;
+  // Uninitialised host memory, page-locked where pinning is supported: allocated pinned, without the copy that
+  // pin_memory of an existing tensor makes.
+  virtual at::Tensor empty_pinned(at::IntArrayRef sizes, at::ScalarType dtype) const = 0;
 
   // Streams of `index`'s device (-1: the current device). new_stream hands out one of LibTorch's pooled side streams
   // (reused round-robin, never destroyed), as torch.cuda.Stream() does under DeepSpeed's accelerator.

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <chrono>
 #include <fstream>
@@ -66,6 +67,10 @@ class CpuEvent final : public Event {
 };
 
 }  // namespace
+
+at::Tensor CpuAccelerator::empty_pinned(at::IntArrayRef sizes, at::ScalarType dtype) const {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU));  // nothing to pin for
+}
 
 std::unique_ptr<Stream> CpuAccelerator::new_stream(int index) const {
   (void)device(index);  // range check, as on every other accelerator

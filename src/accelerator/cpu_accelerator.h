@@ -20,6 +20,7 @@ class CpuAccelerator final : public Accelerator {
   bool pin_memory_supported() const override { return false; }
   at::Tensor pin_memory(const at::Tensor& t) const override { return t; }
   bool is_pinned(const at::Tensor& t) const override { return false; }
+  at::Tensor empty_pinned(at::IntArrayRef sizes, at::ScalarType dtype) const override;
 
   std::unique_ptr<Stream> new_stream(int index = -1) const override;
   std::unique_ptr<Stream> current_stream(int index = -1) const override { return new_stream(index); }

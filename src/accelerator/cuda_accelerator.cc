@@ -124,6 +124,10 @@ at::Tensor CudaAccelerator::pin_memory(const at::Tensor& t) const {
 
 bool CudaAccelerator::is_pinned(const at::Tensor& t) const { return t.is_pinned(); }
 
+at::Tensor CudaAccelerator::empty_pinned(at::IntArrayRef sizes, at::ScalarType dtype) const {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(true));
+}
+
 std::unique_ptr<Stream> CudaAccelerator::new_stream(int index) const {
   return std::make_unique<CudaStreamHandle>(
       c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(resolve(index))));

@@ -24,6 +24,7 @@ class CudaAccelerator final : public Accelerator {
   bool pin_memory_supported() const override { return true; }
   at::Tensor pin_memory(const at::Tensor& t) const override;
   bool is_pinned(const at::Tensor& t) const override;
+  at::Tensor empty_pinned(at::IntArrayRef sizes, at::ScalarType dtype) const override;
 
   std::unique_ptr<Stream> new_stream(int index = -1) const override;
   std::unique_ptr<Stream> current_stream(int index = -1) const override;

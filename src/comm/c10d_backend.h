@@ -95,6 +95,9 @@ struct BackendOptions {
   int size = 1;
   std::chrono::milliseconds timeout{0};
   std::string master_addr;  // picks the network interface (loopback when the master is local)
+  // nccl: the rank's device (bind_local_device made it current before any group); every group is bound to it, so
+  // a group whose first operation is a barrier runs there, not on group_rank % device_count. -1: not known.
+  int device_index = -1;
 };
 
 // What `backend` ("gloo") does natively, probed on first use (CommError for an unknown backend).

@@ -22,6 +22,7 @@ constexpr std::chrono::milliseconds kDefaultTimeout{30 * 60 * 1000};  // torch's
 struct CommState {
   detail::DistEnv env;
   std::string backend;
+  int device_index = -1;  // the device bind_local_device bound (an accelerator's), every NCCL group's
   std::chrono::milliseconds timeout{0};
   bool check = false;
   std::shared_ptr<detail::KeyValueStore> store;
@@ -75,6 +76,7 @@ std::shared_ptr<ProcessGroup::Impl> make_group(CommState& s, const std::string& 
     o.size = static_cast<int>(g->ranks.size());
     o.timeout = timeout;
     o.master_addr = s.env.master_addr;
+    o.device_index = s.device_index;
     g->backend = detail::create_backend(o, s.store->with_prefix(prefix + "/pg/"));
     g->check_store = s.store->with_prefix(prefix + "/");
   }
@@ -109,6 +111,8 @@ void init_distributed(const InitOptions& options) {
   s->backend = chosen_backend(options.backend);
   // Each rank takes its LOCAL_RANK's device before any group exists: NCCL communicators belong to a device.
   accelerator::bind_local_device(s->env.local_rank);
+  if (accelerator::get_accelerator().device_count() > 0 && s->backend == "nccl")
+    s->device_index = accelerator::get_accelerator().current_device();
   if (s->env.single_process) {
     s->store = detail::create_local_store();
   } else {

@@ -46,7 +46,7 @@ void EngineImpl::offload_states(const OffloadStatesOptions& options) {
   if (wanted(OffloadStateType::kHpParams)) add(states.hp_params);
   if (wanted(OffloadStateType::kLpParams)) add(states.lp_params);
   if (wanted(OffloadStateType::kLpGrads)) add(states.lp_grads);
-  offloader_.offload(tensors, options.pin_memory);
+  offloader_.offload(tensors, options.pin_memory, device_);
 }
 
 void EngineImpl::begin_forward() {

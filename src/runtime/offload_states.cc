@@ -18,18 +18,19 @@ at::Tensor storage_bytes(const at::Tensor& t) {
 
 }  // namespace
 
-void StateOffloader::offload(const std::vector<at::Tensor>& tensors, bool pin_memory) {
+void StateOffloader::offload(const std::vector<at::Tensor>& tensors, bool pin_memory, c10::Device device) {
   DS_CHECK(entries_.empty(), "offload_states: states are already offloaded; call reload_states() first");
   auto& acc = accelerator::get_accelerator();
   std::unordered_set<const void*> seen;
   for (const auto& t : tensors) {
-    if (!t.defined() || t.storage().nbytes() == 0) continue;
+    if (!t.defined() || t.storage().nbytes() == 0 || t.device() != device) continue;
     if (!seen.insert(t.storage().unsafeGetStorageImpl()).second) continue;
     Entry e;
     e.device = t.device();
     at::Tensor bytes = storage_bytes(t);
-    e.host = bytes.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-    if (pin_memory && acc.pin_memory_supported()) e.host = acc.pin_memory(e.host);
+    e.host = pin_memory && !device.is_cpu() ? acc.empty_pinned(bytes.sizes(), at::kByte)
+                                            : at::empty(bytes.sizes(), bytes.options().device(at::kCPU));
+    e.host.copy_(bytes);
     e.handle = bytes;
     // Re-pointing frees the original allocation (the storage's previous DataPtr is dropped).
     c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();

@@ -8,6 +8,11 @@
 // but the same copies and swaps run, so the path a GPU build takes is the one tested here. While offloaded, the
 // engine refuses to run (the device tensors must not be touched).
 //
+// Only storages on the engine's device move: on an accelerator, states already in host memory (offload_optimizer's
+// pinned masters and gradient copies, offload_param's pinned shards) stay where and as they are, pinned, instead of
+// coming back pageable from a pointless host-to-host round trip. A moved storage's host copy is pinned when asked
+// (one copy, into pinned memory allocated for it).
+//
 // Not thread-safe; driven by the engine's thread.
 #pragma once
 
@@ -20,8 +25,9 @@ namespace deepspeed::runtime {
 
 class StateOffloader {
  public:
-  // Moves the storages behind `tensors` (deduplicated) to host memory. Throws if already offloaded.
-  void offload(const std::vector<at::Tensor>& tensors, bool pin_memory);
+  // Moves the storages behind `tensors` (deduplicated) that live on `device` to host memory. Throws if already
+  // offloaded.
+  void offload(const std::vector<at::Tensor>& tensors, bool pin_memory, c10::Device device);
   // Moves them back to fresh memory on their original device. No-op when nothing is offloaded.
   void reload();
   bool offloaded() const { return !entries_.empty(); }

@@ -46,9 +46,17 @@ void SpeculativeStep::begin(double unscale) {
 
 void SpeculativeStep::submit(size_t group, int64_t offset, const at::Tensor& grad) {
   if (!pending_ || grad.numel() == 0) return;
+  Slice slice{group, offset, grad.numel(), grad, nullptr, {}};
+  if (!grad.is_cpu()) {
+    // The gradient's last write (the reduce-scatter's add into the accumulator) is queued on the caller's current
+    // stream of its device, which need not be the one the worker's copy would follow.
+    auto& acc = accelerator::get_accelerator();
+    slice.ready = acc.new_event();
+    slice.ready->record(acc.current_stream(grad.device().index()).get());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Slice{group, offset, grad.numel(), grad, {}});
+    queue_.push_back(std::move(slice));
   }
   cv_.notify_all();
 }
@@ -88,8 +96,17 @@ void SpeculativeStep::run(Slice& s) {
   }
   // The same arithmetic as the engine's step: the gradient times the unscale coefficient, then the kernel. The
   // stage's gradient itself stays as it is (the global norm is taken from it after backward).
-  at::Tensor grad = s.grad.to(at::kCPU);
+  at::Tensor grad = s.grad;
+  if (!grad.is_cpu()) {
+    s.ready->synchronize();
+    if (host_grad_.numel() < s.n || host_grad_.scalar_type() != grad.scalar_type())
+      host_grad_ = accelerator::get_accelerator().empty_pinned({s.n}, grad.scalar_type());
+    at::Tensor host = host_grad_.narrow(0, 0, s.n);
+    host.copy_(grad.reshape({-1}));  // into pinned memory: a DMA the worker waits for, no staging through pageable
+    grad = host;
+  }
   s.grad = at::Tensor();
+  s.ready.reset();
   // fp32 operands are stepped in place; 16-bit masters or states (bf16/fp16 master weights, bf16 optimizer states)
   // and 16-bit gradients in fp32 a chunk at a time, as the engine's synchronous step does, so the two agree bit for
   // bit.

@@ -29,10 +29,12 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "runtime/optimizer.h"
 
 namespace deepspeed::runtime {
@@ -81,6 +83,9 @@ class SpeculativeStep {
     size_t group = 0;
     int64_t offset = 0, n = 0;
     at::Tensor grad;
+    // A device gradient: recorded at submit() on the stream that produced it (the caller's current stream of the
+    // gradient's device, a user's pool stream included); the worker waits for it before reading.
+    std::shared_ptr<accelerator::Event> ready;
     std::vector<at::Tensor> before;  // master, then each state: what rollback restores
   };
   void run(Slice& s);
@@ -94,6 +99,7 @@ class SpeculativeStep {
   double unscale_ = 1.0;
   bool pending_ = false;
   std::vector<Slice> done_;  // the worker's, read by the training thread after wait()
+  at::Tensor host_grad_;     // the worker's: pinned where supported, reused by every slice (grown as needed)
   int64_t slices_ = 0, rollbacks_ = 0;
 
   std::mutex mu_;

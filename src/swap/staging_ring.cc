@@ -34,10 +34,13 @@ at::Tensor StagingRing::acquire(int64_t numel) {
   return s.buffer.narrow(0, 0, numel);
 }
 
-void StagingRing::fence() {
+void StagingRing::fence(c10::Device device) {
   Slot& s = slots_[last_];
-  if (!s.copied) s.copied = accelerator::get_accelerator().new_event();
-  s.copied->record();
+  auto& acc = accelerator::get_accelerator();
+  // An event belongs to the device it is recorded on: a slot fenced on another device's stream takes a new one.
+  if (!s.copied || s.device != device.index()) s.copied = acc.new_event();
+  s.device = device.index();
+  s.copied->record(acc.current_stream(device.index()).get());
 }
 
 int64_t StagingRing::allocated_bytes() const {

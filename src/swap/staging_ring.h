@@ -30,9 +30,9 @@ class StagingRing {
 
   // The next buffer's first `numel` elements, once the copy fenced on it last has completed.
   at::Tensor acquire(int64_t numel);
-  // The copy out of (or into) the buffer acquire() last returned has been issued on the current stream: the buffer
-  // is free again when the stream gets past it.
-  void fence();
+  // The copy out of (or into) the buffer acquire() last returned has been issued on the current stream of `device`
+  // (the other end of the copy): the buffer is free again when that stream gets past it.
+  void fence(c10::Device device);
 
   int count() const { return static_cast<int>(slots_.size()); }
   bool pinned() const { return pin_; }
@@ -43,6 +43,7 @@ class StagingRing {
   struct Slot {
     at::Tensor buffer;
     std::unique_ptr<accelerator::Event> copied;  // recorded after the last copy that used the buffer
+    int device = -1;                             // the device `copied` was recorded on
   };
   std::vector<Slot> slots_;
   int64_t max_elems_;

@@ -14,9 +14,11 @@ namespace deepspeed::zero {
 
 class GradCopyDown {
  public:
-  // Copies `src` into `host` (same size), after the work the current stream has queued. `src` must not be written
-  // before wait(). Returns false, copying nothing, from a device into pageable memory: there each copy would block
-  // the host until the device caught up, so the caller copies those at the step, all in one go.
+  // Copies `src` into `host` (same size), after the work the current stream of src's device has queued (the copy
+  // stream and its event belong to src's device, whichever device the calling thread has current). A change of
+  // dtype happens on that current stream first, so the temporary comes from its pool, not the copy stream's. `src`
+  // must not be written before wait(). Returns false, copying nothing, from a device into pageable memory: there each
+  // copy would block the host until the device caught up, so the caller copies those at the step, all in one go.
   bool copy(const at::Tensor& host, const at::Tensor& src);
   // Blocks until every copy issued so far has finished.
   void wait() const {
@@ -25,6 +27,7 @@ class GradCopyDown {
 
  private:
   std::unique_ptr<accelerator::Stream> stream_;  // created at the first copy from a device
+  int device_ = -1;                               // the device stream_ and queued_ belong to
   std::unique_ptr<accelerator::Event> queued_;   // recorded again before each copy: the copy stream waits on it
 };
 

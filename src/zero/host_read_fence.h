@@ -1,6 +1,7 @@
 // A fence after asynchronous copies that read host buffers (pinned host memory up to a device, issued without
 // blocking the host): whoever writes those buffers next waits for it first. Holds the latest record only, on the
-// stream that was current then; empty until the first record (so on a CPU device, where nothing is copied
+// current stream of the device the copies went to (not the calling thread's current device: a caller on another
+// thread may have another one current); empty until the first record (so on a CPU device, where nothing is copied
 // asynchronously, waiting costs nothing).
 #pragma once
 
@@ -12,10 +13,13 @@ namespace deepspeed::zero {
 
 class HostReadFence {
  public:
-  // After issuing the copies, on the current stream.
-  void record() {
-    if (!event_) event_ = accelerator::get_accelerator().new_event();
-    event_->record();
+  // After issuing the copies to `device`, on its current stream (where they were queued).
+  void record(c10::Device device) {
+    auto& acc = accelerator::get_accelerator();
+    const int index = device.index();
+    if (!event_ || index != device_) event_ = acc.new_event();  // an event belongs to the device it is recorded on
+    device_ = index;
+    event_->record(acc.current_stream(index).get());
   }
   // Blocks until the recorded copies have read their buffers.
   void wait() const {
@@ -24,6 +28,7 @@ class HostReadFence {
 
  private:
   std::unique_ptr<accelerator::Event> event_;
+  int device_ = -1;
 };
 
 }  // namespace deepspeed::zero

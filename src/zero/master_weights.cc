@@ -224,7 +224,7 @@ void MasterWeights::publish_impl(bool from_masters) {
       // (masters()). A conversion on the way (fp32 masters) goes through a pageable temporary: blocking.
       const bool async = !mine.is_cpu() && source.is_pinned() && source.scalar_type() == mine.scalar_type();
       if (!written_in_place) mine.copy_(source, async);
-      if (!written_in_place && async) host_reads_.record();
+      if (!written_in_place && async) host_reads_.record(mine.device());
     }
     if (!options_.partitioned) continue;
     const int world = g.layout.world_size();

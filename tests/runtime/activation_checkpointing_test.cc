@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "counting_allocator.h"
+#include "deepspeed/accelerator.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/config.h"
 #include "deepspeed/error.h"
@@ -53,11 +54,12 @@ struct Stack {
   }
 };
 
-Stack mlp_stack(int layers, int64_t width, double p) {
+Stack mlp_stack(int layers, int64_t width, double p, c10::Device device = at::kCPU) {
   at::manual_seed(3);
   Stack s;
   for (int i = 0; i < layers; ++i) {
     ResidualMlp m(width, 4 * width, p);
+    m->to(device);
     s.blocks.push_back([m](const at::Tensor& x) mutable { return m->forward(x); });
     for (const auto& t : m->parameters()) s.params.push_back(t);
   }
@@ -83,7 +85,7 @@ Outcome run_once(const std::vector<at::Tensor>& params, const at::Tensor& input,
   at::Tensor x = input.detach().clone().requires_grad_(input.requires_grad());
   at::manual_seed(11);
   at::Tensor out = forward(x);
-  at::Tensor weights = at::linspace(-1, 1, out.numel()).view(out.sizes());
+  at::Tensor weights = at::linspace(-1, 1, out.numel()).to(out.device()).view(out.sizes());
   Outcome r;
   r.loss = (out * weights).sum();
   r.loss.backward();
@@ -399,6 +401,33 @@ TEST_F(ActivationCheckpointingTest, ConfigureFromConfigAndRejectedCombinations) 
   expect_config_error(no_count, "activation_checkpointing.number_checkpoints");
   // A refused configure leaves the previous settings in force.
   EXPECT_EQ(ckpt::settings().number_checkpoints.value_or(0), 6);
+}
+
+// cpu_checkpointing from the accelerator's device (the GPU check runs it; on a CPU device inputs are in host memory
+// already): each checkpointed input goes down into pinned host memory and comes back for the recompute, with and
+// without the contiguous buffer, and the result is the plain run's bit for bit.
+TEST_F(ActivationCheckpointingTest, CpuCheckpointingFromTheDeviceMatches) {
+  const c10::Device device = deepspeed::accelerator::get_accelerator().device();
+  if (device.is_cpu()) GTEST_SKIP() << "inputs are in host memory already (runs in the GPU check)";
+  for (bool contiguous : {false, true}) {
+    SCOPED_TRACE(contiguous ? "contiguous buffer" : "one buffer per input");
+    deepspeed::config::ActivationCheckpointingConfig c = contiguous ? contiguous_settings(3)
+                                                                     : deepspeed::config::ActivationCheckpointingConfig{};
+    c.cpu_checkpointing = true;
+    ckpt::configure(c);
+    Stack s = mlp_stack(3, kWidth, 0.3, device);
+    at::Tensor x = at::randn({kBatch, kWidth}).to(device).requires_grad_(true);
+    Outcome plain = run_once(s.params, x, [&](const at::Tensor& in) { return s.forward(in, false); });
+    int64_t host_during_forward = -1;
+    Outcome ck = run_once(s.params, x, [&](const at::Tensor& in) {
+      at::Tensor out = s.forward(in, true);
+      host_during_forward = ckpt::stats().host_saved_bytes;
+      return out;
+    });
+    expect_identical(plain, ck);
+    EXPECT_EQ(host_during_forward, 3 * kBatch * kWidth * 4);
+    ckpt::reset();
+  }
 }
 
 TEST_F(ActivationCheckpointingTest, AllOptionsTogetherMatchPlainRun) {

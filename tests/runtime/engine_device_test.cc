@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <exception>
 #include <string>
+#include <thread>
 
 #include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
@@ -41,6 +43,51 @@ TEST(EngineDevice, ModelAndStepsLiveOnTheAcceleratorsDevice) {
       deepspeed::zero::GatheredParameters full(*net);
       const at::Tensor after = net->weight.detach().to(at::kCPU, at::kFloat, false, true);
       EXPECT_GT((after - before).abs().max().item<double>(), 1e-4) << "the step moved the weights";
+    }
+  }
+}
+
+// Forward, backward and step driven from a thread that did not initialize anything (its current device and stream
+// are the defaults, not the ones init_distributed bound): every stream, event and fence the step uses follows the
+// tensors' device, so the result is the training thread's bit for bit, at every stage, with optimizer offload's
+// early copies down at stages 2 and 3.
+TEST(EngineDevice, StepsFromAFreshThreadMatchTheTrainingThread) {
+  for (int stage : {0, 2, 3}) {
+    for (const char* offload : {"", ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}"}) {
+      if (stage == 0 && *offload) continue;
+      SCOPED_TRACE("stage " + std::to_string(stage) + offload);
+      const std::string json = std::string(R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW",
+          "params": {"lr": 0.01}}, "zero_optimization": {"stage": )") + std::to_string(stage) + offload + "}}";
+      auto train = [&](bool fresh_thread) {
+        auto net = model();
+        auto engine = deepspeed::initialize(net, deepspeed::Config::from_string(json));
+        auto steps = [&] {
+          at::manual_seed(11);
+          for (int i = 0; i < 3; ++i) {
+            at::Tensor x = at::randn({4, 16}).to(engine.device());
+            engine.backward(engine.forward(x).pow(2).mean());
+            engine.step();
+          }
+        };
+        if (fresh_thread) {
+          std::exception_ptr error;
+          std::thread t([&] {
+            try {
+              steps();
+            } catch (...) {
+              error = std::current_exception();
+            }
+          });
+          t.join();
+          if (error) std::rethrow_exception(error);
+        } else {
+          steps();
+        }
+        deepspeed::zero::GatheredParameters full(*net);
+        return net->weight.detach().to(at::kCPU, at::kFloat, false, true);
+      };
+      const at::Tensor same_thread = train(false), other_thread = train(true);
+      EXPECT_TRUE(at::equal(same_thread, other_thread));
     }
   }
 }

@@ -27,7 +27,7 @@ TEST(StagingRing, TransfersRotateThroughCountBuffers) {
     EXPECT_EQ(b.scalar_type(), at::kBFloat16);
     EXPECT_TRUE(b.device().is_cpu());
     b.fill_(static_cast<double>(i));
-    ring.fence();
+    ring.fence(at::Device(at::kCPU));
     seen.push_back(b.data_ptr());
   }
   EXPECT_EQ(std::set<const void*>(seen.begin(), seen.end()).size(), 3u);
@@ -43,7 +43,7 @@ TEST(StagingRing, TransfersRotateThroughCountBuffers) {
 TEST(StagingRing, OneBufferServesEveryTransfer) {
   StagingRing ring(1, 8, at::kFloat, false);
   const void* first = ring.acquire(8).data_ptr();
-  ring.fence();
+  ring.fence(at::Device(at::kCPU));
   EXPECT_EQ(ring.acquire(4).data_ptr(), first);
   EXPECT_EQ(ring.count(), 1);
 }
@@ -74,7 +74,7 @@ TEST(StagingRing, ABufferIsReusedOnlyAfterItsCopyCompleted) {
       staged.fill_(static_cast<double>(i));
       at::Tensor dst = at::empty({1 << 20}, at::TensorOptions().dtype(at::kFloat).device(device));
       dst.copy_(staged, /*non_blocking=*/ring.pinned());
-      ring.fence();
+      ring.fence(device);
       on_device.push_back(dst);
     }
     acc.synchronize();

@@ -855,6 +855,37 @@ TEST(Stage3, SuperOffloadSpeculatesAndRollsBackToTheSynchronousStep) {
   }
 }
 
+// The whole training under a user's side stream (a pool stream current on the training thread, as a caller's
+// CUDAStreamGuard makes it): the speculative worker must wait for each gradient's last write on that stream, not on
+// the device's default one, so the result is still the synchronous step's bit for bit. (On a CPU device streams
+// are the host's order and this is the test above; the GPU check runs it with a real side stream.)
+TEST(Stage3, SuperOffloadUnderAUsersStreamMatchesTheSynchronousStep) {
+  tiny_gpt::ensure_comm();
+  const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true";
+  auto run = [&](const Variant& v, deepspeed::zero::Stage3Stats* stats) {
+    auto& acc = deepspeed::accelerator::get_accelerator();
+    const std::unique_ptr<deepspeed::accelerator::Stream> users = acc.new_stream();
+    deepspeed::accelerator::StreamGuard on_users_stream(*users);
+    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+    GPT model = build_model(v, cfg);
+    auto engine = deepspeed::initialize(model, cfg);
+    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), 3);
+    *stats = engine.stage3_stats();
+    return gathered_snapshot(model);
+  };
+  Variant v{"super_offload under a user's stream"};
+  v.uneven = true;
+  v.clip = 100.0;
+  v.zero_extra = cpu + "}";
+  Variant speculative = v;
+  speculative.zero_extra = cpu + ", \"super_offload\": true}";
+  deepspeed::zero::Stage3Stats sync_stats, stats;
+  const auto sync = run(v, &sync_stats);
+  const auto got = run(speculative, &stats);
+  EXPECT_EQ(tiny_gpt::max_relative_error(got, sync), 0.0);
+  EXPECT_GT(stats.speculative_slices, 0);
+}
+
 // offload_optimizer.cpuadam_cores_perc: the speculative worker's kernels run with DeepSpeed's share of the training
 // thread's OpenMP threads (the training side keeps int((1 - perc) x threads), the worker the rest, at least one),
 // while the training thread keeps its own count; and the result is the synchronous step's as before.

@@ -136,8 +136,10 @@ variable_list save_inputs(Segment& seg, at::TensorList inputs) {
       continue;
     }
     if (to_host) {
-      at::Tensor dst = acc.pin_memory(at::empty(t.sizes(), t.options().device(at::kCPU)));
-      dst.copy_(t);
+      // Pinned from the start (the caching host allocator reuses its blocks from one forward to the next), and
+      // down without blocking: backward's copy up is queued on the same stream after it.
+      at::Tensor dst = acc.empty_pinned(t.sizes(), t.scalar_type());
+      dst.copy_(t, /*non_blocking=*/acc.is_pinned(dst));
       t = dst;
     }
     saved[i] = t;

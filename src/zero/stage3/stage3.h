@@ -310,6 +310,7 @@ class Stage3 : public Stage,
   // waits for them only where the unit is used (wait_gathered). Every write into the host shards first waits for the
   // copies issued so far, so none reads a half-written partition.
   std::unique_ptr<accelerator::Stream> copy_stream_;
+  int copy_stream_device_ = -1;  // the device copy_stream_ belongs to (the gathered buffers')
   // early_host_grads: the gradient partitions' copies down, and their end.
   GradCopyDown grad_copies_;
   // Copies `f`'s final gradient partition (`acc`) into its host copy (early_host_grads).

@@ -80,7 +80,7 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
     const bool async = shards_on_host() && options_.offload.param_pin_memory;
     dst.copy_(f.shard(*this), /*non_blocking=*/async);
     if (async) {
-      host_reads_.record();
+      host_reads_.record(dst.device());
     }
     return;
   }
@@ -95,7 +95,7 @@ void Stage3::load_shard(const Flat& f, const at::Tensor& dst) {
   at::Tensor staging = param_staging_->acquire(dst.numel()).view(dst.sizes());
   param_io_->sync_pread(staging, param_file_, f.swap_offset);
   dst.copy_(staging, /*non_blocking=*/param_staging_->pinned());
-  param_staging_->fence();
+  param_staging_->fence(dst.device());
 }
 
 void Stage3::wait_host_reads() const {
@@ -118,7 +118,7 @@ void Stage3::store_shard(const Flat& f, const at::Tensor& values) {
   // From a device: down into a ring buffer (a blocking copy: the write reads it next), then to the file.
   at::Tensor staging = param_staging_->acquire(values.numel()).view(values.sizes());
   staging.copy_(values);
-  param_staging_->fence();
+  param_staging_->fence(values.device());
   param_io_->sync_pwrite(staging, param_file_, f.swap_offset);
 }
 

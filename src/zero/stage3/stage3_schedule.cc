@@ -39,10 +39,15 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   unit.on_copy_stream = shards_on_host() && options_.offload.param_pin_memory && !unit.via_secondary && !unit.quantized;
   for (auto& f : unit.flats) f.gathered = pool_.acquire(options_.precision.dtype, f.layout.padded_numel());
   std::optional<accelerator::StreamGuard> on_copy_stream;  // after the buffers: they belong to the compute stream
+  // The streams and events of the buffers' device, whichever device the calling thread has current.
+  const int device = unit.flats.empty() ? -1 : unit.flats.front().gathered.device().index();
   if (unit.on_copy_stream) {
-    if (!copy_stream_) copy_stream_ = acc.new_stream();
+    if (!copy_stream_ || copy_stream_device_ != device) {
+      copy_stream_ = acc.new_stream(device);
+      copy_stream_device_ = device;
+    }
     const std::unique_ptr<accelerator::Event> queued = acc.new_event();
-    queued->record();
+    queued->record(acc.current_stream(device).get());
     copy_stream_->wait_event(*queued);
     on_copy_stream.emplace(*copy_stream_);
   }
@@ -60,6 +65,7 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
     if (!unit.copied) unit.copied = acc.new_event();
     unit.copied->record(copy_stream_.get());
   }
+  on_copy_stream.reset();  // the wait below is the compute stream's, not the copy stream's
   unit.state = Unit::State::kGathering;
   unit.prefetched = prefetch;
   ++stats_.gathers;
@@ -124,7 +130,8 @@ void Stage3::wait_gathered(Unit& unit) {
   WaitClock::Span span = waits_.begin();
   if (unit.on_copy_stream) {
     // The copies up (and, at one rank, the only step): the compute stream goes on once they are done.
-    accelerator::get_accelerator().current_stream()->wait_event(*unit.copied);
+    const int device = unit.flats.empty() ? -1 : unit.flats.front().gathered.device().index();
+    accelerator::get_accelerator().current_stream(device)->wait_event(*unit.copied);
     unit.on_copy_stream = false;
   }
   for (auto& f : unit.flats) {
