@@ -52,7 +52,8 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_group(const BackendOptions& options,
   auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options.rank, options.size, opts);
   // As torch's init_process_group(device_id=...): without a bound device, an operation with no tensor to name one
   // (a barrier) guesses group_rank % device_count, a stray context or, when two ranks guess one GPU, a hang.
-  if (options.device_index >= 0) pg->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options.device_index)));
+  if (options.device_index >= 0)
+    pg->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options.device_index)));
   return pg;
 #else
   check_nccl_usable("nccl");  // throws

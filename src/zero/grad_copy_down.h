@@ -27,7 +27,7 @@ class GradCopyDown {
 
  private:
   std::unique_ptr<accelerator::Stream> stream_;  // created at the first copy from a device
-  int device_ = -1;                               // the device stream_ and queued_ belong to
+  int device_ = -1;                              // the device stream_ and queued_ belong to
   std::unique_ptr<accelerator::Event> queued_;   // recorded again before each copy: the copy stream waits on it
 };
 

@@ -411,8 +411,8 @@ TEST_F(ActivationCheckpointingTest, CpuCheckpointingFromTheDeviceMatches) {
   if (device.is_cpu()) GTEST_SKIP() << "inputs are in host memory already (runs in the GPU check)";
   for (bool contiguous : {false, true}) {
     SCOPED_TRACE(contiguous ? "contiguous buffer" : "one buffer per input");
-    deepspeed::config::ActivationCheckpointingConfig c = contiguous ? contiguous_settings(3)
-                                                                     : deepspeed::config::ActivationCheckpointingConfig{};
+    deepspeed::config::ActivationCheckpointingConfig c =
+        contiguous ? contiguous_settings(3) : deepspeed::config::ActivationCheckpointingConfig{};
     c.cpu_checkpointing = true;
     ckpt::configure(c);
     Stack s = mlp_stack(3, kWidth, 0.3, device);
