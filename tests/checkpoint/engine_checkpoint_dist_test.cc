@@ -250,7 +250,7 @@ void train_elementwise(deepspeed::Engine& engine, int first, int last,
     at::Tensor t;
     at::Tensor x = elementwise_net::batch_for(rank(), step, &t);
     if (poison) poison(step, x);
-    engine.backward(engine.forward(x, t));
+    engine.backward(engine.forward(x.to(engine.device()), t.to(engine.device())));
     engine.step();
   }
 }
@@ -629,7 +629,7 @@ TEST(EngineCheckpoint, SaveRefusesMidAccumulationAndBadTags) {
   EXPECT_THROW(engine.save_checkpoint(dir.path(), std::string("a/b")), deepspeed::Error);
   at::Tensor x, y;
   tiny_gpt::split_batch(data, {0, 1}, &x, &y);
-  engine.backward(engine.forward(x, y));
+  engine.backward(engine.forward(x.to(engine.device()), y.to(engine.device())));
   engine.step();  // micro step 1 of 2
   try {
     engine.save_checkpoint(dir.path());

@@ -44,7 +44,8 @@ inline std::pair<at::Tensor, at::Tensor> micro_batch(const at::Tensor& data, int
 
 inline std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& m) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : m.named_parameters()) out[item.key()] = item.value().detach().clone();
+  for (const auto& item : m.named_parameters())
+    out[item.key()] = item.value().detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
   return out;
 }
 

@@ -149,7 +149,7 @@ Trained train_engine(const ds::models::GPTConfig& cfg, const std::string& optimi
     double total = 0;
     for (int m = 0; m < kGas; ++m) {
       auto [x, y] = micro_batch(data, step, engine.global_rank(), engine.world_size(), m);
-      at::Tensor loss = engine.forward(x, y);
+      at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       total += loss.item<double>();
       engine.backward(loss);
       engine.step();

@@ -168,7 +168,8 @@ Trained train_sp(ds::models::GPTConfig cfg, int sp, int stage, const std::string
     for (int m = 0; m < kGas; ++m) {
       auto [x, y] = gpt_training::micro_batch(data, step, engine.dp_rank(), engine.dp_world_size(), m, kMicro, kGas,
                                               kDataSeed);
-      at::Tensor loss = engine.forward(x.narrow(1, first, part), y.narrow(1, first, part));
+      at::Tensor loss = engine.forward(x.narrow(1, first, part).to(engine.device()),
+                                         y.narrow(1, first, part).to(engine.device()));
       total += loss.item<double>();
       engine.backward(loss);
       engine.step();

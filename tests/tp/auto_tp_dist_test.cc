@@ -111,7 +111,7 @@ TEST(AutoTp, EngineTrainsTheSplitModelAsThePlainLoop) {
   EXPECT_NE(model->net[3]->as<tp::RowParallelLinearImpl>(), nullptr) << "down_proj was not swapped";
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = batch(s);  // every tensor rank sees the whole batch
-    at::Tensor loss = engine.forward(x, y);
+    at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
     engine.backward(loss);
     engine.step();
   }

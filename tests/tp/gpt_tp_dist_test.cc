@@ -112,7 +112,7 @@ Trained train_tp(ds::models::GPTConfig cfg, int tp, int stage, const std::string
     double total = 0;
     for (int m = 0; m < kGas; ++m) {
       auto [x, y] = micro_batch(data, step, engine.dp_rank(), engine.dp_world_size(), m);
-      at::Tensor loss = engine.forward(x, y);
+      at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       total += loss.item<double>();
       engine.backward(loss);
       engine.step();
