@@ -59,8 +59,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${DS_GPU_BUILD_TYPE:-Re
   -DDS_CUDA_ARCHITECTURES="${DS_GPU_CUDA_ARCH:-90}" -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   > "$out/configure.log" 2>&1 \
   || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
-targets=(deepspeed_cli ds_report ops_test runtime_test activation_checkpointing_test swap_test zero_dist_test
-         stage3_dist_test tp_dist_test moe_dist_test sequence_dist_test gpt_pipeline_dist_test
+targets=(deepspeed_cli ds_report comm_device_test ops_test runtime_test activation_checkpointing_test swap_test
+         zero_dist_test stage3_dist_test tp_dist_test moe_dist_test sequence_dist_test gpt_pipeline_dist_test
          engine_checkpoint_dist_test bench_gpt_throughput bench_offload_step)
 # A target that fails to build does not stop the others' runs (ctest reports a missing executable).
 build_status=0
