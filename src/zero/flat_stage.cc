@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
+
 #include "deepspeed/error.h"
 
 namespace deepspeed::zero {
@@ -39,7 +41,15 @@ FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, F
       masters->copy_final_grads(g, begin, grads);
     };
   }
+  const int rank = world.rank();
   reducer_ = std::make_unique<GradReducer>(groups_, std::move(world), ro);
+  // What the stage sized from the model instead of the config's value, said once at start-up.
+  if (rank == 0 && reducer_->bucket_elems() < ro.bucket_elems)
+    std::fprintf(stderr,
+                 "deepspeed: zero_optimization.reduce_bucket_size %lld exceeds what stage 2 stages for this model: "
+                 "buckets of %lld elements (this rank's share of the gradients over the %s)\n",
+                 static_cast<long long>(ro.bucket_elems), static_cast<long long>(reducer_->bucket_elems()),
+                 "live staging buffers");
 }
 
 void FlatStage::begin_backward(bool boundary) {

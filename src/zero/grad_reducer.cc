@@ -296,6 +296,12 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup grou
       s.partition.push_back(at::zeros({g.layout.partition_size()}, s.fp32.dtype(options.partition_dtype)));
   }
 
+  if (options.storage == GradStorage::kPartitioned) {
+    int64_t elems = 0;
+    for (const auto& g : groups) elems += g.numel();
+    s.options.bucket_elems = sized_bucket_elems(options.bucket_elems, elems, std::max(s.group.size(), 1));
+    options.bucket_elems = s.options.bucket_elems;
+  }
   // Flat parameter index: groups in order, parameters in order. Buckets: from the last group's end backwards.
   size_t total = 0;
   for (auto& g : groups) total += g.params.size();
@@ -336,6 +342,14 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup grou
     }
   }
 }
+
+int64_t GradReducer::sized_bucket_elems(int64_t configured, int64_t total_elems, int world) {
+  constexpr int64_t kFloor = int64_t{1} << 16;  // 256 KiB of fp32: below it collectives outnumber the gain
+  const int64_t share = (total_elems + world - 1) / world;
+  return std::min(configured, std::max(kFloor, share / kMaxLiveStaging));
+}
+
+int64_t GradReducer::bucket_elems() const { return state_->options.bucket_elems; }
 
 GradReducer::~GradReducer() {
   for (size_t i = 0; i < state_->accumulators.size(); ++i)

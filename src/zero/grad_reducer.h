@@ -16,7 +16,11 @@
 //                reduced, and this rank keeps only its partition, accumulated across micro-steps in
 //                `partition_dtype` (fp32, or the model's with grad_accum_dtype; the staging stays fp32). Full
 //                buckets are reduced from the hooks even without overlap_comm (then synchronously), so staging
-//                holds a few buckets, never the whole gradient.
+//                holds a few buckets, never the whole gradient. The buckets are sized from the model: a
+//                reduce_bucket_size beyond what the staging may hold (this rank's share of the gradients over the
+//                live staging buffers; DeepSpeed's default of 5e8 elements is a whole copy of a model's gradients
+//                below 500M parameters) is cut to it, the config keeping its value (bucket_elems() says what was
+//                used).
 // How a bucket is reduced (Reduction): kAllReduce (stage 0, or reduce_scatter=false) or kReduceToOwner, where each
 // rank's partition of the bucket is reduced to that rank only.
 //
@@ -81,6 +85,13 @@ class GradReducer {
   void zero_partition_grads();
 
   size_t num_buckets() const;
+  // The bucket size used (elements): bucket_elems of the options, or less at stage 2 (see kPartitioned above).
+  int64_t bucket_elems() const;
+  // Stage 2's bucket size for `total_elems` gradients partitioned over `world` ranks when `configured` is asked: at
+  // most this rank's share over the live staging buffers, so that staging never holds more than the partition it
+  // feeds; never below a floor that keeps small models' buckets from multiplying collectives (nor above
+  // `configured`).
+  static int64_t sized_bucket_elems(int64_t configured, int64_t total_elems, int world);
   // Wall time (ms, cumulative) backward spent in the reduction rather than in autograd: launching buckets
   // (pre-scaling), waiting for them and post-scaling, from the hooks and in finish_backward().
   double blocked_ms() const;

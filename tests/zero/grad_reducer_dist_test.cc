@@ -59,6 +59,19 @@ at::Tensor expected_average(bool with_unused) {
   return sum / world;
 }
 
+// Stage 2's buckets sized from the model: DeepSpeed's default (5e8 elements) is cut to this rank's share of the
+// gradients over the four live staging buffers; a smaller configured size is kept; a tiny model's buckets stop at the
+// floor (64 Ki elements) rather than multiplying collectives.
+TEST(GradReducer, StageTwoBucketsAreSizedFromTheModel) {
+  using deepspeed::zero::GradReducer;
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 25165824, 2), 25165824 / 2 / 4);
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 25165824, 4), 25165824 / 4 / 4);
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000, 25165824, 2), 500000);
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 1000, 2), 65536);
+  EXPECT_EQ(GradReducer::sized_bucket_elems(1000, 1000, 2), 1000);
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 25165825, 3), (25165825 + 2) / 3 / 4);
+}
+
 TEST(GradReducer, OverlappedBucketsAverageAcrossRanks) {
   init_comm();
   auto world = comm::get_world_group();
