@@ -20,7 +20,11 @@ void check_degrees(const Config& config, const InitializeOptions& options) {
   DS_CHECK_T(ConfigError, sp == 1 || (tp == 1 && !caller_layout),
              "sequence_parallel_size: Ulysses does not combine with tensor or pipeline parallelism yet");
   if (const int h = config.zero.zero_hpz_partition_size; h > 1) {
-    DS_CHECK_T(ConfigError, tp == 1 && !caller_layout, "zero_optimization.zero_hpz_partition_size: secondary "
+    // A caller's groups that change nothing (its data-parallel group the world, a model-parallel group of one rank)
+    // leave the data-parallel group the whole world.
+    const bool split = (options.data_parallel_group.is_member() && options.data_parallel_group.size() != world) ||
+                       (options.model_parallel_group.is_member() && options.model_parallel_group.size() > 1);
+    DS_CHECK_T(ConfigError, tp == 1 && !split, "zero_optimization.zero_hpz_partition_size: secondary "
                "partitions need the data-parallel group to be the whole world (not inside a pipeline or another "
                "data-parallel layout)");
     // Ranks are numbered host by host (the launcher's RANK = node * ranks per host + local rank), so groups of h

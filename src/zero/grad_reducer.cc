@@ -346,7 +346,11 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, comm::ProcessGroup grou
 int64_t GradReducer::sized_bucket_elems(int64_t configured, int64_t total_elems, int world) {
   constexpr int64_t kFloor = int64_t{1} << 16;  // 256 KiB of fp32: below it collectives outnumber the gain
   const int64_t share = (total_elems + world - 1) / world;
-  return std::min(configured, std::max(kFloor, share / kMaxLiveStaging));
+  // On many ranks the share gets small: the buckets then stop at a sixteenth of the whole gradient over the live
+  // buffers (staging still a small part of what stage 1 would hold), so that a bucket's chunk per rank stays large
+  // enough for its collective not to be latency-bound.
+  const int64_t world_independent = total_elems / (16 * kMaxLiveStaging);
+  return std::min(configured, std::max({kFloor, share / kMaxLiveStaging, world_independent}));
 }
 
 int64_t GradReducer::bucket_elems() const { return state_->options.bucket_elems; }

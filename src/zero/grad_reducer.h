@@ -89,8 +89,9 @@ class GradReducer {
   int64_t bucket_elems() const;
   // Stage 2's bucket size for `total_elems` gradients partitioned over `world` ranks when `configured` is asked: at
   // most this rank's share over the live staging buffers, so that staging never holds more than the partition it
-  // feeds; never below a floor that keeps small models' buckets from multiplying collectives (nor above
-  // `configured`).
+  // feeds; never below a floor that keeps small models' buckets from multiplying collectives, nor below a sixteenth
+  // of the whole gradient over the live buffers (on many ranks the share is too small a bucket), nor above
+  // `configured`.
   static int64_t sized_bucket_elems(int64_t configured, int64_t total_elems, int world);
   // Wall time (ms, cumulative) backward spent in the reduction rather than in autograd: launching buckets
   // (pre-scaling), waiting for them and post-scaling, from the hooks and in finish_backward().

@@ -6,6 +6,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -47,10 +48,10 @@ TEST(EngineDevice, ModelAndStepsLiveOnTheAcceleratorsDevice) {
   }
 }
 
-// Forward, backward and step driven from a thread that did not initialize anything (its current device and stream
-// are the defaults, not the ones init_distributed bound): every stream, event and fence the step uses follows the
-// tensors' device, so the result is the training thread's bit for bit, at every stage, with optimizer offload's
-// early copies down at stages 2 and 3.
+// Forward, backward and step driven from a thread that did not initialize anything (its current device is the
+// default, not the one init_distributed bound) with a side stream current: every stream, event and fence the step
+// uses follows the tensors' device and the caller's stream, so the result is the training thread's bit for bit, at
+// every stage, with optimizer offload's early copies down at stages 2 and 3.
 TEST(EngineDevice, StepsFromAFreshThreadMatchTheTrainingThread) {
   for (int stage : {0, 2, 3}) {
     for (const char* offload : {"", ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}"}) {
@@ -73,6 +74,10 @@ TEST(EngineDevice, StepsFromAFreshThreadMatchTheTrainingThread) {
           std::exception_ptr error;
           std::thread t([&] {
             try {
+              // And a side stream current, as a caller's pool stream would be.
+              auto& acc = deepspeed::accelerator::get_accelerator();
+              const std::unique_ptr<deepspeed::accelerator::Stream> side = acc.new_stream();
+              deepspeed::accelerator::StreamGuard on_side(*side);
               steps();
             } catch (...) {
               error = std::current_exception();

@@ -454,4 +454,26 @@ TEST(EngineOptions, ClientOptimizerWithConfigOptimizerIsAnError) {
   }
 }
 
+// hpZ's secondary partitions need the data-parallel group to be the whole world: a caller's model-parallel group of
+// more than one rank makes it smaller, and initialize refuses by name before the model changes.
+TEST(EngineOptions, HierarchicalPartitionsInsideACallersLayoutAreRefused) {
+  if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+  if (deepspeed::comm::get_world_size() < 2) GTEST_SKIP() << "needs a model-parallel group of two ranks";
+  GPT model = make_model();
+  deepspeed::InitializeOptions options;
+  options.model_parallel_group = deepspeed::comm::get_world_group();
+  auto cfg = deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
+          "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}})");
+  try {
+    deepspeed::initialize(model, cfg, options);
+    FAIL() << "expected a ConfigError";
+  } catch (const deepspeed::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_hpz_partition_size: secondary partitions need the data-parallel group "
+                                         "to be the whole world"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

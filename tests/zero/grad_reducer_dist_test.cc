@@ -61,7 +61,8 @@ at::Tensor expected_average(bool with_unused) {
 
 // Stage 2's buckets sized from the model: DeepSpeed's default (5e8 elements) is cut to this rank's share of the
 // gradients over the four live staging buffers; a smaller configured size is kept; a tiny model's buckets stop at the
-// floor (64 Ki elements) rather than multiplying collectives.
+// floor (64 Ki elements), and a large world's at a sixteenth of the gradient over the buffers, rather than
+// multiplying collectives.
 TEST(GradReducer, StageTwoBucketsAreSizedFromTheModel) {
   using deepspeed::zero::GradReducer;
   EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 25165824, 2), 25165824 / 2 / 4);
@@ -70,6 +71,8 @@ TEST(GradReducer, StageTwoBucketsAreSizedFromTheModel) {
   EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 1000, 2), 65536);
   EXPECT_EQ(GradReducer::sized_bucket_elems(1000, 1000, 2), 1000);
   EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 25165825, 3), (25165825 + 2) / 3 / 4);
+  // A 7B model on 512 ranks: a sixteenth of the gradient over the four buffers, not a 512th.
+  EXPECT_EQ(GradReducer::sized_bucket_elems(500000000, 7000000000, 512), 7000000000 / 64);
 }
 
 TEST(GradReducer, OverlappedBucketsAverageAcrossRanks) {

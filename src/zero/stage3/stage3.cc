@@ -139,7 +139,7 @@ std::vector<int64_t> Stage3::make_units(const std::shared_ptr<torch::nn::Module>
 }
 
 // hpZ's secondary groups and two-level qgZ's node and cross-node groups: grids over the world (comm/mesh.h), which
-// make_stage checked is this stage's data-parallel group when it asked for either.
+// runtime::check_degrees (hpZ) and make_stage (qgZ's hosts) made sure is this stage's data-parallel group.
 void Stage3::form_groups() {
   const bool two_level_qgz = options_.quantization.quantized_gradients && options_.quantization.ranks_per_node > 1 &&
                              options_.quantization.ranks_per_node < world_.size() &&

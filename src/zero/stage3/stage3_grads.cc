@@ -26,7 +26,8 @@ constexpr int64_t kGroupStride = int64_t{1} << 40;
 }  // namespace
 
 void Stage3::expect_grads(Unit& unit) {
-  unit.grads = Unit::Grads::kExpected;
+  // A unit still armed (a backward that threw before finish_backward) keeps its gradient buffer.
+  if (unit.grads != Unit::Grads::kArmed) unit.grads = Unit::Grads::kExpected;
   unit.pending_grads = unit.num_params;
 }
 

@@ -43,8 +43,10 @@ void Stage3::gather_async(Unit& unit, bool prefetch, bool exact) {
   const int device = unit.flats.empty() ? -1 : unit.flats.front().gathered.device().index();
   if (unit.on_copy_stream) {
     if (!copy_stream_ || copy_stream_device_ != device) {
+      if (copy_stream_) copy_stream_->synchronize();
       copy_stream_ = acc.new_stream(device);
       copy_stream_device_ = device;
+      for (auto& u : units_) u->copied.reset();  // an event belongs to the device it was recorded on
     }
     const std::unique_ptr<accelerator::Event> queued = acc.new_event();
     queued->record(acc.current_stream(device).get());
