@@ -16,15 +16,14 @@ StagingRing::StagingRing(int count, int64_t max_elems, at::ScalarType dtype, boo
 
 StagingRing::~StagingRing() {
   // The device may still be copying out of a buffer: its memory must outlive the copy.
-  for (auto& s : slots_)
-    if (s.copied) s.copied->synchronize();
+  for (auto& s : slots_) s.copied.wait();
 }
 
 at::Tensor StagingRing::acquire(int64_t numel) {
   DS_CHECK(numel >= 0 && numel <= max_elems_, "StagingRing: a transfer of ", numel, " elements, buffers hold ",
            max_elems_);
   Slot& s = slots_[next_];
-  if (s.copied) s.copied->synchronize();
+  s.copied.wait();
   if (!s.buffer.defined()) {
     s.buffer = at::empty({max_elems_}, at::TensorOptions().dtype(dtype_).device(at::kCPU));
     if (pin_) s.buffer = accelerator::get_accelerator().pin_memory(s.buffer);
@@ -34,14 +33,7 @@ at::Tensor StagingRing::acquire(int64_t numel) {
   return s.buffer.narrow(0, 0, numel);
 }
 
-void StagingRing::fence(c10::Device device) {
-  Slot& s = slots_[last_];
-  auto& acc = accelerator::get_accelerator();
-  // An event belongs to the device it is recorded on: a slot fenced on another device's stream takes a new one.
-  if (!s.copied || s.device != device.index()) s.copied = acc.new_event();
-  s.device = device.index();
-  s.copied->record(acc.current_stream(device.index()).get());
-}
+void StagingRing::fence(c10::Device device) { slots_[last_].copied.record(device); }
 
 int64_t StagingRing::allocated_bytes() const {
   int64_t bytes = 0;

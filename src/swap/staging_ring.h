@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "accelerator/host_read_fence.h"
 #include "deepspeed/accelerator.h"
 
 namespace deepspeed::swap {
@@ -42,8 +43,7 @@ class StagingRing {
  private:
   struct Slot {
     at::Tensor buffer;
-    std::unique_ptr<accelerator::Event> copied;  // recorded after the last copy that used the buffer
-    int device = -1;                             // the device `copied` was recorded on
+    accelerator::HostReadFence copied;  // after the last copy that used the buffer
   };
   std::vector<Slot> slots_;
   int64_t max_elems_;

@@ -47,9 +47,8 @@ FlatStage::FlatStage(std::vector<FlatGroup>& groups, comm::ProcessGroup world, F
   if (rank == 0 && reducer_->bucket_elems() < ro.bucket_elems)
     std::fprintf(stderr,
                  "deepspeed: zero_optimization.reduce_bucket_size %lld exceeds what stage 2 stages for this model: "
-                 "buckets of %lld elements (this rank's share of the gradients over the %s)\n",
-                 static_cast<long long>(ro.bucket_elems), static_cast<long long>(reducer_->bucket_elems()),
-                 "live staging buffers");
+                 "buckets of %lld elements (this rank's share of the gradients over the live staging buffers)\n",
+                 static_cast<long long>(ro.bucket_elems), static_cast<long long>(reducer_->bucket_elems()));
 }
 
 void FlatStage::begin_backward(bool boundary) {

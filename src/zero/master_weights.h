@@ -31,7 +31,7 @@
 #include "deepspeed/comm.h"
 #include "zero/flat_params.h"
 #include "zero/grad_copy_down.h"
-#include "zero/host_read_fence.h"
+#include "accelerator/host_read_fence.h"
 
 namespace deepspeed::zero {
 
@@ -126,7 +126,7 @@ class MasterWeights {
   bool copies_ = false;
   bool narrow_groups_ = false;
   // Recorded after publish() copied pinned host buffers up without blocking.
-  HostReadFence host_reads_;
+  accelerator::HostReadFence host_reads_;
   // early_host_grads: the copies, per group the [begin, end) ranges of host_grads_ they wrote since the last
   // stage_grads, and the count behind final_grad_copies().
   GradCopyDown grad_copies_;

@@ -299,12 +299,13 @@ TEST_F(ActivationCheckpointingTest, GradApiIsRefusedWithAClearMessage) {
   }
 }
 
-TEST_F(ActivationCheckpointingTest, CpuCheckpointingKeepsInputsInHostMemoryAndMatches) {
-  deepspeed::config::ActivationCheckpointingConfig c;
+// Three checkpointed blocks on `device` under `c` (cpu_checkpointing on) against the plain run: bit for bit, with
+// every block's input counted in host memory during the forward.
+void expect_cpu_checkpointing_matches(deepspeed::config::ActivationCheckpointingConfig c, c10::Device device) {
   c.cpu_checkpointing = true;
   ckpt::configure(c);
-  Stack s = mlp_stack(3, kWidth, 0.3);
-  at::Tensor x = at::randn({kBatch, kWidth}).requires_grad_(true);
+  Stack s = mlp_stack(3, kWidth, 0.3, device);
+  at::Tensor x = at::randn({kBatch, kWidth}).to(device).requires_grad_(true);
   Outcome plain = run_once(s.params, x, [&](const at::Tensor& in) { return s.forward(in, false); });
   int64_t host_during_forward = -1;
   Outcome ck = run_once(s.params, x, [&](const at::Tensor& in) {
@@ -314,6 +315,10 @@ TEST_F(ActivationCheckpointingTest, CpuCheckpointingKeepsInputsInHostMemoryAndMa
   });
   expect_identical(plain, ck);
   EXPECT_EQ(host_during_forward, 3 * kBatch * kWidth * 4);
+}
+
+TEST_F(ActivationCheckpointingTest, CpuCheckpointingKeepsInputsInHostMemoryAndMatches) {
+  expect_cpu_checkpointing_matches({}, at::kCPU);
   EXPECT_EQ(ckpt::stats().host_saved_bytes, 0);
 }
 
@@ -411,21 +416,8 @@ TEST_F(ActivationCheckpointingTest, CpuCheckpointingFromTheDeviceMatches) {
   if (device.is_cpu()) GTEST_SKIP() << "inputs are in host memory already (runs in the GPU check)";
   for (bool contiguous : {false, true}) {
     SCOPED_TRACE(contiguous ? "contiguous buffer" : "one buffer per input");
-    deepspeed::config::ActivationCheckpointingConfig c =
-        contiguous ? contiguous_settings(3) : deepspeed::config::ActivationCheckpointingConfig{};
-    c.cpu_checkpointing = true;
-    ckpt::configure(c);
-    Stack s = mlp_stack(3, kWidth, 0.3, device);
-    at::Tensor x = at::randn({kBatch, kWidth}).to(device).requires_grad_(true);
-    Outcome plain = run_once(s.params, x, [&](const at::Tensor& in) { return s.forward(in, false); });
-    int64_t host_during_forward = -1;
-    Outcome ck = run_once(s.params, x, [&](const at::Tensor& in) {
-      at::Tensor out = s.forward(in, true);
-      host_during_forward = ckpt::stats().host_saved_bytes;
-      return out;
-    });
-    expect_identical(plain, ck);
-    EXPECT_EQ(host_during_forward, 3 * kBatch * kWidth * 4);
+    expect_cpu_checkpointing_matches(
+        contiguous ? contiguous_settings(3) : deepspeed::config::ActivationCheckpointingConfig{}, device);
     ckpt::reset();
   }
 }

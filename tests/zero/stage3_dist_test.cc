@@ -811,19 +811,22 @@ TEST(Stage3Lifetime, BackwardAfterTheEngineIsDestroyedIsAnErrorNotACrash) {
 // same kernel on the same values, slice by slice; a rollback restores copies). Clipping that never binds keeps every
 // speculation; clipping that binds at every step rolls every one back. The counters show the speculation ran. 16-bit
 // gradients, masters or states step in fp32 chunks in both (fp16's dynamic loss scale may also roll a step back).
+// `steps` steps of variant `v` at stage 3: the gathered parameters, and the stage's counters in *stats.
+std::vector<at::Tensor> train_stage3(const Variant& v, int steps, deepspeed::zero::Stage3Stats* stats) {
+  auto cfg = deepspeed::Config::from_string(config_json(v, 3));
+  GPT model = build_model(v, cfg);
+  auto engine = deepspeed::initialize(model, cfg);
+  tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), steps);
+  *stats = engine.stage3_stats();
+  return gathered_snapshot(model);
+}
+
 TEST(Stage3, SuperOffloadSpeculatesAndRollsBackToTheSynchronousStep) {
   tiny_gpt::ensure_comm();
   // Pinned: on a GPU the early copies go only into pinned host memory (into pageable memory each would block).
   const std::string cpu = kNoPersistence + ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true";
   constexpr int kSteps = 4;
-  auto run = [&](const Variant& v, deepspeed::zero::Stage3Stats* stats) {
-    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
-    GPT model = build_model(v, cfg);
-    auto engine = deepspeed::initialize(model, cfg);
-    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), kSteps);
-    *stats = engine.stage3_stats();
-    return gathered_snapshot(model);
-  };
+  auto run = [&](const Variant& v, deepspeed::zero::Stage3Stats* stats) { return train_stage3(v, kSteps, stats); };
   const std::string precisions[] = {"", "bf16", "bf16_accum", "bf16_masters", "bf16_masters_states", "fp16_masters"};
   for (const std::string& precision : precisions) {
     const bool sixteen = precision != "" && precision != "bf16";
@@ -866,12 +869,7 @@ TEST(Stage3, SuperOffloadUnderAUsersStreamMatchesTheSynchronousStep) {
     auto& acc = deepspeed::accelerator::get_accelerator();
     const std::unique_ptr<deepspeed::accelerator::Stream> users = acc.new_stream();
     deepspeed::accelerator::StreamGuard on_users_stream(*users);
-    auto cfg = deepspeed::Config::from_string(config_json(v, 3));
-    GPT model = build_model(v, cfg);
-    auto engine = deepspeed::initialize(model, cfg);
-    tiny_gpt::train(engine, tiny_gpt::dataset(model_config(v)), 3);
-    *stats = engine.stage3_stats();
-    return gathered_snapshot(model);
+    return train_stage3(v, 3, stats);
   };
   Variant v{"super_offload under a user's stream"};
   v.uneven = true;

@@ -40,7 +40,7 @@
 #include "deepspeed/zero.h"
 #include "zero/grad_accumulator_ref.h"
 #include "zero/grad_copy_down.h"
-#include "zero/host_read_fence.h"
+#include "accelerator/host_read_fence.h"
 #include "swap/staging_ring.h"
 #include "swap/swap_file.h"
 #include "zero/partition.h"
@@ -315,7 +315,7 @@ class Stage3 : public Stage,
   GradCopyDown grad_copies_;
   // Copies `f`'s final gradient partition (`acc`) into its host copy (early_host_grads).
   void copy_final_grad_to_host(Flat& f, const at::Tensor& acc);
-  HostReadFence host_reads_;
+  accelerator::HostReadFence host_reads_;
   void wait_host_reads() const;
   // Stores `values` (this rank's partition of `f`, any float dtype) as its model-dtype shard.
   void store_shard(const Flat& f, const at::Tensor& values);
