@@ -3,15 +3,16 @@
 # run: model construction, engine start, every step; read at exit by train_gpt's peak_rss_mb, the largest rank's),
 # beside the formula's model-state saving, with no allowance. One training run per row, each in fresh processes.
 #
-#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [STEPS=3] [GLIBC_DEFAULTS=1] \
-#     bench/zero/run_zero_memory.sh [BIN_DIR]
+#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [CONFIGS="defaults tuned"] [STEPS=3] \
+#     [MALLOC_ENV="MALLOC_MMAP_THRESHOLD_=131072"] bench/zero/run_zero_memory.sh [BIN_DIR]
 #
 # BIN_DIR (default build/bin) holds `deepspeed` and `train_gpt`. Models: 25m = 8 layers, hidden 512 (4 heads), vocab
 # 256, seq 32, micro-batch 4 (25.5M parameters); 13m = the reference GPT (6 layers, hidden 384, vocab 4096, seq 128,
 # untied head, micro-batch 8; 13.8M). Configs: examples/configs/gpt_zero{0,1,2,3}.json with the micro-batch above and,
-# for bf16, "bf16": {"enabled": true}. MALLOC_MMAP_THRESHOLD_=131072 so glibc returns freed large blocks at once
-# (otherwise its heap keeps them and a peak shows what the allocator cached, not what the program held);
-# GLIBC_DEFAULTS=1 leaves glibc's defaults, for the figure a user gets without the setting.
+# for bf16, "bf16": {"enabled": true}: "tuned" as they are (CPU-sized buckets and stage-3 bounds), "defaults" with
+# zero_optimization reduced to its stage (DeepSpeed's default buckets, what a new user's config has). The
+# environment as it comes; MALLOC_ENV adds variables (e.g. MALLOC_MMAP_THRESHOLD_=131072, glibc returning freed
+# large blocks at once, which also turns off the library's own per-step heap trim: zero/stage3/heap_trim.h).
 #
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
@@ -33,9 +34,8 @@ MODELS=${MODELS:-"25m 13m"}
 PRECISIONS=${PRECISIONS:-"fp32 bf16"}
 RANKS=${RANKS:-"2 4"}
 STEPS=${STEPS:-3}
-# GLIBC_DEFAULTS=1: glibc as it comes (freed blocks may stay in its heap and count in VmHWM).
-MALLOC_ENV="MALLOC_MMAP_THRESHOLD_=131072"
-[[ ${GLIBC_DEFAULTS:-0} == 1 ]] && MALLOC_ENV="DS_GLIBC_DEFAULTS=1"
+CONFIGS=${CONFIGS:-"defaults tuned"}
+MALLOC_ENV=${MALLOC_ENV:-"DS_BENCH_ENV=as-it-comes"}  # env(1) needs one assignment
 PORT=${MASTER_PORT:-29781}
 PYTHON=${PYTHON:-python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zero_memory.XXXXXX")
@@ -50,20 +50,24 @@ model_args() {
 }
 micro_of() { [[ $1 == 25m ]] && echo 4 || echo 8; }
 
-echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], $STEPS steps, $MALLOC_ENV; start: $(uptime)"
-printf "%-5s %-7s %-5s %-6s %12s %12s %14s %14s %8s\n" model prec ranks stage "params" "peak MB" "saving MB" \
-  "formula MB" ratio
+echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], configs [$CONFIGS], $STEPS steps," \
+  "$MALLOC_ENV; start: $(uptime)"
+printf "%-5s %-7s %-5s %-8s %-6s %12s %12s %14s %14s %8s %10s\n" model prec ranks config stage "params" "peak MB" \
+  "saving MB" "formula MB" ratio "tokens/s"
 for model in $MODELS; do
   for prec in $PRECISIONS; do
     for n in $RANKS; do
+     for kind in $CONFIGS; do
       base=""
       for stage in 0 1 2 3; do
         [[ $prec == bf16m && $stage == 0 ]] && continue
-        cfg="$WORK/z${stage}_${prec}_${model}.json"
-        "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" <<'PY'
+        cfg="$WORK/z${stage}_${prec}_${model}_$kind.json"
+        "$PYTHON" - "$ROOT/examples/configs/gpt_zero$stage.json" "$cfg" "$(micro_of "$model")" "$prec" "$kind" <<'PY'
 import json, sys
-src, dst, micro, prec = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+src, dst, micro, prec, kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 c = json.load(open(src))
+if kind == "defaults":
+    c["zero_optimization"] = {"stage": c.get("zero_optimization", {}).get("stage", 0)}
 c["train_micro_batch_size_per_gpu"] = micro
 c["steps_per_print"] = 1000000
 if prec in ("bf16", "bf16acc", "bf16m"):
@@ -81,12 +85,14 @@ PY
           exit 1; }
         params=$(echo "$out" | sed -n 's/.*train_gpt: \([0-9]*\) parameters.*/\1/p' | head -1)
         peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
+        tps=$(echo "$out" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' | head -1)
         [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
-        other0=bf16_peak_${n}_0
+        other0=bf16_peak_${n}_${kind}_0
         [[ $prec == bf16m && -n ${!other0:-} ]] && base=${!other0}
         [[ -z $base ]] && base=$peak
-        [[ $prec == bf16 ]] && eval "bf16_peak_${n}_$stage=$peak"
-        awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" '
+        [[ $prec == bf16 ]] && eval "bf16_peak_${n}_${kind}_$stage=$peak"
+        awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" \
+            -v kind="$kind" -v tps="$tps" '
           BEGIN {
             P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc" || p == "bf16m") ? 2 : 4;
             O = (p == "fp32") ? 8 : (p == "bf16m") ? 4 : 12;
@@ -96,9 +102,10 @@ PY
             if (p == "bf16m") per = 18 - ((s >= 3 ? 2 / n : 2) + (s >= 2 ? 2 / n : 2) + 4 / n);
             formula = per * psi / 1048576; saving = base - peak;
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
-            printf "%-5s %-7s %-5s %-6s %12d %12.1f %14.1f %14.1f %8s\n", m, p, n, s, psi, peak, saving, formula, ratio
+            printf "%-5s %-7s %-5s %-8s %-6s %12d %12.1f %14.1f %14.1f %8s %10s\n", m, p, n, kind, s, psi, peak, saving,
+                   formula, ratio, tps
           }'
-        other=bf16_peak_${n}_$stage
+        other=bf16_peak_${n}_${kind}_$stage
         if [[ ( $prec == bf16acc || $prec == bf16m ) && -n ${!other:-} ]]; then
           awk -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
             per = (p == "bf16acc") ? (s >= 2 ? 2 / n : 2) : (s >= 2 ? 10 / n : 2 + 8 / n);
@@ -107,6 +114,7 @@ PY
                    (bf16 - peak) / formula }'
         fi
       done
+     done
     done
   done
 done

@@ -8,6 +8,7 @@
 #include "swap/aio.h"
 #include "zero/flat_stage.h"
 #include "zero/stage3/construction_shard.h"
+#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/stage3.h"
 
 namespace deepspeed::zero {
@@ -61,6 +62,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   Stage3Options so;
   so.precision.dtype = dtype;
   so.device = accelerator::get_accelerator().device();  // where the engine put the model
+  so.trim_heap_after_backward = so.device.is_cpu() && per_step_heap_trim_wanted();
   so.prefetch.prefetch_bucket_elems = z.prefetch_bucket_size;
   so.prefetch.max_live_elems = z.max_live_parameters;
   so.prefetch.max_reuse_distance = z.max_reuse_distance;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "deepspeed/ops/simd.h"
+#include "scoped_env.h"
 
 namespace deepspeed::ops {
 // So CTest names read "... GetParam() = avx2" instead of a byte dump.
@@ -41,30 +42,6 @@ inline std::string level_param_name(const ::testing::TestParamInfo<SimdLevel>& i
   return simd_level_name(info.param);
 }
 
-// Sets (or unsets, with nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ::ScopedEnv;  // tests/common/scoped_env.h
 
 }  // namespace deepspeed::ops::testing

@@ -1,11 +1,11 @@
 // Stage3 construction (partitioning the model one unit at a time) and its memory accounting. The step-time
 // schedule is in stage3_schedule.cc, gradients in stage3_grads.cc, the autograd glue in unit_autograd.cc.
-#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/stage3.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_map>
 
@@ -14,7 +14,9 @@
 #include "deepspeed/error.h"
 #include "zero/stage3/construction_shard.h"
 #include "zero/stage3/detach_storage.h"
+#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/stage3_state.h"
+#include "zero/stage3/working_set.h"
 
 namespace deepspeed::zero {
 namespace {
@@ -58,16 +60,47 @@ Stage3::Stage3(const std::shared_ptr<torch::nn::Module>& module, const std::vect
     unit->numel = 0;
     for (const auto& f : unit->flats) unit->numel += f.layout.padded_numel();
   }
-  // Free pool buffers stay only within stage3_max_live_parameters' bytes (buffer_pool.h): what forward gathers.
-  // The gradient buffers of backward are freed once reduced rather than kept through the next forward, where they
-  // would sit on top of its activations.
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(options_.precision.dtype));
-  if (options_.prefetch.max_live_elems < std::numeric_limits<int64_t>::max() / 16)
-    pool_.set_cache_limit(options_.prefetch.max_live_elems * elem);
+  size_working_set_from_units();
   // The persistent unit stays gathered for good.
   gather_async(*units_[persistent_], /*prefetch=*/false);
   wait_gathered(*units_[persistent_]);
   release_freed_heap();  // what flattening and partitioning freed (heap_trim.h)
+}
+
+// The gathered and in-flight bounds from the model (working_set.h), said once at start-up where they cut the
+// config's values; and the pool's cache limit from them.
+void Stage3::size_working_set_from_units() {
+  int64_t largest = 0, partitioned = 0, always = 0;
+  for (const auto& unit : units_) {
+    if (unit->persistent || unit->root) {
+      always += unit->numel;
+    } else {
+      largest = std::max(largest, unit->numel);
+      partitioned += unit->numel;
+    }
+  }
+  const WorkingSet configured{options_.prefetch.max_live_elems, options_.reduction.reduce_bucket_elems};
+  const WorkingSet sized = size_working_set(configured, largest, partitioned);
+  if (comm::get_rank() == 0 &&
+      (sized.max_live_elems < configured.max_live_elems || sized.reduce_bucket_elems < configured.reduce_bucket_elems))
+    std::fprintf(stderr,
+                 "deepspeed: zero stage 3 holds at most %lld gathered parameter elements and %lld gradient elements "
+                 "in flight for this model (largest unit %lld of %lld partitioned; stage3_max_live_parameters %lld "
+                 "and reduce_bucket_size %lld are upper bounds)\n",
+                 static_cast<long long>(sized.max_live_elems), static_cast<long long>(sized.reduce_bucket_elems),
+                 static_cast<long long>(largest), static_cast<long long>(partitioned),
+                 static_cast<long long>(configured.max_live_elems),
+                 static_cast<long long>(configured.reduce_bucket_elems));
+  options_.prefetch.max_live_elems = sized.max_live_elems;
+  options_.reduction.reduce_bucket_elems = sized.reduce_bucket_elems;
+  // Free pool buffers stay only within what a step holds at once by these bounds (buffer_pool.h): the gathered
+  // units, the gradient buffers in flight, and the units that are always gathered with their gradient buffers
+  // (held over the whole backward). So a step reuses its buffers instead of allocating afresh, and a pass that once
+  // gathered more (a checkpoint save) does not keep it.
+  const int64_t elem = static_cast<int64_t>(
+      std::max(c10::elementSize(options_.precision.dtype), c10::elementSize(options_.precision.comm_dtype)));
+  const int64_t limit = sized.max_live_elems + sized.reduce_bucket_elems + 2 * always;
+  if (limit < std::numeric_limits<int64_t>::max() / 16) pool_.set_cache_limit(limit * elem);
 }
 
 // The units (each a module's parameters, then the root unit's and the persistent unit's) and their flats' layouts;

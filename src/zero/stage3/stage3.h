@@ -85,6 +85,8 @@ struct Stage3Options {
     double gradient_predivide_factor = 1.0;
   } reduction;
   // Where the masters and the partitions live (offload_optimizer, offload_param: FSDP2's OffloadPolicy).
+  // Hand glibc's freed heap back to the kernel after each backward (heap_trim.h; CPU engines).
+  bool trim_heap_after_backward = false;
   struct Offload {
     // ZeRO-Offload (offload_optimizer.device "cpu"): fp32 masters in host memory (pinned if asked), gradients copied
     // there for the CPU optimizer, the updated partition copied back to the model-dtype shard the gathers read.
@@ -239,6 +241,7 @@ class Stage3 : public Stage,
   std::vector<int64_t> make_units(const std::shared_ptr<torch::nn::Module>& module,
                                   const std::vector<std::vector<at::Tensor>>& groups);
   void allocate_group_buffers(const std::vector<int64_t>& group_size);
+  void size_working_set_from_units();
   void build_unit(Unit& unit);
   void fetch(Unit& unit);
   // `exact`: gather the model-dtype values even under quantized_weights (GatheredParameters).

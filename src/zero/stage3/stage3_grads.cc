@@ -12,11 +12,12 @@
 
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
-#include "zero/wall_clock.h"
-#include "zero/global_norm.h"
 #include "zero/block_quantizer.h"
+#include "zero/global_norm.h"
+#include "zero/stage3/heap_trim.h"
 #include "zero/stage3/stage3.h"
 #include "zero/stage3/stage3_state.h"
+#include "zero/wall_clock.h"
 
 namespace deepspeed::zero {
 namespace {
@@ -343,6 +344,7 @@ void Stage3::finish_backward() {
     drop_secondary(*unit);  // the step changes the weights; the next forward gathers afresh
   }
   coordinator_.end_pass();
+  if (options_.trim_heap_after_backward) release_freed_heap();  // heap_trim.h
 }
 
 void Stage3::copy_final_grad_to_host(Flat& f, const at::Tensor& acc) {
