@@ -58,6 +58,11 @@ int main(int argc, char** argv) {
   app.add_option("--hidden_size", hidden_size,
                  "the model's hidden size: fills \"auto\" ZeRO bucket sizes as initialize() does")
       ->check(CLI::Range(int64_t{1}, int64_t{3000000000}));
+  int64_t total_num_steps = 0;
+  app.add_option("--total_num_steps", total_num_steps,
+                 "the run's optimizer steps: fills an \"auto\" scheduler total_num_steps as initialize() does "
+                 "from InitializeOptions::total_steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 53));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -66,8 +71,10 @@ int main(int argc, char** argv) {
     deepspeed::Config config = deepspeed::Config::from_file(file, overrides);
     deepspeed::config::AutoValues known;
     if (hidden_size > 0) known.hidden_size = hidden_size;
-    config.resolve_batch(world_size);  // first: without a batch nothing else matters
+    if (total_num_steps > 0) known.total_num_steps = total_num_steps;
+    // "auto" first (the Trainer's default micro-batch may be what the batch arithmetic needs), then the batch.
     const auto resolved = config.resolve_auto(known);
+    config.resolve_batch(world_size);
     deepspeed::config::check_config_alone(config);
 
     std::vector<std::string> lines;
@@ -80,6 +87,7 @@ int main(int argc, char** argv) {
     for (const std::string& key : as_written.auto_batch_keys()) {
       bool set = false;
       for (const std::string& o : overrides) set = set || override_path(o) == key;
+      for (const auto& r : resolved) set = set || r.path == key;  // filled with the Trainer's default
       if (set) continue;
       const int64_t value = key == "train_batch_size" ? *config.train_batch_size
                             : key == "gradient_accumulation_steps"
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
                       std::to_string(world_size) + ")");
     }
     for (const auto& r : resolved) lines.push_back(r.path + " = " + r.value + " (" + r.how + ")");
+    for (const std::string& w : config.warnings()) std::cerr << "ds_check_config: warning: " << w << "\n";
     for (const std::string& line : lines) std::cerr << "ds_check_config: \"auto\" " << line << "\n";
     std::cout << config.dump(2) << "\n";
     return 0;

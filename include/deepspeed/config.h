@@ -6,7 +6,9 @@
 //
 // Keys, defaults and "auto" semantics are DeepSpeed's. Every problem is a deepspeed::ConfigError
 // whose message starts with the JSON path (`zero_optimization.stage: expected an integer in 0..3,
-// got 5`); an unknown key is an error with a did-you-mean suggestion, never silently ignored.
+// got 5`). An unknown key is refused with a did-you-mean suggestion where DeepSpeed refuses it (its pydantic
+// sections: zero_optimization, fp16, bf16, the monitors, ...) and named in warnings() where DeepSpeed goes on past
+// it (its top level and the sections it reads as plain dicts); never silently ignored.
 // DeepSpeed features this build does not implement are accepted only when absent or `"enabled":
 // false`.
 //
@@ -22,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepspeed/config/auto_values.h"
@@ -123,6 +126,15 @@ struct Config {
   // "auto"; `from_string(dump())` gives back an equal config. indent < 0 gives one line.
   std::string dump(int indent = 2) const;
 
+  // What the parse went on past, one line each: keys DeepSpeed ignores (an unknown top-level key such as
+  // "_comment" or another tool's section, an unknown key in a section DeepSpeed reads as a plain dict), named by
+  // JSON path (and the file, for from_file). initialize() prints them on rank 0, ds_check_config on stderr.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  void add_warning(std::string line) { warnings_.push_back(std::move(line)); }
+  void name_warnings_after(const std::string& file) {
+    for (std::string& w : warnings_) w = file + ": " + w;
+  }
+
   // Convenience views DeepSpeed's engine also offers.
   int zero_optimization_stage() const { return zero.stage; }
   bool zero_enabled() const { return zero.stage > 0; }
@@ -130,6 +142,7 @@ struct Config {
  private:
   std::set<std::string> auto_keys_;
   std::set<std::string> auto_batch_keys_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace deepspeed::config

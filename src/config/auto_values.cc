@@ -10,6 +10,12 @@ namespace deepspeed::config {
 namespace {
 
 const char kZero[] = "zero_optimization.";
+// What Hugging Face's Trainer fills with its default TrainingArguments (transformers' TrainingArguments).
+constexpr double kTrainerMaxGradNorm = 1.0;
+constexpr double kTrainerLr = 5e-5;
+constexpr double kTrainerBetas[2] = {0.9, 0.999};
+constexpr double kTrainerEps = 1e-8;
+constexpr int64_t kTrainerMicroBatch = 8;  // per_device_train_batch_size
 
 // Shortest text that reads back as `d` (integers without a fraction), as a JSON writer prints it.
 std::string number_text(double d) {
@@ -56,16 +62,20 @@ class Resolver {
           path, why, [](int64_t h) { return 10 * h; }, "10 * hidden_size",
           &c_.zero.param_persistence_threshold);
     }
+    if (path == std::string(kZero) + "stage3_gather_16bit_weights_on_model_save") {
+      c_.zero.gather_16bit_weights_on_model_save = false;
+      add(path, "false", "accelerate's default zero3_save_16bit_model, as the Trainer fills it");
+      return true;
+    }
     if (path.rfind(std::string(kZero) + "stage3_", 0) == 0 && !stage3) {
       add(path, stage3_value(path), "not used below stage 3: DeepSpeed's default kept");
       return true;
     }
     if (path == "gradient_clipping") {
       if (!known_.gradient_clipping) {
-        *why = "needs the clipping norm from the program: " +
-               how_to_give("gradient_clipping", "--set gradient_clipping=1.0") +
-               ", or put a number here (0 disables clipping)";
-        return false;
+        c_.gradient_clipping = kTrainerMaxGradNorm;
+        add(path, number_text(c_.gradient_clipping), "Hugging Face Trainer's default max_grad_norm");
+        return true;
       }
       if (!std::isfinite(*known_.gradient_clipping) || *known_.gradient_clipping < 0) {
         *why = "AutoValues::gradient_clipping must be a number >= 0, got " +
@@ -77,9 +87,13 @@ class Resolver {
       return true;
     }
     if (path == "fp16.enabled" || path == "bf16.enabled") {
-      *why = "Hugging Face's Trainer fills it from its --" + path.substr(0, 4) +
-             " flag, which deepspeed-cpp does not have; put true or false";
-      return false;
+      const DataType wanted = path == "fp16.enabled" ? DataType::kFp16 : DataType::kBf16;
+      const bool on = known_.model_dtype && *known_.model_dtype == wanted;
+      (path == "fp16.enabled" ? c_.fp16.enabled : c_.bf16.enabled) = on;
+      add(path, on ? "true" : "false",
+          known_.model_dtype ? std::string("AutoValues::model_dtype ") + to_string(*known_.model_dtype)
+                             : "Hugging Face Trainer's default (no --" + path.substr(0, 4) + " flag)");
+      return true;
     }
     *why = "deepspeed-cpp has no value to fill it from; put a number, e.g. " +
            std::to_string(int_default(path)) + " (DeepSpeed's default)";
@@ -91,9 +105,17 @@ class Resolver {
     const std::string path = section + ".params." + name;
     std::optional<double> value;
     std::string how;
+    if (section == "optimizer" && name == "betas") {
+      params.set(name, ParamValue::number_list({kTrainerBetas[0], kTrainerBetas[1]}));
+      add(path, "[0.9, 0.999]", "Hugging Face Trainer's default adam_beta1, adam_beta2");
+      return true;
+    }
     if (section == "optimizer" && name == "lr") {
-      value = known_.lr;
-      how = "AutoValues::lr";
+      value = known_.lr.value_or(kTrainerLr);
+      how = known_.lr ? "AutoValues::lr" : "Hugging Face Trainer's default learning_rate";
+    } else if (section == "optimizer" && (name == "eps" || name == "weight_decay")) {
+      value = name == "eps" ? kTrainerEps : 0.0;
+      how = "Hugging Face Trainer's default " + std::string(name == "eps" ? "adam_epsilon" : "weight_decay");
     } else if (section == "scheduler" && name == "warmup_max_lr") {
       value = known_.lr;
       how = "AutoValues::lr, as the integration fills it";
@@ -103,9 +125,16 @@ class Resolver {
         value = c_.optimizer->params.get_number("lr", 0.0);
         how = "optimizer.params.lr";
       }
+      if (!value) {
+        value = kTrainerLr;
+        how = "Hugging Face Trainer's default learning_rate";
+      }
     } else if (section == "scheduler" && name == "warmup_min_lr") {
       value = 0.0;
       how = "0, as the integration fills it";
+    } else if (section == "scheduler" && name == "warmup_num_steps") {
+      value = 0.0;
+      how = "Hugging Face Trainer's default warmup_steps";
     } else if (section == "scheduler" && name == "total_num_steps") {
       if (known_.total_num_steps) value = static_cast<double>(*known_.total_num_steps);
       how = "AutoValues::total_num_steps (InitializeOptions::total_steps)";
@@ -212,6 +241,18 @@ std::vector<AutoResolution> Config::resolve_auto(const AutoValues& known) {
   };
   resolve_params("optimizer", next.optimizer);
   resolve_params("scheduler", next.scheduler);
+  // Batch keys given as "auto" that the others cannot solve (neither train_batch_size nor the micro-batch is a
+  // number): the Trainer's per_device_train_batch_size and gradient_accumulation_steps defaults.
+  if (!next.train_batch_size && !next.train_micro_batch_size_per_gpu &&
+      auto_batch_keys_.count("train_micro_batch_size_per_gpu")) {
+    next.train_micro_batch_size_per_gpu = kTrainerMicroBatch;
+    r.done.push_back({"train_micro_batch_size_per_gpu", std::to_string(kTrainerMicroBatch),
+                      "Hugging Face Trainer's default per_device_train_batch_size"});
+    if (!next.gradient_accumulation_steps && auto_batch_keys_.count("gradient_accumulation_steps")) {
+      next.gradient_accumulation_steps = 1;
+      r.done.push_back({"gradient_accumulation_steps", "1", "Hugging Face Trainer's default"});
+    }
+  }
   if (!refused.empty()) {
     std::string message = refused[0].first + ": \"auto\" " + refused[0].second;
     if (refused.size() > 1) {

@@ -12,7 +12,7 @@ ModelInfoConfig parse_model_info(const Json& node) {
   r.read_optional_int("num_params", &c.num_params, 1);
   r.read_optional_int("hidden_size", &c.hidden_size, 1);
   r.read_optional_int("num_layers", &c.num_layers, 1);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -63,7 +63,7 @@ AutotuningConfig parse_autotuning_config(const Json& node) {
   r.read_int("max_train_micro_batch_size_per_gpu", &c.max_train_micro_batch_size_per_gpu, 1);
   r.read_int("min_train_micro_batch_size_per_gpu", &c.min_train_micro_batch_size_per_gpu, 1);
   r.read_int("num_tuning_micro_batch_sizes", &c.num_tuning_micro_batch_sizes, 1);
-  r.finish();
+  r.finish_ignoring_unknown();
   if (c.max_train_micro_batch_size_per_gpu < c.min_train_micro_batch_size_per_gpu) {
     fail_at(r.path_of("max_train_micro_batch_size_per_gpu"),
             "must be >= min_train_micro_batch_size_per_gpu (" +

@@ -102,7 +102,7 @@ void parse_top_level_values(ObjectReader& r, Config* c, std::set<std::string>* a
       tp.read_bool("synchronized", &flag);
       tp.finish();
     }
-    t.finish();
+    t.finish_ignoring_unknown();
   }
   r.read_optional_int("seed", &c->seed, 0);
   r.read_optional_int("vocabulary_size", &c->vocabulary_size, 1);
@@ -186,7 +186,7 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   parse_top_level_values(r, c, autos);
   parse_sections(r, c, autos);
   for (const std::string& key : unsupported_sections()) check_unsupported(r, key);
-  r.finish();
+  r.finish_ignoring_unknown();
 }
 
 // Checks that span sections, as DeepSpeed's _do_error_check does.
@@ -211,7 +211,12 @@ void check_consistency(const Config& c) {
 Config parse_root(const Json& root) {
   Config c;
   std::set<std::string> autos;
-  parse_top_level(root, &c, &autos);
+  std::vector<std::string> warnings;
+  {
+    CollectWarnings collect(&warnings);
+    parse_top_level(root, &c, &autos);
+  }
+  for (std::string& w : warnings) c.add_warning(std::move(w));
   check_consistency(c);
   check_implemented_values(c);
   for (const std::string& path : autos) c.mark_auto(path);
@@ -245,7 +250,9 @@ Config Config::from_file(const std::string& path, const std::vector<std::string>
   Json root = parse_json_text(text, path);
   for (const std::string& assignment : overrides) apply_override(&root, assignment);
   try {
-    return parse_root(root);
+    Config c = parse_root(root);
+    c.name_warnings_after(::deepspeed::detail::printable(path));
+    return c;
   } catch (const ConfigError& e) {
     // A key's error names the file it is in, as the syntax errors do (a program may read several configs).
     throw ConfigError(::deepspeed::detail::printable(path) + ": " + e.what());

@@ -14,7 +14,7 @@ AioConfig parse_aio_config(const Json& node) {
   r.read_bool("single_submit", &c.single_submit);
   r.read_bool("overlap_events", &c.overlap_events);
   r.read_bool("use_gds", &c.use_gds);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -39,7 +39,7 @@ ActivationCheckpointingConfig parse_activation_checkpointing_config(const Json& 
                       std::numeric_limits<int>::max());
   r.read_bool("synchronize_checkpoint_boundary", &c.synchronize_checkpoint_boundary);
   r.read_bool("profile", &c.profile);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -68,7 +68,7 @@ PipelineConfig parse_pipeline_config(const Json& node) {
   r.read_int("activation_checkpoint_interval", &c.activation_checkpoint_interval, 0);
   r.read_bool("pipe_partitioned", &c.pipe_partitioned);
   r.read_bool("grad_partitioned", &c.grad_partitioned);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -113,9 +113,9 @@ CheckpointConfig parse_checkpoint_config(const Json& node) {
   if (parallel_write && !parallel_write->is_null()) {
     ObjectReader pw(*parallel_write, r.path_of("parallel_write"), nullptr);
     pw.read_bool("pipeline_stage", &c.parallel_write_pipeline_stage);
-    pw.finish();
+    pw.finish_ignoring_unknown();
   }
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -199,7 +199,7 @@ FlopsProfilerConfig parse_flops_profiler_config(const Json& node) {
   r.read_int("top_modules", &c.top_modules, 1);
   r.read_bool("detailed", &c.detailed);
   r.read_optional_string("output_file", &c.output_file);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 

@@ -182,7 +182,6 @@ void check_zenflow(const config::Config& cfg) {
 // offload_param, the stage 1/2 keys and ZeRO++'s against the stage.
 void check_partitioning_keys(const config::Config& cfg) {
   const auto& z = cfg.zero;
-  const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
   DS_CHECK_T(ConfigError, !op.enabled() || z.stage == 3,
              "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "
@@ -191,10 +190,16 @@ void check_partitioning_keys(const config::Config& cfg) {
   reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
             "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "
             "buckets; remove the key or set it to true)");
-  reject_if(z.round_robin_gradients, "zero_optimization.round_robin_gradients",
-            "round-robin gradient partitioning (it only pays off with optimizer offload)");
-  reject_if(z.sub_group_size != 1000000000 && oo.device != config::OffloadDevice::kNvme,
-            "zero_optimization.sub_group_size", "sub-grouping the optimizer step without nvme offload");
+  // round_robin_gradients: DeepSpeed (stages 1-2) reorders the parameters in its flat buffers so that ranks share
+  // the copies to an offloaded optimizer; the update is the same. Ours keep the model's order, so only a checkpoint
+  // written in DeepSpeed's own layout, which would list them in the round-robin order, cannot follow it.
+  reject_if(z.round_robin_gradients && (z.stage == 1 || z.stage == 2) && cfg.checkpoint.save_python_layout,
+            "zero_optimization.round_robin_gradients",
+            "round-robin gradient order in a checkpoint.save_layout \"python_deepspeed\" checkpoint (the update is "
+            "the same without it; set it false or save in the deepspeed_cpp layout)");
+  // sub_group_size without nvme offload: DeepSpeed steps stage 3's partition in sub-groups of this size (0: one per
+  // parameter) and ignores it at stages 1-2; the values are the same as one step over the whole partition, which is
+  // what we run, and a python_deepspeed checkpoint is cut into the same sub-groups (checkpoint/deepspeed_export.cc).
   reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
   DS_CHECK_T(ConfigError, z.zero_hpz_partition_size <= 1 || z.stage == 3,
              "zero_optimization.zero_hpz_partition_size: partitions stage 3's parameters a second time within a host "

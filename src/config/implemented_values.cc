@@ -91,19 +91,11 @@ void check_implemented_values(const Config& c) {
   refuse_if(c.use_data_before_expert_parallelism, "use_data_before_expert_parallelism",
             "true is not implemented: expert-parallel groups are consecutive ranks (DeepSpeed's "
             "default layout); set false or remove the key");
-  refuse_if(
-      c.zero_allow_untested_optimizer && c.zero.stage > 0, "zero_allow_untested_optimizer",
-      "true is not implemented: ZeRO runs only the optimizers named in the config's "
-      "`optimizer` section (a client optimizer works at stage 0); set false or remove the key");
-  refuse_if(!c.zero_force_ds_cpu_optimizer && c.zero.offload_optimizer.enabled(),
-            "zero_force_ds_cpu_optimizer",
-            "false is not implemented: an offloaded optimizer always runs deepspeed-cpp's own CPU "
-            "kernels; set true or remove the key");
-  if (c.optimizer && c.optimizer->params.has("torch_adam")) {
-    refuse_if(c.optimizer->params.get_bool("torch_adam", false), "optimizer.params.torch_adam",
-              "true (run torch.optim.Adam instead of the fused kernel) is not implemented: "
-              "deepspeed-cpp always runs its fused Adam; set false or remove the key");
-  }
+  // zero_allow_untested_optimizer true and zero_force_ds_cpu_optimizer false only permit, in DeepSpeed, a client
+  // optimizer beside ZeRO (offloaded, for the second); by themselves they change nothing, as here. A client
+  // optimizer passed to initialize() beside ZeRO is refused there by name (runtime::check_client_optimizer).
+  // optimizer.params.torch_adam true picks torch.optim.Adam's implementation over DeepSpeed's fused one: the same
+  // update (to rounding), which our fused kernel computes either way.
 }
 
 }  // namespace deepspeed::config

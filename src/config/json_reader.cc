@@ -1,5 +1,6 @@
 #include "config/json_reader.h"
 
+#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -119,6 +120,15 @@ bool ObjectReader::take_auto(const std::string& key, const Json& value, AutoPoli
 bool ObjectReader::read_bool(const std::string& key, bool* out, AutoPolicy policy) {
   const Json* v = find(key);
   if (!v || take_auto(key, *v, policy)) return false;
+  if (v->is_string()) {
+    // DeepSpeed's pydantic models take the strings pydantic's lax mode takes ("true", "False", "1", "off", ...).
+    std::string text = v->get<std::string>();
+    for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const char* yes : {"true", "1", "yes", "y", "on", "t"})
+      if (text == yes) return *out = true, true;
+    for (const char* no : {"false", "0", "no", "n", "off", "f"})
+      if (text == no) return *out = false, true;
+  }
   if (!v->is_boolean()) fail_at(path_of(key), "expected true or false, got " + describe(*v));
   *out = v->get<bool>();
   return true;
@@ -233,6 +243,21 @@ std::string ObjectReader::pick_alias(const std::string& name, const std::string&
   return has_alias ? alias : name;
 }
 
+namespace {
+
+thread_local std::vector<std::string>* warning_sink = nullptr;
+
+}  // namespace
+
+CollectWarnings::CollectWarnings(std::vector<std::string>* warnings) : previous_(warning_sink) {
+  warning_sink = warnings;
+}
+CollectWarnings::~CollectWarnings() { warning_sink = previous_; }
+
+void warn(const std::string& line) {
+  if (warning_sink != nullptr) warning_sink->push_back(line);
+}
+
 void ObjectReader::finish() const {
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     if (known_.count(it.key())) continue;
@@ -242,6 +267,17 @@ void ObjectReader::finish() const {
       fail_at(path_of(it.key()), "unknown key (did you mean '" + suggestion + "'?)");
     }
     fail_at(path_of(it.key()), "unknown key; valid keys here: " + join(valid, ", "));
+  }
+}
+
+void ObjectReader::finish_ignoring_unknown() const {
+  if (warning_sink == nullptr) return;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (known_.count(it.key())) continue;
+    std::vector<std::string> valid(known_.begin(), known_.end());
+    const std::string suggestion = did_you_mean(it.key(), valid);
+    warning_sink->push_back(path_of(it.key()) + ": unknown key, ignored as DeepSpeed ignores it" +
+                            (suggestion.empty() ? "" : " (did you mean '" + suggestion + "'?)"));
   }
 }
 

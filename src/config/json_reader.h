@@ -29,6 +29,23 @@ std::string join_path(const std::string& parent, const std::string& key);
 
 enum class AutoPolicy { kNoAuto, kAllowAuto };
 
+// Warnings a parse collects (keys ignored as DeepSpeed ignores them): while a CollectWarnings is alive on this
+// thread, ObjectReader::finish_ignoring_unknown() appends one line per unknown key to it. Without one the keys
+// are ignored silently. thread_local: one parse per thread at a time.
+class CollectWarnings {
+ public:
+  explicit CollectWarnings(std::vector<std::string>* warnings);
+  ~CollectWarnings();
+  CollectWarnings(const CollectWarnings&) = delete;
+  CollectWarnings& operator=(const CollectWarnings&) = delete;
+
+ private:
+  std::vector<std::string>* previous_;
+};
+
+// Adds one line to the warnings being collected (CollectWarnings), if any: a key DeepSpeed ignores in context.
+void warn(const std::string& line);
+
 class ObjectReader {
  public:
   // Throws "<path>: expected an object, got ..." unless `node` is an object. `autos` may be null.
@@ -69,8 +86,14 @@ class ObjectReader {
   // `prefetch_bucket_size`). Returns the one present (or `name`); both present is an error.
   std::string pick_alias(const std::string& name, const std::string& alias);
 
-  // Rejects any key no getter asked for: `<path>.<key>: unknown key (did you mean '<k>'?)`.
+  // Rejects any key no getter asked for: `<path>.<key>: unknown key (did you mean '<k>'?)`. For DeepSpeed's
+  // pydantic sections, which forbid extra keys.
   void finish() const;
+  // Where DeepSpeed reads the object as a plain dict (its top level, aio, activation_checkpointing, checkpoint,
+  // data_types, flops_profiler, autotuning, pipeline, timers, the optimizer's and scheduler's own level) and goes
+  // on past keys it does not know: each unknown key becomes a warning line (CollectWarnings) naming it, with its
+  // did-you-mean.
+  void finish_ignoring_unknown() const;
 
   // Conversions shared with the section parsers (value at `path`).
   static int64_t to_int(const Json& value, const std::string& path, int64_t lo, int64_t hi);

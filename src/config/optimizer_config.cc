@@ -374,7 +374,7 @@ OptimizerConfig parse_optimizer_config(const Json& node) {
   c.type = spec.canonical;
   c.params = parse_params(r.find("params"), spec, "optimizer.params", "optimizer");
   r.read_bool("legacy_fusion", &c.legacy_fusion);
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 
@@ -392,7 +392,7 @@ SchedulerConfig parse_scheduler_config(const Json& node) {
   const TypeSpec& spec = find_type(scheduler_specs(), r, r.find("type"), "scheduler");
   c.type = spec.canonical;
   c.params = parse_params(r.find("params"), spec, "scheduler.params", "scheduler");
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 

@@ -102,7 +102,7 @@ DataTypesConfig parse_data_types_config(const Json& node) {
     r.read_string_list("keep_in_fp32_modules", &patterns);
     c.keep_in_fp32_modules = std::move(patterns);
   }
-  r.finish();
+  r.finish_ignoring_unknown();
   return c;
 }
 

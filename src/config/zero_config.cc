@@ -116,8 +116,15 @@ void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out,
   }
 }
 
-void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out) {
-  r.read_bool(r.pick_alias("stage3_" + name, name), out);
+void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out, std::set<std::string>* autos) {
+  const std::string documented = "stage3_" + name;
+  const std::string key = r.pick_alias(documented, name);
+  r.read_bool(key, out, AutoPolicy::kAllowAuto);
+  const Json* v = r.find(key);
+  if (key != documented && v && v->is_string() && v->get<std::string>() == "auto" && autos) {
+    autos->erase(r.path_of(key));
+    autos->insert(r.path_of(documented));
+  }
 }
 
 }  // namespace
@@ -194,15 +201,15 @@ void read_stage3_keys(ObjectReader& r, ZeroConfig& z, std::set<std::string>* aut
   read_stage3_int(r, "model_persistence_threshold", &z.model_persistence_threshold, autos);
   read_stage3_int(r, "max_live_parameters", &z.max_live_parameters, autos);
   read_stage3_int(r, "max_reuse_distance", &z.max_reuse_distance, autos);
-  read_stage3_bool(r, "gather_16bit_weights_on_model_save", &z.gather_16bit_weights_on_model_save);
+  read_stage3_bool(r, "gather_16bit_weights_on_model_save", &z.gather_16bit_weights_on_model_save, autos);
   bool gather_fp16 = false;
   if (r.read_bool("stage3_gather_fp16_weights_on_model_save", &gather_fp16) && gather_fp16) {
     z.gather_16bit_weights_on_model_save = true;
   }
   r.read_int(r.pick_alias("stage3_module_granularity_threshold", "module_granularity_threshold"),
              &z.module_granularity_threshold, 0);
-  read_stage3_bool(r, "use_all_reduce_for_fetch_params", &z.use_all_reduce_for_fetch_params);
-  read_stage3_bool(r, "allgather_sequential", &z.allgather_sequential);
+  read_stage3_bool(r, "use_all_reduce_for_fetch_params", &z.use_all_reduce_for_fetch_params, autos);
+  read_stage3_bool(r, "allgather_sequential", &z.allgather_sequential, autos);
 }
 
 // ZeRO++, MiCS, leaf modules and the flags DeepSpeed reads beside them.
@@ -253,6 +260,12 @@ ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   const Json* zenflow = r.find("zenflow");
   if (zenflow && !zenflow->is_null()) z.zenflow = parse_zenflow(*zenflow);
   r.finish();
+  if (z.offload_param.enabled() && z.stage < 3) {
+    // DeepSpeed reads offload_param only at stage 3 (stages 0-2 keep whole parameters on every rank).
+    warn(r.path_of("offload_param") + ": ignored below stage 3, as DeepSpeed ignores it (stage " +
+         std::to_string(z.stage) + " keeps whole parameters on every rank)");
+    z.offload_param = OffloadParamConfig{};
+  }
 
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     fail_at(r.path_of("offload_optimizer.ratio"),

@@ -70,10 +70,11 @@ TEST(AutoValues, HiddenSizeMissingNamesTheKeyAndTheWayToGiveIt) {
 }
 
 TEST(AutoValues, FailedResolutionLeavesTheConfigUnchanged) {
-  Config c = Config::from_string(R"({"gradient_clipping": "auto", "fp16": {"enabled": "auto"}})");
+  Config c = Config::from_string(
+      R"({"gradient_clipping": "auto", "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}})");
   AutoValues known;
   known.gradient_clipping = 0.5;
-  EXPECT_THROW(c.resolve_auto(known), ConfigError);  // fp16.enabled cannot be filled
+  EXPECT_THROW(c.resolve_auto(known), ConfigError);  // reduce_bucket_size needs the hidden size
   EXPECT_TRUE(c.is_auto("gradient_clipping"));
   EXPECT_EQ(c.gradient_clipping, 1.0);  // the default, not the 0.5 the failed resolution would have filled
 }
@@ -121,13 +122,42 @@ TEST(AutoValues, ClippingAndLearningRateFromTheProgram) {
   EXPECT_EQ(c.optimizer->params.get_number("weight_decay", 0), 0.1);  // given values untouched
 }
 
-TEST(AutoValues, ClippingAndLearningRateMissingAreRefused) {
-  EXPECT_THAT(resolve_error(Config::from_string(R"({"gradient_clipping": "auto"})"), {}),
-              StartsWith("gradient_clipping: \"auto\" needs the clipping norm from the program"));
-  EXPECT_THAT(
-      resolve_error(
-          Config::from_string(R"({"optimizer": {"type": "Adam", "params": {"lr": "auto"}}})"), {}),
-      StartsWith("optimizer.params.lr: \"auto\" needs the learning rate from the program"));
+// What the program does not say takes the value Hugging Face's Trainer fills with its default TrainingArguments
+// (transformers' TrainingArguments: max_grad_norm 1.0, learning_rate 5e-5, adam_beta1/2 0.9/0.999, adam_epsilon 1e-8,
+// weight_decay 0, warmup_steps 0, per_device_train_batch_size 8, no --fp16/--bf16), one line each saying so.
+TEST(AutoValues, WhatTheProgramDoesNotSayTakesTheTrainersDefaults) {
+  Config c = Config::from_string(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR",
+                  "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}}})");
+  const auto done = c.resolve_auto({});
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.bf16.enabled);
+  EXPECT_EQ(c.optimizer->params.get_number("lr", 0), 5e-5);
+  EXPECT_EQ(c.optimizer->params.get_number_list("betas", {}), (std::vector<double>{0.9, 0.999}));
+  EXPECT_EQ(c.optimizer->params.get_number("eps", 0), 1e-8);
+  EXPECT_EQ(c.optimizer->params.get_number("weight_decay", 1), 0.0);
+  EXPECT_EQ(c.scheduler->params.get_number("warmup_max_lr", 0), 5e-5);
+  EXPECT_EQ(c.scheduler->params.get_number("warmup_num_steps", 1), 0.0);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  c.resolve_batch(2);
+  EXPECT_EQ(c.train_batch_size, 16);
+  bool said = false;
+  for (const auto& r : done)
+    said = said ||
+           (r.path == "gradient_clipping" && r.value == "1" && r.how == "Hugging Face Trainer's default max_grad_norm");
+  EXPECT_TRUE(said) << "each default is said, with where it came from";
+  // The model's dtype picks the precision, as --bf16 would.
+  Config bf = Config::from_string(R"({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})");
+  AutoValues model;
+  model.model_dtype = DataType::kBf16;
+  bf.resolve_auto(model);
+  EXPECT_TRUE(bf.bf16.enabled);
+  EXPECT_FALSE(bf.fp16.enabled);
   AutoValues negative;
   negative.lr = -1e-3;
   EXPECT_THAT(resolve_error(Config::from_string(
@@ -136,20 +166,16 @@ TEST(AutoValues, ClippingAndLearningRateMissingAreRefused) {
               HasSubstr("must be a number >= 0, got -0.001"));
 }
 
-TEST(AutoValues, EverythingElseIsRefusedWithWhatToPut) {
-  EXPECT_EQ(resolve_error(Config::from_string(R"({"fp16": {"enabled": "auto"}})"), {}),
-            "fp16.enabled: \"auto\" Hugging Face's Trainer fills it from its --fp16 flag, which "
-            "deepspeed-cpp does not have; put true or false");
-  EXPECT_EQ(resolve_error(Config::from_string(
-                              R"({"optimizer": {"type": "AdamW", "params": {"betas": "auto"}}})"),
-                          {}),
-            "optimizer.params.betas: \"auto\" deepspeed-cpp has no value to fill it from; put a "
-            "value, e.g. [0.9,0.999] (DeepSpeed's default)");
+TEST(AutoValues, ValuesWithNoDefaultAreRefusedWithWhatToPut) {
   EXPECT_THAT(resolve_error(Config::from_string(
-                                R"({"scheduler": {"type": "WarmupLR",
-                                                  "params": {"warmup_num_steps": "auto"}}})"),
+                                R"({"scheduler": {"type": "WarmupDecayLR",
+                                                  "params": {"total_num_steps": "auto"}}})"),
                             {}),
-              StartsWith("scheduler.params.warmup_num_steps: \"auto\""));
+              StartsWith("scheduler.params.total_num_steps: \"auto\" needs the run's optimizer steps"));
+  EXPECT_EQ(
+      resolve_error(Config::from_string(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": "auto"}}})"), {}),
+      "optimizer.params.amsgrad: \"auto\" deepspeed-cpp has no value to fill it from; put a "
+      "value, e.g. false (DeepSpeed's default)");
 }
 
 TEST(AutoValues, NoAutoNothingToDo) {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "config/feature_gate.h"
 #include "deepspeed/config.h"
 #include "deepspeed/error.h"
 
@@ -12,6 +13,17 @@ namespace deepspeed::config {
 inline std::string error_of(const std::string& json) {
   try {
     Config::from_string(json);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The ConfigError message the feature gate (check_supported_features) refuses `json` with, or "" when it passes.
+inline std::string rejection(const std::string& json) {
+  auto cfg = Config::from_string(json);
+  try {
+    check_supported_features(cfg);
   } catch (const ConfigError& e) {
     return e.what();
   }

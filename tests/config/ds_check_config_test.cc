@@ -43,12 +43,24 @@ const std::string kHfSets =
     " --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.01"
     " --set scheduler.params.warmup_num_steps=100";
 
-TEST(DsCheckConfig, AllAutoHuggingFaceConfigWithoutBatchSaysWhatToSet) {
-  const ToolRun r = run_tool(kHf);
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.output, HasSubstr("train_micro_batch_size_per_gpu: \"auto\" is filled by "
-                                  "Hugging Face's Trainer"));
-  EXPECT_THAT(r.output, Not(HasSubstr("must be given")));
+// What nothing says takes the Trainer's default arguments, one line each; what has no default (the model's hidden
+// size) is named with the way to give it.
+TEST(DsCheckConfig, AllAutoHuggingFaceConfigTakesTheTrainersDefaults) {
+  const ToolRun missing = run_tool(kHf);
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_THAT(missing.output, HasSubstr("zero_optimization.reduce_bucket_size: \"auto\" needs the model's hidden "
+                                        "size"));
+  EXPECT_THAT(missing.output, Not(HasSubstr("must be given")));
+  const ToolRun r = run_tool(kHf + " --hidden_size 64");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"auto\" train_micro_batch_size_per_gpu = 8 (Hugging Face Trainer's default "
+                                  "per_device_train_batch_size)"));
+  EXPECT_THAT(r.output, HasSubstr("\"auto\" train_batch_size = 8 (batch arithmetic, world size 1)"));
+  EXPECT_THAT(r.output, HasSubstr("\"auto\" gradient_clipping = 1 (Hugging Face Trainer's default max_grad_norm)"));
+  EXPECT_THAT(r.output, HasSubstr("\"auto\" optimizer.params.lr = 5e-05 (Hugging Face Trainer's default "
+                                  "learning_rate)"));
+  EXPECT_THAT(r.output, HasSubstr("\"auto\" fp16.enabled = false (Hugging Face Trainer's default (no --fp16 "
+                                  "flag))"));
 }
 
 TEST(DsCheckConfig, AllAutoHuggingFaceConfigResolvesWithSetAndHiddenSize) {

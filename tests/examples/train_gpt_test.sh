@@ -375,13 +375,22 @@ PY
       || fail "stage 3 differs from stage 0"
     ;;
   config_typo)
-    run 1 typo.json --steps 2 && fail "a misspelt key must be rejected"
-    grep -q "gradient_clippin: unknown key (did you mean 'gradient_clipping'?)" "$log" || fail "no suggestion"
-    grep -q "train_gpt: $configs/typo.json: gradient_clippin: unknown key" "$log" || fail "the key's error should name the file"
+    # A misspelt top-level key: DeepSpeed goes on past it, so do we, with one warning naming the file, the key and
+    # the key it may have meant (issue 56).
+    run 1 typo.json --steps 2 || fail "a top-level typo is a warning, as in DeepSpeed"
+    grep -q "deepspeed: warning: $configs/typo.json: gradient_clippin: unknown key, ignored as DeepSpeed ignores it (did you mean 'gradient_clipping'?)" "$log" \
+      || fail "no warning naming the file, the key and the suggestion"
+    # Inside a section DeepSpeed validates (zero_optimization) a typo is refused, naming the file.
+    zerotypo=$(mktemp --suffix=.json)
+    trap 'rm -f "$log" "$zerotypo"' EXIT
+    echo '{"train_batch_size": 8, "zero_optimization": {"stage": 1, "reduce_bucket_sise": 1000}}' > "$zerotypo"
+    run 1 micro8.json --steps 2 --deepspeed_config "$zerotypo" && fail "a misspelt zero_optimization key must be rejected"
+    grep -q "train_gpt: $zerotypo: zero_optimization.reduce_bucket_sise: unknown key (did you mean 'reduce_bucket_size'?)" "$log" \
+      || fail "the key's error should name the file and suggest the key"
     # What initialize() refuses names the file too: here a batch that overflows 64 bits at 2 ranks (issue 52; it used
     # to resolve to train_batch_size -2 and fail later in a std::vector).
     huge=$(mktemp --suffix=.json)
-    trap 'rm -f "$log" "$huge"' EXIT
+    trap 'rm -f "$log" "$zerotypo" "$huge"' EXIT
     sed 's/"train_micro_batch_size_per_gpu": *[0-9]*/"train_micro_batch_size_per_gpu": 9223372036854775807/' \
       "$configs/micro8.json" > "$huge"
     run 2 micro8.json --steps 2 --deepspeed_config "$huge" && fail "an overflowing batch must be rejected"
