@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
                  "the run's optimizer steps: fills an \"auto\" scheduler total_num_steps as initialize() does "
                  "from InitializeOptions::total_steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 53));
+  std::string model_dtype;
+  app.add_option("--model_dtype", model_dtype,
+                 "the model's parameters' dtype: fills \"auto\" fp16/bf16.enabled as initialize() does from the "
+                 "model (default: neither, the Trainer's default arguments)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -72,6 +77,10 @@ int main(int argc, char** argv) {
     deepspeed::config::AutoValues known;
     if (hidden_size > 0) known.hidden_size = hidden_size;
     if (total_num_steps > 0) known.total_num_steps = total_num_steps;
+    if (!model_dtype.empty())
+      known.model_dtype = model_dtype == "bf16"   ? deepspeed::config::DataType::kBf16
+                          : model_dtype == "fp16" ? deepspeed::config::DataType::kFp16
+                                                  : deepspeed::config::DataType::kFp32;
     // "auto" first (the Trainer's default micro-batch may be what the batch arithmetic needs), then the batch.
     const auto resolved = config.resolve_auto(known);
     config.resolve_batch(world_size);

@@ -263,6 +263,7 @@ std::vector<AutoResolution> Config::resolve_auto(const AutoValues& known) {
     }
     throw ConfigError(message);
   }
+  check_consistency(next);  // the filled precision flags against each other and tensor_parallel.dtype
   *this = std::move(next);
   return r.done;
 }

@@ -97,6 +97,7 @@ void parse_top_level_values(ObjectReader& r, Config* c, std::set<std::string>* a
     ObjectReader t(*timers, "timers", nullptr);
     if (const Json* throughput = t.find("throughput"); throughput && !throughput->is_null()) {
       ObjectReader tp(*throughput, "timers.throughput", nullptr);
+      tp.take_string_booleans();
       bool flag = false;
       tp.read_bool("enabled", &flag);
       tp.read_bool("synchronized", &flag);
@@ -189,25 +190,6 @@ void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) 
   r.finish_ignoring_unknown();
 }
 
-// Checks that span sections, as DeepSpeed's _do_error_check does.
-void check_consistency(const Config& c) {
-  if (c.tensor_parallel.dtype) {
-    const std::string ours = c.bf16.enabled ? "bf16" : c.fp16.enabled ? "fp16" : "fp32";
-    if (*c.tensor_parallel.dtype != ours)
-      fail_at("tensor_parallel.dtype", "is " + *c.tensor_parallel.dtype + " but the model trains in " + ours +
-                                           " (fp16 / bf16 sections); make them agree or drop the key");
-  }
-  if (c.fp16.enabled && c.bf16.enabled) {
-    fail_at("bf16.enabled", "cannot be true together with fp16.enabled; choose one precision");
-  }
-  if (c.fp16.fp16_master_weights_and_grads && c.zero.stage == 0) {
-    fail_at("fp16.fp16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
-  }
-  if (c.bf16.bf16_master_weights_and_grads && c.zero.stage == 0) {
-    fail_at("bf16.bf16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
-  }
-}
-
 Config parse_root(const Json& root) {
   Config c;
   std::set<std::string> autos;
@@ -217,9 +199,9 @@ Config parse_root(const Json& root) {
     parse_top_level(root, &c, &autos);
   }
   for (std::string& w : warnings) c.add_warning(std::move(w));
+  for (const std::string& path : autos) c.mark_auto(path);
   check_consistency(c);
   check_implemented_values(c);
-  for (const std::string& path : autos) c.mark_auto(path);
   return c;
 }
 
@@ -236,6 +218,26 @@ void set_auto(OrderedJson& j, const std::string& path) {
 }
 
 }  // namespace
+
+// Checks that span sections, as DeepSpeed's _do_error_check does.
+// Run again by resolve_auto once "auto" precision flags are filled (until then the flags are not known).
+void check_consistency(const Config& c) {
+  if (c.tensor_parallel.dtype && !c.is_auto("fp16.enabled") && !c.is_auto("bf16.enabled")) {
+    const std::string ours = c.bf16.enabled ? "bf16" : c.fp16.enabled ? "fp16" : "fp32";
+    if (*c.tensor_parallel.dtype != ours)
+      fail_at("tensor_parallel.dtype", "is " + *c.tensor_parallel.dtype + " but the model trains in " + ours +
+                                           " (fp16 / bf16 sections); make them agree or drop the key");
+  }
+  if (c.fp16.enabled && c.bf16.enabled) {
+    fail_at("bf16.enabled", "cannot be true together with fp16.enabled; choose one precision");
+  }
+  if (c.fp16.fp16_master_weights_and_grads && c.zero.stage == 0) {
+    fail_at("fp16.fp16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
+  }
+  if (c.bf16.bf16_master_weights_and_grads && c.zero.stage == 0) {
+    fail_at("bf16.bf16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
+  }
+}
 
 Config Config::from_string(const std::string& json_text) {
   return parse_root(parse_json_text(json_text, "<string>"));

@@ -131,6 +131,7 @@ OrderedJson dump_checkpoint_config(const CheckpointConfig& c) {
 
 CommsLoggerConfig parse_comms_logger_config(const Json& node) {
   ObjectReader r(node, "comms_logger", nullptr);
+  r.take_string_booleans();
   CommsLoggerConfig c;
   r.read_bool("enabled", &c.enabled);
   r.read_bool("verbose", &c.verbose);
@@ -153,6 +154,7 @@ OrderedJson dump_comms_logger_config(const CommsLoggerConfig& c) {
 
 FileMonitorConfig parse_file_monitor_config(const Json& node, const std::string& key) {
   ObjectReader r(node, key, nullptr);
+  r.take_string_booleans();
   FileMonitorConfig c;
   r.read_bool("enabled", &c.enabled);
   r.read_string("output_path", &c.output_path);
@@ -171,6 +173,7 @@ OrderedJson dump_file_monitor_config(const FileMonitorConfig& c) {
 
 WandbConfig parse_wandb_config(const Json& node) {
   ObjectReader r(node, "wandb", nullptr);
+  r.take_string_booleans();
   WandbConfig c;
   r.read_bool("enabled", &c.enabled);
   r.read_optional_string("group", &c.group);
@@ -228,6 +231,7 @@ void refuse_unless(ObjectReader& r, const std::string& key, const Json& allowed,
 
 TpLayerSpecConfig parse_tp_layer_spec(const Json& node, const std::string& path) {
   ObjectReader r(node, path, nullptr);
+  r.take_string_booleans();
   TpLayerSpecConfig s;
   r.read_string_list("patterns", &s.patterns);
   if (s.patterns.empty()) fail_at(r.path_of("patterns"), "must list at least one pattern");
@@ -259,6 +263,7 @@ TpLayerSpecConfig parse_tp_layer_spec(const Json& node, const std::string& path)
 
 TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
   ObjectReader r(node, "tensor_parallel", nullptr);
+  r.take_string_booleans();
   TensorParallelConfig c;
   r.read_int("autotp_size", &c.autotp_size, 0);
   r.read_bool("tp_overlap_comm", &c.tp_overlap_comm);
@@ -279,6 +284,7 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
   const std::string tp_key = r.pick_alias("tensor_parallel", "tp");
   if (const Json* tp = r.find(tp_key); tp && !tp->is_null()) {
     ObjectReader t(*tp, r.path_of(tp_key), nullptr);
+    t.take_string_booleans();
     int tp_size = 1;
     t.read_int("tp_size", &tp_size, 1);
     if (tp_size != 1 && tp_size != c.autotp_size)
@@ -291,6 +297,7 @@ TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
   }
   if (const Json* pc = r.find("partition_config"); pc && !pc->is_null()) {
     ObjectReader p(*pc, r.path_of("partition_config"), nullptr);
+    p.take_string_booleans();
     p.read_bool("use_default_specs", &c.use_default_specs);
     p.read_bool("strict_mode", &c.strict_mode);
     p.read_string_list("lm_head_patterns", &c.lm_head_patterns);

@@ -120,7 +120,7 @@ bool ObjectReader::take_auto(const std::string& key, const Json& value, AutoPoli
 bool ObjectReader::read_bool(const std::string& key, bool* out, AutoPolicy policy) {
   const Json* v = find(key);
   if (!v || take_auto(key, *v, policy)) return false;
-  if (v->is_string()) {
+  if (v->is_string() && string_booleans_) {
     // DeepSpeed's pydantic models take the strings pydantic's lax mode takes ("true", "False", "1", "off", ...).
     std::string text = v->get<std::string>();
     for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

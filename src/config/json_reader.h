@@ -82,6 +82,10 @@ class ObjectReader {
   bool read_choice(const std::string& key, std::string* out,
                    const std::vector<std::string>& choices, bool case_insensitive = false);
 
+  // DeepSpeed's pydantic sections take pydantic's string booleans ("true", "False", "yes", "0", ...); the levels it
+  // reads as plain dicts would take any non-empty string as true, so there a string stays an error.
+  void take_string_booleans() { string_booleans_ = true; }
+
   // DeepSpeed accepts some keys under two names (`stage3_prefetch_bucket_size` and its field name
   // `prefetch_bucket_size`). Returns the one present (or `name`); both present is an error.
   std::string pick_alias(const std::string& name, const std::string& alias);
@@ -106,6 +110,7 @@ class ObjectReader {
   std::string path_;
   std::set<std::string>* autos_;
   std::set<std::string> known_;
+  bool string_booleans_ = false;
 };
 
 // Parses config text as DeepSpeed's hjson reader reads JSON-shaped files: JSON plus `#`, `//` and

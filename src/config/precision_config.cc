@@ -28,6 +28,7 @@ DataType parse_data_type(const Json& value, const std::string& path) {
 
 Fp16Config parse_fp16_config(const Json& node, std::set<std::string>* autos) {
   ObjectReader r(node, "fp16", autos);
+  r.take_string_booleans();
   Fp16Config c;
   r.read_bool("enabled", &c.enabled, AutoPolicy::kAllowAuto);
   r.read_bool("auto_cast", &c.auto_cast);
@@ -59,6 +60,7 @@ OrderedJson dump_fp16_config(const Fp16Config& c) {
 Bf16Config parse_bf16_config(const Json& node, const std::string& path,
                              std::set<std::string>* autos) {
   ObjectReader r(node, path, autos);
+  r.take_string_booleans();
   Bf16Config c;
   if (!r.read_bool("enabled", &c.enabled, AutoPolicy::kAllowAuto) && autos &&
       autos->erase(path + ".enabled")) {

@@ -64,6 +64,10 @@ void apply_override(Json* root, const std::string& assignment);
 std::optional<ParamValue> default_param(const std::string& section, const std::string& type,
                                         const std::string& name);
 
+// Checks that span sections, as DeepSpeed's _do_error_check does (config.cc): at parse, and again in
+// resolve_auto once "auto" precision flags are filled.
+void check_consistency(const Config& config);
+
 // Refuses, by JSON path, values of keys that select behaviour deepspeed-cpp implements one way only
 // (implemented_values.cc).
 void check_implemented_values(const Config& config);

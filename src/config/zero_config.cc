@@ -32,6 +32,7 @@ void check_nvme_path(OffloadDevice device, const std::optional<std::string>& nvm
 OffloadOptimizerConfig parse_offload_optimizer(const Json& node) {
   const std::string path = join_path(kPath, "offload_optimizer");
   ObjectReader r(node, path, nullptr);
+  r.take_string_booleans();
   OffloadOptimizerConfig c;
   std::string device = "none";
   r.read_choice("device", &device, offload_devices());
@@ -54,6 +55,7 @@ OffloadOptimizerConfig parse_offload_optimizer(const Json& node) {
 OffloadParamConfig parse_offload_param(const Json& node) {
   const std::string path = join_path(kPath, "offload_param");
   ObjectReader r(node, path, nullptr);
+  r.take_string_booleans();
   OffloadParamConfig c;
   std::string device = "none";
   r.read_choice("device", &device, offload_devices());
@@ -77,6 +79,7 @@ void read_auto_or_int(ObjectReader& r, const std::string& key, std::optional<int
 ZenFlowConfig parse_zenflow(const Json& node) {
   const std::string path = join_path(kPath, "zenflow");
   ObjectReader r(node, path, nullptr);
+  r.take_string_booleans();
   ZenFlowConfig c;
   r.read_number("topk_ratio", &c.topk_ratio, 0.0, 1.0);
   if (c.topk_ratio <= 0.0 || c.topk_ratio >= 1.0)
@@ -116,10 +119,12 @@ void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out,
   }
 }
 
-void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out, std::set<std::string>* autos) {
+// "auto" only where accelerate fills it (gather_16bit_weights_on_model_save); DeepSpeed refuses it elsewhere.
+void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out, std::set<std::string>* autos,
+                      AutoPolicy policy = AutoPolicy::kNoAuto) {
   const std::string documented = "stage3_" + name;
   const std::string key = r.pick_alias(documented, name);
-  r.read_bool(key, out, AutoPolicy::kAllowAuto);
+  r.read_bool(key, out, policy);
   const Json* v = r.find(key);
   if (key != documented && v && v->is_string() && v->get<std::string>() == "auto" && autos) {
     autos->erase(r.path_of(key));
@@ -201,7 +206,8 @@ void read_stage3_keys(ObjectReader& r, ZeroConfig& z, std::set<std::string>* aut
   read_stage3_int(r, "model_persistence_threshold", &z.model_persistence_threshold, autos);
   read_stage3_int(r, "max_live_parameters", &z.max_live_parameters, autos);
   read_stage3_int(r, "max_reuse_distance", &z.max_reuse_distance, autos);
-  read_stage3_bool(r, "gather_16bit_weights_on_model_save", &z.gather_16bit_weights_on_model_save, autos);
+  read_stage3_bool(r, "gather_16bit_weights_on_model_save", &z.gather_16bit_weights_on_model_save, autos,
+                   AutoPolicy::kAllowAuto);
   bool gather_fp16 = false;
   if (r.read_bool("stage3_gather_fp16_weights_on_model_save", &gather_fp16) && gather_fp16) {
     z.gather_16bit_weights_on_model_save = true;
@@ -232,6 +238,7 @@ void read_extensions(ObjectReader& r, ZeroConfig& z) {
   r.read_bool("save_muon_momentum_buffer_in_memory", &z.save_muon_momentum_buffer_in_memory);
   if (const Json* leaf = r.find("leaf_module"); leaf && !leaf->is_null()) {
     ObjectReader l(*leaf, r.path_of("leaf_module"), nullptr);
+    l.take_string_booleans();
     // DeepSpeed takes a single string for a list of one.
     auto read_list = [&l](const std::string& key, std::vector<std::string>* out) {
       const Json* v = l.find(key);
@@ -252,6 +259,7 @@ void read_extensions(ObjectReader& r, ZeroConfig& z) {
 
 ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
   ObjectReader r(node, kPath, autos);
+  r.take_string_booleans();
   ZeroConfig z;
   read_partitioning(r, z);
   read_offload(r, z);

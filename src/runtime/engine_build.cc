@@ -9,16 +9,17 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "config/feature_gate.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
+#include "runtime/config_notes.h"
 #include "runtime/engine_impl.h"
-#include "config/feature_gate.h"
+#include "runtime/layout.h"
 #include "runtime/param_groups.h"
 #include "runtime/scheduler_factory.h"
-#include "runtime/layout.h"
 #include "zero/make_stage.h"
 
 namespace deepspeed {
@@ -66,25 +67,6 @@ runtime::LossScalerOptions loss_scaler_options(const config::Fp16Config& c) {
   return o;
 }
 
-// The model's dtype as the config names it ("auto" fp16/bf16 follow it, as the Trainer's --fp16/--bf16 would).
-std::optional<config::DataType> model_data_type(const torch::nn::Module& module) {
-  for (const auto& p : module.parameters()) {
-    if (p.scalar_type() == at::kBFloat16) return config::DataType::kBf16;
-    if (p.scalar_type() == at::kHalf) return config::DataType::kFp16;
-    return config::DataType::kFp32;
-  }
-  return std::nullopt;
-}
-
-// What the config parse went on past (keys DeepSpeed ignores) and how each "auto" was filled: one line each, on
-// rank 0, as ds_check_config prints them.
-void print_config_notes(const Config& config, const std::vector<config::AutoResolution>& filled) {
-  if (comm::get_rank() != 0) return;
-  for (const std::string& w : config.warnings()) std::fprintf(stderr, "deepspeed: warning: %s\n", w.c_str());
-  for (const auto& r : filled)
-    std::fprintf(stderr, "deepspeed: \"auto\" %s = %s (%s)\n", r.path.c_str(), r.value.c_str(), r.how.c_str());
-}
-
 }  // namespace
 
 EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& config, InitializeOptions options)
@@ -94,8 +76,8 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   layout_ = runtime::make_layout(*module_, config_, options, &norm_excluded_);
   config::AutoValues known = options.auto_values;  // "auto" in the config, filled as HF's integration does
   if (!known.total_num_steps && options.total_steps > 0) known.total_num_steps = options.total_steps;
-  if (!known.model_dtype) known.model_dtype = model_data_type(*module_);
-  print_config_notes(config_, config_.resolve_auto(known));
+  if (!known.model_dtype) known.model_dtype = runtime::model_data_type(*module_);
+  runtime::print_config_notes(config_, config_.resolve_auto(known));
   config_.resolve_batch(layout_.batch_ranks());
   config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a

@@ -58,6 +58,13 @@ TEST(DeepSpeedLeniency, ValuesDeepSpeedTakes) {
   EXPECT_TRUE(Config::from_string(R"({"fp16": {"enabled": "true"}})").fp16.enabled);
   EXPECT_FALSE(Config::from_string(R"({"bf16": {"enabled": "False"}})").bf16.enabled);
   EXPECT_THAT(error_of(R"({"bf16": {"enabled": "maybe"}})"), HasSubstr("bf16.enabled: expected true or false"));
+  // Where DeepSpeed reads a plain dict, any non-empty string is true to it ("false" included): refused, not guessed.
+  EXPECT_THAT(error_of(R"({"prescale_gradients": "false"})"), StartsWith("prescale_gradients: expected true or false"));
+  EXPECT_THAT(error_of(R"({"activation_checkpointing": {"partition_activations": "false"}})"),
+              StartsWith("activation_checkpointing.partition_activations: expected true or false"));
+  // "auto" only where accelerate fills it.
+  EXPECT_THAT(error_of(R"({"zero_optimization": {"stage": 3, "stage3_use_all_reduce_for_fetch_params": "auto"}})"),
+              HasSubstr("expected true or false"));
   // offload_param below stage 3: DeepSpeed ignores it; a warning, and nothing offloaded.
   const Config stage0 =
       Config::from_string(R"({"zero_optimization": {"stage": 0, "offload_param": {"device": "cpu"}}})");
@@ -78,6 +85,28 @@ TEST(DeepSpeedLeniency, ValuesDeepSpeedTakes) {
       R"({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"}})");
   gather.resolve_auto({});
   EXPECT_FALSE(gather.zero.gather_16bit_weights_on_model_save);
+}
+
+// "auto" precision filled from the model is checked as if it had been written: against the other flag and
+// tensor_parallel.dtype, which are not refused before the model's dtype is known.
+TEST(DeepSpeedLeniency, AutoPrecisionIsCheckedOnceFilled) {
+  AutoValues bf16_model;
+  bf16_model.model_dtype = DataType::kBf16;
+  Config both = Config::from_string(R"({"fp16": {"enabled": true}, "bf16": {"enabled": "auto"}})");
+  try {
+    both.resolve_auto(bf16_model);
+    ADD_FAILURE() << "fp16 and bf16 both on";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), StartsWith("bf16.enabled: cannot be true together with fp16.enabled"));
+  }
+  const std::string tp = R"({"tensor_parallel": {"autotp_size": 2, "dtype": "bf16"}, "bf16": {"enabled": "auto"}})";
+  Config agrees = Config::from_string(tp);
+  agrees.resolve_auto(bf16_model);
+  EXPECT_TRUE(agrees.bf16.enabled);
+  Config disagrees = Config::from_string(tp);
+  AutoValues fp32_model;
+  fp32_model.model_dtype = DataType::kFp32;
+  EXPECT_THROW(disagrees.resolve_auto(fp32_model), ConfigError);
 }
 
 }  // namespace

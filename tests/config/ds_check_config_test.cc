@@ -61,6 +61,10 @@ TEST(DsCheckConfig, AllAutoHuggingFaceConfigTakesTheTrainersDefaults) {
                                   "learning_rate)"));
   EXPECT_THAT(r.output, HasSubstr("\"auto\" fp16.enabled = false (Hugging Face Trainer's default (no --fp16 "
                                   "flag))"));
+  // The model's dtype, as initialize() reads it from the model.
+  const ToolRun fp16 = run_tool(kHf + " --hidden_size 64 --model_dtype fp16");
+  ASSERT_EQ(fp16.status, 0) << fp16.output;
+  EXPECT_THAT(fp16.output, HasSubstr("\"auto\" fp16.enabled = true (AutoValues::model_dtype fp16)"));
 }
 
 TEST(DsCheckConfig, AllAutoHuggingFaceConfigResolvesWithSetAndHiddenSize) {
