@@ -105,18 +105,24 @@ ZenFlowConfig parse_zenflow(const Json& node) {
   return c;
 }
 
-// A stage-3 knob that DeepSpeed accepts as `stage3_<name>` (documented) or `<name>` (its field
-// name). "auto" is recorded under the documented key, the one dump() writes.
-void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out,
-                     std::set<std::string>* autos) {
+// "auto" under DeepSpeed's field name (`prefetch_bucket_size`) rather than its documented `stage3_` key: Hugging
+// Face's Trainer fills only the documented key, and DeepSpeed then drops the leftover "auto" and keeps its default.
+// So do we, with a warning saying so (axolotl's zero3_bf16.json writes them this way).
+void keep_default_for_alias_auto(ObjectReader& r, const std::string& key, const std::string& documented,
+                                 const std::string& default_text, std::set<std::string>* autos) {
+  const Json* v = r.find(key);
+  if (key == documented || !v || !v->is_string() || v->get<std::string>() != "auto") return;
+  if (autos) autos->erase(r.path_of(key));
+  warn(r.path_of(key) + ": \"auto\" under DeepSpeed's field name is not filled by Hugging Face's Trainer (it fills " +
+       documented + "); DeepSpeed's default " + default_text + " kept, as in DeepSpeed");
+}
+
+// A stage-3 knob that DeepSpeed accepts as `stage3_<name>` (documented) or `<name>` (its field name).
+void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out, std::set<std::string>* autos) {
   const std::string documented = "stage3_" + name;
   const std::string key = r.pick_alias(documented, name);
   r.read_int(key, out, 0, kMaxInt64, AutoPolicy::kAllowAuto);
-  const Json* v = r.find(key);
-  if (key != documented && v && v->is_string() && v->get<std::string>() == "auto" && autos) {
-    autos->erase(r.path_of(key));
-    autos->insert(r.path_of(documented));
-  }
+  keep_default_for_alias_auto(r, key, documented, std::to_string(*out), autos);
 }
 
 // "auto" only where accelerate fills it (gather_16bit_weights_on_model_save); DeepSpeed refuses it elsewhere.
@@ -125,11 +131,7 @@ void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out, std::
   const std::string documented = "stage3_" + name;
   const std::string key = r.pick_alias(documented, name);
   r.read_bool(key, out, policy);
-  const Json* v = r.find(key);
-  if (key != documented && v && v->is_string() && v->get<std::string>() == "auto" && autos) {
-    autos->erase(r.path_of(key));
-    autos->insert(r.path_of(documented));
-  }
+  keep_default_for_alias_auto(r, key, documented, *out ? "true" : "false", autos);
 }
 
 }  // namespace

@@ -116,10 +116,20 @@ TEST(ConfigZero, OverlapCommDefaultsOnForStage3Only) {
                    .zero.overlap_comm);
 }
 
-TEST(ConfigZero, AutoInAliasIsRecordedUnderDocumentedKey) {
+// "auto" under DeepSpeed's field name: the Trainer fills only the stage3_ key, DeepSpeed keeps its default for the
+// leftover "auto" (checked against DeepSpeedConfig on axolotl's zero3_bf16.json, tests/config/real_corpus_test.py).
+TEST(ConfigZero, AutoUnderTheFieldNameKeepsDeepSpeedsDefaultWithAWarning) {
   Config c =
       Config::from_string(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": "auto"}})");
-  EXPECT_TRUE(c.is_auto("zero_optimization.stage3_prefetch_bucket_size"));
+  EXPECT_FALSE(c.is_auto("zero_optimization.stage3_prefetch_bucket_size"));
+  EXPECT_FALSE(c.is_auto("zero_optimization.prefetch_bucket_size"));
+  EXPECT_EQ(c.zero.prefetch_bucket_size, 50000000);
+  ASSERT_EQ(c.warnings().size(), 1u);
+  EXPECT_THAT(c.warnings()[0], HasSubstr("zero_optimization.prefetch_bucket_size: \"auto\" under DeepSpeed's field "
+                                         "name is not filled by Hugging Face's Trainer"));
+  AutoValues known;
+  known.hidden_size = 64;
+  EXPECT_TRUE(c.resolve_auto(known).empty());
   EXPECT_EQ(c.zero.prefetch_bucket_size, 50000000);
 }
 

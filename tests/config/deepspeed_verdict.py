@@ -236,6 +236,44 @@ def _describe(e):
     return (f"{type(e).__name__}: {first}" if first else type(e).__name__, " | ".join(lines))
 
 
+def resolved_values(c):
+    """What DeepSpeed made of the config, under our dump's dotted keys (world size 1): what a run acts on."""
+    z = c.zero_config
+    values = {
+        "train_batch_size": c.train_batch_size,
+        "train_micro_batch_size_per_gpu": c.train_micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": c.gradient_accumulation_steps,
+        "gradient_clipping": c.gradient_clipping,
+        "fp16.enabled": bool(c.float16_config.enabled),
+        "bf16.enabled": bool(c.bfloat16_config.enabled),
+        "zero_optimization.stage": int(c.zero_optimization_stage),
+        "zero_optimization.offload_optimizer.device":
+            str(z.offload_optimizer.device.value if hasattr(z.offload_optimizer.device, "value")
+                else z.offload_optimizer.device) if z.offload_optimizer else "none",
+    }
+    if c.zero_optimization_stage == 3:
+        values.update({
+            "zero_optimization.stage3_prefetch_bucket_size": int(z.prefetch_bucket_size),
+            "zero_optimization.stage3_param_persistence_threshold": int(z.param_persistence_threshold),
+            "zero_optimization.stage3_max_live_parameters": int(z.max_live_parameters),
+            "zero_optimization.stage3_max_reuse_distance": int(z.max_reuse_distance),
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save": bool(z.gather_16bit_weights_on_model_save),
+            "zero_optimization.offload_param.device":
+                str(z.offload_param.device.value if hasattr(z.offload_param.device, "value")
+                    else z.offload_param.device) if z.offload_param else "none",
+        })
+    if c.zero_optimization_stage >= 2:
+        values["zero_optimization.reduce_bucket_size"] = int(z.reduce_bucket_size)
+    if c.optimizer_name:
+        values["optimizer.type"] = str(c.optimizer_name).lower()
+        for key, value in (c.optimizer_params or {}).items():
+            if key in ("lr", "betas", "eps", "weight_decay", "momentum"):
+                values["optimizer.params." + key] = list(value) if isinstance(value, (list, tuple)) else value
+    if c.scheduler_name:
+        values["scheduler.type"] = str(c.scheduler_name).lower()
+    return values
+
+
 def judge(path, DeepSpeedConfig, dict_raise_error_on_duplicate_keys, hjson, ds_logging, handler):
     result = {
         "file": os.path.basename(path),
@@ -267,8 +305,9 @@ def judge(path, DeepSpeedConfig, dict_raise_error_on_duplicate_keys, hjson, ds_l
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            DeepSpeedConfig(config)
+            parsed = DeepSpeedConfig(config)
             result["verdict"] = "accept"
+            result["resolved"] = resolved_values(parsed)
         except BaseException as e:  # noqa: B036 - SystemExit from an assert-happy path is a refusal too
             if isinstance(e, KeyboardInterrupt):
                 raise
