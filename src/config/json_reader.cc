@@ -258,25 +258,29 @@ void warn(const std::string& line) {
   if (warning_sink != nullptr) warning_sink->push_back(line);
 }
 
+std::vector<std::string> ObjectReader::unknown_keys(std::vector<std::string>* valid) const {
+  valid->assign(known_.begin(), known_.end());
+  std::vector<std::string> unknown;
+  for (auto it = node_.begin(); it != node_.end(); ++it)
+    if (!known_.count(it.key())) unknown.push_back(it.key());
+  return unknown;
+}
+
 void ObjectReader::finish() const {
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    if (known_.count(it.key())) continue;
-    std::vector<std::string> valid(known_.begin(), known_.end());
-    std::string suggestion = did_you_mean(it.key(), valid);
-    if (!suggestion.empty()) {
-      fail_at(path_of(it.key()), "unknown key (did you mean '" + suggestion + "'?)");
-    }
-    fail_at(path_of(it.key()), "unknown key; valid keys here: " + join(valid, ", "));
-  }
+  std::vector<std::string> valid;
+  const std::vector<std::string> unknown = unknown_keys(&valid);
+  if (unknown.empty()) return;
+  const std::string suggestion = did_you_mean(unknown.front(), valid);
+  if (!suggestion.empty()) fail_at(path_of(unknown.front()), "unknown key (did you mean '" + suggestion + "'?)");
+  fail_at(path_of(unknown.front()), "unknown key; valid keys here: " + join(valid, ", "));
 }
 
 void ObjectReader::finish_ignoring_unknown() const {
   if (warning_sink == nullptr) return;
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    if (known_.count(it.key())) continue;
-    std::vector<std::string> valid(known_.begin(), known_.end());
-    const std::string suggestion = did_you_mean(it.key(), valid);
-    warning_sink->push_back(path_of(it.key()) + ": unknown key, ignored as DeepSpeed ignores it" +
+  std::vector<std::string> valid;
+  for (const std::string& key : unknown_keys(&valid)) {
+    const std::string suggestion = did_you_mean(key, valid);
+    warning_sink->push_back(path_of(key) + ": unknown key, ignored as DeepSpeed ignores it" +
                             (suggestion.empty() ? "" : " (did you mean '" + suggestion + "'?)"));
   }
 }

@@ -105,6 +105,8 @@ class ObjectReader {
 
  private:
   bool take_auto(const std::string& key, const Json& value, AutoPolicy policy);
+  // The object's keys no getter asked for, in the object's order; `valid` gets the ones asked for.
+  std::vector<std::string> unknown_keys(std::vector<std::string>* valid) const;
 
   const Json& node_;
   std::string path_;
