@@ -1,3 +1,4 @@
+// ds_check_config --explain KEY | --keys_markdown: describes a config key, or every key, from the key table.
 // ds_check_config FILE [--world_size N] [--set KEY=VALUE]... [--hidden_size N]: loads a DeepSpeed
 // config, applies the --set overrides (dotted JSON path; the value is JSON if it parses as JSON,
 // else a string), resolves "auto" the way initialize() would (batch arithmetic for N
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "config/feature_gate.h"
+#include "config/key_catalog.h"
 #include "deepspeed/arguments.h"
 #include "deepspeed/config.h"
 
@@ -48,7 +50,13 @@ int main(int argc, char** argv) {
   int world_size = 1;
   std::vector<std::string> overrides;
   int64_t hidden_size = 0;
-  app.add_option("file", file, "DeepSpeed JSON config")->required();
+  app.add_option("file", file, "DeepSpeed JSON config (required unless --explain or --keys_markdown)");
+  std::string explain;
+  app.add_option("--explain", explain,
+                 "KEY: describe one config key (dotted path, e.g. zero_optimization.stage): type, default, "
+                 "\"auto\", how DeepSpeed reads it and what it does here; no FILE needed");
+  bool keys_markdown = false;
+  app.add_flag("--keys_markdown", keys_markdown, "print every config key as a Markdown table (the README's)");
   app.add_option("--world_size", world_size, "data-parallel world size for the batch arithmetic")
       ->check(deepspeed::check_at_least(1));  // one readable line, not CLI11's 309-digit bound
   app.add_option("--set", overrides,
@@ -69,6 +77,24 @@ int main(int argc, char** argv) {
                  "model (default: neither, the Trainer's default arguments)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
+
+  if (keys_markdown) {
+    std::cout << deepspeed::config::key_table_markdown();
+    return 0;
+  }
+  if (!explain.empty()) {
+    try {
+      std::cout << deepspeed::config::explain_key(explain);
+      return 0;
+    } catch (const deepspeed::ConfigError& e) {
+      std::cerr << "ds_check_config: --explain " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (file.empty()) {
+    std::cerr << "ds_check_config: a config FILE is required (or --explain KEY, --keys_markdown)\n";
+    return 1;
+  }
 
   try {
     // The file alone says which values are "auto"; the overrides may replace some of them.

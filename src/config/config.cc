@@ -12,182 +12,256 @@ namespace deepspeed::config {
 
 namespace {
 
-// DeepSpeed features this build does not implement. They are accepted only when switched off, so
-// a config written for DeepSpeed never silently loses a feature it asked for.
-const std::vector<std::string>& unsupported_sections() {
-  static const std::vector<std::string> kSections = {"amp",
-                                                     "elasticity",
-                                                     "compression_training",
-                                                     "curriculum_learning",
-                                                     "data_efficiency",
-                                                     "sparse_attention",
-                                                     "quantize_training",
-                                                     "eigenvalue",
-                                                     "progressive_layer_drop",
-                                                     "hybrid_engine",
-                                                     "nebula",
-                                                     "weight_quantization",
-                                                     "compile",
-                                                     "comet",
-                                                     "torch_autocast",
-                                                     "datastates_ckpt",
-                                                     "expert_parallel"};
-  return kSections;
+// An unsupported section: accepted only when absent, null or `"enabled": false`. Not dumped.
+Field<Config> unsupported_key(const std::string& key) {
+  return custom_key<Config>(
+      key, "section", "not implemented: refused unless \"enabled\": false",
+      [](ObjectReader& r, const std::string& name, Config&) {
+        const Json* v = r.find(name);
+        if (!v || v->is_null()) return;
+        const bool disabled =
+            v->is_object() && v->contains("enabled") && (*v)["enabled"].is_boolean() && !(*v)["enabled"].get<bool>();
+        if (!disabled)
+          fail_at(name,
+                  "DeepSpeed's '" + name + "' is not supported by deepspeed-cpp; remove it or set \"enabled\": false");
+      },
+      [](const Config&) { return std::optional<OrderedJson>(); });
 }
 
-void check_unsupported(ObjectReader& r, const std::string& key) {
-  const Json* v = r.find(key);
-  if (!v || v->is_null()) return;
-  const bool disabled = v->is_object() && v->contains("enabled") && (*v)["enabled"].is_boolean() &&
-                        !(*v)["enabled"].get<bool>();
-  if (!disabled) {
-    fail_at(key, "DeepSpeed's '" + key +
-                     "' is not supported by deepspeed-cpp; remove it or set \"enabled\": false");
-  }
+// Batch keys: "auto" or null means "not given", for the arithmetic to solve ("auto" is recorded so an unsolvable
+// batch can say so). Dumped only when known.
+Field<Config> batch_key(const std::string& key, std::optional<int64_t> Config::*m, std::string ours) {
+  return custom_key<Config>(
+      key, "integer >= 1 or null", std::move(ours),
+      [m](ObjectReader& r, const std::string& name, Config& c) {
+        const Json* v = r.find(name);
+        if (v && v->is_string() && v->get<std::string>() == "auto") {
+          if (r.autos()) r.autos()->insert(name);
+          return;
+        }
+        if (v && !v->is_null()) c.*m = ObjectReader::to_int(*v, name, 1, std::numeric_limits<int64_t>::max());
+      },
+      [m](const Config& c) -> std::optional<OrderedJson> {
+        if (!(c.*m)) return std::nullopt;
+        return OrderedJson(*(c.*m));
+      },
+      /*accepts_auto=*/true);
 }
 
-// Batch keys: "auto" or null means "not given", for the arithmetic to solve ("auto" is recorded
-// in `autos` so an unsolvable batch can say so).
-std::optional<int64_t> read_batch_key(ObjectReader& r, const std::string& key,
-                                      std::set<std::string>* autos) {
-  const Json* v = r.find(key);
-  if (v && v->is_string() && v->get<std::string>() == "auto") {
-    autos->insert(key);
-    return std::nullopt;
-  }
-  if (!v || v->is_null()) return std::nullopt;
-  return ObjectReader::to_int(*v, key, 1, std::numeric_limits<int64_t>::max());
+// Keys of DeepSpeed's Python side with nothing to act on here (README: "Keys accepted with no effect"), checked for
+// their type only. Not dumped.
+Field<Config> python_side_key(const std::string& key, const std::string& type, std::string ours) {
+  return custom_key<Config>(
+      key, type, std::move(ours),
+      [type](ObjectReader& r, const std::string& name, Config&) {
+        if (type == "bool") {
+          bool unused = false;
+          r.read_bool(name, &unused);
+        } else {
+          std::optional<std::string> unused;
+          r.read_optional_string(name, &unused);
+        }
+      },
+      [](const Config&) { return std::optional<OrderedJson>(); });
 }
 
-// The top level's own values: batch sizes, clipping, flags, data types.
-void parse_top_level_values(ObjectReader& r, Config* c, std::set<std::string>* autos) {
-  c->train_batch_size = read_batch_key(r, "train_batch_size", autos);
-  c->train_micro_batch_size_per_gpu = read_batch_key(r, "train_micro_batch_size_per_gpu", autos);
-  c->gradient_accumulation_steps = read_batch_key(r, "gradient_accumulation_steps", autos);
+struct Throughput {
+  bool enabled = false, synchronized = false;
+};
+struct Timers {
+  Throughput throughput;
+};
 
-  const Json* steps_per_print = r.find("steps_per_print");
-  if (steps_per_print && !steps_per_print->is_null()) {
-    c->steps_per_print = static_cast<int>(ObjectReader::to_int(*steps_per_print, "steps_per_print",
-                                                               1, std::numeric_limits<int>::max()));
-  }
-  r.read_number("gradient_clipping", &c->gradient_clipping, 0.0,
-                std::numeric_limits<double>::infinity(), AutoPolicy::kAllowAuto);
-  r.read_bool("wall_clock_breakdown", &c->wall_clock_breakdown);
-  r.read_bool("memory_breakdown", &c->memory_breakdown);
-  r.read_bool("dump_state", &c->dump_state);
-  r.read_bool("prescale_gradients", &c->prescale_gradients);
-  r.read_number("gradient_predivide_factor", &c->gradient_predivide_factor, 0.0);
-  if (c->gradient_predivide_factor == 0.0) {
-    fail_at("gradient_predivide_factor", "expected a number > 0, got 0");
-  }
-  r.read_bool("sparse_gradients", &c->sparse_gradients);
-  r.read_bool("disable_allgather", &c->disable_allgather);
-  r.read_bool("dataloader_drop_last", &c->dataloader_drop_last);
-  r.read_bool("graph_harvesting", &c->graph_harvesting);
-  r.read_bool("use_data_before_expert_parallelism", &c->use_data_before_expert_parallelism);
-  r.read_choice("gradient_allreduce_op", &c->gradient_allreduce_op, {"mean", "sum"}, /*case_insensitive=*/true);
-  r.read_bool("managed_gradient_accumulation", &c->managed_gradient_accumulation);
-  // Keys of DeepSpeed's Python side with nothing to act on here (README: "Keys accepted with no effect"), checked
-  // for their type only.
-  bool python_gc = false;
-  r.read_bool("disable_python_gc", &python_gc);
-  std::optional<std::string> log_level;
-  r.read_optional_string("log_level", &log_level);
-  if (const Json* timers = r.find("timers"); timers && !timers->is_null()) {
-    ObjectReader t(*timers, "timers", nullptr);
-    if (const Json* throughput = t.find("throughput"); throughput && !throughput->is_null()) {
-      ObjectReader tp(*throughput, "timers.throughput", nullptr);
-      tp.take_string_booleans();
-      bool flag = false;
-      tp.read_bool("enabled", &flag);
-      tp.read_bool("synchronized", &flag);
-      tp.finish();
-    }
-    t.finish_ignoring_unknown();
-  }
-  r.read_optional_int("seed", &c->seed, 0);
-  r.read_optional_int("vocabulary_size", &c->vocabulary_size, 1);
-  const Json* comm_type = r.find("communication_data_type");
-  if (comm_type && !comm_type->is_null()) {
-    c->communication_data_type = parse_data_type(*comm_type, "communication_data_type");
-  }
-  const Json* seq_type = r.find("seq_parallel_communication_data_type");
-  if (seq_type && !seq_type->is_null()) {
-    c->seq_parallel_communication_data_type = parse_data_type(*seq_type, "seq_parallel_communication_data_type");
-  }
-  r.read_bool("zero_allow_untested_optimizer", &c->zero_allow_untested_optimizer);
-  r.read_bool("zero_force_ds_cpu_optimizer", &c->zero_force_ds_cpu_optimizer);
+const Section<Throughput>& throughput_section() {
+  static const Section<Throughput> kSection(
+      SectionKind::kPydantic,
+      {bool_key<Throughput>("enabled", &Throughput::enabled, "no effect: DeepSpeed's log-line throughput timer"),
+       bool_key<Throughput>("synchronized", &Throughput::synchronized, "no effect: see enabled")});
+  return kSection;
 }
 
-// The top level's sections, each parsed by its own reader.
-void parse_sections(ObjectReader& r, Config* c, std::set<std::string>* autos) {
-  if (const Json* v = r.find("optimizer"); v && !v->is_null()) {
-    c->optimizer = parse_optimizer_config(*v);
-  }
-  if (const Json* v = r.find("scheduler"); v && !v->is_null()) {
-    c->scheduler = parse_scheduler_config(*v);
-  }
-  if (const Json* v = r.find("fp16"); v && !v->is_null()) c->fp16 = parse_fp16_config(*v, autos);
-  const Json* bf16 = r.find("bf16");
-  const Json* bfloat16 = r.find("bfloat16");  // DeepSpeed's old name
-  if (bf16 && bfloat16) fail_at("bfloat16", "old name of 'bf16'; give only bf16");
-  if (bf16 && !bf16->is_null()) c->bf16 = parse_bf16_config(*bf16, "bf16", autos);
-  if (bfloat16 && !bfloat16->is_null()) {
-    c->bf16 = parse_bf16_config(*bfloat16, "bfloat16", autos);
-  }
-  if (const Json* v = r.find("data_types"); v && !v->is_null()) {
-    c->data_types = parse_data_types_config(*v);
-  }
-
-  if (const Json* v = r.find("zero_optimization"); v && !v->is_null()) {
-    if (v->is_boolean()) {
-      // DeepSpeed's oldest format: `"zero_optimization": true` means stage 1, with the bucket
-      // size in a top-level `allgather_size`.
-      c->zero.stage = v->get<bool>() ? 1 : 0;
-      r.read_int("allgather_size", &c->zero.allgather_bucket_size, 0);
-    } else {
-      c->zero = parse_zero_config(*v, autos);
-    }
-  }
-  if (const Json* v = r.find("aio"); v && !v->is_null()) c->aio = parse_aio_config(*v);
-  if (const Json* v = r.find("activation_checkpointing"); v && !v->is_null()) {
-    c->activation_checkpointing = parse_activation_checkpointing_config(*v);
-  }
-  if (const Json* v = r.find("pipeline"); v && !v->is_null()) {
-    c->pipeline = parse_pipeline_config(*v);
-  }
-  if (const Json* v = r.find("checkpoint"); v && !v->is_null()) {
-    c->checkpoint = parse_checkpoint_config(*v);
-  }
-  if (const Json* v = r.find("tensor_parallel"); v && !v->is_null()) {
-    c->tensor_parallel = parse_tensor_parallel_config(*v);
-  }
-  r.read_int("sequence_parallel_size", &c->sequence_parallel_size, 1);
-  if (const Json* v = r.find("comms_logger"); v && !v->is_null()) {
-    c->comms_logger = parse_comms_logger_config(*v);
-  }
-  if (const Json* v = r.find("tensorboard"); v && !v->is_null()) {
-    c->monitor.tensorboard = parse_file_monitor_config(*v, "tensorboard");
-  }
-  if (const Json* v = r.find("csv_monitor"); v && !v->is_null()) {
-    c->monitor.csv_monitor = parse_file_monitor_config(*v, "csv_monitor");
-  }
-  if (const Json* v = r.find("wandb"); v && !v->is_null())
-    c->monitor.wandb = parse_wandb_config(*v);
-  if (const Json* v = r.find("flops_profiler"); v && !v->is_null()) {
-    c->flops_profiler = parse_flops_profiler_config(*v);
-  }
-  if (const Json* v = r.find("autotuning"); v && !v->is_null()) {
-    c->autotuning = parse_autotuning_config(*v);
-  }
+const Section<Timers>& timers_section() {
+  static const Section<Timers> kSection(SectionKind::kDict,
+                                        {section_key<Timers>("throughput", &Timers::throughput, throughput_section(),
+                                                             "no effect (ours prints samples/s in the step line)")});
+  return kSection;
 }
 
-void parse_top_level(const Json& root, Config* c, std::set<std::string>* autos) {
-  ObjectReader r(root, "", autos);
-  parse_top_level_values(r, c, autos);
-  parse_sections(r, c, autos);
-  for (const std::string& key : unsupported_sections()) check_unsupported(r, key);
-  r.finish_ignoring_unknown();
+// A top-level data type key (communication dtypes).
+Field<Config> data_type_key(const std::string& key, std::function<void(Config&, DataType)> set,
+                            std::function<OrderedJson(const Config&)> get, std::string ours) {
+  return custom_key<Config>(
+      key, "one of fp16, bf16, fp32 (any case) or null", std::move(ours),
+      [set](ObjectReader& r, const std::string& name, Config& c) {
+        const Json* v = r.find(name);
+        if (v && !v->is_null()) set(c, parse_data_type(*v, name));
+      },
+      [get](const Config& c) { return std::optional<OrderedJson>(get(c)); });
+}
+
+// A section at a member of a member (the monitors).
+template <class M>
+Field<Config> monitor_key(const std::string& key, M MonitorConfig::*m, const Section<M>& section, std::string ours) {
+  const Section<M>* sec = &section;
+  return with_keys_of(custom_key<Config>(
+                          key, "section", std::move(ours),
+                          [m, sec](ObjectReader& r, const std::string& name, Config& c) {
+                            const Json* v = r.find(name);
+                            if (v && !v->is_null()) c.monitor.*m = sec->parse(*v, name, nullptr);
+                          },
+                          [m, sec](const Config& c) { return std::optional<OrderedJson>(sec->dump(c.monitor.*m)); }),
+                      section);
+}
+
+// A section parsed and dumped by its own functions (sections.h), stored as an optional or a value.
+template <class M>
+Field<Config> own_section_key(const std::string& key, std::optional<M> Config::*m, M (*parse)(const Json&),
+                              OrderedJson (*dump)(const M&), std::string ours) {
+  return custom_key<Config>(
+      key, "section", std::move(ours),
+      [m, parse](ObjectReader& r, const std::string& name, Config& c) {
+        const Json* v = r.find(name);
+        if (v && !v->is_null()) c.*m = parse(*v);
+      },
+      [m, dump](const Config& c) -> std::optional<OrderedJson> {
+        if (!(c.*m)) return std::nullopt;
+        return dump(*(c.*m));
+      });
+}
+
+std::vector<Field<Config>> top_level_fields() {
+  using C = Config;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<Field<C>> f = {
+      batch_key("train_batch_size", &C::train_batch_size, "global batch: micro-batch x accumulation x data ranks"),
+      batch_key("train_micro_batch_size_per_gpu", &C::train_micro_batch_size_per_gpu, "samples per rank per step"),
+      batch_key("gradient_accumulation_steps", &C::gradient_accumulation_steps, "micro-batches per optimizer step"),
+      custom_key<C>(
+          "steps_per_print", "integer >= 1 or null", "print the step line every N steps",
+          [](ObjectReader& r, const std::string& key, C& c) {
+            const Json* v = r.find(key);
+            if (v && !v->is_null())
+              c.steps_per_print = static_cast<int>(ObjectReader::to_int(*v, key, 1, std::numeric_limits<int>::max()));
+          },
+          [](const C& c) { return std::optional<OrderedJson>(c.steps_per_print); }),
+      number_key<C>("gradient_clipping", &C::gradient_clipping, 0.0, kInf,
+                    "clip the global gradient norm to this (0: off)", AutoPolicy::kAllowAuto),
+      bool_key<C>("wall_clock_breakdown", &C::wall_clock_breakdown, "time forward, backward and step"),
+      bool_key<C>("memory_breakdown", &C::memory_breakdown, "print memory use at each phase"),
+      bool_key<C>("dump_state", &C::dump_state, "print the resolved config at start-up"),
+      bool_key<C>("prescale_gradients", &C::prescale_gradients, "divide gradients before the reduction"),
+      custom_key<C>(
+          "gradient_predivide_factor", "number > 0", "with prescale_gradients: divide by this before, the rest after",
+          [](ObjectReader& r, const std::string& key, C& c) {
+            r.read_number(key, &c.gradient_predivide_factor, 0.0);
+            if (c.gradient_predivide_factor == 0.0) fail_at(key, "expected a number > 0, got 0");
+          },
+          [](const C& c) { return std::optional<OrderedJson>(c.gradient_predivide_factor); }),
+      bool_key<C>("sparse_gradients", &C::sparse_gradients, "refused when true"),
+      bool_key<C>("disable_allgather", &C::disable_allgather, "refused when true"),
+      bool_key<C>("dataloader_drop_last", &C::dataloader_drop_last,
+                  "DataParallelSampler always drops the last partial batch; false is refused"),
+      bool_key<C>("graph_harvesting", &C::graph_harvesting, "refused when true"),
+      bool_key<C>("use_data_before_expert_parallelism", &C::use_data_before_expert_parallelism, "refused when true"),
+      choice_key<C>("gradient_allreduce_op", &C::gradient_allreduce_op, {"mean", "sum"},
+                    "how data-parallel gradients combine", /*case_insensitive=*/true),
+      bool_key<C>("managed_gradient_accumulation", &C::managed_gradient_accumulation,
+                  "the engine accumulates over gradient_accumulation_steps; false is refused"),
+      python_side_key("disable_python_gc", "bool", "no effect: DeepSpeed's Python garbage collector"),
+      python_side_key("log_level", "string or null", "no effect: DeepSpeed's Python logger"),
+      with_keys_of(custom_key<C>(
+                       "timers", "section", "no effect: DeepSpeed's Python-side timers",
+                       [](ObjectReader& r, const std::string& key, C&) {
+                         const Json* v = r.find(key);
+                         if (v && !v->is_null()) timers_section().parse(*v, key, nullptr);
+                       },
+                       [](const C&) { return std::optional<OrderedJson>(); }),
+                   timers_section()),
+      custom_key<C>(
+          "seed", "integer >= 0 or null", "ours: seeds the engine's generators",
+          [](ObjectReader& r, const std::string& key, C& c) {
+            r.read_optional_int(key, &c.seed, 0, std::numeric_limits<int64_t>::max());
+          },
+          [](const C& c) -> std::optional<OrderedJson> {  // ours, not DeepSpeed's: written only when set
+            if (!c.seed) return std::nullopt;
+            return OrderedJson(*c.seed);
+          }),
+      optional_int_key<C, int64_t>("vocabulary_size", &C::vocabulary_size, 1,
+                                   "no effect: DeepSpeed only warns when not a multiple of 8"),
+      data_type_key(
+          "communication_data_type", [](C& c, DataType t) { c.communication_data_type = t; },
+          [](const C& c) {
+            return c.communication_data_type ? OrderedJson(to_string(*c.communication_data_type))
+                                             : OrderedJson(nullptr);
+          },
+          "dtype of gradient reductions (null: the training dtype)"),
+      data_type_key(
+          "seq_parallel_communication_data_type", [](C& c, DataType t) { c.seq_parallel_communication_data_type = t; },
+          [](const C& c) { return OrderedJson(to_string(c.seq_parallel_communication_data_type)); },
+          "dtype of sequence-parallel all-to-alls"),
+      bool_key<C>("zero_allow_untested_optimizer", &C::zero_allow_untested_optimizer,
+                  "permission for a client optimizer beside ZeRO (initialize refuses one by name)"),
+      bool_key<C>("zero_force_ds_cpu_optimizer", &C::zero_force_ds_cpu_optimizer,
+                  "the offloaded step is always ours here"),
+      // The sections.
+      own_section_key<OptimizerConfig>("optimizer", &C::optimizer, parse_optimizer_config, dump_optimizer_config,
+                                       "the optimizer: type and params"),
+      own_section_key<SchedulerConfig>("scheduler", &C::scheduler, parse_scheduler_config, dump_scheduler_config,
+                                       "the learning-rate schedule: type and params"),
+      section_key<C>("fp16", &C::fp16, fp16_section(), "fp16 training with loss scaling"),
+      section_key<C>("bf16", &C::bf16, bf16_section(), "bf16 training").alias("bfloat16"),
+      section_key<C>("data_types", &C::data_types, data_types_section(), "dtypes of accumulation and storage"),
+      with_keys_of(custom_key<C>(
+                       "zero_optimization", "section (or true/false: stage 1/0)",
+                       "ZeRO: partition optimizer states, "
+                       "gradients and parameters over the data-parallel ranks",
+                       [](ObjectReader& r, const std::string& key, C& c) {
+                         const Json* v = r.find(key);
+                         if (!v || v->is_null()) return;
+                         if (v->is_boolean()) {
+                           c.zero.stage = v->get<bool>() ? 1 : 0;  // DeepSpeed's oldest format, with allgather_size
+                         } else {
+                           c.zero = zero_section().parse(*v, key, r.autos());
+                         }
+                       },
+                       [](const C& c) { return std::optional<OrderedJson>(zero_section().dump(c.zero)); }),
+                   zero_section()),
+      custom_key<C>(
+          "allgather_size", "integer >= 0", "with \"zero_optimization\": true only: its allgather_bucket_size",
+          [](ObjectReader& r, const std::string& key, C& c) {
+            const Json* zero = r.find("zero_optimization");
+            if (zero && zero->is_boolean()) r.read_int(key, &c.zero.allgather_bucket_size, 0);
+          },
+          [](const C&) { return std::optional<OrderedJson>(); }),
+      section_key<C>("aio", &C::aio, aio_section(), "NVMe swap I/O"),
+      section_key<C>("activation_checkpointing", &C::activation_checkpointing, activation_checkpointing_section(),
+                     "recompute activations in backward"),
+      section_key<C>("pipeline", &C::pipeline, pipeline_section(), "pipeline parallelism (pipe::initialize)"),
+      section_key<C>("checkpoint", &C::checkpoint, checkpoint_section(), "checkpoint saving and loading"),
+      custom_key<C>(
+          "tensor_parallel", "section", "AutoTP training",
+          [](ObjectReader& r, const std::string& key, C& c) {
+            const Json* v = r.find(key);
+            if (v && !v->is_null()) c.tensor_parallel = parse_tensor_parallel_config(*v);
+          },
+          [](const C& c) { return std::optional<OrderedJson>(dump_tensor_parallel_config(c.tensor_parallel)); }),
+      int_key<C, int>("sequence_parallel_size", &C::sequence_parallel_size, 1,
+                      "ranks a sequence is split over (Ulysses)"),
+      section_key<C>("comms_logger", &C::comms_logger, comms_logger_section(), "log collectives"),
+      monitor_key("tensorboard", &MonitorConfig::tensorboard, file_monitor_section(), "TensorBoard event files"),
+      monitor_key("csv_monitor", &MonitorConfig::csv_monitor, file_monitor_section(), "CSV files per metric"),
+      monitor_key("wandb", &MonitorConfig::wandb, wandb_section(), "Weights & Biases"),
+      section_key<C>("flops_profiler", &C::flops_profiler, flops_profiler_section(), "per-module FLOPs profile"),
+      section_key<C>("autotuning", &C::autotuning, autotuning_section(), "the autotuner"),
+  };
+  // DeepSpeed features this build does not implement. They are accepted only when switched off, so a config written
+  // for DeepSpeed never silently loses a feature it asked for.
+  for (const char* key :
+       {"amp", "elasticity", "compression_training", "curriculum_learning", "data_efficiency", "sparse_attention",
+        "quantize_training", "eigenvalue", "progressive_layer_drop", "hybrid_engine", "nebula", "weight_quantization",
+        "compile", "comet", "torch_autocast", "datastates_ckpt", "expert_parallel"})
+    f.push_back(unsupported_key(key));
+  return f;
 }
 
 Config parse_root(const Json& root) {
@@ -196,7 +270,9 @@ Config parse_root(const Json& root) {
   std::vector<std::string> warnings;
   {
     CollectWarnings collect(&warnings);
-    parse_top_level(root, &c, &autos);
+    ObjectReader r(root, "", &autos);
+    config_section().read_into(r, c);
+    config_section().finish(r, c);
   }
   for (std::string& w : warnings) c.add_warning(std::move(w));
   for (const std::string& path : autos) c.mark_auto(path);
@@ -218,6 +294,11 @@ void set_auto(OrderedJson& j, const std::string& path) {
 }
 
 }  // namespace
+
+const Section<Config>& config_section() {
+  static const Section<Config> kSection(SectionKind::kDict, top_level_fields());
+  return kSection;
+}
 
 // Checks that span sections, as DeepSpeed's _do_error_check does.
 // Run again by resolve_auto once "auto" precision flags are filled (until then the flags are not known).
@@ -298,51 +379,7 @@ Config Config::resolved(int world_size) const {
 }
 
 std::string Config::dump(int indent) const {
-  OrderedJson j;
-  if (train_batch_size) j["train_batch_size"] = *train_batch_size;
-  if (train_micro_batch_size_per_gpu) {
-    j["train_micro_batch_size_per_gpu"] = *train_micro_batch_size_per_gpu;
-  }
-  if (gradient_accumulation_steps) j["gradient_accumulation_steps"] = *gradient_accumulation_steps;
-  j["steps_per_print"] = steps_per_print;
-  j["gradient_clipping"] = gradient_clipping;
-  j["wall_clock_breakdown"] = wall_clock_breakdown;
-  j["memory_breakdown"] = memory_breakdown;
-  j["dump_state"] = dump_state;
-  j["prescale_gradients"] = prescale_gradients;
-  j["gradient_predivide_factor"] = gradient_predivide_factor;
-  j["sparse_gradients"] = sparse_gradients;
-  j["disable_allgather"] = disable_allgather;
-  j["dataloader_drop_last"] = dataloader_drop_last;
-  j["graph_harvesting"] = graph_harvesting;
-  j["use_data_before_expert_parallelism"] = use_data_before_expert_parallelism;
-  j["gradient_allreduce_op"] = gradient_allreduce_op;
-  j["managed_gradient_accumulation"] = managed_gradient_accumulation;
-  if (seed) j["seed"] = *seed;  // ours, not DeepSpeed's: written only when set
-  j["vocabulary_size"] = optional_json(vocabulary_size);
-  j["communication_data_type"] =
-      communication_data_type ? OrderedJson(to_string(*communication_data_type)) : nullptr;
-  j["seq_parallel_communication_data_type"] = to_string(seq_parallel_communication_data_type);
-  j["zero_allow_untested_optimizer"] = zero_allow_untested_optimizer;
-  j["zero_force_ds_cpu_optimizer"] = zero_force_ds_cpu_optimizer;
-  if (optimizer) j["optimizer"] = dump_optimizer_config(*optimizer);
-  if (scheduler) j["scheduler"] = dump_scheduler_config(*scheduler);
-  j["fp16"] = dump_fp16_config(fp16);
-  j["bf16"] = dump_bf16_config(bf16);
-  j["data_types"] = dump_data_types_config(data_types);
-  j["zero_optimization"] = dump_zero_config(zero);
-  j["aio"] = dump_aio_config(aio);
-  j["activation_checkpointing"] = dump_activation_checkpointing_config(activation_checkpointing);
-  j["pipeline"] = dump_pipeline_config(pipeline);
-  j["checkpoint"] = dump_checkpoint_config(checkpoint);
-  j["tensor_parallel"] = dump_tensor_parallel_config(tensor_parallel);
-  j["sequence_parallel_size"] = sequence_parallel_size;
-  j["comms_logger"] = dump_comms_logger_config(comms_logger);
-  j["tensorboard"] = dump_file_monitor_config(monitor.tensorboard);
-  j["csv_monitor"] = dump_file_monitor_config(monitor.csv_monitor);
-  j["wandb"] = dump_wandb_config(monitor.wandb);
-  j["flops_profiler"] = dump_flops_profiler_config(flops_profiler);
-  j["autotuning"] = dump_autotuning_config(autotuning);
+  OrderedJson j = config_section().dump(*this);
   for (const std::string& path : auto_keys_) set_auto(j, path);
   return j.dump(indent);
 }

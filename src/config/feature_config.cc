@@ -5,82 +5,68 @@
 
 namespace deepspeed::config {
 
-AioConfig parse_aio_config(const Json& node) {
-  ObjectReader r(node, "aio", nullptr);
-  AioConfig c;
-  r.read_int("block_size", &c.block_size, 1);
-  r.read_int("queue_depth", &c.queue_depth, 1);
-  r.read_int(r.pick_alias("thread_count", "intra_op_parallelism"), &c.thread_count, 1);
-  r.read_bool("single_submit", &c.single_submit);
-  r.read_bool("overlap_events", &c.overlap_events);
-  r.read_bool("use_gds", &c.use_gds);
-  r.finish_ignoring_unknown();
-  return c;
+const Section<AioConfig>& aio_section() {
+  using C = AioConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict,
+      {
+          int_key<C, int64_t>("block_size", &C::block_size, 1, "bytes per NVMe read or write request"),
+          int_key<C, int>("queue_depth", &C::queue_depth, 1, "requests in flight per NVMe file"),
+          int_key<C, int>("thread_count", &C::thread_count, 1, "I/O threads of the NVMe swapper")
+              .alias("intra_op_parallelism"),
+          bool_key<C>("single_submit", &C::single_submit, "submit NVMe requests one at a time"),
+          bool_key<C>("overlap_events", &C::overlap_events, "overlap submitting and completing NVMe requests"),
+          bool_key<C>("use_gds", &C::use_gds, "GPUDirect Storage: refused when true (not in this build)"),
+      });
+  return kSection;
 }
 
-OrderedJson dump_aio_config(const AioConfig& c) {
-  OrderedJson j;
-  j["block_size"] = c.block_size;
-  j["queue_depth"] = c.queue_depth;
-  j["thread_count"] = c.thread_count;
-  j["single_submit"] = c.single_submit;
-  j["overlap_events"] = c.overlap_events;
-  j["use_gds"] = c.use_gds;
-  return j;
+const Section<ActivationCheckpointingConfig>& activation_checkpointing_section() {
+  using C = ActivationCheckpointingConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict,
+      {
+          bool_key<C>("partition_activations", &C::partition_activations,
+                      "split saved activations over the tensor-parallel group"),
+          bool_key<C>("contiguous_memory_optimization", &C::contiguous_memory_optimization,
+                      "copy saved activations into one preallocated buffer"),
+          bool_key<C>("cpu_checkpointing", &C::cpu_checkpointing, "keep saved activations in host memory"),
+          optional_int_key<C, int>("number_checkpoints", &C::number_checkpoints, 1,
+                                   "checkpointed layers per step, for the contiguous buffer's size"),
+          bool_key<C>("synchronize_checkpoint_boundary", &C::synchronize_checkpoint_boundary,
+                      "synchronise the device at each checkpoint boundary"),
+          bool_key<C>("profile", &C::profile, "time forward and recompute of each checkpoint"),
+      });
+  return kSection;
 }
 
-ActivationCheckpointingConfig parse_activation_checkpointing_config(const Json& node) {
-  ObjectReader r(node, "activation_checkpointing", nullptr);
-  ActivationCheckpointingConfig c;
-  r.read_bool("partition_activations", &c.partition_activations);
-  r.read_bool("contiguous_memory_optimization", &c.contiguous_memory_optimization);
-  r.read_bool("cpu_checkpointing", &c.cpu_checkpointing);
-  r.read_optional_int("number_checkpoints", &c.number_checkpoints, 1,
-                      std::numeric_limits<int>::max());
-  r.read_bool("synchronize_checkpoint_boundary", &c.synchronize_checkpoint_boundary);
-  r.read_bool("profile", &c.profile);
-  r.finish_ignoring_unknown();
-  return c;
-}
-
-OrderedJson dump_activation_checkpointing_config(const ActivationCheckpointingConfig& c) {
-  OrderedJson j;
-  j["partition_activations"] = c.partition_activations;
-  j["contiguous_memory_optimization"] = c.contiguous_memory_optimization;
-  j["cpu_checkpointing"] = c.cpu_checkpointing;
-  j["number_checkpoints"] = optional_json(c.number_checkpoints);
-  j["synchronize_checkpoint_boundary"] = c.synchronize_checkpoint_boundary;
-  j["profile"] = c.profile;
-  return j;
-}
-
-PipelineConfig parse_pipeline_config(const Json& node) {
-  ObjectReader r(node, "pipeline", nullptr);
-  PipelineConfig c;
-  // `stages` is a count or DeepSpeed's own "auto" (take it from the PipelineModule).
-  const Json* stages = r.find("stages");
-  if (stages && !(stages->is_string() && stages->get<std::string>() == "auto")) {
-    c.stages = static_cast<int>(
-        ObjectReader::to_int(*stages, r.path_of("stages"), 1, std::numeric_limits<int>::max()));
-  }
-  r.read_string("partition", &c.partition);
-  r.read_bool("seed_layers", &c.seed_layers);
-  r.read_int("activation_checkpoint_interval", &c.activation_checkpoint_interval, 0);
-  r.read_bool("pipe_partitioned", &c.pipe_partitioned);
-  r.read_bool("grad_partitioned", &c.grad_partitioned);
-  r.finish_ignoring_unknown();
-  return c;
-}
-
-OrderedJson dump_pipeline_config(const PipelineConfig& c) {
-  OrderedJson j;
-  j["stages"] = c.stages ? OrderedJson(*c.stages) : OrderedJson("auto");
-  j["partition"] = c.partition;
-  j["seed_layers"] = c.seed_layers;
-  j["activation_checkpoint_interval"] = c.activation_checkpoint_interval;
-  j["pipe_partitioned"] = c.pipe_partitioned;
-  j["grad_partitioned"] = c.grad_partitioned;
-  return j;
+const Section<PipelineConfig>& pipeline_section() {
+  using C = PipelineConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict,
+      {
+          // A count or DeepSpeed's own "auto" (take it from the PipelineModule); not an HF placeholder.
+          custom_key<C>(
+              "stages", "integer >= 1 or \"auto\"", "pipeline stages (deepspeed::pipe::initialize only)",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                const Json* v = r.find(key);
+                if (v && !(v->is_string() && v->get<std::string>() == "auto"))
+                  c.stages =
+                      static_cast<int>(ObjectReader::to_int(*v, r.path_of(key), 1, std::numeric_limits<int>::max()));
+              },
+              [](const C& c) {
+                return std::optional<OrderedJson>(c.stages ? OrderedJson(*c.stages) : OrderedJson("auto"));
+              }),
+          string_key<C>("partition", &C::partition, "how layers are split over stages (pipe::initialize)"),
+          bool_key<C>("seed_layers", &C::seed_layers, "seed each layer's initialisation by its index"),
+          int_key<C, int>("activation_checkpoint_interval", &C::activation_checkpoint_interval, 0,
+                          "checkpoint every N layers of a stage (0: none)"),
+          bool_key<C>("pipe_partitioned", &C::pipe_partitioned,
+                      "no effect: splits activations over a tensor-parallel axis the pipeline refuses"),
+          bool_key<C>("grad_partitioned", &C::grad_partitioned,
+                      "no effect: splits gradients over a tensor-parallel axis the pipeline refuses"),
+      });
+  return kSection;
 }
 
 const char* to_string(TagValidation mode) {
@@ -95,127 +81,123 @@ const char* to_string(TagValidation mode) {
   return "Warn";
 }
 
-CheckpointConfig parse_checkpoint_config(const Json& node) {
-  ObjectReader r(node, "checkpoint", nullptr);
-  CheckpointConfig c;
-  std::string mode = to_string(c.tag_validation);
-  // DeepSpeed upper-cases the value before checking it.
-  r.read_choice("tag_validation", &mode, {"Ignore", "Warn", "Fail"}, /*case_insensitive=*/true);
-  c.tag_validation = mode == "Ignore" ? TagValidation::kIgnore
-                     : mode == "Fail" ? TagValidation::kFail
-                                      : TagValidation::kWarn;
-  r.read_bool("load_universal", &c.load_universal);
-  r.read_bool("use_node_local_storage", &c.use_node_local_storage);
-  std::string layout = c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp";
-  r.read_choice("save_layout", &layout, {"deepspeed_cpp", "python_deepspeed"});
-  c.save_python_layout = layout == "python_deepspeed";
-  const Json* parallel_write = r.find("parallel_write");
-  if (parallel_write && !parallel_write->is_null()) {
-    ObjectReader pw(*parallel_write, r.path_of("parallel_write"), nullptr);
-    pw.read_bool("pipeline_stage", &c.parallel_write_pipeline_stage);
-    pw.finish_ignoring_unknown();
-  }
-  r.finish_ignoring_unknown();
-  return c;
+namespace {
+
+struct ParallelWrite {
+  bool pipeline_stage = false;
+};
+
+const Section<ParallelWrite>& parallel_write_section() {
+  static const Section<ParallelWrite> kSection(
+      SectionKind::kDict, {bool_key<ParallelWrite>("pipeline_stage", &ParallelWrite::pipeline_stage,
+                                                   "spread a stage's layer files over its ranks: refused when true")});
+  return kSection;
 }
 
-OrderedJson dump_checkpoint_config(const CheckpointConfig& c) {
-  OrderedJson j;
-  j["tag_validation"] = to_string(c.tag_validation);
-  j["load_universal"] = c.load_universal;
-  j["use_node_local_storage"] = c.use_node_local_storage;
-  j["save_layout"] = c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp";
-  j["parallel_write"] = OrderedJson{{"pipeline_stage", c.parallel_write_pipeline_stage}};
-  return j;
+}  // namespace
+
+const Section<CheckpointConfig>& checkpoint_section() {
+  using C = CheckpointConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict,
+      {
+          custom_key<C>(
+              "tag_validation", "one of Ignore, Warn, Fail (any case)",
+              "every rank must save the same tag; only Fail is implemented",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                std::string mode = to_string(c.tag_validation);
+                // DeepSpeed upper-cases the value before checking it.
+                r.read_choice(key, &mode, {"Ignore", "Warn", "Fail"}, /*case_insensitive=*/true);
+                c.tag_validation = mode == "Ignore" ? TagValidation::kIgnore
+                                   : mode == "Fail" ? TagValidation::kFail
+                                                    : TagValidation::kWarn;
+              },
+              [](const C& c) { return std::optional<OrderedJson>(to_string(c.tag_validation)); }),
+          bool_key<C>("load_universal", &C::load_universal, "load a universal checkpoint (ds_to_universal)"),
+          bool_key<C>("use_node_local_storage", &C::use_node_local_storage,
+                      "each node writes its own copy: refused when true"),
+          custom_key<C>(
+              "save_layout", choice_type_text({"deepspeed_cpp", "python_deepspeed"}),
+              "ours (DeepSpeed ignores it): python_deepspeed writes Python DeepSpeed's own files",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                std::string layout = c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp";
+                r.read_choice(key, &layout, {"deepspeed_cpp", "python_deepspeed"});
+                c.save_python_layout = layout == "python_deepspeed";
+              },
+              [](const C& c) {
+                return std::optional<OrderedJson>(
+                    OrderedJson(c.save_python_layout ? "python_deepspeed" : "deepspeed_cpp"));
+              }),
+          with_keys_of(custom_key<C>(
+                           "parallel_write", "section", "",
+                           [](ObjectReader& r, const std::string& key, C& c) {
+                             const Json* v = r.find(key);
+                             if (v && !v->is_null())
+                               c.parallel_write_pipeline_stage =
+                                   parallel_write_section().parse(*v, r.path_of(key), nullptr).pipeline_stage;
+                           },
+                           [](const C& c) {
+                             return std::optional<OrderedJson>(
+                                 parallel_write_section().dump(ParallelWrite{c.parallel_write_pipeline_stage}));
+                           }),
+                       parallel_write_section()),
+      });
+  return kSection;
 }
 
-CommsLoggerConfig parse_comms_logger_config(const Json& node) {
-  ObjectReader r(node, "comms_logger", nullptr);
-  r.take_string_booleans();
-  CommsLoggerConfig c;
-  r.read_bool("enabled", &c.enabled);
-  r.read_bool("verbose", &c.verbose);
-  r.read_bool("prof_all", &c.prof_all);
-  r.read_bool("debug", &c.debug);
-  r.read_string_list("prof_ops", &c.prof_ops);
-  r.finish();
-  return c;
+const Section<CommsLoggerConfig>& comms_logger_section() {
+  using C = CommsLoggerConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          bool_key<C>("enabled", &C::enabled, "log each collective's size and time"),
+          bool_key<C>("verbose", &C::verbose, "print every collective as it runs"),
+          bool_key<C>("prof_all", &C::prof_all, "profile every collective (else only prof_ops)"),
+          bool_key<C>("debug", &C::debug, "name the caller of each collective"),
+          string_list_key<C>("prof_ops", &C::prof_ops, "the collectives to profile when prof_all is false"),
+      });
+  return kSection;
 }
 
-OrderedJson dump_comms_logger_config(const CommsLoggerConfig& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["verbose"] = c.verbose;
-  j["prof_all"] = c.prof_all;
-  j["debug"] = c.debug;
-  j["prof_ops"] = c.prof_ops;
-  return j;
+const Section<FileMonitorConfig>& file_monitor_section() {
+  using C = FileMonitorConfig;
+  static const Section<C> kSection(SectionKind::kPydantic,
+                                   {
+                                       bool_key<C>("enabled", &C::enabled, "write the monitor's events"),
+                                       string_key<C>("output_path", &C::output_path, "directory of the event files"),
+                                       string_key<C>("job_name", &C::job_name, "subdirectory and run name"),
+                                   });
+  return kSection;
 }
 
-FileMonitorConfig parse_file_monitor_config(const Json& node, const std::string& key) {
-  ObjectReader r(node, key, nullptr);
-  r.take_string_booleans();
-  FileMonitorConfig c;
-  r.read_bool("enabled", &c.enabled);
-  r.read_string("output_path", &c.output_path);
-  r.read_string("job_name", &c.job_name);
-  r.finish();
-  return c;
+const Section<WandbConfig>& wandb_section() {
+  using C = WandbConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          bool_key<C>("enabled", &C::enabled, "refused when true: no C++ client (use csv_monitor)"),
+          optional_string_key<C>("group", &C::group, "the run's group"),
+          optional_string_key<C>("team", &C::team, "the team (entity)"),
+          string_key<C>("project", &C::project, "the project"),
+      });
+  return kSection;
 }
 
-OrderedJson dump_file_monitor_config(const FileMonitorConfig& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["output_path"] = c.output_path;
-  j["job_name"] = c.job_name;
-  return j;
-}
-
-WandbConfig parse_wandb_config(const Json& node) {
-  ObjectReader r(node, "wandb", nullptr);
-  r.take_string_booleans();
-  WandbConfig c;
-  r.read_bool("enabled", &c.enabled);
-  r.read_optional_string("group", &c.group);
-  r.read_optional_string("team", &c.team);
-  r.read_string("project", &c.project);
-  r.finish();
-  return c;
-}
-
-OrderedJson dump_wandb_config(const WandbConfig& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["group"] = optional_json(c.group);
-  j["team"] = optional_json(c.team);
-  j["project"] = c.project;
-  return j;
-}
-
-FlopsProfilerConfig parse_flops_profiler_config(const Json& node) {
-  ObjectReader r(node, "flops_profiler", nullptr);
-  FlopsProfilerConfig c;
-  r.read_bool("enabled", &c.enabled);
-  r.read_number("recompute_fwd_factor", &c.recompute_fwd_factor, 0.0);
-  r.read_int("profile_step", &c.profile_step, 1);
-  r.read_int("module_depth", &c.module_depth, -1);
-  r.read_int("top_modules", &c.top_modules, 1);
-  r.read_bool("detailed", &c.detailed);
-  r.read_optional_string("output_file", &c.output_file);
-  r.finish_ignoring_unknown();
-  return c;
-}
-
-OrderedJson dump_flops_profiler_config(const FlopsProfilerConfig& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["recompute_fwd_factor"] = c.recompute_fwd_factor;
-  j["profile_step"] = c.profile_step;
-  j["module_depth"] = c.module_depth;
-  j["top_modules"] = c.top_modules;
-  j["detailed"] = c.detailed;
-  j["output_file"] = optional_json(c.output_file);
-  return j;
+const Section<FlopsProfilerConfig>& flops_profiler_section() {
+  using C = FlopsProfilerConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict,
+      {
+          bool_key<C>("enabled", &C::enabled, "profile one step's FLOPs, parameters and time per module"),
+          number_key<C>("recompute_fwd_factor", &C::recompute_fwd_factor, 0.0, std::numeric_limits<double>::infinity(),
+                        "extra forward passes counted for activation recomputation"),
+          int_key<C, int>("profile_step", &C::profile_step, 1, "the step profiled"),
+          int_key<C, int>("module_depth", &C::module_depth, -1, "module tree depth printed (-1: all)"),
+          int_key<C, int>("top_modules", &C::top_modules, 1, "modules listed per depth"),
+          bool_key<C>("detailed", &C::detailed, "print the per-module tree"),
+          optional_string_key<C>("output_file", &C::output_file, "file of the report (null: stdout)"),
+      });
+  return kSection;
 }
 
 }  // namespace deepspeed::config

@@ -28,12 +28,11 @@ std::string join_path(const std::string& parent, const std::string& key) {
 
 namespace {
 
-std::string int_expectation(int64_t lo, int64_t hi) {
-  // Bounds at the edge of int or int64 are the type's limits, not the key's: leave them out.
-  const bool has_lo = lo > std::numeric_limits<int>::min();
-  const bool has_hi = hi < std::numeric_limits<int>::max();
+// "<kind> in lo..hi", "<kind> >= lo", "<kind> <= hi" or "<kind>", by which bounds are the key's own.
+template <class T>
+std::string bounded(const char* kind, T lo, T hi, bool has_lo, bool has_hi) {
   std::ostringstream os;
-  os << "expected an integer";
+  os << kind;
   if (has_lo && has_hi) {
     os << " in " << lo << ".." << hi;
   } else if (has_lo) {
@@ -44,20 +43,21 @@ std::string int_expectation(int64_t lo, int64_t hi) {
   return os.str();
 }
 
-std::string number_expectation(double lo, double hi) {
-  const bool has_lo = std::isfinite(lo);
-  const bool has_hi = std::isfinite(hi);
-  std::ostringstream os;
-  os << "expected a number";
-  if (has_lo && has_hi) {
-    os << " in " << lo << ".." << hi;
-  } else if (has_lo) {
-    os << " >= " << lo;
-  } else if (has_hi) {
-    os << " <= " << hi;
-  }
-  return os.str();
+}  // namespace
+
+std::string int_type_text(int64_t lo, int64_t hi) {
+  // Bounds at the edge of int or int64 are the type's limits, not the key's: leave them out.
+  return bounded("integer", lo, hi, lo > std::numeric_limits<int>::min(), hi < std::numeric_limits<int>::max());
 }
+
+std::string number_type_text(double lo, double hi) {
+  return bounded("number", lo, hi, std::isfinite(lo), std::isfinite(hi));
+}
+
+namespace {
+
+std::string int_expectation(int64_t lo, int64_t hi) { return "expected an " + int_type_text(lo, hi); }
+std::string number_expectation(double lo, double hi) { return "expected a " + number_type_text(lo, hi); }
 
 }  // namespace
 

@@ -26,6 +26,9 @@ using OrderedJson = nlohmann::ordered_json;
 // A value as short JSON text for messages: "abc" (quoted), 5, true, null, {...}.
 std::string describe(const Json& value);
 std::string join_path(const std::string& parent, const std::string& key);
+// What a bounded read accepts, as its errors and the key table say it: "integer in 0..3", "number >= 0".
+std::string int_type_text(int64_t lo, int64_t hi);
+std::string number_type_text(double lo, double hi);
 
 enum class AutoPolicy { kNoAuto, kAllowAuto };
 
@@ -52,6 +55,8 @@ class ObjectReader {
   ObjectReader(const Json& node, std::string path, std::set<std::string>* autos);
 
   const std::string& path() const { return path_; }
+  // Where "auto" paths are recorded (may be null): nested readers share it.
+  std::set<std::string>* autos() const { return autos_; }
   std::string path_of(const std::string& key) const { return join_path(path_, key); }
 
   // Marks `key` as valid here; returns its value or nullptr when absent.

@@ -26,97 +26,104 @@ DataType parse_data_type(const Json& value, const std::string& path) {
   fail_at(path, kExpected + describe(value));
 }
 
-Fp16Config parse_fp16_config(const Json& node, std::set<std::string>* autos) {
-  ObjectReader r(node, "fp16", autos);
-  r.take_string_booleans();
-  Fp16Config c;
-  r.read_bool("enabled", &c.enabled, AutoPolicy::kAllowAuto);
-  r.read_bool("auto_cast", &c.auto_cast);
-  r.read_number("loss_scale", &c.loss_scale, 0.0);
-  r.read_int("initial_scale_power", &c.initial_scale_power, 0, 127);
-  r.read_int("loss_scale_window", &c.loss_scale_window, 1);
-  r.read_int("hysteresis", &c.hysteresis, 1);
-  r.read_bool("consecutive_hysteresis", &c.consecutive_hysteresis);
-  r.read_number("min_loss_scale", &c.min_loss_scale, 0.0);
-  r.read_bool("fp16_master_weights_and_grads", &c.fp16_master_weights_and_grads);
-  r.finish();
-  return c;
+const Section<Fp16Config>& fp16_section() {
+  using C = Fp16Config;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          bool_key<C>("enabled", &C::enabled, "train in fp16 with loss scaling; \"auto\": from the model's dtype",
+                      AutoPolicy::kAllowAuto),
+          bool_key<C>("auto_cast", &C::auto_cast, "cast the model's inputs to fp16: refused when true"),
+          number_key<C>("loss_scale", &C::loss_scale, 0.0, std::numeric_limits<double>::infinity(),
+                        "a fixed loss scale; 0: dynamic"),
+          int_key<C, int>("initial_scale_power", &C::initial_scale_power, 0, 127, "the dynamic scale starts at 2^N"),
+          int_key<C, int>("loss_scale_window", &C::loss_scale_window, 1,
+                          "steps without overflow before the scale doubles"),
+          int_key<C, int>("hysteresis", &C::hysteresis, 1, "overflows tolerated before the scale halves"),
+          bool_key<C>("consecutive_hysteresis", &C::consecutive_hysteresis,
+                      "refill the hysteresis after each step without overflow"),
+          number_key<C>("min_loss_scale", &C::min_loss_scale, 0.0, std::numeric_limits<double>::infinity(),
+                        "the dynamic scale's floor"),
+          bool_key<C>("fp16_master_weights_and_grads", &C::fp16_master_weights_and_grads,
+                      "keep the optimizer's masters and gradients in fp16 (needs offload_optimizer)"),
+      });
+  return kSection;
 }
 
-OrderedJson dump_fp16_config(const Fp16Config& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["auto_cast"] = c.auto_cast;
-  j["loss_scale"] = c.loss_scale;
-  j["initial_scale_power"] = c.initial_scale_power;
-  j["loss_scale_window"] = c.loss_scale_window;
-  j["hysteresis"] = c.hysteresis;
-  j["consecutive_hysteresis"] = c.consecutive_hysteresis;
-  j["min_loss_scale"] = c.min_loss_scale;
-  j["fp16_master_weights_and_grads"] = c.fp16_master_weights_and_grads;
-  return j;
+const Section<Bf16Config>& bf16_section() {
+  using C = Bf16Config;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          custom_key<C>(
+              "enabled", "bool", "train in bf16; \"auto\": from the model's dtype",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                std::set<std::string>* autos = r.autos();
+                // "auto" under the old section name is recorded under the current one, which dump() writes.
+                if (!r.read_bool(key, &c.enabled, AutoPolicy::kAllowAuto) && autos && autos->erase(r.path_of(key)))
+                  autos->insert("bf16.enabled");
+              },
+              [](const C& c) { return std::optional<OrderedJson>(c.enabled); }, /*accepts_auto=*/true),
+          bool_key<C>("immediate_grad_update", &C::immediate_grad_update,
+                      "accumulate each gradient into the fp32 master at once (DeepSpeed's BF16_Optimizer)"),
+          bool_key<C>("check_grad_overflow", &C::check_grad_overflow, "skip a step whose gradients hold inf/nan"),
+          bool_key<C>("bf16_master_weights_and_grads", &C::bf16_master_weights_and_grads,
+                      "keep the optimizer's masters and gradients in bf16"),
+          bool_key<C>("bf16_optimizer_states", &C::bf16_optimizer_states,
+                      "keep the optimizer's states in bf16 (needs bf16_master_weights_and_grads)"),
+      },
+      [](ObjectReader& r, C& c) {
+        if (c.bf16_optimizer_states && !c.bf16_master_weights_and_grads)
+          fail_at(r.path_of("bf16_optimizer_states"), "needs bf16_master_weights_and_grads: true");
+      });
+  return kSection;
 }
 
-Bf16Config parse_bf16_config(const Json& node, const std::string& path,
-                             std::set<std::string>* autos) {
-  ObjectReader r(node, path, autos);
-  r.take_string_booleans();
-  Bf16Config c;
-  if (!r.read_bool("enabled", &c.enabled, AutoPolicy::kAllowAuto) && autos &&
-      autos->erase(path + ".enabled")) {
-    autos->insert("bf16.enabled");  // dump() writes the current key name
-  }
-  r.read_bool("immediate_grad_update", &c.immediate_grad_update);
-  r.read_bool("check_grad_overflow", &c.check_grad_overflow);
-  r.read_bool("bf16_master_weights_and_grads", &c.bf16_master_weights_and_grads);
-  r.read_bool("bf16_optimizer_states", &c.bf16_optimizer_states);
-  r.finish();
-  if (c.bf16_optimizer_states && !c.bf16_master_weights_and_grads) {
-    fail_at(r.path_of("bf16_optimizer_states"), "needs bf16_master_weights_and_grads: true");
-  }
-  return c;
+namespace {
+
+// A data type key (null: unset), dumped by its name.
+Field<DataTypesConfig> data_type_key(std::string name, std::optional<DataType> DataTypesConfig::*m, std::string ours) {
+  return custom_key<DataTypesConfig>(
+      std::move(name), "one of fp16, bf16, fp32 (any case) or null", std::move(ours),
+      [m](ObjectReader& r, const std::string& key, DataTypesConfig& c) {
+        const Json* v = r.find(key);
+        if (v && !v->is_null()) c.*m = parse_data_type(*v, r.path_of(key));
+      },
+      [m](const DataTypesConfig& c) {
+        return std::optional<OrderedJson>(c.*m ? OrderedJson(to_string(*(c.*m))) : OrderedJson(nullptr));
+      });
 }
 
-OrderedJson dump_bf16_config(const Bf16Config& c) {
-  OrderedJson j;
-  j["enabled"] = c.enabled;
-  j["immediate_grad_update"] = c.immediate_grad_update;
-  j["check_grad_overflow"] = c.check_grad_overflow;
-  j["bf16_master_weights_and_grads"] = c.bf16_master_weights_and_grads;
-  j["bf16_optimizer_states"] = c.bf16_optimizer_states;
-  return j;
-}
+}  // namespace
 
-DataTypesConfig parse_data_types_config(const Json& node) {
-  ObjectReader r(node, "data_types", nullptr);
-  DataTypesConfig c;
-  const Json* v = r.find("grad_accum_dtype");
-  if (v && !v->is_null()) c.grad_accum_dtype = parse_data_type(*v, r.path_of("grad_accum_dtype"));
-  if (const Json* p = r.find("param_dtype"); p && !p->is_null()) {
-    c.param_dtype = parse_data_type(*p, r.path_of("param_dtype"));
-  }
-  if (const Json* b = r.find("buffer_dtype"); b && !b->is_null()) {
-    c.buffer_dtype = parse_data_type(*b, r.path_of("buffer_dtype"));
-  }
-  if (const Json* k = r.find("keep_in_fp32_modules"); k && !(k->is_string() && k->get<std::string>() == "auto")) {
-    std::vector<std::string> patterns;
-    if (!k->is_array()) fail_at(r.path_of("keep_in_fp32_modules"), "must be \"auto\" or a list of name patterns");
-    r.read_string_list("keep_in_fp32_modules", &patterns);
-    c.keep_in_fp32_modules = std::move(patterns);
-  }
-  r.finish_ignoring_unknown();
-  return c;
-}
-
-OrderedJson dump_data_types_config(const DataTypesConfig& c) {
-  OrderedJson j;
-  j["grad_accum_dtype"] =
-      c.grad_accum_dtype ? OrderedJson(to_string(*c.grad_accum_dtype)) : OrderedJson(nullptr);
-  j["param_dtype"] = c.param_dtype ? OrderedJson(to_string(*c.param_dtype)) : OrderedJson(nullptr);
-  j["buffer_dtype"] = c.buffer_dtype ? OrderedJson(to_string(*c.buffer_dtype)) : OrderedJson(nullptr);
-  // Unset is DeepSpeed's literal "auto" (not a placeholder to fill): left out, so a dump holds no "auto" of its own.
-  if (c.keep_in_fp32_modules) j["keep_in_fp32_modules"] = *c.keep_in_fp32_modules;
-  return j;
+const Section<DataTypesConfig>& data_types_section() {
+  using C = DataTypesConfig;
+  static const Section<C> kSection(
+      SectionKind::kDict, {
+                              data_type_key("grad_accum_dtype", &C::grad_accum_dtype,
+                                            "the dtype gradients accumulate in over micro-batches"),
+                              data_type_key("param_dtype", &C::param_dtype, "refused unless the training dtype"),
+                              data_type_key("buffer_dtype", &C::buffer_dtype, "refused when set"),
+                              custom_key<C>(
+                                  "keep_in_fp32_modules", "\"auto\" or a list of strings",
+                                  "\"auto\" or []: nothing kept (a C++ model has no list); a non-empty list is refused",
+                                  [](ObjectReader& r, const std::string& key, C& c) {
+                                    const Json* k = r.find(key);
+                                    if (!k || (k->is_string() && k->get<std::string>() == "auto")) return;
+                                    if (!k->is_array())
+                                      fail_at(r.path_of(key), "must be \"auto\" or a list of name patterns");
+                                    std::vector<std::string> patterns;
+                                    r.read_string_list(key, &patterns);
+                                    c.keep_in_fp32_modules = std::move(patterns);
+                                  },
+                                  // Unset is DeepSpeed's literal "auto" (not a placeholder to fill): left out, so a
+                                  // dump holds no "auto" of its own.
+                                  [](const C& c) -> std::optional<OrderedJson> {
+                                    if (!c.keep_in_fp32_modules) return std::nullopt;
+                                    return OrderedJson(*c.keep_in_fp32_modules);
+                                  }),
+                          });
+  return kSection;
 }
 
 }  // namespace deepspeed::config

@@ -9,7 +9,6 @@ namespace deepspeed::config {
 namespace {
 
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
-const char kPath[] = "zero_optimization";
 
 const std::vector<std::string>& offload_devices() {
   static const std::vector<std::string> kDevices = {"none", "cpu", "nvme"};
@@ -29,80 +28,122 @@ void check_nvme_path(OffloadDevice device, const std::optional<std::string>& nvm
   }
 }
 
-OffloadOptimizerConfig parse_offload_optimizer(const Json& node) {
-  const std::string path = join_path(kPath, "offload_optimizer");
-  ObjectReader r(node, path, nullptr);
-  r.take_string_booleans();
-  OffloadOptimizerConfig c;
-  std::string device = "none";
-  r.read_choice("device", &device, offload_devices());
-  c.device = device_from_string(device);
-  r.read_optional_string("nvme_path", &c.nvme_path);
-  r.read_int("buffer_count", &c.buffer_count, 0);
-  r.read_bool("pin_memory", &c.pin_memory);
-  r.read_bool("pipeline_read", &c.pipeline_read);
-  r.read_bool("pipeline_write", &c.pipeline_write);
-  r.read_bool("fast_init", &c.fast_init);
-  r.read_number("ratio", &c.ratio, 0.0, 1.0);
-  r.read_bool("overlap_step", &c.overlap_step);
-  r.read_bool("super_offload", &c.super_offload);
-  r.read_number("cpuadam_cores_perc", &c.cpuadam_cores_perc, 0.0, 1.0);
-  r.finish();
-  check_nvme_path(c.device, c.nvme_path, path);
-  return c;
+template <class C>
+Field<C> device_key(OffloadDevice C::*m) {
+  return custom_key<C>(
+      "device", choice_type_text(offload_devices()), "where the states live: none, host memory or NVMe",
+      [m](ObjectReader& r, const std::string& key, C& c) {
+        std::string device = to_string(c.*m);
+        r.read_choice(key, &device, offload_devices());
+        c.*m = device_from_string(device);
+      },
+      [m](const C& c) { return std::optional<OrderedJson>(to_string(c.*m)); });
 }
 
-OffloadParamConfig parse_offload_param(const Json& node) {
-  const std::string path = join_path(kPath, "offload_param");
-  ObjectReader r(node, path, nullptr);
-  r.take_string_booleans();
-  OffloadParamConfig c;
-  std::string device = "none";
-  r.read_choice("device", &device, offload_devices());
-  c.device = device_from_string(device);
-  r.read_optional_string("nvme_path", &c.nvme_path);
-  r.read_int("buffer_count", &c.buffer_count, 0);
-  r.read_int("buffer_size", &c.buffer_size, 0);
-  r.read_int("max_in_cpu", &c.max_in_cpu, 0);
-  r.read_bool("pin_memory", &c.pin_memory);
-  r.finish();
-  check_nvme_path(c.device, c.nvme_path, path);
-  return c;
+const Section<OffloadOptimizerConfig>& offload_optimizer_section() {
+  using C = OffloadOptimizerConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          device_key<C>(&C::device),
+          optional_string_key<C>("nvme_path", &C::nvme_path, "directory of the swap files (device nvme)"),
+          int_key<C, int>("buffer_count", &C::buffer_count, 0, "NVMe staging buffers"),
+          bool_key<C>("pin_memory", &C::pin_memory, "page-locked host buffers (faster device copies)"),
+          bool_key<C>("pipeline_read", &C::pipeline_read, "read the next sub-group while one steps (nvme)"),
+          bool_key<C>("pipeline_write", &C::pipeline_write, "write a sub-group back while the next steps (nvme)"),
+          bool_key<C>("fast_init", &C::fast_init, "create the swap files without writing zeros (nvme)"),
+          number_key<C>("ratio", &C::ratio, 0.0, 1.0, "share of the states offloaded (< 1: stage 3 only)"),
+          bool_key<C>("overlap_step", &C::overlap_step, "step on the host while the next backward runs"),
+          bool_key<C>("super_offload", &C::super_offload, "SuperOffload's speculative host step"),
+          number_key<C>("cpuadam_cores_perc", &C::cpuadam_cores_perc, 0.0, 1.0,
+                        "share of the host cores the host optimizer uses"),
+      },
+      [](ObjectReader& r, C& c) { check_nvme_path(c.device, c.nvme_path, r.path()); });
+  return kSection;
 }
 
-// "auto" (nullopt) or a whole number >= lo: ZenFlow's select_interval and update_interval.
-void read_auto_or_int(ObjectReader& r, const std::string& key, std::optional<int64_t>* out, int64_t lo) {
-  int64_t v = 0;
-  if (r.read_int(key, &v, lo, kMaxInt64, AutoPolicy::kAllowAuto)) *out = v;
+const Section<OffloadParamConfig>& offload_param_section() {
+  using C = OffloadParamConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          device_key<C>(&C::device),
+          optional_string_key<C>("nvme_path", &C::nvme_path, "directory of the swap files (device nvme)"),
+          int_key<C, int>("buffer_count", &C::buffer_count, 0, "NVMe staging buffers"),
+          int_key<C, int64_t>("buffer_size", &C::buffer_size, 0, "elements per NVMe staging buffer"),
+          int_key<C, int64_t>("max_in_cpu", &C::max_in_cpu, 0, "parameter elements kept in host memory (nvme)"),
+          bool_key<C>("pin_memory", &C::pin_memory, "page-locked host buffers (faster device copies)"),
+      },
+      [](ObjectReader& r, C& c) { check_nvme_path(c.device, c.nvme_path, r.path()); });
+  return kSection;
 }
 
-ZenFlowConfig parse_zenflow(const Json& node) {
-  const std::string path = join_path(kPath, "zenflow");
-  ObjectReader r(node, path, nullptr);
-  r.take_string_booleans();
-  ZenFlowConfig c;
-  r.read_number("topk_ratio", &c.topk_ratio, 0.0, 1.0);
-  if (c.topk_ratio <= 0.0 || c.topk_ratio >= 1.0)
-    fail_at(r.path_of("topk_ratio"), "must lie strictly between 0 and 1, got " + std::to_string(c.topk_ratio));
-  r.read_choice("select_strategy", &c.select_strategy, {"auto", "step", "epoch"});
-  read_auto_or_int(r, "select_interval", &c.select_interval, 0);
-  read_auto_or_int(r, "update_interval", &c.update_interval, 1);
-  r.read_bool("overlap_step", &c.overlap_step);
-  r.read_bool("offload", &c.offload);
-  r.read_number("auto_ratio", &c.auto_ratio, 0.0, 1.0);
-  r.read_int("full_warm_up_rounds", &c.full_warm_up_rounds, 0);
-  double cores = 0.0;
-  if (r.read_number("pt_reserved_cores_perc", &cores, 0.0, 1.0)) c.pt_reserved_cores_perc = cores;
-  // DeepSpeed fills it from its training dataloader; the engine here has none, so the config gives it.
-  r.read_optional_int("steps_per_epoch", &c.steps_per_epoch, 1);
-  r.finish();
-  // DeepSpeed's own checks (ZenFlowConfig / configure_zenflow), same meaning.
-  if (c.select_strategy == "auto" && c.select_interval)
-    fail_at(r.path_of("select_interval"), "select_strategy \"auto\" selects once per epoch; remove select_interval "
-                                          "or set select_strategy to \"step\" or \"epoch\"");
-  if (c.select_strategy != "auto" && !c.select_interval)
-    fail_at(r.path_of("select_interval"), "select_strategy \"" + c.select_strategy + "\" needs a number");
-  return c;
+// ZenFlow's own "auto" (nullopt: DeepSpeed decides at run time; not a placeholder for the Trainer) or a whole
+// number >= lo: select_interval and update_interval.
+Field<ZenFlowConfig> auto_or_int_key(std::string name, std::optional<int64_t> ZenFlowConfig::*m, int64_t lo,
+                                     std::string ours) {
+  return custom_key<ZenFlowConfig>(
+      std::move(name), int_type_text(lo, kMaxInt64) + " or \"auto\"", std::move(ours),
+      [m, lo](ObjectReader& r, const std::string& key, ZenFlowConfig& c) {
+        const Json* v = r.find(key);
+        if (!v || (v->is_string() && v->get<std::string>() == "auto")) return;
+        c.*m = ObjectReader::to_int(*v, r.path_of(key), lo, kMaxInt64);
+      },
+      [m](const ZenFlowConfig& c) {
+        return std::optional<OrderedJson>(c.*m ? OrderedJson(*(c.*m)) : OrderedJson("auto"));
+      });
+}
+
+const Section<ZenFlowConfig>& zenflow_section() {
+  using C = ZenFlowConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          number_key<C>("topk_ratio", &C::topk_ratio, 0.0, 1.0,
+                        "share of each weight's columns updated on the device every step"),
+          choice_key<C>("select_strategy", &C::select_strategy, {"auto", "step", "epoch"},
+                        "when the columns are chosen again"),
+          auto_or_int_key("select_interval", &C::select_interval, 0, "steps or epochs between selections"),
+          auto_or_int_key("update_interval", &C::update_interval, 1,
+                          "steps between host updates of the rest (\"auto\": adaptive)"),
+          bool_key<C>("overlap_step", &C::overlap_step, "the host update runs beside the next steps"),
+          bool_key<C>("offload", &C::offload, "selective states in host memory: refused when true"),
+          number_key<C>("auto_ratio", &C::auto_ratio, 0.0, 1.0, "the adaptive update_interval's threshold"),
+          int_key<C, int64_t>("full_warm_up_rounds", &C::full_warm_up_rounds, 0,
+                              "steps that update every column on the host before selection starts"),
+          custom_key<C>(
+              "pt_reserved_cores_perc", "number in 0..1", "core pinning: refused when set",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                double cores = 0.0;
+                if (r.read_number(key, &cores, 0.0, 1.0)) c.pt_reserved_cores_perc = cores;
+              },
+              [](const C& c) -> std::optional<OrderedJson> {
+                if (!c.pt_reserved_cores_perc) return std::nullopt;
+                return OrderedJson(*c.pt_reserved_cores_perc);
+              }),
+          // DeepSpeed fills it from its training dataloader; the engine here has none, so the config gives it.
+          custom_key<C>(
+              "steps_per_epoch", "integer >= 1", "ours: steps per epoch for select_strategy \"epoch\"/\"auto\"",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                r.read_optional_int(key, &c.steps_per_epoch, 1, kMaxInt64);
+              },
+              [](const C& c) -> std::optional<OrderedJson> {
+                if (!c.steps_per_epoch) return std::nullopt;
+                return OrderedJson(*c.steps_per_epoch);
+              }),
+      },
+      [](ObjectReader& r, C& c) {
+        if (c.topk_ratio <= 0.0 || c.topk_ratio >= 1.0)
+          fail_at(r.path_of("topk_ratio"), "must lie strictly between 0 and 1, got " + std::to_string(c.topk_ratio));
+        // DeepSpeed's own checks (ZenFlowConfig / configure_zenflow), same meaning.
+        if (c.select_strategy == "auto" && c.select_interval)
+          fail_at(r.path_of("select_interval"),
+                  "select_strategy \"auto\" selects once per epoch; remove select_interval "
+                  "or set select_strategy to \"step\" or \"epoch\"");
+        if (c.select_strategy != "auto" && !c.select_interval)
+          fail_at(r.path_of("select_interval"), "select_strategy \"" + c.select_strategy + "\" needs a number");
+      });
+  return kSection;
 }
 
 // "auto" under DeepSpeed's field name (`prefetch_bucket_size`) rather than its documented `stage3_` key: Hugging
@@ -117,21 +158,81 @@ void keep_default_for_alias_auto(ObjectReader& r, const std::string& key, const 
        documented + "); DeepSpeed's default " + default_text + " kept, as in DeepSpeed");
 }
 
-// A stage-3 knob that DeepSpeed accepts as `stage3_<name>` (documented) or `<name>` (its field name).
-void read_stage3_int(ObjectReader& r, const std::string& name, int64_t* out, std::set<std::string>* autos) {
+// A stage-3 knob that DeepSpeed accepts as `stage3_<name>` (documented, and the name dumped) or `<name>` (its field
+// name). "auto" under the field name keeps the default (keep_default_for_alias_auto).
+Field<ZeroConfig> stage3_int_key(const std::string& name, int64_t ZeroConfig::*m, std::string ours) {
   const std::string documented = "stage3_" + name;
-  const std::string key = r.pick_alias(documented, name);
-  r.read_int(key, out, 0, kMaxInt64, AutoPolicy::kAllowAuto);
-  keep_default_for_alias_auto(r, key, documented, std::to_string(*out), autos);
+  Field<ZeroConfig> f = custom_key<ZeroConfig>(
+      documented, int_type_text(0, kMaxInt64), std::move(ours),
+      [m, documented](ObjectReader& r, const std::string& key, ZeroConfig& z) {
+        r.read_int(key, &(z.*m), 0, kMaxInt64, AutoPolicy::kAllowAuto);
+        keep_default_for_alias_auto(r, key, documented, std::to_string(z.*m), r.autos());
+      },
+      [m](const ZeroConfig& z) { return std::optional<OrderedJson>(z.*m); }, /*accepts_auto=*/true);
+  f.alias(name);
+  return f;
 }
 
-// "auto" only where accelerate fills it (gather_16bit_weights_on_model_save); DeepSpeed refuses it elsewhere.
-void read_stage3_bool(ObjectReader& r, const std::string& name, bool* out, std::set<std::string>* autos,
-                      AutoPolicy policy = AutoPolicy::kNoAuto) {
+Field<ZeroConfig> stage3_bool_key(const std::string& name, bool ZeroConfig::*m, std::string ours,
+                                  AutoPolicy policy = AutoPolicy::kNoAuto) {
   const std::string documented = "stage3_" + name;
-  const std::string key = r.pick_alias(documented, name);
-  r.read_bool(key, out, policy);
-  keep_default_for_alias_auto(r, key, documented, *out ? "true" : "false", autos);
+  Field<ZeroConfig> f = custom_key<ZeroConfig>(
+      documented, "bool", std::move(ours),
+      [m, documented, policy](ObjectReader& r, const std::string& key, ZeroConfig& z) {
+        r.read_bool(key, &(z.*m), policy);
+        keep_default_for_alias_auto(r, key, documented, z.*m ? "true" : "false", r.autos());
+      },
+      [m](const ZeroConfig& z) { return std::optional<OrderedJson>(z.*m); }, policy == AutoPolicy::kAllowAuto);
+  f.alias(name);
+  return f;
+}
+
+// A deprecated spelling DeepSpeed still maps onto its replacement: true sets `replacement`'s device to cpu. Not
+// dumped (the replacement is).
+template <class O>
+Field<ZeroConfig> deprecated_offload_key(const std::string& name, O ZeroConfig::*m, const std::string& replacement) {
+  return custom_key<ZeroConfig>(
+      name, "bool", "deprecated: true means " + replacement + ".device \"cpu\"",
+      [m, replacement](ObjectReader& r, const std::string& key, ZeroConfig& z) {
+        bool on = false;
+        if (!r.read_bool(key, &on) || !on) return;
+        const Json* given = r.find(replacement);
+        if (given && !given->is_null())
+          fail_at(r.path_of(key), "deprecated alias of " + replacement + "; give only " + replacement);
+        (z.*m).device = OffloadDevice::kCpu;
+      },
+      [](const ZeroConfig&) { return std::optional<OrderedJson>(); });
+}
+
+// leaf_module's three lists; DeepSpeed takes a single string for a list of one.
+struct LeafModule {
+  std::vector<std::string> classes, names, name_suffixes;
+};
+
+Field<LeafModule> leaf_list_key(std::string name, std::vector<std::string> LeafModule::*m, std::string ours) {
+  Field<LeafModule> f = string_list_key<LeafModule>(std::move(name), m, std::move(ours));
+  f.type = "string or list of strings";
+  f.read = [m](ObjectReader& r, const std::string& key, LeafModule& l) {
+    const Json* v = r.find(key);
+    if (v && v->is_string()) {
+      l.*m = {v->get<std::string>()};
+    } else {
+      r.read_string_list(key, &(l.*m));
+    }
+  };
+  return f;
+}
+
+const Section<LeafModule>& leaf_module_section() {
+  static const Section<LeafModule> kSection(
+      SectionKind::kPydantic,
+      {
+          leaf_list_key("classes", &LeafModule::classes, "no effect: Python class names (no C++ module has one)"),
+          leaf_list_key("names", &LeafModule::names, "refused when not empty (mark units with zero::shard)"),
+          leaf_list_key("name_suffixes", &LeafModule::name_suffixes,
+                        "refused when not empty (mark units with zero::shard)"),
+      });
+  return kSection;
 }
 
 }  // namespace
@@ -150,218 +251,149 @@ const char* to_string(OffloadDevice device) {
 
 namespace {
 
-// Partitioning and reduction: the stage, buckets, overlap.
-void read_partitioning(ObjectReader& r, ZeroConfig& z) {
-  r.read_int("stage", &z.stage, 0, 3);
-  r.read_bool("contiguous_gradients", &z.contiguous_gradients);
-  r.read_bool("reduce_scatter", &z.reduce_scatter);
-  r.read_int("reduce_bucket_size", &z.reduce_bucket_size, 0, kMaxInt64, AutoPolicy::kAllowAuto);
-  r.read_bool("use_multi_rank_bucket_allreduce", &z.use_multi_rank_bucket_allreduce);
-  r.read_bool("allgather_partitions", &z.allgather_partitions);
-  r.read_int("allgather_bucket_size", &z.allgather_bucket_size, 0, kMaxInt64,
-             AutoPolicy::kAllowAuto);
-  // DeepSpeed's overlap_comm is Optional: unset means "on for stage 3 only".
-  z.overlap_comm = z.stage == 3;
-  r.read_bool("overlap_comm", &z.overlap_comm);
-  r.read_bool("compute_grad_norm", &z.compute_grad_norm);
-  r.read_bool("load_from_fp32_weights", &z.load_from_fp32_weights);
-  r.read_bool("elastic_checkpoint", &z.elastic_checkpoint);
-  r.read_int("sub_group_size", &z.sub_group_size, 0);
-}
-
-// offload_optimizer and offload_param, with the deprecated spellings DeepSpeed still maps onto them.
-void read_offload(ObjectReader& r, ZeroConfig& z) {
-  const Json* offload_optimizer = r.find("offload_optimizer");
-  if (offload_optimizer && !offload_optimizer->is_null()) {
-    z.offload_optimizer = parse_offload_optimizer(*offload_optimizer);
-  }
-  const Json* offload_param = r.find("offload_param");
-  if (offload_param && !offload_param->is_null()) {
-    z.offload_param = parse_offload_param(*offload_param);
-  }
-
-  // Deprecated spellings DeepSpeed still maps onto their replacements.
-  bool cpu_offload = false;
-  if (r.read_bool("cpu_offload", &cpu_offload) && cpu_offload) {
-    if (offload_optimizer && !offload_optimizer->is_null()) {
-      fail_at(r.path_of("cpu_offload"),
-              "deprecated alias of offload_optimizer; give only offload_optimizer");
-    }
-    z.offload_optimizer.device = OffloadDevice::kCpu;
-  }
-  bool cpu_offload_param = false;
-  if (r.read_bool("cpu_offload_param", &cpu_offload_param) && cpu_offload_param) {
-    if (offload_param && !offload_param->is_null()) {
-      fail_at(r.path_of("cpu_offload_param"),
-              "deprecated alias of offload_param; give only offload_param");
-    }
-    z.offload_param.device = OffloadDevice::kCpu;
-  }
-  bool unused_pin = false;  // DeepSpeed accepts and ignores it (no replacement is set)
-  r.read_bool("cpu_offload_use_pin_memory", &unused_pin);
-}
-
-// Stage 3's gathering and persistence knobs, under their stage3_ names or DeepSpeed's field names.
-void read_stage3_keys(ObjectReader& r, ZeroConfig& z, std::set<std::string>* autos) {
-  read_stage3_int(r, "prefetch_bucket_size", &z.prefetch_bucket_size, autos);
-  read_stage3_int(r, "param_persistence_threshold", &z.param_persistence_threshold, autos);
-  read_stage3_int(r, "model_persistence_threshold", &z.model_persistence_threshold, autos);
-  read_stage3_int(r, "max_live_parameters", &z.max_live_parameters, autos);
-  read_stage3_int(r, "max_reuse_distance", &z.max_reuse_distance, autos);
-  read_stage3_bool(r, "gather_16bit_weights_on_model_save", &z.gather_16bit_weights_on_model_save, autos,
-                   AutoPolicy::kAllowAuto);
-  bool gather_fp16 = false;
-  if (r.read_bool("stage3_gather_fp16_weights_on_model_save", &gather_fp16) && gather_fp16) {
-    z.gather_16bit_weights_on_model_save = true;
-  }
-  r.read_int(r.pick_alias("stage3_module_granularity_threshold", "module_granularity_threshold"),
-             &z.module_granularity_threshold, 0);
-  read_stage3_bool(r, "use_all_reduce_for_fetch_params", &z.use_all_reduce_for_fetch_params, autos);
-  read_stage3_bool(r, "allgather_sequential", &z.allgather_sequential, autos);
-}
-
-// ZeRO++, MiCS, leaf modules and the flags DeepSpeed reads beside them.
-void read_extensions(ObjectReader& r, ZeroConfig& z) {
-  r.read_bool("ignore_unused_parameters", &z.ignore_unused_parameters);
-  r.read_bool("legacy_stage1", &z.legacy_stage1);
-  r.read_bool("round_robin_gradients", &z.round_robin_gradients);
-  r.read_int("zero_hpz_partition_size", &z.zero_hpz_partition_size, 0);
-  r.read_bool("zero_quantized_weights", &z.zero_quantized_weights);
-  r.read_bool("zero_quantized_nontrainable_weights", &z.zero_quantized_nontrainable_weights);
-  r.read_bool("zero_quantized_gradients", &z.zero_quantized_gradients);
-  r.read_int("mics_shard_size", &z.mics_shard_size);
-  r.read_bool("mics_hierarchical_params_gather", &z.mics_hierarchical_params_gather);
-  r.read_bool("memory_efficient_linear", &z.memory_efficient_linear);
-  r.read_bool("pipeline_loading_checkpoint", &z.pipeline_loading_checkpoint);
-  r.read_bool("override_module_apply", &z.override_module_apply);
-  r.read_bool("log_trace_cache_warnings", &z.log_trace_cache_warnings);
-  r.read_bool("enable_sanity_checks", &z.enable_sanity_checks);
-  r.read_bool("parameter_alignment", &z.parameter_alignment);
-  r.read_bool("save_muon_momentum_buffer_in_memory", &z.save_muon_momentum_buffer_in_memory);
-  if (const Json* leaf = r.find("leaf_module"); leaf && !leaf->is_null()) {
-    ObjectReader l(*leaf, r.path_of("leaf_module"), nullptr);
-    l.take_string_booleans();
-    // DeepSpeed takes a single string for a list of one.
-    auto read_list = [&l](const std::string& key, std::vector<std::string>* out) {
-      const Json* v = l.find(key);
-      if (v && v->is_string()) {
-        *out = {v->get<std::string>()};
-      } else {
-        l.read_string_list(key, out);
-      }
-    };
-    read_list("classes", &z.leaf_module_classes);
-    read_list("names", &z.leaf_module_names);
-    read_list("name_suffixes", &z.leaf_module_name_suffixes);
-    l.finish();
-  }
-}
-
-}  // namespace
-
-ZeroConfig parse_zero_config(const Json& node, std::set<std::string>* autos) {
-  ObjectReader r(node, kPath, autos);
-  r.take_string_booleans();
-  ZeroConfig z;
-  read_partitioning(r, z);
-  read_offload(r, z);
-  read_stage3_keys(r, z, autos);
-  read_extensions(r, z);
-  const Json* zenflow = r.find("zenflow");
-  if (zenflow && !zenflow->is_null()) z.zenflow = parse_zenflow(*zenflow);
-  r.finish();
+// Rules between the section's keys, after all are read.
+void check_zero(ObjectReader& r, ZeroConfig& z) {
   if (z.offload_param.enabled() && z.stage < 3) {
     // DeepSpeed reads offload_param only at stage 3 (stages 0-2 keep whole parameters on every rank).
     warn(r.path_of("offload_param") + ": ignored below stage 3, as DeepSpeed ignores it (stage " +
          std::to_string(z.stage) + " keeps whole parameters on every rank)");
     z.offload_param = OffloadParamConfig{};
   }
-
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     fail_at(r.path_of("offload_optimizer.ratio"),
             "partial offload (ratio < 1) needs stage 3, got stage " + std::to_string(z.stage));
   }
-  return z;
 }
 
-OrderedJson dump_zero_config(const ZeroConfig& z) {
-  OrderedJson oo;
-  oo["device"] = to_string(z.offload_optimizer.device);
-  oo["nvme_path"] = optional_json(z.offload_optimizer.nvme_path);
-  oo["buffer_count"] = z.offload_optimizer.buffer_count;
-  oo["pin_memory"] = z.offload_optimizer.pin_memory;
-  oo["pipeline_read"] = z.offload_optimizer.pipeline_read;
-  oo["pipeline_write"] = z.offload_optimizer.pipeline_write;
-  oo["fast_init"] = z.offload_optimizer.fast_init;
-  oo["ratio"] = z.offload_optimizer.ratio;
-  oo["overlap_step"] = z.offload_optimizer.overlap_step;
-  oo["super_offload"] = z.offload_optimizer.super_offload;
-  oo["cpuadam_cores_perc"] = z.offload_optimizer.cpuadam_cores_perc;
+std::vector<Field<ZeroConfig>> zero_fields() {
+  using C = ZeroConfig;
+  return {
+      // Partitioning and reduction: the stage, buckets, overlap.
+      int_key<C, int>("stage", &C::stage, 0, 3, "0: data parallel; 1: optimizer states, 2: +gradients, 3: +parameters"),
+      bool_key<C>("contiguous_gradients", &C::contiguous_gradients, "reduce gradients from contiguous buckets"),
+      bool_key<C>("reduce_scatter", &C::reduce_scatter, "reduce each bucket to its owners (else all-reduce)"),
+      int_key<C, int64_t>("reduce_bucket_size", &C::reduce_bucket_size, 0, kMaxInt64,
+                          "gradient elements per reduction; an upper bound, sized down to the model",
+                          AutoPolicy::kAllowAuto),
+      bool_key<C>("use_multi_rank_bucket_allreduce", &C::use_multi_rank_bucket_allreduce,
+                  "all-reduce each bucket across ranks: refused when it would act"),
+      bool_key<C>("allgather_partitions", &C::allgather_partitions, "gather updated partitions after the step"),
+      int_key<C, int64_t>("allgather_bucket_size", &C::allgather_bucket_size, 0, kMaxInt64,
+                          "elements per parameter gather (stages 1-2); an upper bound, sized down to the model",
+                          AutoPolicy::kAllowAuto),
+      // DeepSpeed's overlap_comm is Optional: unset means "on for stage 3 only".
+      custom_key<C>(
+          "overlap_comm", "bool", "overlap reductions with backward (default: true at stage 3 only)",
+          [](ObjectReader& r, const std::string& key, C& z) {
+            z.overlap_comm = z.stage == 3;
+            r.read_bool(key, &z.overlap_comm);
+          },
+          [](const C& z) { return std::optional<OrderedJson>(z.overlap_comm); }),
+      bool_key<C>("compute_grad_norm", &C::compute_grad_norm, "compute the global gradient norm each step"),
+      bool_key<C>("load_from_fp32_weights", &C::load_from_fp32_weights, "refused when false"),
+      bool_key<C>("elastic_checkpoint", &C::elastic_checkpoint,
+                  "no effect: every checkpoint here loads at any world size"),
+      int_key<C, int64_t>("sub_group_size", &C::sub_group_size, 0,
+                          "optimizer elements stepped at a time with nvme offload (0: one group)"),
+      // offload_optimizer and offload_param, with the deprecated spellings DeepSpeed still maps onto them.
+      section_key<C>("offload_optimizer", &C::offload_optimizer, offload_optimizer_section(),
+                     "optimizer states and step on the host or NVMe"),
+      section_key<C>("offload_param", &C::offload_param, offload_param_section(),
+                     "stage 3's parameters on the host or NVMe (ignored below stage 3, as in DeepSpeed)"),
+      deprecated_offload_key("cpu_offload", &C::offload_optimizer, "offload_optimizer"),
+      deprecated_offload_key("cpu_offload_param", &C::offload_param, "offload_param"),
+      custom_key<C>(
+          "cpu_offload_use_pin_memory", "bool", "deprecated: no effect, as in DeepSpeed",
+          [](ObjectReader& r, const std::string& key, C&) {
+            bool unused = false;
+            r.read_bool(key, &unused);
+          },
+          [](const C&) { return std::optional<OrderedJson>(); }),
+      // Stage 3's gathering and persistence knobs, under their stage3_ names or DeepSpeed's field names.
+      stage3_int_key("prefetch_bucket_size", &C::prefetch_bucket_size, "parameter elements gathered ahead"),
+      stage3_int_key("param_persistence_threshold", &C::param_persistence_threshold,
+                     "parameters this small stay whole on every rank"),
+      stage3_int_key("model_persistence_threshold", &C::model_persistence_threshold,
+                     "a model-wide persistence budget: refused when set at stage 3"),
+      stage3_int_key("max_live_parameters", &C::max_live_parameters,
+                     "gathered elements held at once; an upper bound, sized down to the model"),
+      stage3_int_key("max_reuse_distance", &C::max_reuse_distance,
+                     "keep a gathered unit when it is used again within this many elements"),
+      stage3_bool_key("gather_16bit_weights_on_model_save", &C::gather_16bit_weights_on_model_save,
+                      "save_16bit_model gathers the whole model", AutoPolicy::kAllowAuto),
+      custom_key<C>(
+          "stage3_gather_fp16_weights_on_model_save", "bool",
+          "deprecated spelling of stage3_gather_16bit_weights_on_model_save",
+          [](ObjectReader& r, const std::string& key, C& z) {
+            bool gather = false;
+            if (r.read_bool(key, &gather) && gather) z.gather_16bit_weights_on_model_save = true;
+          },
+          [](const C&) { return std::optional<OrderedJson>(); }),
+      int_key<C, int64_t>("stage3_module_granularity_threshold", &C::module_granularity_threshold, 0,
+                          "automatic unit grouping: refused when > 0 at stage 3")
+          .alias("module_granularity_threshold"),
+      stage3_bool_key("use_all_reduce_for_fetch_params", &C::use_all_reduce_for_fetch_params,
+                      "fetch parameters by all-reduce: refused when true at stage 3"),
+      stage3_bool_key("allgather_sequential", &C::allgather_sequential,
+                      "gather parameters one by one: refused when true at stage 3"),
+      // ZeRO++, MiCS, leaf modules and the flags DeepSpeed reads beside them.
+      bool_key<C>("ignore_unused_parameters", &C::ignore_unused_parameters,
+                  "a parameter with no gradient counts as zero; false is refused"),
+      bool_key<C>("legacy_stage1", &C::legacy_stage1, "refused when true"),
+      bool_key<C>("round_robin_gradients", &C::round_robin_gradients,
+                  "same update as without it; refused with checkpoint.save_layout \"python_deepspeed\""),
+      int_key<C, int>("zero_hpz_partition_size", &C::zero_hpz_partition_size, 0,
+                      "ZeRO++ secondary partition of stage 3's parameters within a node"),
+      bool_key<C>("zero_quantized_weights", &C::zero_quantized_weights, "ZeRO++ int8 parameter gathers (stage 3)"),
+      bool_key<C>("zero_quantized_nontrainable_weights", &C::zero_quantized_nontrainable_weights,
+                  "refused when true: frozen parameters are never gathered here"),
+      bool_key<C>("zero_quantized_gradients", &C::zero_quantized_gradients,
+                  "ZeRO++ int4 gradient reductions (stage 3)"),
+      int_key<C, int>("mics_shard_size", &C::mics_shard_size, std::numeric_limits<int>::min(),
+                      std::numeric_limits<int>::max(), "MiCS: refused when > 0"),
+      bool_key<C>("mics_hierarchical_params_gather", &C::mics_hierarchical_params_gather, "refused when true"),
+      bool_key<C>("memory_efficient_linear", &C::memory_efficient_linear, "refused when false at stage 3"),
+      bool_key<C>("pipeline_loading_checkpoint", &C::pipeline_loading_checkpoint, "refused when true"),
+      bool_key<C>("override_module_apply", &C::override_module_apply, "refused when true at stage 3"),
+      bool_key<C>("log_trace_cache_warnings", &C::log_trace_cache_warnings, "no effect: no trace cache here"),
+      bool_key<C>("enable_sanity_checks", &C::enable_sanity_checks, "refused when true"),
+      bool_key<C>("parameter_alignment", &C::parameter_alignment, "refused when true"),
+      bool_key<C>("save_muon_momentum_buffer_in_memory", &C::save_muon_momentum_buffer_in_memory,
+                  "no effect: Muon with nvme offload is refused"),
+      with_keys_of(custom_key<C>(
+                       "leaf_module", "section", "stage-3 units gathered whole",
+                       [](ObjectReader& r, const std::string& key, C& z) {
+                         const Json* v = r.find(key);
+                         if (!v || v->is_null()) return;
+                         LeafModule l = leaf_module_section().parse(*v, r.path_of(key), nullptr);
+                         z.leaf_module_classes = std::move(l.classes);
+                         z.leaf_module_names = std::move(l.names);
+                         z.leaf_module_name_suffixes = std::move(l.name_suffixes);
+                       },
+                       [](const C& z) {
+                         return std::optional<OrderedJson>(leaf_module_section().dump(
+                             LeafModule{z.leaf_module_classes, z.leaf_module_names, z.leaf_module_name_suffixes}));
+                       }),
+                   leaf_module_section()),
+      with_keys_of(custom_key<C>(
+                       "zenflow", "section", "ZenFlow: the important columns step on the device, the rest on the host",
+                       [](ObjectReader& r, const std::string& key, C& z) {
+                         const Json* v = r.find(key);
+                         if (v && !v->is_null()) z.zenflow = zenflow_section().parse(*v, r.path_of(key), nullptr);
+                       },
+                       [](const C& z) {
+                         return std::optional<OrderedJson>(z.zenflow ? zenflow_section().dump(*z.zenflow)
+                                                                     : OrderedJson(nullptr));
+                       }),
+                   zenflow_section()),
+  };
+}
 
-  OrderedJson op;
-  op["device"] = to_string(z.offload_param.device);
-  op["nvme_path"] = optional_json(z.offload_param.nvme_path);
-  op["buffer_count"] = z.offload_param.buffer_count;
-  op["buffer_size"] = z.offload_param.buffer_size;
-  op["max_in_cpu"] = z.offload_param.max_in_cpu;
-  op["pin_memory"] = z.offload_param.pin_memory;
+}  // namespace
 
-  OrderedJson j;
-  j["stage"] = z.stage;
-  j["contiguous_gradients"] = z.contiguous_gradients;
-  j["reduce_scatter"] = z.reduce_scatter;
-  j["reduce_bucket_size"] = z.reduce_bucket_size;
-  j["use_multi_rank_bucket_allreduce"] = z.use_multi_rank_bucket_allreduce;
-  j["allgather_partitions"] = z.allgather_partitions;
-  j["allgather_bucket_size"] = z.allgather_bucket_size;
-  j["overlap_comm"] = z.overlap_comm;
-  j["compute_grad_norm"] = z.compute_grad_norm;
-  j["load_from_fp32_weights"] = z.load_from_fp32_weights;
-  j["elastic_checkpoint"] = z.elastic_checkpoint;
-  j["offload_param"] = op;
-  j["offload_optimizer"] = oo;
-  j["sub_group_size"] = z.sub_group_size;
-  j["stage3_prefetch_bucket_size"] = z.prefetch_bucket_size;
-  j["stage3_param_persistence_threshold"] = z.param_persistence_threshold;
-  j["stage3_model_persistence_threshold"] = z.model_persistence_threshold;
-  j["stage3_max_live_parameters"] = z.max_live_parameters;
-  j["stage3_max_reuse_distance"] = z.max_reuse_distance;
-  j["stage3_gather_16bit_weights_on_model_save"] = z.gather_16bit_weights_on_model_save;
-  j["stage3_module_granularity_threshold"] = z.module_granularity_threshold;
-  j["stage3_use_all_reduce_for_fetch_params"] = z.use_all_reduce_for_fetch_params;
-  j["stage3_allgather_sequential"] = z.allgather_sequential;
-  j["ignore_unused_parameters"] = z.ignore_unused_parameters;
-  j["legacy_stage1"] = z.legacy_stage1;
-  j["round_robin_gradients"] = z.round_robin_gradients;
-  j["parameter_alignment"] = z.parameter_alignment;
-  j["save_muon_momentum_buffer_in_memory"] = z.save_muon_momentum_buffer_in_memory;
-  j["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
-  j["zero_quantized_weights"] = z.zero_quantized_weights;
-  j["zero_quantized_nontrainable_weights"] = z.zero_quantized_nontrainable_weights;
-  j["zero_quantized_gradients"] = z.zero_quantized_gradients;
-  j["mics_shard_size"] = z.mics_shard_size;
-  j["mics_hierarchical_params_gather"] = z.mics_hierarchical_params_gather;
-  j["memory_efficient_linear"] = z.memory_efficient_linear;
-  j["pipeline_loading_checkpoint"] = z.pipeline_loading_checkpoint;
-  j["override_module_apply"] = z.override_module_apply;
-  j["log_trace_cache_warnings"] = z.log_trace_cache_warnings;
-  j["enable_sanity_checks"] = z.enable_sanity_checks;
-  OrderedJson zf;
-  if (z.zenflow) {
-    const ZenFlowConfig& c = *z.zenflow;
-    zf["topk_ratio"] = c.topk_ratio;
-    zf["select_strategy"] = c.select_strategy;
-    zf["select_interval"] = c.select_interval ? OrderedJson(*c.select_interval) : OrderedJson("auto");
-    zf["update_interval"] = c.update_interval ? OrderedJson(*c.update_interval) : OrderedJson("auto");
-    zf["overlap_step"] = c.overlap_step;
-    zf["offload"] = c.offload;
-    zf["auto_ratio"] = c.auto_ratio;
-    zf["full_warm_up_rounds"] = c.full_warm_up_rounds;
-    if (c.pt_reserved_cores_perc) zf["pt_reserved_cores_perc"] = *c.pt_reserved_cores_perc;
-    if (c.steps_per_epoch) zf["steps_per_epoch"] = *c.steps_per_epoch;
-  }
-  j["zenflow"] = zf;
-  return j;
+const Section<ZeroConfig>& zero_section() {
+  static const Section<ZeroConfig> kSection(SectionKind::kPydantic, zero_fields(), check_zero);
+  return kSection;
 }
 
 }  // namespace deepspeed::config

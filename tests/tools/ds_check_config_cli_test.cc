@@ -2,7 +2,9 @@
 // line naming the flag (CLI11's own check printed the 309-digit maximum of a double).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "tool_process.h"
@@ -30,6 +32,52 @@ TEST(DsCheckConfigCli, ValidWorldSizeStillWorks) {
       ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "8"}, {}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"train_batch_size\""), std::string::npos) << r.out;
+}
+
+// The README's key table is the one the code generates: a key added, renamed or redescribed in the table changes the
+// README with it (the test fails on a stale copy).
+TEST(DsCheckConfigCli, ReadmeKeyTableIsTheGeneratedOne) {
+  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--keys_markdown"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(DS_README);
+  ASSERT_TRUE(in) << DS_README;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const size_t begin = readme.find("<!-- keys:begin");
+  const size_t end = readme.find("<!-- keys:end -->");
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  const size_t first_row = readme.find('\n', begin) + 1;
+  EXPECT_EQ(readme.substr(first_row, end - first_row), r.out)
+      << "README.md's key table is stale: regenerate it with ds_check_config --keys_markdown";
+  EXPECT_NE(r.out.find("| `zero_optimization.stage3_max_live_parameters` (`zero_optimization.max_live_parameters`) |"),
+            std::string::npos);
+}
+
+TEST(DsCheckConfigCli, ExplainGivesTypeDefaultAliasAndMeaning) {
+  const ds_test::ToolResult r =
+      ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--explain", "zero_optimization.max_live_parameters"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("zero_optimization.stage3_max_live_parameters\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("also spelt: zero_optimization.max_live_parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("default:   1000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"auto\":    accepted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pydantic"), std::string::npos) << r.out;
+}
+
+TEST(DsCheckConfigCli, ExplainOfAnUnknownKeyPointsAtTheNearestOne) {
+  ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--explain", "stage3_max_live_parameters"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "ds_check_config: --explain stage3_max_live_parameters: no such config key (did you mean "
+            "'zero_optimization.stage3_max_live_parameters'?)\n");
+  r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--explain", "gradient_clippin"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("(did you mean 'gradient_clipping'?)"), std::string::npos) << r.err;
+  r = ds_test::run_tool({DS_CHECK_CONFIG_BIN});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("a config FILE is required"), std::string::npos) << r.err;
 }
 
 }  // namespace
