@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/feature_gate.h"
+#include "config/implemented_values.h"
 #include "config/key_catalog.h"
 #include "deepspeed/arguments.h"
 #include "deepspeed/config.h"
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
                  "\"auto\", how DeepSpeed reads it and what it does here; no FILE needed");
   bool keys_markdown = false;
   app.add_flag("--keys_markdown", keys_markdown, "print every config key as a Markdown table (the README's)");
+  bool refusals_markdown = false;
+  app.add_flag("--refusals_markdown", refusals_markdown,
+               "print the values refused when a config is read, as a Markdown table (the README's)");
   app.add_option("--world_size", world_size, "data-parallel world size for the batch arithmetic")
       ->check(deepspeed::check_at_least(1));  // one readable line, not CLI11's 309-digit bound
   app.add_option("--set", overrides,
@@ -78,8 +82,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
-  if (keys_markdown) {
-    std::cout << deepspeed::config::key_table_markdown();
+  if (keys_markdown || refusals_markdown) {
+    std::cout << (keys_markdown ? deepspeed::config::key_table_markdown()
+                                : deepspeed::config::implemented_values_markdown());
     return 0;
   }
   if (!explain.empty()) {

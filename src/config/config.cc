@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "config/implemented_values.h"
 #include "config/sections.h"
 #include "config/small_file.h"
 #include "config/suggest.h"
@@ -129,7 +130,8 @@ Field<Config> own_section_key(const std::string& key, std::optional<M> Config::*
       });
 }
 
-std::vector<Field<Config>> top_level_fields() {
+// The top level's own values: batch sizes, clipping, flags, data types.
+std::vector<Field<Config>> top_level_values() {
   using C = Config;
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<Field<C>> f = {
@@ -203,7 +205,14 @@ std::vector<Field<Config>> top_level_fields() {
                   "permission for a client optimizer beside ZeRO (initialize refuses one by name)"),
       bool_key<C>("zero_force_ds_cpu_optimizer", &C::zero_force_ds_cpu_optimizer,
                   "the offloaded step is always ours here"),
-      // The sections.
+  };
+  return f;
+}
+
+// The top level's sections, and DeepSpeed's sections this build refuses.
+std::vector<Field<Config>> top_level_sections() {
+  using C = Config;
+  std::vector<Field<C>> f = {
       own_section_key<OptimizerConfig>("optimizer", &C::optimizer, parse_optimizer_config, dump_optimizer_config,
                                        "the optimizer: type and params"),
       own_section_key<SchedulerConfig>("scheduler", &C::scheduler, parse_scheduler_config, dump_scheduler_config,
@@ -238,13 +247,7 @@ std::vector<Field<Config>> top_level_fields() {
                      "recompute activations in backward"),
       section_key<C>("pipeline", &C::pipeline, pipeline_section(), "pipeline parallelism (pipe::initialize)"),
       section_key<C>("checkpoint", &C::checkpoint, checkpoint_section(), "checkpoint saving and loading"),
-      custom_key<C>(
-          "tensor_parallel", "section", "AutoTP training",
-          [](ObjectReader& r, const std::string& key, C& c) {
-            const Json* v = r.find(key);
-            if (v && !v->is_null()) c.tensor_parallel = parse_tensor_parallel_config(*v);
-          },
-          [](const C& c) { return std::optional<OrderedJson>(dump_tensor_parallel_config(c.tensor_parallel)); }),
+      section_key<C>("tensor_parallel", &C::tensor_parallel, tensor_parallel_section(), "AutoTP training"),
       int_key<C, int>("sequence_parallel_size", &C::sequence_parallel_size, 1,
                       "ranks a sequence is split over (Ulysses)"),
       section_key<C>("comms_logger", &C::comms_logger, comms_logger_section(), "log collectives"),
@@ -296,7 +299,11 @@ void set_auto(OrderedJson& j, const std::string& path) {
 }  // namespace
 
 const Section<Config>& config_section() {
-  static const Section<Config> kSection(SectionKind::kDict, top_level_fields());
+  static const Section<Config> kSection(SectionKind::kDict, [] {
+    std::vector<Field<Config>> fields = top_level_values();
+    for (Field<Config>& f : top_level_sections()) fields.push_back(std::move(f));
+    return fields;
+  }());
   return kSection;
 }
 
@@ -312,12 +319,7 @@ void check_consistency(const Config& c) {
   if (c.fp16.enabled && c.bf16.enabled) {
     fail_at("bf16.enabled", "cannot be true together with fp16.enabled; choose one precision");
   }
-  if (c.fp16.fp16_master_weights_and_grads && c.zero.stage == 0) {
-    fail_at("fp16.fp16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
-  }
-  if (c.bf16.bf16_master_weights_and_grads && c.zero.stage == 0) {
-    fail_at("bf16.bf16_master_weights_and_grads", "needs zero_optimization.stage 1, 2 or 3, got 0");
-  }
+  // (16-bit master weights need ZeRO: the feature gate's rule, with their other conditions.)
 }
 
 Config Config::from_string(const std::string& json_text) {

@@ -205,126 +205,183 @@ const Section<FlopsProfilerConfig>& flops_profiler_section() {
 namespace deepspeed::config {
 namespace {
 
-// A key DeepSpeed offers that deepspeed-cpp has no form of: accepted only at the value that means "not used".
-void refuse_unless(ObjectReader& r, const std::string& key, const Json& allowed, const std::string& why) {
-  const Json* v = r.find(key);
-  if (v && !v->is_null() && *v != allowed) fail_at(r.path_of(key), "is not supported by deepspeed-cpp (" + why + ")");
+using TpConfig = TensorParallelConfig;
+
+// A tp_size beside autotp_size: 1 (unset) or the same number.
+void check_tp_size(int64_t size, const TpConfig& c, const std::string& path) {
+  if (size != 1 && size != c.autotp_size)
+    fail_at(path, "must equal tensor_parallel.autotp_size (" + std::to_string(c.autotp_size) + "), got " +
+                      std::to_string(size));
 }
 
-TpLayerSpecConfig parse_tp_layer_spec(const Json& node, const std::string& path) {
-  ObjectReader r(node, path, nullptr);
-  r.take_string_booleans();
-  TpLayerSpecConfig s;
-  r.read_string_list("patterns", &s.patterns);
-  if (s.patterns.empty()) fail_at(r.path_of("patterns"), "must list at least one pattern");
-  r.read_choice("partition_type", &s.partition_type, {"column", "row", "skip", "vocab"}, /*case_insensitive=*/true);
-  r.read_bool("gather_output", &s.gather_output);
-  if (const Json* shape = r.find("shape"); shape && !shape->is_null()) {
-    // [k, -1]: k equal blocks fused along the output, each split over the group.
-    if (!shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() || (*shape)[1] != -1 ||
-        (*shape)[0].get<int64_t>() < 1)
-      fail_at(r.path_of("shape"), "only [k, -1] (k equal blocks fused along the output) is supported, got " +
-                                      describe(*shape));
-    s.fused_parts = (*shape)[0].get<int64_t>();
-    if (s.partition_type != "column") fail_at(r.path_of("shape"), "fused blocks need partition_type \"column\"");
-  }
-  if (const Json* dim = r.find("partition_dim"); dim && !dim->is_null()) {
-    const int64_t d = ObjectReader::to_int(*dim, r.path_of("partition_dim"), 0, 1);
-    if ((s.partition_type == "column" && d != 0) || (s.partition_type == "row" && d != 1))
-      fail_at(r.path_of("partition_dim"), "a " + s.partition_type + "-parallel weight splits dimension " +
+const Section<TpLayerSpecConfig>& layer_spec_section() {
+  using C = TpLayerSpecConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          string_list_key<C>("patterns", &C::patterns, "regexes searched in parameter names (<module>.weight)"),
+          choice_key<C>("partition_type", &C::partition_type, {"column", "row", "skip", "vocab"},
+                        "how the matching weights split (vocab, ours: an embedding's rows)", /*case_insensitive=*/true),
+          custom_key<C>(
+              "shape", "[k, -1] or null", "k equal blocks fused along the output, each split over the group",
+              [](ObjectReader& r, const std::string& key, C& s) {
+                const Json* shape = r.find(key);
+                if (!shape || shape->is_null()) return;
+                if (!shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() || (*shape)[1] != -1 ||
+                    (*shape)[0].get<int64_t>() < 1)
+                  fail_at(r.path_of(key),
+                          "only [k, -1] (k equal blocks fused along the output) is supported, got " + describe(*shape));
+                s.fused_parts = (*shape)[0].get<int64_t>();
+                if (s.partition_type != "column")
+                  fail_at(r.path_of(key), "fused blocks need partition_type \"column\"");
+              },
+              [](const C& s) -> std::optional<OrderedJson> {
+                if (s.fused_parts <= 1) return std::nullopt;
+                return OrderedJson::array({s.fused_parts, -1});
+              }),
+          bool_key<C>("gather_output", &C::gather_output, "gather a column-parallel output whole"),
+          custom_key<C>(
+              "partition_dim", "0 or 1 or null", "checked against partition_type (column splits 0, row 1)",
+              [](ObjectReader& r, const std::string& key, C& s) {
+                const Json* dim = r.find(key);
+                if (!dim || dim->is_null()) return;
+                const int64_t d = ObjectReader::to_int(*dim, r.path_of(key), 0, 1);
+                if ((s.partition_type == "column" && d != 0) || (s.partition_type == "row" && d != 1))
+                  fail_at(r.path_of(key), "a " + s.partition_type + "-parallel weight splits dimension " +
                                               (s.partition_type == "column" ? "0" : "1") + ", got " +
                                               std::to_string(d));
-  }
-  refuse_unless(r, "grad_allreduce", false, "replicated layers' gradients are equal on every tensor rank here");
-  refuse_unless(r, "model_types", nullptr, "there are no model types to filter by in C++");
-  r.finish();
-  return s;
+              },
+              [](const C&) { return std::optional<OrderedJson>(); }),
+          refused_key<C>("grad_allreduce", false, "replicated layers' gradients are equal on every tensor rank here"),
+          refused_key<C>("model_types", nullptr, "there are no model types to filter by in C++"),
+      },
+      [](ObjectReader& r, C& s) {
+        if (s.patterns.empty()) fail_at(r.path_of("patterns"), "must list at least one pattern");
+      });
+  return kSection;
+}
+
+// tensor_parallel.tensor_parallel (alias tp): DeepSpeed's inference-style group settings.
+struct TpGroup {
+  int tp_size = 1;
+};
+
+const Section<TpGroup>& tp_group_section() {
+  static const Section<TpGroup> kSection(
+      SectionKind::kPydantic,
+      {
+          int_key<TpGroup, int>("tp_size", &TpGroup::tp_size, 1, "1 or autotp_size"),
+          refused_key<TpGroup>("tp_grain_size", 1, "splits are even"),
+          refused_key<TpGroup>("mpu", nullptr, "a Python object"),
+          refused_key<TpGroup>("tp_group", nullptr, "a Python object; the engine forms the groups"),
+      });
+  return kSection;
+}
+
+// partition_config: its keys live in TensorParallelConfig itself.
+const Section<TpConfig>& partition_config_section() {
+  using C = TpConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          bool_key<C>("use_default_specs", &C::use_default_specs, "the built-in layer names after the given specs"),
+          bool_key<C>("strict_mode", &C::strict_mode,
+                      "a Linear or Embedding no spec names is an error (false: it stays whole)"),
+          string_list_key<C>("lm_head_patterns", &C::lm_head_patterns, "layer names of the LM head"),
+          refused_key<C>("embedding_partition_dim", 0, "embeddings split by vocabulary (dimension 0)"),
+          custom_key<C>(
+              "tp_size", "integer >= 1", "1 or autotp_size",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                const Json* n = r.find(key);
+                if (n && !n->is_null())
+                  check_tp_size(ObjectReader::to_int(*n, r.path_of(key), 1, 1 << 20), c, r.path_of(key));
+              },
+              [](const C&) { return std::optional<OrderedJson>(); }),
+          with_keys_of(custom_key<C>(
+                           "layer_specs", "list of sections", "which weights split how (DeepSpeed's TPLayerSpec)",
+                           [](ObjectReader& r, const std::string& key, C& c) {
+                             const Json* specs = r.find(key);
+                             if (!specs || specs->is_null()) return;
+                             if (!specs->is_array())
+                               fail_at(r.path_of(key), "expected a list, got " + describe(*specs));
+                             for (size_t i = 0; i < specs->size(); ++i)
+                               c.layer_specs.push_back(layer_spec_section().parse(
+                                   (*specs)[i], r.path_of(key) + "[" + std::to_string(i) + "]", nullptr));
+                           },
+                           [](const C& c) {
+                             OrderedJson specs = OrderedJson::array();
+                             for (const TpLayerSpecConfig& s : c.layer_specs)
+                               specs.push_back(layer_spec_section().dump(s));
+                             return std::optional<OrderedJson>(specs);
+                           }),
+                       layer_spec_section(), "[]"),
+      });
+  return kSection;
 }
 
 }  // namespace
 
-TensorParallelConfig parse_tensor_parallel_config(const Json& node) {
-  ObjectReader r(node, "tensor_parallel", nullptr);
-  r.take_string_booleans();
-  TensorParallelConfig c;
-  r.read_int("autotp_size", &c.autotp_size, 0);
-  r.read_bool("tp_overlap_comm", &c.tp_overlap_comm);
-  std::string dtype;
-  if (r.read_choice("dtype", &dtype, {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16", "torch.float32",
-                                      "torch.float16", "torch.bfloat16"}))
-    c.dtype = dtype.find("bf") != std::string::npos ? "bf16" : dtype.find("16") != std::string::npos ? "fp16" : "fp32";
-  if (const Json* v = r.find("vocab_parallel_lm_head"); v && !v->is_null()) {
-    if (!v->is_boolean())
-      fail_at(r.path_of("vocab_parallel_lm_head"), "expected true, false or null, got " + describe(*v));
-    c.vocab_parallel_lm_head = v->get<bool>();
-  }
-  refuse_unless(r, "vocab_parallel_ce_backend", "torch", "only the PyTorch-style vocabulary-parallel cross-entropy");
-  refuse_unless(r, "preset_model", nullptr, "name the layers in partition_config.layer_specs instead");
-  refuse_unless(r, "injection_policy_tuple", nullptr, "name the layers in partition_config.layer_specs instead");
-  refuse_unless(r, "keep_module_on_host", false, "the model is sliced where it was built");
-  refuse_unless(r, r.pick_alias("replace_with_kernel_inject", "kernel_inject"), false, "no inference kernels");
-  const std::string tp_key = r.pick_alias("tensor_parallel", "tp");
-  if (const Json* tp = r.find(tp_key); tp && !tp->is_null()) {
-    ObjectReader t(*tp, r.path_of(tp_key), nullptr);
-    t.take_string_booleans();
-    int tp_size = 1;
-    t.read_int("tp_size", &tp_size, 1);
-    if (tp_size != 1 && tp_size != c.autotp_size)
-      fail_at(t.path_of("tp_size"), "must equal tensor_parallel.autotp_size (" + std::to_string(c.autotp_size) +
-                                        "), got " + std::to_string(tp_size));
-    refuse_unless(t, "tp_grain_size", 1, "splits are even");
-    refuse_unless(t, "mpu", nullptr, "a Python object");
-    refuse_unless(t, "tp_group", nullptr, "a Python object; the engine forms the groups");
-    t.finish();
-  }
-  if (const Json* pc = r.find("partition_config"); pc && !pc->is_null()) {
-    ObjectReader p(*pc, r.path_of("partition_config"), nullptr);
-    p.take_string_booleans();
-    p.read_bool("use_default_specs", &c.use_default_specs);
-    p.read_bool("strict_mode", &c.strict_mode);
-    p.read_string_list("lm_head_patterns", &c.lm_head_patterns);
-    refuse_unless(p, "embedding_partition_dim", 0, "embeddings split by vocabulary (dimension 0)");
-    if (const Json* n = p.find("tp_size"); n && !n->is_null()) {
-      const int64_t size = ObjectReader::to_int(*n, p.path_of("tp_size"), 1, 1 << 20);
-      if (size != 1 && size != c.autotp_size)
-        fail_at(p.path_of("tp_size"), "must equal tensor_parallel.autotp_size (" + std::to_string(c.autotp_size) +
-                                          "), got " + std::to_string(size));
-    }
-    if (const Json* specs = p.find("layer_specs"); specs && !specs->is_null()) {
-      if (!specs->is_array()) fail_at(p.path_of("layer_specs"), "expected a list, got " + describe(*specs));
-      for (size_t i = 0; i < specs->size(); ++i)
-        c.layer_specs.push_back(
-            parse_tp_layer_spec((*specs)[i], p.path_of("layer_specs") + "[" + std::to_string(i) + "]"));
-    }
-    p.finish();
-  }
-  r.finish();
-  return c;
-}
-
-OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& c) {
-  OrderedJson j;
-  j["autotp_size"] = c.autotp_size;
-  j["tp_overlap_comm"] = c.tp_overlap_comm;
-  if (c.dtype) j["dtype"] = *c.dtype;
-  j["vocab_parallel_lm_head"] =
-      c.vocab_parallel_lm_head ? OrderedJson(*c.vocab_parallel_lm_head) : OrderedJson(nullptr);
-  OrderedJson pc;
-  pc["use_default_specs"] = c.use_default_specs;
-  pc["strict_mode"] = c.strict_mode;
-  pc["lm_head_patterns"] = c.lm_head_patterns;
-  OrderedJson specs = OrderedJson::array();
-  for (const TpLayerSpecConfig& s : c.layer_specs) {
-    OrderedJson e;
-    e["patterns"] = s.patterns;
-    e["partition_type"] = s.partition_type;
-    if (s.fused_parts > 1) e["shape"] = OrderedJson::array({s.fused_parts, -1});
-    e["gather_output"] = s.gather_output;
-    specs.push_back(e);
-  }
-  pc["layer_specs"] = specs;
-  j["partition_config"] = pc;
-  return j;
+const Section<TensorParallelConfig>& tensor_parallel_section() {
+  using C = TpConfig;
+  static const Section<C> kSection(
+      SectionKind::kPydantic,
+      {
+          int_key<C, int>("autotp_size", &C::autotp_size, 0, "tensor-parallel ranks (0 or 1: off)"),
+          bool_key<C>("tp_overlap_comm", &C::tp_overlap_comm,
+                      "column-parallel backward overlaps the input gradient's all-reduce"),
+          custom_key<C>(
+              "dtype", "one of fp32, fp16, bf16 (also float32, torch.bfloat16, ...)",
+              "must agree with the fp16 / bf16 sections",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                std::string dtype;
+                if (r.read_choice(key, &dtype,
+                                  {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16", "torch.float32",
+                                   "torch.float16", "torch.bfloat16"}))
+                  c.dtype = dtype.find("bf") != std::string::npos   ? "bf16"
+                            : dtype.find("16") != std::string::npos ? "fp16"
+                                                                    : "fp32";
+              },
+              [](const C& c) -> std::optional<OrderedJson> {
+                if (!c.dtype) return std::nullopt;
+                return OrderedJson(*c.dtype);
+              }),
+          custom_key<C>(
+              "vocab_parallel_lm_head", "bool or null", "false: the LM head stays whole; unset or true: vocab-parallel",
+              [](ObjectReader& r, const std::string& key, C& c) {
+                const Json* v = r.find(key);
+                if (!v || v->is_null()) return;
+                if (!v->is_boolean()) fail_at(r.path_of(key), "expected true, false or null, got " + describe(*v));
+                c.vocab_parallel_lm_head = v->get<bool>();
+              },
+              [](const C& c) { return std::optional<OrderedJson>(optional_json(c.vocab_parallel_lm_head)); }),
+          refused_key<C>("vocab_parallel_ce_backend", "torch",
+                         "only the PyTorch-style vocabulary-parallel cross-entropy"),
+          refused_key<C>("preset_model", nullptr, "name the layers in partition_config.layer_specs instead"),
+          refused_key<C>("injection_policy_tuple", nullptr, "name the layers in partition_config.layer_specs instead"),
+          refused_key<C>("keep_module_on_host", false, "the model is sliced where it was built"),
+          refused_key<C>("replace_with_kernel_inject", false, "no inference kernels").alias("kernel_inject"),
+          with_keys_of(custom_key<C>(
+                           "tensor_parallel", "section", "the group's size: 1 or autotp_size",
+                           [](ObjectReader& r, const std::string& key, C& c) {
+                             const Json* v = r.find(key);
+                             if (!v || v->is_null()) return;
+                             const TpGroup g = tp_group_section().parse(*v, r.path_of(key), nullptr);
+                             check_tp_size(g.tp_size, c, join_path(r.path_of(key), "tp_size"));
+                           },
+                           [](const C&) { return std::optional<OrderedJson>(); })
+                           .alias("tp"),
+                       tp_group_section()),
+          with_keys_of(custom_key<C>(
+                           "partition_config", "section", "which layers split how",
+                           [](ObjectReader& r, const std::string& key, C& c) {
+                             const Json* v = r.find(key);
+                             if (v && !v->is_null())
+                               partition_config_section().parse_into(*v, r.path_of(key), nullptr, c);
+                           },
+                           [](const C& c) { return std::optional<OrderedJson>(partition_config_section().dump(c)); }),
+                       partition_config_section()),
+      });
+  return kSection;
 }
 
 }  // namespace deepspeed::config

@@ -32,7 +32,7 @@ void check_model_dtype_masters(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, bf16 ? cfg.bf16.enabled : cfg.fp16.enabled, key, ": needs ", dtype,
              ".enabled true (the masters are the model's ", dtype, " weights)");
   const config::ZeroConfig& z = cfg.zero;
-  DS_CHECK_T(ConfigError, z.stage >= 1, key, ": needs ZeRO stage 1, 2 or 3, got ", z.stage);
+  DS_CHECK_T(ConfigError, z.stage >= 1, key, ": needs zero_optimization.stage 1, 2 or 3, got ", z.stage);
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
   if (bf16) {
     DS_CHECK_T(ConfigError, oo.enabled() || cfg.bf16.bf16_optimizer_states, key,
@@ -85,13 +85,11 @@ void check_optimizer_type(const config::Config& cfg) {
   if (type != "lamb" && type != "muon") return;
   const config::ZeroConfig& z = cfg.zero;
   const config::OffloadOptimizerConfig& oo = z.offload_optimizer;
-  const char* clash = oo.device == config::OffloadDevice::kNvme ? "zero_optimization.offload_optimizer.device nvme"
-                      : oo.overlap_step   ? "zero_optimization.offload_optimizer.overlap_step"
-                      : oo.super_offload  ? "zero_optimization.offload_optimizer.super_offload"
-                                          : nullptr;  // (ZenFlow refused them already: it steps with AdamW)
-  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
-             type == "lamb" ? "Lamb's per-tensor trust ratio" : "Muon's Newton-Schulz step on whole matrices",
-             " is not supported with ", clash ? clash : "", " yet; use Adam/AdamW there");
+  check_whole_tensor_step(type, oo.device == config::OffloadDevice::kNvme
+                                    ? "zero_optimization.offload_optimizer.device nvme"
+                                : oo.overlap_step  ? "zero_optimization.offload_optimizer.overlap_step"
+                                : oo.super_offload ? "zero_optimization.offload_optimizer.super_offload"
+                                                   : nullptr);  // (ZenFlow refused them already: it steps with AdamW)
 }
 
 // Stage 3 keys this engine does not honour.
@@ -193,10 +191,7 @@ void check_partitioning_keys(const config::Config& cfg) {
   // round_robin_gradients: DeepSpeed (stages 1-2) reorders the parameters in its flat buffers so that ranks share
   // the copies to an offloaded optimizer; the update is the same. Ours keep the model's order, so only a checkpoint
   // written in DeepSpeed's own layout, which would list them in the round-robin order, cannot follow it.
-  reject_if(z.round_robin_gradients && (z.stage == 1 || z.stage == 2) && cfg.checkpoint.save_python_layout,
-            "zero_optimization.round_robin_gradients",
-            "round-robin gradient order in a checkpoint.save_layout \"python_deepspeed\" checkpoint (the update is "
-            "the same without it; set it false or save in the deepspeed_cpp layout)");
+  // (round_robin_gradients: check_python_layout.)
   // sub_group_size without nvme offload: DeepSpeed steps stage 3's partition in sub-groups of this size (0: one per
   // parameter) and ignores it at stages 1-2; the values are the same as one step over the whole partition, which is
   // what we run, and a python_deepspeed checkpoint is cut into the same sub-groups (checkpoint/deepspeed_export.cc).
@@ -243,14 +238,7 @@ void check_precision_keys(const config::Config& cfg) {
 
 // What the checkpoint layout, the pipeline section and the monitors may ask of deepspeed::initialize.
 void check_engine_wide_keys(const config::Config& cfg) {
-  // What Python DeepSpeed's layout holds (checkpoint/deepspeed_export.h); the engine checks a client optimizer's
-  // states, and MoE and pipelines.
-  if (cfg.checkpoint.save_python_layout) {
-    const char* key = "checkpoint.save_layout: python_deepspeed";
-    DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, " writes fp32 and bf16 checkpoints; fp16 is not supported");
-    DS_CHECK_T(ConfigError, !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw", key,
-               " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
-  }
+  check_python_layout(cfg);
   reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");
   reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");
   // The pipeline engine consumes the pipeline section before its stage engines see the config.
@@ -269,6 +257,31 @@ void check_engine_wide_keys(const config::Config& cfg) {
 
 }  // namespace
 
+void check_whole_tensor_step(const std::string& type, const char* clash) {
+  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
+             type == "lamb" ? "Lamb's per-tensor trust ratio" : "Muon's Newton-Schulz step on whole matrices",
+             " is not supported with ", clash ? clash : "", " yet; use Adam/AdamW there");
+}
+
+void check_python_layout(const config::Config& cfg, const PythonLayoutModel* model) {
+  if (!cfg.checkpoint.save_python_layout) return;
+  const char* key = "checkpoint.save_layout: python_deepspeed";
+  DS_CHECK_T(ConfigError, !cfg.fp16.enabled, key, " writes fp32 and bf16 checkpoints; fp16 is not supported");
+  const bool adam = !cfg.optimizer || cfg.optimizer->type == "adam" || cfg.optimizer->type == "adamw";
+  DS_CHECK_T(ConfigError, adam && (!model || model->adam_states), key,
+             " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
+  DS_CHECK_T(ConfigError, !cfg.tensor_parallel.enabled() && !(model && model->tensor_parallel), key,
+             " is not supported with tensor parallelism (tensor_parallel.autotp_size > 1)");
+  // DeepSpeed (stages 1-2) reorders the parameters in its flat buffers for round_robin_gradients; the update is the
+  // same, but its files would list them in that order, which ours do not follow.
+  const config::ZeroConfig& z = cfg.zero;
+  reject_if(z.round_robin_gradients && (z.stage == 1 || z.stage == 2), "zero_optimization.round_robin_gradients",
+            "round-robin gradient order in a checkpoint.save_layout \"python_deepspeed\" checkpoint (the update is "
+            "the same without it; set it false or save in the deepspeed_cpp layout)");
+  if (model)
+    DS_CHECK_T(ConfigError, !model->experts && model->whole_world, key, " does not write MoE or pipeline checkpoints");
+}
+
 void check_supported_features(const config::Config& cfg) {
   check_stage3_keys(cfg);
   check_offload_optimizer(cfg);
@@ -284,9 +297,9 @@ void check_supported_features(const config::Config& cfg) {
 void check_pipeline_features(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, cfg.zero.stage <= 1, "zero_optimization.stage ", cfg.zero.stage,
              " is not supported with pipeline parallelism (as in DeepSpeed): use stage 0 or 1");
-  DS_CHECK_T(ConfigError, !cfg.checkpoint.save_python_layout,
-             "checkpoint.save_layout: python_deepspeed is not supported by the pipeline engine (its stages write "
-             "their own layer files); use \"deepspeed_cpp\"");
+  PythonLayoutModel pipeline;
+  pipeline.whole_world = false;  // its stages write their own layer files
+  check_python_layout(cfg, &pipeline);
   DS_CHECK_T(ConfigError, !cfg.autotuning.enabled || !cfg.autotuning.metric_path.has_value(),
              "autotuning: the autotuner tunes deepspeed::initialize runs; the pipeline engine does not report "
              "autotuning metrics (drop autotuning.metric_path)");

@@ -2,6 +2,8 @@
 // naming the key and the work that will bring it. Nothing in a config is ever silently ignored.
 #pragma once
 
+#include <string>
+
 #include "deepspeed/config.h"
 
 namespace deepspeed::config {
@@ -19,5 +21,22 @@ void check_pipeline_features(const config::Config& cfg);
 // other by deepspeed::initialize's gate. The engines check more once they see the model and the optimizer's
 // parameters.
 void check_config_alone(const config::Config& cfg);
+
+// Rules with a half that only initialize can check (it needs the model or the built optimizer). Each is written once,
+// here; the gate above runs the config's half, the engine calls again with what it sees.
+
+// Lamb's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: refused when `clash` (the key or
+// the model's feature that splits or streams tensors) is not null.
+void check_whole_tensor_step(const std::string& type, const char* clash);
+
+// What Python DeepSpeed's checkpoint files can hold, for checkpoint.save_layout "python_deepspeed"
+// (checkpoint/deepspeed_export.h). The config's half without `model`; initialize adds what it built.
+struct PythonLayoutModel {
+  bool experts = false;          // MoE experts
+  bool whole_world = true;       // one data-parallel group over the world (no pipeline or custom layout)
+  bool adam_states = true;       // the optimizer keeps Adam's exp_avg and exp_avg_sq (a client optimizer may not)
+  bool tensor_parallel = false;  // tensor-parallel layers, from the config or the model
+};
+void check_python_layout(const config::Config& cfg, const PythonLayoutModel* model = nullptr);
 
 }  // namespace deepspeed::config

@@ -67,11 +67,12 @@ struct Field {
 template <class S>
 class Section;
 
-// Lists `section`'s keys below a custom field in the catalogue (the field reads them itself).
+// Lists `section`'s keys below a custom field in the catalogue (the field reads them itself). `suffix` "[]" marks
+// a list of such objects (tensor_parallel.partition_config.layer_specs[].patterns).
 template <class S, class M>
-Field<S> with_keys_of(Field<S> f, const Section<M>& section) {
+Field<S> with_keys_of(Field<S> f, const Section<M>& section, const std::string& suffix = "") {
   const Section<M>* sec = &section;
-  f.children = [sec](const std::string& prefix) { return sec->keys(prefix); };
+  f.children = [sec, suffix](const std::string& prefix) { return sec->keys(prefix + suffix); };
   return f;
 }
 
@@ -86,11 +87,16 @@ class Section {
 
   // Parses `node` (an object at `path`) into a default S.
   S parse(const Json& node, const std::string& path, std::set<std::string>* autos) const {
-    ObjectReader r(node, path, autos);
     S s{};
+    parse_into(node, path, autos, s);
+    return s;
+  }
+
+  // The same into an existing S: for a JSON object whose keys live in its parent's struct (partition_config).
+  void parse_into(const Json& node, const std::string& path, std::set<std::string>* autos, S& s) const {
+    ObjectReader r(node, path, autos);
     read_into(r, s);
     finish(r, s);
-    return s;
   }
 
   // The two halves of parse() for a level that reads more than its table (the top level).
@@ -238,6 +244,19 @@ Field<S> section_key(std::string name, M S::*m, const Section<M>& section, std::
   };
   f.dump = [m, sec](const S& s) { return std::optional<OrderedJson>(sec->dump(s.*m)); };
   f.children = [sec](const std::string& prefix) { return sec->keys(prefix); };
+  return f;
+}
+
+// A key DeepSpeed offers that deepspeed-cpp has no form of: accepted only at `allowed`, the value that means "not
+// used" (null counts as not given). Not dumped.
+template <class S>
+Field<S> refused_key(std::string name, const Json& allowed, const std::string& why) {
+  Field<S> f{std::move(name), {}, "only " + allowed.dump(), false, "refused unless " + allowed.dump() + ": " + why};
+  f.read = [allowed, why](ObjectReader& r, const std::string& key, S&) {
+    const Json* v = r.find(key);
+    if (v && !v->is_null() && *v != allowed) fail_at(r.path_of(key), "is not supported by deepspeed-cpp (" + why + ")");
+  };
+  f.dump = [](const S&) { return std::optional<OrderedJson>(); };
   return f;
 }
 

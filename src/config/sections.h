@@ -26,20 +26,19 @@ const Section<FileMonitorConfig>& file_monitor_section();  // tensorboard and cs
 const Section<WandbConfig>& wandb_section();
 const Section<FlopsProfilerConfig>& flops_profiler_section();
 const Section<AutotuningConfig>& autotuning_section();
+const Section<TensorParallelConfig>& tensor_parallel_section();
 // The top level: its own keys and every section above, so Config's parse, dump and key catalogue.
 const Section<Config>& config_section();
 
 // "fp16" / "bf16" / "fp32", case-insensitive as in DeepSpeed.
 DataType parse_data_type(const Json& value, const std::string& path);
 
-// Sections whose parameters depend on a type (optimizer, scheduler) or that nest lists of their own
-// (tensor_parallel): parsed and dumped by their own functions, listed in the table as one key each.
+// Sections whose parameters depend on the type (optimizer, scheduler): parsed and dumped by their own functions
+// (params.cc holds DeepSpeed's defaults per type), listed in the table as one key each.
 OptimizerConfig parse_optimizer_config(const Json& node);
 OrderedJson dump_optimizer_config(const OptimizerConfig& optimizer);
 SchedulerConfig parse_scheduler_config(const Json& node);
 OrderedJson dump_scheduler_config(const SchedulerConfig& scheduler);
-TensorParallelConfig parse_tensor_parallel_config(const Json& node);
-OrderedJson dump_tensor_parallel_config(const TensorParallelConfig& tp);
 
 // Sets the dotted path of "path=value" in `root` (overrides.cc); ConfigError names the assignment.
 void apply_override(Json* root, const std::string& assignment);
@@ -52,9 +51,5 @@ std::optional<ParamValue> default_param(const std::string& section, const std::s
 // Checks that span sections, as DeepSpeed's _do_error_check does (config.cc): at parse, and again in
 // resolve_auto once "auto" precision flags are filled.
 void check_consistency(const Config& config);
-
-// Refuses, by JSON path, values of keys that select behaviour deepspeed-cpp implements one way only
-// (implemented_values.cc).
-void check_implemented_values(const Config& config);
 
 }  // namespace deepspeed::config

@@ -265,10 +265,10 @@ void check_zero(ObjectReader& r, ZeroConfig& z) {
   }
 }
 
-std::vector<Field<ZeroConfig>> zero_fields() {
+// Partitioning and reduction: the stage, buckets, overlap.
+std::vector<Field<ZeroConfig>> partitioning_fields() {
   using C = ZeroConfig;
   return {
-      // Partitioning and reduction: the stage, buckets, overlap.
       int_key<C, int>("stage", &C::stage, 0, 3, "0: data parallel; 1: optimizer states, 2: +gradients, 3: +parameters"),
       bool_key<C>("contiguous_gradients", &C::contiguous_gradients, "reduce gradients from contiguous buckets"),
       bool_key<C>("reduce_scatter", &C::reduce_scatter, "reduce each bucket to its owners (else all-reduce)"),
@@ -295,7 +295,14 @@ std::vector<Field<ZeroConfig>> zero_fields() {
                   "no effect: every checkpoint here loads at any world size"),
       int_key<C, int64_t>("sub_group_size", &C::sub_group_size, 0,
                           "optimizer elements stepped at a time with nvme offload (0: one group)"),
-      // offload_optimizer and offload_param, with the deprecated spellings DeepSpeed still maps onto them.
+  };
+}
+
+// offload_optimizer and offload_param, with the deprecated spellings DeepSpeed still maps onto them; stage 3's
+// gathering and persistence knobs.
+std::vector<Field<ZeroConfig>> offload_and_stage3_fields() {
+  using C = ZeroConfig;
+  return {
       section_key<C>("offload_optimizer", &C::offload_optimizer, offload_optimizer_section(),
                      "optimizer states and step on the host or NVMe"),
       section_key<C>("offload_param", &C::offload_param, offload_param_section(),
@@ -336,7 +343,13 @@ std::vector<Field<ZeroConfig>> zero_fields() {
                       "fetch parameters by all-reduce: refused when true at stage 3"),
       stage3_bool_key("allgather_sequential", &C::allgather_sequential,
                       "gather parameters one by one: refused when true at stage 3"),
-      // ZeRO++, MiCS, leaf modules and the flags DeepSpeed reads beside them.
+  };
+}
+
+// ZeRO++, MiCS, leaf modules, ZenFlow and the flags DeepSpeed reads beside them.
+std::vector<Field<ZeroConfig>> extension_fields() {
+  using C = ZeroConfig;
+  return {
       bool_key<C>("ignore_unused_parameters", &C::ignore_unused_parameters,
                   "a parameter with no gradient counts as zero; false is refused"),
       bool_key<C>("legacy_stage1", &C::legacy_stage1, "refused when true"),
@@ -392,7 +405,15 @@ std::vector<Field<ZeroConfig>> zero_fields() {
 }  // namespace
 
 const Section<ZeroConfig>& zero_section() {
-  static const Section<ZeroConfig> kSection(SectionKind::kPydantic, zero_fields(), check_zero);
+  static const Section<ZeroConfig> kSection(
+      SectionKind::kPydantic,
+      [] {
+        std::vector<Field<ZeroConfig>> fields = partitioning_fields();
+        for (auto part : {offload_and_stage3_fields, extension_fields})
+          for (Field<ZeroConfig>& f : part()) fields.push_back(std::move(f));
+        return fields;
+      }(),
+      check_zero);
   return kSection;
 }
 

@@ -171,15 +171,14 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   }
 
   if (config_.checkpoint.save_python_layout) {
-    // What Python DeepSpeed's layout can hold (checkpoint/deepspeed_export.h), refused now rather than at a save.
-    // (fp16 and a config optimizer other than Adam/AdamW: refused by the feature gate.)
-    const char* key = "checkpoint.save_layout: python_deepspeed";
-    DS_CHECK_T(ConfigError, !layout_.experts && layout_.whole_world,
-               key, " does not write MoE or pipeline checkpoints");
-    DS_CHECK_T(ConfigError,
-               optimizer_ && optimizer_->name() != "muon" &&
-                   optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"}),
-               key, " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
+    // Refused now rather than at a save (the config's half ran in the feature gate).
+    config::PythonLayoutModel built;
+    built.experts = layout_.experts;
+    built.whole_world = layout_.whole_world;
+    built.tensor_parallel = layout_.tensor_parallel;
+    built.adam_states = optimizer_ && optimizer_->name() != "muon" &&
+                        optimizer_->state_names() == std::vector<std::string>({"exp_avg", "exp_avg_sq"});
+    config::check_python_layout(config_, &built);
   }
   if (config_.dump_state && comm::get_rank() == 0) std::printf("deepspeed config:\n%s\n", config_.dump().c_str());
   add_observers();

@@ -202,8 +202,7 @@ std::string EngineImpl::save_checkpoint(const std::string& dir,
   // With tensor parallelism every tensor rank writes its own files into the same tag: the whole world agrees on the
   // tag and the run id, waits for one cleaner, and names the tag in `latest` once all have written.
   comm::ProcessGroup everyone = layout_.tensor_parallel ? comm::get_world_group() : layout_.data_parallel;
-  DS_CHECK(!layout_.tensor_parallel || !config_.checkpoint.save_python_layout,
-           "checkpoint.save_layout \"python_deepspeed\" is not supported with tensor_parallel.autotp_size > 1");
+  // (checkpoint.save_layout "python_deepspeed" with tensor parallelism: refused at initialize, check_python_layout.)
   runtime::check_same_on_all_ranks(everyone, tag, "save_checkpoint: the tag");
   const std::string run_id = runtime::make_run_id(everyone);
   // Collective when the stage partitions parameters and gathers them for the save

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "config/feature_gate.h"
 #include "deepspeed/error.h"
 #include "runtime/lamb_optimizer.h"
 #include "runtime/muon_optimizer.h"
@@ -17,14 +18,6 @@
 
 namespace deepspeed::runtime {
 namespace {
-
-// LAMB's trust ratio and Muon's Newton-Schulz need each tensor whole at the step. The feature gate refuses what the
-// config shows (nvme, overlap_step, ZenFlow, SuperOffload); here, what the model shows.
-void check_whole_tensors(const StepRequest& request, const char* what) {
-  const char* clash = request.whole_tensor_clash;
-  DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ", what, " is not supported with ", clash ? clash : "",
-             " yet; use Adam/AdamW there");
-}
 
 void check_overlap(const Config& config, const StepRequest& request, bool overlap_step) {
   const char* key = config.zero.offload_optimizer.overlap_step ? "zero_optimization.offload_optimizer.overlap_step"
@@ -97,8 +90,8 @@ BuiltStep make_optimizer_step(OptimizerStepParts parts, StepRequest request) {
   const std::string type = !request.client && config.optimizer.has_value() ? config.optimizer->type : "";
   const bool partitioned = config.zero.stage >= 1;
   BuiltStep out;
-  if (type == "lamb") check_whole_tensors(request, "Lamb's per-tensor trust ratio");
-  if (type == "muon") check_whole_tensors(request, "Muon's Newton-Schulz step on whole matrices");
+  // The feature gate refused what the config shows (nvme, overlap_step, SuperOffload); here, what the model shows.
+  if (type == "lamb" || type == "muon") config::check_whole_tensor_step(type, request.whole_tensor_clash);
   if (request.client) {
     out.optimizer = wrap_client_optimizer(std::move(request.client));
   } else if (type == "lamb") {

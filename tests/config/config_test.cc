@@ -153,11 +153,6 @@ TEST(ConfigPrecision, BothAutoIsFine) {
   EXPECT_TRUE(c.is_auto("bf16.enabled"));
 }
 
-TEST(ConfigPrecision, MasterWeightsNeedZero) {
-  EXPECT_THAT(error_of(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})"),
-              HasSubstr("fp16.fp16_master_weights_and_grads: needs zero_optimization.stage"));
-}
-
 TEST(ConfigOptimizer, TypesAreCaseInsensitiveAndCanonical) {
   EXPECT_EQ(Config::from_string(R"({"optimizer": {"type": "ADAMW"}})").optimizer->type, "adamw");
   EXPECT_EQ(Config::from_string(R"({"optimizer": {"type": "sgd"}})").optimizer->type, "SGD");

@@ -254,10 +254,19 @@ TEST(FeatureGate, PythonDeepSpeedLayoutHoldsFp32OrBf16AdamStates) {
   };
   EXPECT_EQ(rejection(config("")), "");
   EXPECT_EQ(rejection(config(R"("bf16": {"enabled": true}, )", "Adam")), "");
-  expect_refusals("checkpoint.save_layout: python_deepspeed ", {
-      {config(R"("fp16": {"enabled": true}, )"), "writes fp32 and bf16 checkpoints; fp16 is not supported"},
-      {config("", "Lion"), "needs the config's Adam or AdamW optimizer"},
-  });
+  expect_refusals(
+      "checkpoint.save_layout: python_deepspeed ",
+      {
+          {config(R"("fp16": {"enabled": true}, )"), "writes fp32 and bf16 checkpoints; fp16 is not supported"},
+          {config("", "Lion"), "needs the config's Adam or AdamW optimizer"},
+          {config(R"("tensor_parallel": {"autotp_size": 2}, )"), "is not supported with tensor parallelism"},
+      });
+  // round_robin_gradients reorders DeepSpeed's flat buffers at stages 1-2, which the files would have to follow.
+  const std::string round_robin =
+      R"({"train_batch_size": 8, "checkpoint": {"save_layout": "python_deepspeed"}, "zero_optimization": {"stage": 2,
+          "round_robin_gradients": true}})";
+  EXPECT_EQ(rejection(round_robin).rfind("zero_optimization.round_robin_gradients: round-robin gradient order", 0), 0u)
+      << rejection(round_robin);
 }
 
 // gradient_allreduce_op "sum" (DeepSpeed 0.19): stages 0-2, not with ZenFlow, as DeepSpeed rules; any case.
@@ -308,7 +317,11 @@ TEST(FeatureGate, Bf16MastersAtStagesOneToThree) {
       {config(states, "\"stage\": 1", R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "bf16": {"enabled": false, "bf16_master_weights_and_grads": true}, )"
-       R"("zero_optimization": {"stage": 1}})", "needs bf16.enabled true"},
+       R"("zero_optimization": {"stage": 1}})",
+       "needs bf16.enabled true"},
+      {R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, )"
+       R"("bf16_optimizer_states": true}})",
+       "needs zero_optimization.stage 1, 2 or 3, got 0"},
   };
   for (const auto& c : cases) {
     const std::string msg = rejection(c.json);
@@ -341,7 +354,11 @@ TEST(FeatureGate, Fp16MastersNeedOptimizerOffload) {
       {config("\"stage\": 1" + cpu, R"(, "data_types": {"grad_accum_dtype": "fp32"})"),
        "data_types.grad_accum_dtype says fp32"},
       {R"({"train_batch_size": 8, "fp16": {"enabled": false, "fp16_master_weights_and_grads": true}, )"
-       R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})", "needs fp16.enabled true"},
+       R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})",
+       "needs fp16.enabled true"},
+      // Stage 0 (the rule lives once, here; the parser leaves it to this gate).
+      {R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",
+       "needs zero_optimization.stage 1, 2 or 3, got 0"},
   };
   for (const auto& c : cases) {
     const std::string msg = rejection(c.json);

@@ -1,13 +1,15 @@
 // Keys whose value selects behaviour deepspeed-cpp implements one way only: each loads at the
 // value we implement (and when absent) and is refused by JSON path at the other.
+#include "config/implemented_values.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "deepspeed/config.h"
 #include "config_error.h"
+#include "deepspeed/config.h"
 
 namespace deepspeed::config {
 namespace {
@@ -141,6 +143,23 @@ TEST(ImplementedValues, DefaultsAreWhatWeDoAndDumpReloads) {
   for (int stage = 0; stage <= 3; ++stage) {
     const Config s = Config::from_string(zero(stage, R"("contiguous_gradients": true)"));
     EXPECT_NO_THROW(Config::from_string(s.dump())) << "stage " << stage;
+  }
+}
+
+// Each rule of the table refuses its own example first, with its key and its message (the README's message column
+// comes from these examples), and no rule refuses the default config.
+TEST(ImplementedValues, EachRuleRefusesItsExampleByItsKey) {
+  ASSERT_GE(implemented_value_rules().size(), 20u);
+  EXPECT_NO_THROW(check_implemented_values(Config{}));
+  for (const ValueRule& r : implemented_value_rules()) {
+    SCOPED_TRACE(r.key);
+    std::string error;
+    try {
+      Config::from_string(r.example);
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind(r.key + ": ", 0), 0u) << error;
   }
 }
 

@@ -41,7 +41,8 @@ const Json* at(const Json& root, const std::string& path) {
 TEST(KeyTable, EachKeyAloneAtItsDefaultReadsAndDumpsBack) {
   int checked = 0;
   for (const KeyInfo& k : config_keys()) {
-    if (k.default_json.empty() || k.default_json == "unset") continue;
+    // (Keys inside list elements, layer_specs[], are read per element: the element tests cover them.)
+    if (k.default_json.empty() || k.default_json == "unset" || k.path.find("[]") != std::string::npos) continue;
     const Json value = Json::parse(k.default_json);
     std::vector<std::string> spellings = {k.path};
     spellings.insert(spellings.end(), k.aliases.begin(), k.aliases.end());

@@ -12,8 +12,7 @@
 namespace {
 
 TEST(DsCheckConfigCli, WorldSizeZeroSaysTheBound) {
-  const ds_test::ToolResult r =
-      ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "0"});
+  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "0"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--world_size: must be >= 1, got 0\n"), std::string::npos) << r.err;
   EXPECT_FALSE(std::regex_search(r.err, std::regex("[0-9]{20}"))) << r.err;
@@ -21,38 +20,49 @@ TEST(DsCheckConfigCli, WorldSizeZeroSaysTheBound) {
 }
 
 TEST(DsCheckConfigCli, WorldSizeNotANumberSaysSo) {
-  const ds_test::ToolResult r =
-      ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "two"});
+  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "two"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--world_size: expected a number, got 'two'\n"), std::string::npos) << r.err;
 }
 
 TEST(DsCheckConfigCli, ValidWorldSizeStillWorks) {
-  const ds_test::ToolResult r =
-      ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "8"}, {}, 60);
+  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, DS_VALID_CONFIG, "--world_size", "8"}, {}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"train_batch_size\""), std::string::npos) << r.out;
 }
 
-// The README's key table is the one the code generates: a key added, renamed or redescribed in the table changes the
-// README with it (the test fails on a stale copy).
-TEST(DsCheckConfigCli, ReadmeKeyTableIsTheGeneratedOne) {
-  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--keys_markdown"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+// The README's generated block `name` (between <!-- name:begin ... --> and <!-- name:end -->).
+std::string readme_block(const std::string& name) {
   std::ifstream in(DS_README);
-  ASSERT_TRUE(in) << DS_README;
   std::stringstream text;
   text << in.rdbuf();
   const std::string readme = text.str();
-  const size_t begin = readme.find("<!-- keys:begin");
-  const size_t end = readme.find("<!-- keys:end -->");
-  ASSERT_NE(begin, std::string::npos);
-  ASSERT_NE(end, std::string::npos);
+  const size_t begin = readme.find("<!-- " + name + ":begin");
+  const size_t end = readme.find("<!-- " + name + ":end -->");
+  if (begin == std::string::npos || end == std::string::npos) return "(no " + name + " block in " DS_README ")";
   const size_t first_row = readme.find('\n', begin) + 1;
-  EXPECT_EQ(readme.substr(first_row, end - first_row), r.out)
+  return readme.substr(first_row, end - first_row);
+}
+
+// The README's key and refusal tables are the ones the code generates: a key or rule added, renamed or redescribed
+// in its table changes the README with it (the test fails on a stale copy).
+TEST(DsCheckConfigCli, ReadmeTablesAreTheGeneratedOnes) {
+  const ds_test::ToolResult keys = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--keys_markdown"});
+  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  EXPECT_EQ(readme_block("keys"), keys.out)
       << "README.md's key table is stale: regenerate it with ds_check_config --keys_markdown";
-  EXPECT_NE(r.out.find("| `zero_optimization.stage3_max_live_parameters` (`zero_optimization.max_live_parameters`) |"),
-            std::string::npos);
+  EXPECT_NE(
+      keys.out.find("| `zero_optimization.stage3_max_live_parameters` (`zero_optimization.max_live_parameters`) |"),
+      std::string::npos);
+  const ds_test::ToolResult refusals = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--refusals_markdown"});
+  ASSERT_EQ(refusals.exit_code, 0) << refusals.err;
+  EXPECT_EQ(readme_block("refusals"), refusals.out)
+      << "README.md's refusal table is stale: regenerate it with ds_check_config --refusals_markdown";
+  EXPECT_NE(
+      refusals.out.find("| `aio.use_gds` | true | `...: true needs GPUDirect Storage, which deepspeed-cpp does not "
+                        "have; ...` |"),
+      std::string::npos)
+      << refusals.out;
 }
 
 TEST(DsCheckConfigCli, ExplainGivesTypeDefaultAliasAndMeaning) {
