@@ -1,4 +1,5 @@
-// ds_check_config --explain KEY | --keys_markdown: describes a config key, or every key, from the key table.
+// ds_check_config --explain KEY | --keys_markdown | --refusals_markdown | --features_markdown: describes a config
+// key, or prints the README's tables of every key and of the refusal rules.
 // ds_check_config FILE [--world_size N] [--set KEY=VALUE]... [--hidden_size N]: loads a DeepSpeed
 // config, applies the --set overrides (dotted JSON path; the value is JSON if it parses as JSON,
 // else a string), resolves "auto" the way initialize() would (batch arithmetic for N
@@ -58,6 +59,9 @@ int main(int argc, char** argv) {
                  "\"auto\", how DeepSpeed reads it and what it does here; no FILE needed");
   bool keys_markdown = false;
   app.add_flag("--keys_markdown", keys_markdown, "print every config key as a Markdown table (the README's)");
+  bool features_markdown = false;
+  app.add_flag("--features_markdown", features_markdown,
+               "print the features refused when the engine starts, as a Markdown table (the README's)");
   bool refusals_markdown = false;
   app.add_flag("--refusals_markdown", refusals_markdown,
                "print the values refused when a config is read, as a Markdown table (the README's)");
@@ -82,9 +86,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
-  if (keys_markdown || refusals_markdown) {
-    std::cout << (keys_markdown ? deepspeed::config::key_table_markdown()
-                                : deepspeed::config::implemented_values_markdown());
+  if (keys_markdown || refusals_markdown || features_markdown) {
+    std::cout << (keys_markdown       ? deepspeed::config::key_table_markdown()
+                  : refusals_markdown ? deepspeed::config::implemented_values_markdown()
+                                      : deepspeed::config::feature_rules_markdown());
     return 0;
   }
   if (!explain.empty()) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "config/rule_table.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::config {
@@ -12,10 +13,6 @@ namespace {
 // pipeline.partition, seed_layers or activation_checkpoint_interval: keys only a PipelineModule takes.
 bool names_module_keys(const config::PipelineConfig& pc) {
   return pc.partition != "best" || pc.seed_layers || pc.activation_checkpoint_interval > 0;
-}
-
-void reject_if(bool on, const std::string& key, const std::string& what) {
-  DS_CHECK_T(ConfigError, !on, key, ": ", what, " is not implemented in this build of deepspeed-cpp yet");
 }
 
 // bf16.bf16_master_weights_and_grads (and bf16_optimizer_states), fp16.fp16_master_weights_and_grads: gradients,
@@ -92,20 +89,106 @@ void check_optimizer_type(const config::Config& cfg) {
                                                    : nullptr);  // (ZenFlow refused them already: it steps with AdamW)
 }
 
-// Stage 3 keys this engine does not honour.
-void check_stage3_keys(const config::Config& cfg) {
-  const auto& z = cfg.zero;
-  const auto& oo = z.offload_optimizer;
-  reject_if(z.stage == 3 && oo.ratio < 1.0, "zero_optimization.offload_optimizer.ratio",
-            "partial optimizer offload (ratio < 1)");
-  reject_if(z.stage == 3 && z.model_persistence_threshold != std::numeric_limits<int64_t>::max(),
-            "zero_optimization.stage3_model_persistence_threshold", "a model-wide persistence budget");
-  reject_if(z.stage == 3 && z.module_granularity_threshold > 0, "zero_optimization.stage3_module_granularity_threshold",
-            "automatic grouping of small modules into units (mark units with zero::shard)");
-  reject_if(z.stage == 3 && (z.use_all_reduce_for_fetch_params || z.allgather_sequential),
-            "zero_optimization.use_all_reduce_for_fetch_params", "fetching parameters by all-reduce or sequentially");
-  reject_if(z.stage == 3 && !z.reduce_scatter, "zero_optimization.reduce_scatter",
-            "stage 3 with all-reduced gradients (stage 3 always reduce-scatters to the owners; remove the key)");
+// A feature DeepSpeed has and this build does not yet, refused by the key that asks for it.
+Rule feature_rule(std::string key, std::string when, std::string example, std::function<bool(const Config&)> on,
+                  const std::string& feature) {
+  const std::string text = key + ": " + feature + " is not implemented in this build of deepspeed-cpp yet";
+  return Rule{std::move(key), std::move(when), std::move(example), std::move(on),
+              [text](const Config&) { return text; }};
+}
+
+std::vector<Rule> zero_feature_rules() {
+  const std::string z = "zero_optimization.";
+  return {
+      feature_rule(
+          z + "offload_optimizer.ratio", "< 1 at stage 3",
+          zero_example(R"("stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5})"),
+          [](const Config& c) { return c.zero.stage == 3 && c.zero.offload_optimizer.ratio < 1.0; },
+          "partial optimizer offload (ratio < 1)"),
+      feature_rule(
+          z + "stage3_model_persistence_threshold", "set at stage 3",
+          zero_example(R"("stage": 3, "stage3_model_persistence_threshold": 100000)"),
+          [](const Config& c) {
+            return c.zero.stage == 3 && c.zero.model_persistence_threshold != std::numeric_limits<int64_t>::max();
+          },
+          "a model-wide persistence budget"),
+      feature_rule(
+          z + "stage3_module_granularity_threshold", "> 0 at stage 3",
+          zero_example(R"("stage": 3, "stage3_module_granularity_threshold": 1000)"),
+          [](const Config& c) { return c.zero.stage == 3 && c.zero.module_granularity_threshold > 0; },
+          "automatic grouping of small modules into units (mark units with zero::shard)"),
+      feature_rule(
+          z + "use_all_reduce_for_fetch_params", "true, or `stage3_allgather_sequential` true, at stage 3",
+          zero_example(R"("stage": 3, "stage3_allgather_sequential": true)"),
+          [](const Config& c) {
+            return c.zero.stage == 3 && (c.zero.use_all_reduce_for_fetch_params || c.zero.allgather_sequential);
+          },
+          "fetching parameters by all-reduce or sequentially"),
+      feature_rule(
+          z + "reduce_scatter", "false at stage 3", zero_example(R"("stage": 3, "reduce_scatter": false)"),
+          [](const Config& c) { return c.zero.stage == 3 && !c.zero.reduce_scatter; },
+          "stage 3 with all-reduced gradients (stage 3 always reduce-scatters to the owners; remove the "
+          "key)"),
+      feature_rule(
+          z + "contiguous_gradients", "false at stage 2", zero_example(R"("stage": 2, "contiguous_gradients": false)"),
+          [](const Config& c) { return !c.zero.contiguous_gradients && c.zero.stage == 2; },
+          "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into "
+          "contiguous buckets; remove the key or set it to true)"),
+      feature_rule(
+          z + "legacy_stage1", "true", zero_example(R"("stage": 1, "legacy_stage1": true)"),
+          [](const Config& c) { return c.zero.legacy_stage1; }, "the legacy stage-1 implementation"),
+      feature_rule(
+          z + "zero_quantized_nontrainable_weights", "true",
+          zero_example(R"("stage": 3, "zero_quantized_nontrainable_weights": true)"),
+          [](const Config& c) { return c.zero.zero_quantized_nontrainable_weights; },
+          "quantized gathers of frozen parameters (stage 3 keeps parameters that require no gradient whole "
+          "on every rank, so none of theirs is gathered)"),
+      feature_rule(
+          z + "mics_shard_size", "> 0", zero_example(R"("stage": 3, "mics_shard_size": 2)"),
+          [](const Config& c) { return c.zero.mics_shard_size > 0; }, "MiCS sharding"),
+      feature_rule(
+          z + "zenflow.offload", "true",
+          zero_example(R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"offload": true})"),
+          [](const Config& c) { return c.zero.zenflow && c.zero.zenflow->offload; },
+          "the selective optimizer's states in host memory"),
+      feature_rule(
+          z + "zenflow.pt_reserved_cores_perc", "set",
+          zero_example(R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"pt_reserved_cores_perc": )"
+                       R"(0.5})"),
+          [](const Config& c) { return c.zero.zenflow && c.zero.zenflow->pt_reserved_cores_perc.has_value(); },
+          "pinning training and optimizer threads to separate cores"),
+      // DeepSpeed (stages 1-2) reorders the parameters in its flat buffers for round_robin_gradients; the update is
+      // the same, but Python DeepSpeed's files would list them in that order, which ours do not follow.
+      feature_rule(
+          z + "round_robin_gradients", "true at stage 1-2 with `checkpoint.save_layout` `\"python_deepspeed\"`",
+          R"({"checkpoint": {"save_layout": "python_deepspeed"}, )"
+          R"("zero_optimization": {"stage": 2, "round_robin_gradients": true}})",
+          [](const Config& c) {
+            return c.zero.round_robin_gradients && (c.zero.stage == 1 || c.zero.stage == 2) &&
+                   c.checkpoint.save_python_layout;
+          },
+          "round-robin gradient order in a checkpoint.save_layout \"python_deepspeed\" checkpoint (the "
+          "update is the same without it; set it false or save in the deepspeed_cpp layout)"),
+  };
+}
+
+std::vector<Rule> other_feature_rules() {
+  return {
+      feature_rule(
+          "fp16.auto_cast", "true with fp16", R"({"fp16": {"enabled": true, "auto_cast": true}})",
+          [](const Config& c) { return c.fp16.enabled && c.fp16.auto_cast; }, "autocasting the model's inputs"),
+      feature_rule(
+          "sparse_gradients", "true", R"({"sparse_gradients": true})",
+          [](const Config& c) { return c.sparse_gradients; }, "sparse gradient all-reduce"),
+      feature_rule(
+          "graph_harvesting", "true", R"({"graph_harvesting": true})",
+          [](const Config& c) { return c.graph_harvesting; }, "CUDA graph harvesting"),
+      feature_rule(
+          "disable_allgather", "true", R"({"disable_allgather": true})",
+          [](const Config& c) { return c.disable_allgather; },
+          "replacing the parameter all-gather with broadcasts (use zero_optimization.allgather_partitions "
+          "false)"),
+  };
 }
 
 // zero_optimization.offload_optimizer: devices, overlap and SuperOffload.
@@ -156,10 +239,8 @@ void check_zenflow(const config::Config& cfg) {
              "step; choose one");
   DS_CHECK_T(ConfigError, !zf.update_interval || zf.auto_ratio == config::ZenFlowConfig{}.auto_ratio,
              "zero_optimization.zenflow.auto_ratio: tunes the adaptive window of update_interval \"auto\"; "
-             "update_interval is ", zf.update_interval.value_or(0), " here");
-  reject_if(zf.offload, "zero_optimization.zenflow.offload", "the selective optimizer's states in host memory");
-  reject_if(zf.pt_reserved_cores_perc.has_value(), "zero_optimization.zenflow.pt_reserved_cores_perc",
-            "pinning training and optimizer threads to separate cores");
+             "update_interval is ",
+             zf.update_interval.value_or(0), " here");
   // Its selective AdamW (a config without an optimizer section is refused at initialize, where a client optimizer
   // would be), and the window it runs over.
   const char* key = "zero_optimization.zenflow";
@@ -185,30 +266,21 @@ void check_partitioning_keys(const config::Config& cfg) {
              "zero_optimization.offload_param: offloading parameters needs zero_optimization.stage 3 (stages 0-2 "
              "keep whole parameters on every rank), got stage ", z.stage);
   // Stage 1/2 keys: honoured unless listed here.
-  reject_if(!z.contiguous_gradients && z.stage == 2, "zero_optimization.contiguous_gradients",
-            "stage 2 without contiguous gradient buckets (deepspeed-cpp always copies gradients into contiguous "
-            "buckets; remove the key or set it to true)");
-  // round_robin_gradients: DeepSpeed (stages 1-2) reorders the parameters in its flat buffers so that ranks share
-  // the copies to an offloaded optimizer; the update is the same. Ours keep the model's order, so only a checkpoint
-  // written in DeepSpeed's own layout, which would list them in the round-robin order, cannot follow it.
-  // (round_robin_gradients: check_python_layout.)
+  // (round_robin_gradients: a feature rule, with checkpoint.save_layout "python_deepspeed" only.)
   // sub_group_size without nvme offload: DeepSpeed steps stage 3's partition in sub-groups of this size (0: one per
   // parameter) and ignores it at stages 1-2; the values are the same as one step over the whole partition, which is
   // what we run, and a python_deepspeed checkpoint is cut into the same sub-groups (checkpoint/deepspeed_export.cc).
-  reject_if(z.legacy_stage1, "zero_optimization.legacy_stage1", "the legacy stage-1 implementation");
   DS_CHECK_T(ConfigError, z.zero_hpz_partition_size <= 1 || z.stage == 3,
              "zero_optimization.zero_hpz_partition_size: partitions stage 3's parameters a second time within a host "
              "(ZeRO++ hpZ), got stage ", z.stage);
   DS_CHECK_T(ConfigError, !z.zero_quantized_weights || z.stage == 3,
              "zero_optimization.zero_quantized_weights: quantizes stage 3's parameter all-gathers (ZeRO++ qwZ); stages "
-             "0-2 gather no parameters, got stage ", z.stage);
-  reject_if(z.zero_quantized_nontrainable_weights, "zero_optimization.zero_quantized_nontrainable_weights",
-            "quantized gathers of frozen parameters (stage 3 keeps parameters that require no gradient whole on every "
-            "rank, so none of theirs is gathered)");
+             "0-2 gather no parameters, got stage ",
+             z.stage);
   DS_CHECK_T(ConfigError, !z.zero_quantized_gradients || z.stage == 3,
              "zero_optimization.zero_quantized_gradients: quantizes stage 3's gradient reductions (ZeRO++ qgZ), got "
-             "stage ", z.stage);
-  reject_if(z.mics_shard_size > 0, "zero_optimization.mics_shard_size", "MiCS sharding");
+             "stage ",
+             z.stage);
 }
 
 // The reduction op, autocast and the gradient accumulation dtype.
@@ -222,7 +294,6 @@ void check_precision_keys(const config::Config& cfg) {
     DS_CHECK_T(ConfigError, !z.zenflow, "gradient_allreduce_op \"sum\": not supported with ZenFlow (as in "
                "DeepSpeed); use \"mean\"");
   }
-  reject_if(cfg.fp16.enabled && cfg.fp16.auto_cast, "fp16.auto_cast", "autocasting the model's inputs");
   // data_types.grad_accum_dtype: fp32, or the model's own 16-bit dtype (zero/flat_params.h, stage3.h). Unset, we
   // accumulate in fp32 (DeepSpeed accumulates a bf16 model's gradients in bf16 unless told fp32).
   if (const auto& accum = cfg.data_types.grad_accum_dtype; accum && *accum != config::DataType::kFp32) {
@@ -239,8 +310,6 @@ void check_precision_keys(const config::Config& cfg) {
 // What the checkpoint layout, the pipeline section and the monitors may ask of deepspeed::initialize.
 void check_engine_wide_keys(const config::Config& cfg) {
   check_python_layout(cfg);
-  reject_if(cfg.sparse_gradients, "sparse_gradients", "sparse gradient all-reduce");
-  reject_if(cfg.graph_harvesting, "graph_harvesting", "CUDA graph harvesting");
   // The pipeline engine consumes the pipeline section before its stage engines see the config.
   DS_CHECK_T(ConfigError, !(cfg.pipeline.stages.has_value() && *cfg.pipeline.stages > 1),
              "pipeline.stages ", cfg.pipeline.stages.value_or(1),
@@ -251,11 +320,23 @@ void check_engine_wide_keys(const config::Config& cfg) {
   DS_CHECK_T(ConfigError, !cfg.monitor.wandb.enabled,
              "wandb.enabled: Weights & Biases has no C++ client, so deepspeed-cpp cannot log to it; use csv_monitor "
              "(its files can be uploaded with wandb's own tools)");
-  reject_if(cfg.disable_allgather, "disable_allgather", "replacing the parameter all-gather with broadcasts (use "
-            "zero_optimization.allgather_partitions false)");
 }
 
 }  // namespace
+
+const std::vector<Rule>& feature_rules() {
+  static const std::vector<Rule> kRules = [] {
+    std::vector<Rule> rules = zero_feature_rules();
+    for (Rule& r : other_feature_rules()) rules.push_back(std::move(r));
+    return rules;
+  }();
+  return kRules;
+}
+
+std::string feature_rules_markdown() {
+  return rules_markdown(feature_rules(),
+                        [](const std::string& example) { check_config_alone(Config::from_string(example)); });
+}
 
 void check_whole_tensor_step(const std::string& type, const char* clash) {
   DS_CHECK_T(ConfigError, clash == nullptr, "optimizer.type: ",
@@ -272,18 +353,13 @@ void check_python_layout(const config::Config& cfg, const PythonLayoutModel* mod
              " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)");
   DS_CHECK_T(ConfigError, !cfg.tensor_parallel.enabled() && !(model && model->tensor_parallel), key,
              " is not supported with tensor parallelism (tensor_parallel.autotp_size > 1)");
-  // DeepSpeed (stages 1-2) reorders the parameters in its flat buffers for round_robin_gradients; the update is the
-  // same, but its files would list them in that order, which ours do not follow.
-  const config::ZeroConfig& z = cfg.zero;
-  reject_if(z.round_robin_gradients && (z.stage == 1 || z.stage == 2), "zero_optimization.round_robin_gradients",
-            "round-robin gradient order in a checkpoint.save_layout \"python_deepspeed\" checkpoint (the update is "
-            "the same without it; set it false or save in the deepspeed_cpp layout)");
+  // (round_robin_gradients with this layout: a feature rule above.)
   if (model)
     DS_CHECK_T(ConfigError, !model->experts && model->whole_world, key, " does not write MoE or pipeline checkpoints");
 }
 
 void check_supported_features(const config::Config& cfg) {
-  check_stage3_keys(cfg);
+  apply_rules(feature_rules(), cfg);
   check_offload_optimizer(cfg);
   check_zenflow(cfg);
   check_partitioning_keys(cfg);

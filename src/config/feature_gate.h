@@ -4,11 +4,19 @@
 
 #include <string>
 
+#include "config/rule_table.h"
 #include "deepspeed/config.h"
 
 namespace deepspeed::config {
 
-// Throws ConfigError for the first unsupported feature that `cfg` turns on.
+// Features DeepSpeed has and this build does not yet: each refused by the key that asks for it, "<key>: <feature> is
+// not implemented in this build of deepspeed-cpp yet". Run first by check_supported_features; the README's table is
+// feature_rules_markdown().
+const std::vector<Rule>& feature_rules();
+std::string feature_rules_markdown();
+
+// Throws ConfigError for the first unsupported feature that `cfg` turns on: the feature rules, then the combinations
+// below that need more than a key's value.
 void check_supported_features(const config::Config& cfg);
 
 // pipe::initialize's rules for the config alone (ZeRO stage 0-1, the pipeline section's keys that belong to the

@@ -11,25 +11,24 @@ namespace {
 
 using Pred = std::function<bool(const Config&)>;
 
-ValueRule rule(std::string key, std::string when, std::string example, Pred refused, std::string message) {
-  return ValueRule{std::move(key), std::move(when), std::move(example), std::move(refused),
-                   [message](const Config&) { return message; }};
+Rule rule(std::string key, std::string when, std::string example, Pred refused, std::string message) {
+  const std::string text = key + ": " + message;
+  return Rule{std::move(key), std::move(when), std::move(example), std::move(refused),
+              [text](const Config&) { return text; }};
 }
-
-std::string zero(const std::string& keys) { return R"({"zero_optimization": {)" + keys + "}}"; }
 
 DataType training_dtype(const Config& c) {
   return c.bf16.enabled ? DataType::kBf16 : c.fp16.enabled ? DataType::kFp16 : DataType::kFp32;
 }
 
 // zero_optimization's rules.
-std::vector<ValueRule> zero_rules() {
+std::vector<Rule> zero_rules() {
   const std::string z = "zero_optimization.";
-  std::vector<ValueRule> rules = {
+  std::vector<Rule> rules = {
       rule(
           z + "use_multi_rank_bucket_allreduce",
           "true at stage 1/2 with reduce_scatter (DeepSpeed's default is true; ours is false)",
-          zero(R"("stage": 2, "use_multi_rank_bucket_allreduce": true)"),
+          zero_example(R"("stage": 2, "use_multi_rank_bucket_allreduce": true)"),
           [](const Config& c) {
             return c.zero.use_multi_rank_bucket_allreduce && (c.zero.stage == 1 || c.zero.stage == 2) &&
                    c.zero.reduce_scatter;
@@ -37,49 +36,51 @@ std::vector<ValueRule> zero_rules() {
           "true (all-reduce each bucket across ranks) is not implemented: deepspeed-cpp reduces each rank's slice "
           "of a bucket to its owner; set false or remove the key"),
       rule(
-          z + "load_from_fp32_weights", "false", zero(R"("stage": 1, "load_from_fp32_weights": false)"),
+          z + "load_from_fp32_weights", "false", zero_example(R"("stage": 1, "load_from_fp32_weights": false)"),
           [](const Config& c) { return !c.zero.load_from_fp32_weights; },
           "false (rebuild the fp32 masters from the 16-bit weights on load) is not implemented: deepspeed-cpp "
           "restores the saved fp32 masters; set true or remove the key"),
       rule(
-          z + "ignore_unused_parameters", "false", zero(R"("stage": 2, "ignore_unused_parameters": false)"),
+          z + "ignore_unused_parameters", "false", zero_example(R"("stage": 2, "ignore_unused_parameters": false)"),
           [](const Config& c) { return !c.zero.ignore_unused_parameters; },
           "false (fail when a parameter gets no gradient) is not implemented: deepspeed-cpp treats such gradients "
           "as zero; set true or remove the key"),
       rule(
-          z + "memory_efficient_linear", "false at stage 3", zero(R"("stage": 3, "memory_efficient_linear": false)"),
+          z + "memory_efficient_linear", "false at stage 3",
+          zero_example(R"("stage": 3, "memory_efficient_linear": false)"),
           [](const Config& c) { return !c.zero.memory_efficient_linear && c.zero.stage == 3; },
           "false is not implemented: stage 3 always releases the gathered weights autograd saved and gathers them "
           "again for backward; set true or remove the key"),
       rule(
-          z + "pipeline_loading_checkpoint", "true", zero(R"("pipeline_loading_checkpoint": true)"),
+          z + "pipeline_loading_checkpoint", "true", zero_example(R"("pipeline_loading_checkpoint": true)"),
           [](const Config& c) { return c.zero.pipeline_loading_checkpoint; },
           "true (load checkpoints one local rank after another) is not implemented; set false or remove the key"),
       rule(
           z + "override_module_apply", "true at stage 3 (DeepSpeed's default is true; ours is false)",
-          zero(R"("stage": 3, "override_module_apply": true)"),
+          zero_example(R"("stage": 3, "override_module_apply": true)"),
           [](const Config& c) { return c.zero.override_module_apply && c.zero.stage == 3; },
           "true is not implemented: deepspeed-cpp cannot intercept torch::nn::Module::apply, so apply() on a "
           "stage-3 model sees this rank's partitions; initialize weights in the zero::shard factory instead and "
           "set false or remove the key"),
       rule(
-          z + "enable_sanity_checks", "true", zero(R"("enable_sanity_checks": true)"),
+          z + "enable_sanity_checks", "true", zero_example(R"("enable_sanity_checks": true)"),
           [](const Config& c) { return c.zero.enable_sanity_checks; },
           "true (DeepSpeed's extra stage-3 consistency checks) is not implemented; set false or remove the key"),
       rule(
-          z + "parameter_alignment", "true", zero(R"("parameter_alignment": true)"),
+          z + "parameter_alignment", "true", zero_example(R"("parameter_alignment": true)"),
           [](const Config& c) { return c.zero.parameter_alignment; },
           "true (pad the flat buffers so each parameter starts 16-byte aligned) is not implemented; set false or "
           "remove the key"),
       rule(
-          z + "leaf_module", "`names` or `name_suffixes` not empty", zero(R"("leaf_module": {"names": ["mlp"]})"),
+          z + "leaf_module", "`names` or `name_suffixes` not empty",
+          zero_example(R"("leaf_module": {"names": ["mlp"]})"),
           [](const Config& c) {
             return !c.zero.leaf_module_names.empty() || !c.zero.leaf_module_name_suffixes.empty();
           },
           "names and name_suffixes are not implemented: mark those modules as stage-3 units with zero::shard "
           "(each unit is gathered whole); remove them"),
       rule(
-          z + "mics_hierarchical_params_gather", "true", zero(R"("mics_hierarchical_params_gather": true)"),
+          z + "mics_hierarchical_params_gather", "true", zero_example(R"("mics_hierarchical_params_gather": true)"),
           [](const Config& c) { return c.zero.mics_hierarchical_params_gather; },
           "true is not implemented: deepspeed-cpp has no MiCS sharding (DeepSpeed 0.19 removed it too); remove "
           "the key"),
@@ -88,17 +89,16 @@ std::vector<ValueRule> zero_rules() {
 }
 
 // The other sections' rules.
-std::vector<ValueRule> other_rules() {
-  std::vector<ValueRule> rules = {
-      ValueRule{
-          "data_types.param_dtype", "a dtype other than the training one (fp32, or the enabled fp16/bf16)",
-          R"({"data_types": {"param_dtype": "bf16"}})",
-          [](const Config& c) { return c.data_types.param_dtype && *c.data_types.param_dtype != training_dtype(c); },
-          [](const Config& c) {
-            return std::string("\"") + to_string(*c.data_types.param_dtype) +
-                   "\" is not implemented: the parameters train in the fp16/bf16 section's dtype (" +
-                   to_string(training_dtype(c)) + " here); set that or remove the key";
-          }},
+std::vector<Rule> other_rules() {
+  std::vector<Rule> rules = {
+      Rule{"data_types.param_dtype", "a dtype other than the training one (fp32, or the enabled fp16/bf16)",
+           R"({"data_types": {"param_dtype": "bf16"}})",
+           [](const Config& c) { return c.data_types.param_dtype && *c.data_types.param_dtype != training_dtype(c); },
+           [](const Config& c) {
+             return std::string("data_types.param_dtype: \"") + to_string(*c.data_types.param_dtype) +
+                    "\" is not implemented: the parameters train in the fp16/bf16 section's dtype (" +
+                    to_string(training_dtype(c)) + " here); set that or remove the key";
+           }},
       rule(
           "data_types.buffer_dtype", "set", R"({"data_types": {"buffer_dtype": "fp16"}})",
           [](const Config& c) { return c.data_types.buffer_dtype.has_value(); },
@@ -119,14 +119,14 @@ std::vector<ValueRule> other_rules() {
       rule(
           "aio.use_gds", "true", R"({"aio": {"use_gds": true}})", [](const Config& c) { return c.aio.use_gds; },
           "true needs GPUDirect Storage, which deepspeed-cpp does not have; set false or remove the key"),
-      ValueRule{"checkpoint.tag_validation", "`\"Warn\"` or `\"Ignore\"` (DeepSpeed's default is Warn; ours is Fail)",
-                R"({"checkpoint": {"tag_validation": "Warn"}})",
-                [](const Config& c) { return c.checkpoint.tag_validation != TagValidation::kFail; },
-                [](const Config& c) {
-                  return std::string("\"") + to_string(c.checkpoint.tag_validation) +
-                         "\" is not implemented: deepspeed-cpp always checks that every rank saves the same tag and "
-                         "fails if not (\"Fail\"); set \"Fail\" or remove the key";
-                }},
+      Rule{"checkpoint.tag_validation", "`\"Warn\"` or `\"Ignore\"` (DeepSpeed's default is Warn; ours is Fail)",
+           R"({"checkpoint": {"tag_validation": "Warn"}})",
+           [](const Config& c) { return c.checkpoint.tag_validation != TagValidation::kFail; },
+           [](const Config& c) {
+             return std::string("checkpoint.tag_validation: \"") + to_string(c.checkpoint.tag_validation) +
+                    "\" is not implemented: deepspeed-cpp always checks that every rank saves the same tag and "
+                    "fails if not (\"Fail\"); set \"Fail\" or remove the key";
+           }},
       rule(
           "checkpoint.use_node_local_storage", "true", R"({"checkpoint": {"use_node_local_storage": true}})",
           [](const Config& c) { return c.checkpoint.use_node_local_storage; },
@@ -159,37 +159,19 @@ std::vector<ValueRule> other_rules() {
 
 }  // namespace
 
-const std::vector<ValueRule>& implemented_value_rules() {
-  static const std::vector<ValueRule> kRules = [] {
-    std::vector<ValueRule> rules = zero_rules();
-    for (ValueRule& r : other_rules()) rules.push_back(std::move(r));
+const std::vector<Rule>& implemented_value_rules() {
+  static const std::vector<Rule> kRules = [] {
+    std::vector<Rule> rules = zero_rules();
+    for (Rule& r : other_rules()) rules.push_back(std::move(r));
     return rules;
   }();
   return kRules;
 }
 
-void check_implemented_values(const Config& c) {
-  for (const ValueRule& r : implemented_value_rules())
-    if (r.refused(c)) fail_at(r.key, r.message(c));
-}
+void check_implemented_values(const Config& c) { apply_rules(implemented_value_rules(), c); }
 
 std::string implemented_values_markdown() {
-  std::ostringstream os;
-  os << "| key | refused when | message |\n| --- | --- | --- |\n";
-  for (const ValueRule& r : implemented_value_rules()) {
-    std::string shown;
-    try {
-      Config::from_string(r.example);
-    } catch (const ConfigError& e) {
-      shown = e.what();
-    }
-    const size_t colon = shown.find(": ");
-    const size_t semi = shown.find("; ");
-    if (colon != std::string::npos) shown = "..." + shown.substr(colon);
-    if (semi != std::string::npos) shown = shown.substr(0, shown.find("; ")) + "; ...";
-    os << "| `" << r.key << "` | " << r.when << " | `" << shown << "` |\n";
-  }
-  return os.str();
+  return rules_markdown(implemented_value_rules(), [](const std::string& example) { Config::from_string(example); });
 }
 
 }  // namespace deepspeed::config

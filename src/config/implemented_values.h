@@ -4,28 +4,19 @@
 // one list. Stateless; thread-safe.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "deepspeed/config.h"
+#include "config/rule_table.h"
 
 namespace deepspeed::config {
 
-struct ValueRule {
-  std::string key;      // the JSON path the refusal names
-  std::string when;     // when it is refused, in words (README)
-  std::string example;  // a config this rule refuses (README's message column, and its test)
-  std::function<bool(const Config&)> refused;
-  std::function<std::string(const Config&)> message;  // after "<key>: "
-};
-
-const std::vector<ValueRule>& implemented_value_rules();
+const std::vector<Rule>& implemented_value_rules();
 
 // Throws ConfigError "<key>: <message>" for the first rule `config` breaks.
 void check_implemented_values(const Config& config);
 
-// The README's table of these rules: key, when, and the message its example gets (up to the first "; ").
+// The README's table of these rules (rules_markdown).
 std::string implemented_values_markdown();
 
 }  // namespace deepspeed::config

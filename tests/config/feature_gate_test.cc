@@ -487,5 +487,18 @@ TEST(FeatureGate, PipelineSectionNeedsThePipelineEngine) {
   EXPECT_EQ(rejection(R"({"train_batch_size": 8, "pipeline": {"stages": 1}})"), "");
 }
 
+// Each feature rule refuses its own example first, by its key (the README's message column comes from these
+// examples), and none refuses a plain config.
+TEST(FeatureGate, EachFeatureRuleRefusesItsExampleByItsKey) {
+  ASSERT_GE(feature_rules().size(), 15u);
+  for (const Rule& r : feature_rules()) {
+    SCOPED_TRACE(r.key);
+    EXPECT_FALSE(r.refused(Config{}));
+    const std::string msg = rejection(r.example);
+    EXPECT_EQ(msg, r.message(Config::from_string(r.example)));
+    EXPECT_EQ(msg.rfind(r.key + ": ", 0), 0u) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace deepspeed::config

@@ -151,7 +151,7 @@ TEST(ImplementedValues, DefaultsAreWhatWeDoAndDumpReloads) {
 TEST(ImplementedValues, EachRuleRefusesItsExampleByItsKey) {
   ASSERT_GE(implemented_value_rules().size(), 20u);
   EXPECT_NO_THROW(check_implemented_values(Config{}));
-  for (const ValueRule& r : implemented_value_rules()) {
+  for (const Rule& r : implemented_value_rules()) {
     SCOPED_TRACE(r.key);
     std::string error;
     try {

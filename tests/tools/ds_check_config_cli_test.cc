@@ -58,6 +58,12 @@ TEST(DsCheckConfigCli, ReadmeTablesAreTheGeneratedOnes) {
   ASSERT_EQ(refusals.exit_code, 0) << refusals.err;
   EXPECT_EQ(readme_block("refusals"), refusals.out)
       << "README.md's refusal table is stale: regenerate it with ds_check_config --refusals_markdown";
+  const ds_test::ToolResult features = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--features_markdown"});
+  ASSERT_EQ(features.exit_code, 0) << features.err;
+  EXPECT_EQ(readme_block("features"), features.out)
+      << "README.md's feature table is stale: regenerate it with ds_check_config --features_markdown";
+  EXPECT_EQ(features.out.find("(its example is accepted)"), std::string::npos) << features.out;
+  EXPECT_EQ(refusals.out.find("(its example is accepted)"), std::string::npos) << refusals.out;
   EXPECT_NE(
       refusals.out.find("| `aio.use_gds` | true | `...: true needs GPUDirect Storage, which deepspeed-cpp does not "
                         "have; ...` |"),
