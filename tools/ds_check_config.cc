@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   bool features_markdown = false;
   app.add_flag("--features_markdown", features_markdown,
                "print the features refused when the engine starts, as a Markdown table (the README's)");
+  std::string rules_markdown;
+  app.add_option("--rules_markdown", rules_markdown,
+                 "print the gate's combination rules (combinations) or pipe::initialize's (pipeline) as a Markdown "
+                 "table (the README's)")
+      ->check(CLI::IsMember({"combinations", "pipeline"}));
   bool refusals_markdown = false;
   app.add_flag("--refusals_markdown", refusals_markdown,
                "print the values refused when a config is read, as a Markdown table (the README's)");
@@ -86,6 +91,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
+  if (!rules_markdown.empty()) {
+    std::cout << (rules_markdown == "pipeline" ? deepspeed::config::pipeline_rules_markdown()
+                                               : deepspeed::config::combination_rules_markdown());
+    return 0;
+  }
   if (keys_markdown || refusals_markdown || features_markdown) {
     std::cout << (keys_markdown       ? deepspeed::config::key_table_markdown()
                   : refusals_markdown ? deepspeed::config::implemented_values_markdown()

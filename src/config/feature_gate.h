@@ -15,8 +15,21 @@ namespace deepspeed::config {
 const std::vector<Rule>& feature_rules();
 std::string feature_rules_markdown();
 
-// Throws ConfigError for the first unsupported feature that `cfg` turns on: the feature rules, then the combinations
-// below that need more than a key's value.
+// What a key asks for against the rest of the config (devices, stages, ZenFlow, 16-bit masters, the gradient norm,
+// the optimizer, the checkpoint layout, the pipeline section), each with its own message; run after the feature
+// rules. The parts live in combination_rules.cc and precision_rules.cc; the README's table is
+// combination_rules_markdown().
+const std::vector<Rule>& combination_rules();
+std::vector<Rule> offload_and_zenflow_rules();
+std::vector<Rule> precision_and_optimizer_rules();
+std::string combination_rules_markdown();
+
+// pipe::initialize's rules for the config alone (check_pipeline_features); README: pipeline_rules_markdown().
+const std::vector<Rule>& pipeline_rules();
+std::string pipeline_rules_markdown();
+
+// Throws ConfigError for the first unsupported feature that `cfg` turns on: the feature rules, then the combination
+// rules.
 void check_supported_features(const config::Config& cfg);
 
 // pipe::initialize's rules for the config alone (ZeRO stage 0-1, the pipeline section's keys that belong to the
@@ -36,6 +49,7 @@ void check_config_alone(const config::Config& cfg);
 // Lamb's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: refused when `clash` (the key or
 // the model's feature that splits or streams tensors) is not null.
 void check_whole_tensor_step(const std::string& type, const char* clash);
+std::string whole_tensor_message(const std::string& type, const char* clash);
 
 // What Python DeepSpeed's checkpoint files can hold, for checkpoint.save_layout "python_deepspeed"
 // (checkpoint/deepspeed_export.h). The config's half without `model`; initialize adds what it built.

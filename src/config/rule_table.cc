@@ -4,6 +4,17 @@
 
 namespace deepspeed::config {
 
+Rule make_rule(std::string key, std::string when, std::string example, std::function<bool(const Config&)> refused,
+               std::function<std::string(const Config&)> message) {
+  return Rule{std::move(key), std::move(when), std::move(example), std::move(refused), std::move(message)};
+}
+
+Rule make_rule(std::string key, std::string when, std::string example, std::function<bool(const Config&)> refused,
+               const std::string& message) {
+  return make_rule(std::move(key), std::move(when), std::move(example), std::move(refused),
+                   [message](const Config&) { return message; });
+}
+
 std::string zero_example(const std::string& keys) { return R"({"zero_optimization": {)" + keys + "}}"; }
 
 void apply_rules(const std::vector<Rule>& rules, const Config& config) {
@@ -15,15 +26,16 @@ std::string rules_markdown(const std::vector<Rule>& rules, const std::function<v
   std::ostringstream os;
   os << "| key | refused when | message |\n| --- | --- | --- |\n";
   for (const Rule& r : rules) {
-    std::string shown = "(its example is accepted)";
+    std::string shown = r.example.empty() ? "(a Config built in code only)" : "(its example is accepted)";
     try {
-      check(r.example);
+      if (!r.example.empty()) check(r.example);
     } catch (const ConfigError& e) {
       shown = e.what();
     }
     if (shown.rfind(r.key, 0) == 0) shown = "..." + shown.substr(r.key.size());
     if (const size_t semi = shown.find("; "); semi != std::string::npos) shown = shown.substr(0, semi) + "; ...";
-    os << "| `" << r.key << "` | " << r.when << " | `" << shown << "` |\n";
+    const std::string cell = r.example.empty() ? shown : "`" + shown + "`";
+    os << "| `" << r.key << "` | " << r.when << " | " << cell << " |\n";
   }
   return os.str();
 }

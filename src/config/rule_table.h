@@ -19,6 +19,12 @@ struct Rule {
   std::function<std::string(const Config&)> message;  // the whole message, starting with the key
 };
 
+// A rule with its message built from the config, or fixed.
+Rule make_rule(std::string key, std::string when, std::string example, std::function<bool(const Config&)> refused,
+               std::function<std::string(const Config&)> message);
+Rule make_rule(std::string key, std::string when, std::string example, std::function<bool(const Config&)> refused,
+               const std::string& message);
+
 // {"zero_optimization": {<keys>}}: most examples are one of these.
 std::string zero_example(const std::string& keys);
 

@@ -500,5 +500,38 @@ TEST(FeatureGate, EachFeatureRuleRefusesItsExampleByItsKey) {
   }
 }
 
+// Each combination rule (and each of pipe::initialize's) is the one that refuses its own example, with its message;
+// a rule whose example another rule refuses first, or that the parser refuses, fails here. (An empty example: a
+// rule only a Config built in code reaches.)
+void expect_each_rule_refuses_its_example(const std::vector<Rule>& rules,
+                                          const std::function<void(const Config&)>& check) {
+  for (const Rule& r : rules) {
+    SCOPED_TRACE(r.key + " when " + r.when);
+    EXPECT_FALSE(r.refused(Config{}));
+    if (r.example.empty()) continue;
+    Config c;
+    ASSERT_NO_THROW(c = Config::from_string(r.example)) << r.example;
+    EXPECT_TRUE(r.refused(c));
+    std::string msg;
+    try {
+      check(c);
+    } catch (const ConfigError& e) {
+      msg = e.what();
+    }
+    EXPECT_EQ(msg, r.message(c));
+    EXPECT_EQ(msg.rfind(r.key, 0), 0u) << msg;
+  }
+}
+
+TEST(FeatureGate, EachCombinationRuleRefusesItsExampleFirst) {
+  ASSERT_GE(combination_rules().size(), 40u);
+  expect_each_rule_refuses_its_example(combination_rules(), check_supported_features);
+}
+
+TEST(FeatureGate, EachPipelineRuleRefusesItsExampleFirst) {
+  ASSERT_GE(pipeline_rules().size(), 9u);
+  expect_each_rule_refuses_its_example(pipeline_rules(), check_pipeline_features);
+}
+
 }  // namespace
 }  // namespace deepspeed::config

@@ -63,6 +63,12 @@ TEST(DsCheckConfigCli, ReadmeTablesAreTheGeneratedOnes) {
   EXPECT_EQ(readme_block("features"), features.out)
       << "README.md's feature table is stale: regenerate it with ds_check_config --features_markdown";
   EXPECT_EQ(features.out.find("(its example is accepted)"), std::string::npos) << features.out;
+  for (const std::string which : {"combinations", "pipeline"}) {
+    const ds_test::ToolResult rules = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--rules_markdown", which});
+    ASSERT_EQ(rules.exit_code, 0) << rules.err;
+    EXPECT_EQ(readme_block(which), rules.out)
+        << "README.md's " << which << " table is stale: regenerate it with ds_check_config --rules_markdown " << which;
+  }
   EXPECT_EQ(refusals.out.find("(its example is accepted)"), std::string::npos) << refusals.out;
   EXPECT_NE(
       refusals.out.find("| `aio.use_gds` | true | `...: true needs GPUDirect Storage, which deepspeed-cpp does not "
