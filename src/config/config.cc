@@ -114,11 +114,13 @@ Field<Config> monitor_key(const std::string& key, M MonitorConfig::*m, const Sec
                       section);
 }
 
-// A section parsed and dumped by its own functions (sections.h), stored as an optional or a value.
+// A section parsed and dumped by its own functions (sections.h), stored as an optional or a value; `catalogue`
+// lists its keys.
 template <class M>
 Field<Config> own_section_key(const std::string& key, std::optional<M> Config::*m, M (*parse)(const Json&),
-                              OrderedJson (*dump)(const M&), std::string ours) {
-  return custom_key<Config>(
+                              OrderedJson (*dump)(const M&), std::vector<KeyInfo> (*catalogue)(const std::string&),
+                              std::string ours) {
+  Field<Config> f = custom_key<Config>(
       key, "section", std::move(ours),
       [m, parse](ObjectReader& r, const std::string& name, Config& c) {
         const Json* v = r.find(name);
@@ -128,6 +130,8 @@ Field<Config> own_section_key(const std::string& key, std::optional<M> Config::*
         if (!(c.*m)) return std::nullopt;
         return dump(*(c.*m));
       });
+  f.children = catalogue;
+  return f;
 }
 
 // The top level's own values: batch sizes, clipping, flags, data types.
@@ -214,8 +218,10 @@ std::vector<Field<Config>> top_level_sections() {
   using C = Config;
   std::vector<Field<C>> f = {
       own_section_key<OptimizerConfig>("optimizer", &C::optimizer, parse_optimizer_config, dump_optimizer_config,
+                                       optimizer_catalogue,
                                        "the optimizer: type and params"),
       own_section_key<SchedulerConfig>("scheduler", &C::scheduler, parse_scheduler_config, dump_scheduler_config,
+                                       scheduler_catalogue,
                                        "the learning-rate schedule: type and params"),
       section_key<C>("fp16", &C::fp16, fp16_section(), "fp16 training with loss scaling"),
       section_key<C>("bf16", &C::bf16, bf16_section(), "bf16 training").alias("bfloat16"),

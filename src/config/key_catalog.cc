@@ -27,8 +27,14 @@ const KeyInfo* find_key(const std::string& path) {
 }
 
 std::string deepspeed_text(const KeyInfo& k) {
-  return k.deepspeed == "pydantic field" ? "a field of its pydantic model (unknown keys beside it are refused)"
-                                         : "read from a dict (unknown keys beside it are ignored)";
+  if (k.deepspeed == "pydantic field") return "a field of its pydantic model (unknown keys beside it are refused)";
+  if (k.deepspeed == "read from a dict") return "read from a dict (unknown keys beside it are ignored)";
+  return "an argument of the optimizer's or scheduler's constructor (unknown names are refused)";
+}
+
+// The README column: pydantic, dict or constructor.
+std::string deepspeed_column(const KeyInfo& k) {
+  return k.deepspeed == "pydantic field" ? "pydantic" : k.deepspeed == "read from a dict" ? "dict" : "constructor";
 }
 
 }  // namespace
@@ -52,7 +58,9 @@ std::string explain_key(const std::string& path) {
   if (!k->aliases.empty()) os << "  also spelt: " << join(k->aliases) << "\n";
   os << "  type:      " << k->type << "\n";
   if (!k->default_json.empty()) os << "  default:   " << k->default_json << "\n";
-  os << "  \"auto\":    " << (k->accepts_auto ? "accepted (filled as Hugging Face's Trainer fills it)" : "refused")
+  os << "  \"auto\":    " << (k->accepts_auto ? "read; filled at initialize where the Hugging Face integration would fill it "
+                                       "(README: \"auto\"), else refused there by name"
+                                     : "refused")
      << "\n";
   os << "  DeepSpeed: " << deepspeed_text(*k) << "\n";
   os << "  here:      " << k->ours << "\n";
@@ -67,7 +75,7 @@ std::string key_table_markdown() {
     for (const std::string& a : k.aliases) key += " (`" + a + "`)";
     std::string type = k.type + (k.accepts_auto ? ", \"auto\"" : "");
     std::string deflt = k.default_json.empty() ? "" : k.default_json == "unset" ? "unset" : "`" + k.default_json + "`";
-    std::string ds = k.deepspeed == "pydantic field" ? "pydantic" : "dict";
+    std::string ds = deepspeed_column(k);
     std::string ours = k.ours;
     for (std::string* cell : {&key, &type, &deflt, &ds, &ours}) {
       std::string escaped;

@@ -2,7 +2,9 @@
 //
 // Parameter names and defaults follow the constructors DeepSpeed hands the block to (FusedAdam /
 // DeepSpeedCPUAdam, FusedLamb, FusedLion, the 1-bit optimizers, torch.optim, lr_schedules.py).
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "config/sections.h"
@@ -362,6 +364,114 @@ std::optional<ParamValue> default_param(const std::string& section, const std::s
     }
   }
   return std::nullopt;
+}
+
+namespace {
+
+std::string expect_text(const ParamSpec& p) {
+  switch (p.expect) {
+    case Expect::kNumber:
+      return p.hi_open ? "number in [" + describe(Json(p.lo)) + ", " + describe(Json(p.hi)) + ")"
+                       : number_type_text(p.lo, p.hi);
+    case Expect::kInt:
+      return "integer";
+    case Expect::kBool:
+      return "bool";
+    case Expect::kString:
+      return p.choices.empty() ? "string" : "one of " + join(p.choices);
+    case Expect::kNumberList:
+      return "list of numbers in [" + describe(Json(p.lo)) + ", " + describe(Json(p.hi)) + ")";
+  }
+  return "?";
+}
+
+std::string default_text(const ParamSpec& p) {
+  if (!p.has_default) return "no default";
+  switch (p.fallback.kind()) {
+    case ParamValue::Kind::kNull:
+      return "null";
+    case ParamValue::Kind::kBool:
+      return p.fallback.bool_value() ? "true" : "false";
+    case ParamValue::Kind::kNumber:
+      return describe(Json(p.fallback.number_value()));
+    case ParamValue::Kind::kString:
+      return describe(Json(p.fallback.string_value()));
+    case ParamValue::Kind::kNumberList:
+      return describe(Json(p.fallback.number_list_value()));
+    case ParamValue::Kind::kAuto:
+      return "\"auto\"";
+  }
+  return "?";
+}
+
+// One row per parameter name: its type, and per type that takes it, DeepSpeed's default ("adam, adamw: 0.001").
+std::vector<KeyInfo> params_catalogue(const std::vector<TypeSpec>& specs, const std::string& prefix) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> defaults;  // name -> (default, type)
+  std::map<std::string, std::string> types;
+  for (const TypeSpec& t : specs) {
+    for (const ParamSpec& p : t.params) {
+      if (!types.count(p.name)) order.push_back(p.name);
+      types[p.name] = expect_text(p);
+      defaults[p.name].emplace_back(default_text(p), t.canonical);
+    }
+  }
+  std::vector<KeyInfo> rows;
+  for (const std::string& name : order) {
+    // Types with the same default listed together, in the table's order.
+    std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+    for (const auto& [value, type] : defaults[name]) {
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+      if (it == groups.end()) {
+        groups.push_back({value, {type}});
+      } else {
+        it->second.push_back(type);
+      }
+    }
+    std::string ours = "per type:";
+    for (const auto& [value, names] : groups) ours += " " + join(names) + ": " + value + ";";
+    ours.pop_back();
+    KeyInfo k;
+    k.path = prefix + ".params." + name;
+    k.type = types[name];
+    k.accepts_auto = true;
+    k.deepspeed = "constructor argument";
+    k.ours = ours;
+    rows.push_back(std::move(k));
+  }
+  return rows;
+}
+
+std::vector<KeyInfo> section_catalogue(const std::vector<TypeSpec>& specs, const std::string& prefix,
+                                       const std::string& what) {
+  KeyInfo type;
+  type.path = prefix + ".type";
+  type.type = "one of " + join(canonical_names(specs)) + " (any case)";
+  type.default_json = "unset";
+  type.deepspeed = "read from a dict";
+  type.ours = "the " + what + "; its params below are DeepSpeed's per type (unknown names refused)";
+  std::vector<KeyInfo> rows = {type};
+  if (what == "optimizer") {
+    KeyInfo fusion;
+    fusion.path = prefix + ".legacy_fusion";
+    fusion.type = "bool";
+    fusion.default_json = "false";
+    fusion.deepspeed = "read from a dict";
+    fusion.ours = "no effect: DeepSpeed's choice between two fp16 optimizer wrappers; ours has one";
+    rows.push_back(fusion);
+  }
+  for (KeyInfo& k : params_catalogue(specs, prefix)) rows.push_back(std::move(k));
+  return rows;
+}
+
+}  // namespace
+
+std::vector<KeyInfo> optimizer_catalogue(const std::string& prefix) {
+  return section_catalogue(optimizer_specs(), prefix, "optimizer");
+}
+
+std::vector<KeyInfo> scheduler_catalogue(const std::string& prefix) {
+  return section_catalogue(scheduler_specs(), prefix, "learning-rate schedule");
 }
 
 std::vector<std::string> known_optimizer_types() { return canonical_names(optimizer_specs()); }

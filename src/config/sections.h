@@ -38,6 +38,9 @@ DataType parse_data_type(const Json& value, const std::string& path);
 OptimizerConfig parse_optimizer_config(const Json& node);
 OrderedJson dump_optimizer_config(const OptimizerConfig& optimizer);
 SchedulerConfig parse_scheduler_config(const Json& node);
+// Their keys for the catalogue: type, and each parameter with DeepSpeed's default per type.
+std::vector<KeyInfo> optimizer_catalogue(const std::string& prefix);
+std::vector<KeyInfo> scheduler_catalogue(const std::string& prefix);
 OrderedJson dump_scheduler_config(const SchedulerConfig& scheduler);
 
 // Sets the dotted path of "path=value" in `root` (overrides.cc); ConfigError names the assignment.

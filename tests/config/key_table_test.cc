@@ -23,6 +23,9 @@ Json nested(const std::string& path, const Json& value) {
   Json* node = &root;
   for (const std::string& part : split_path(path)) node = &(*node)[part];
   *node = value;
+  // optimizer.* and scheduler.* keys need a type beside them.
+  if (root.contains("optimizer")) root["optimizer"]["type"] = "Adam";
+  if (root.contains("scheduler")) root["scheduler"]["type"] = "WarmupLR";
   return root;
 }
 
