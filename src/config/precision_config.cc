@@ -64,12 +64,13 @@ const Section<Bf16Config>& bf16_section() {
                   autos->insert("bf16.enabled");
               },
               [](const C& c) { return std::optional<OrderedJson>(c.enabled); }, /*accepts_auto=*/true),
-          // Known gaps (issue 56's closing note): neither is consulted yet.
+          // (A known gap: not consulted yet.)
           bool_key<C>("immediate_grad_update", &C::immediate_grad_update,
-                      "not read yet (DeepSpeed's stage-0 BF16_Optimizer folds each gradient into fp32 at once)"),
-          bool_key<C>("check_grad_overflow", &C::check_grad_overflow,
-                      "not read yet: bf16 steps are not checked for inf/nan here (DeepSpeed's default true skips "
-                      "them at ZeRO stages 1-3)"),
+                      "not read yet (DeepSpeed's BF16_Optimizer folds each gradient into fp32 at once)"),
+          bool_key<C>(
+              "check_grad_overflow", &C::check_grad_overflow,
+              "at stages 1-2: skip a step whose gradients hold inf/NaN (false steps on); other stages always skip, as "
+              "DeepSpeed"),
           bool_key<C>("bf16_master_weights_and_grads", &C::bf16_master_weights_and_grads,
                       "keep the optimizer's masters and gradients in bf16"),
           bool_key<C>("bf16_optimizer_states", &C::bf16_optimizer_states,

@@ -166,6 +166,12 @@ bool EngineImpl::take_model_step() {
   } else {
     DS_ASSERT(config_.gradient_clipping == 0.0, "clipping without a gradient norm (the config gate refuses it)");
   }
+  if (nonfinite_ &&
+      nonfinite_->skip(config_.zero.compute_grad_norm ? std::optional<double>(global_grad_norm_) : std::nullopt,
+                       [&] { return agree_overflow(stage_->first_overflow(grads).has_value()); })) {
+    step_->skip_started();  // as fp16's overflow: nothing moves
+    return false;
+  }
   double coef = unscale;
   const double clip = config_.gradient_clipping;
   if (clip > 0.0) {

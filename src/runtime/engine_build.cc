@@ -99,6 +99,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
            options.tokens_per_sample);
   tokens_per_sample_ = options.tokens_per_sample;
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
+  nonfinite_ = runtime::NonFiniteGuard::for_config(config_);
 
   zero::apply(config_, module_);  // the ZeRO stage's transform of the model
   place_on_device();

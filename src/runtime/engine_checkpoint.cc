@@ -171,7 +171,7 @@ ckpt::StateDict EngineImpl::model_state_dict(const std::string& run_id,
   c.global_samples = global_samples();
   c.train_batch_size = config_.train_batch_size.value();
   c.micro_steps = micro_steps_;
-  c.skipped_steps = scaler_ ? scaler_->skipped_steps() : int64_t{0};
+  c.skipped_steps = skipped_steps();
   c.dp_world_size = layout_.data_parallel.size();
   runtime::TensorSlicing slicing = tensor_slicing();
   c.tensor_parallel_size = slicing.size;

@@ -26,7 +26,7 @@ int64_t Engine::global_samples() const { return impl_->global_samples(); }
 std::vector<double> Engine::get_lr() const { return impl_->get_lr(); }
 double Engine::get_global_grad_norm() const { return impl_->global_grad_norm_; }
 double Engine::loss_scale() const { return impl_->scaler_ ? impl_->scaler_->loss_scale() : 1.0; }
-int64_t Engine::skipped_steps() const { return impl_->scaler_ ? impl_->scaler_->skipped_steps() : 0; }
+int64_t Engine::skipped_steps() const { return impl_->skipped_steps(); }
 int Engine::zero_optimization_stage() const { return impl_->config_.zero.stage; }
 at::ScalarType Engine::communication_data_type() const { return zero::gradient_communication_dtype(impl_->config_); }
 ModelStateBytes Engine::model_state_bytes() const { return impl_->model_state_bytes(); }

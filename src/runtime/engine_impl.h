@@ -17,18 +17,19 @@
 #include "deepspeed/lr_schedules.h"
 #include "runtime/breakdown_table.h"
 #include "runtime/console_observer.h"
+#include "runtime/iteration_schedule.h"
+#include "runtime/layout.h"
 #include "runtime/loss_scaler.h"
+#include "runtime/nonfinite_guard.h"
 #include "runtime/offload_states.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/side_features.h"
-#include "runtime/iteration_schedule.h"
-#include "runtime/layout.h"
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
-#include "zero/flat_params.h"
 #include "zero/deferred_reduction.h"
+#include "zero/flat_params.h"
 #include "zero/stage.h"
 
 namespace deepspeed {
@@ -101,6 +102,7 @@ class EngineImpl : public runtime::StageEngine {
   std::unique_ptr<runtime::EngineOptimizer> optimizer_;
   std::shared_ptr<runtime::LrScheduler> scheduler_;
   std::unique_ptr<runtime::LossScaler> scaler_;  // fp16 only
+  std::unique_ptr<runtime::NonFiniteGuard> nonfinite_;  // bf16 / fp32 where DeepSpeed skips a non-finite step
   // How the boundary's update runs (runtime/optimizer_step.h: in place, in fp32 chunks, streamed, overlapped, ...);
   // an overlapped one is landed by land_overlapped_step(). Declared after what it reads, so it is destroyed (waited
   // for) first.
@@ -141,8 +143,10 @@ class EngineImpl : public runtime::StageEngine {
   runtime::LogLineSource log_line_source_;  // the pipeline engine's, when set
   // The accumulation boundary's work after backward: model step, schedule, zeroed gradients, global_steps_ + 1.
   void boundary_step();
-  // One optimizer step at the accumulation boundary; false when fp16 overflow skipped it.
+  // One optimizer step at the accumulation boundary; false when an overflow (fp16's, or inf/NaN gradients where
+  // DeepSpeed skips them) skipped it.
   bool take_model_step();
+  int64_t skipped_steps() const;  // by the loss scaler or the non-finite guard
   // engine_pipe.cc: `local` OR-ed over layout_.model_parallel (itself when there is none).
   bool agree_overflow(bool local);
   // engine_pipe.cc: the gradient norm over the whole replica: this part's reduced gradients (`grads`, as

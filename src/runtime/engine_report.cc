@@ -48,11 +48,13 @@ runtime::StepReport EngineImpl::step_report(double loss) const {
   r.loss = loss;
   r.lrs = get_lr();
   r.grad_norm = global_grad_norm_;
-  if (scaler_) {
-    r.loss_scale = scaler_->loss_scale();
-    r.skipped_steps = scaler_->skipped_steps();
-  }
+  if (scaler_) r.loss_scale = scaler_->loss_scale();
+  r.skipped_steps = skipped_steps();
   return r;
+}
+
+int64_t EngineImpl::skipped_steps() const {
+  return scaler_ ? scaler_->skipped_steps() : nonfinite_ ? nonfinite_->skipped_steps() : 0;
 }
 
 void EngineImpl::report_step(double loss) {

@@ -29,7 +29,7 @@ struct Fp16Config {
 struct Bf16Config {
   bool enabled = false;
   bool immediate_grad_update = false;
-  bool check_grad_overflow = false;
+  bool check_grad_overflow = true;  // DeepSpeed's default: skip a bf16 step with inf/NaN gradients (read at stages 1-2)
   bool bf16_master_weights_and_grads = false;
   bool bf16_optimizer_states = false;
 };
