@@ -145,6 +145,28 @@ std::vector<Rule> python_layout_rules() {
   };
 }
 
+std::vector<Rule> make_parallel_rules() {
+  auto tp = [](const Config& c) { return c.tensor_parallel.enabled(); };
+  return {
+      make_rule(
+          "tensor_parallel.autotp_size", "> 1 at stage 3",
+          R"({"tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 3}})",
+          [tp](const Config& c) { return tp(c) && c.zero.stage > 2; },
+          [](const Config& c) {
+            return ::deepspeed::detail::str_cat(
+                "tensor_parallel.autotp_size: AutoTP training works with zero_optimization.stage 0, 1 or 2 (as "
+                "in DeepSpeed), got ",
+                c.zero.stage);
+          }),
+      make_rule(
+          "sequence_parallel_size", "> 1 with `tensor_parallel.autotp_size` > 1",
+          R"({"tensor_parallel": {"autotp_size": 2}, "sequence_parallel_size": 2})",
+          [tp](const Config& c) { return tp(c) && c.sequence_parallel_size > 1; },
+          "sequence_parallel_size: Ulysses does not combine with tensor parallelism (tensor_parallel.autotp_size "
+          "> 1) yet"),
+  };
+}
+
 // What the pipeline section and the monitors may ask of deepspeed::initialize.
 std::vector<Rule> engine_wide_rules() {
   return {
@@ -251,10 +273,15 @@ const std::vector<Rule>& feature_rules() {
 const std::vector<Rule>& combination_rules() {
   static const std::vector<Rule> kRules = [] {
     std::vector<Rule> rules = offload_and_zenflow_rules();
-    for (auto part : {precision_and_optimizer_rules, python_layout_rules, engine_wide_rules})
+    for (auto part : {precision_and_optimizer_rules, python_layout_rules, make_parallel_rules, engine_wide_rules})
       for (Rule& r : part()) rules.push_back(std::move(r));
     return rules;
   }();
+  return kRules;
+}
+
+const std::vector<Rule>& parallel_rules() {
+  static const std::vector<Rule> kRules = make_parallel_rules();
   return kRules;
 }
 

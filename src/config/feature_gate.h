@@ -24,6 +24,10 @@ std::vector<Rule> offload_and_zenflow_rules();
 std::vector<Rule> precision_and_optimizer_rules();
 std::string combination_rules_markdown();
 
+// Tensor and sequence parallelism against the config (AutoTP's stages, Ulysses beside AutoTP): part of the
+// combination rules, and run again by runtime::check_degrees before any transform changes the model.
+const std::vector<Rule>& parallel_rules();
+
 // pipe::initialize's rules for the config alone (check_pipeline_features); README: pipeline_rules_markdown().
 const std::vector<Rule>& pipeline_rules();
 std::string pipeline_rules_markdown();
@@ -31,6 +35,10 @@ std::string pipeline_rules_markdown();
 // Throws ConfigError for the first unsupported feature that `cfg` turns on: the feature rules, then the combination
 // rules.
 void check_supported_features(const config::Config& cfg);
+
+// Tensor and sequence parallelism against the config (AutoTP's stages, Ulysses beside AutoTP): part of the
+// combination rules, and run again by runtime::check_degrees before any transform changes the model.
+const std::vector<Rule>& parallel_rules();
 
 // pipe::initialize's rules for the config alone (ZeRO stage 0-1, the pipeline section's keys that belong to the
 // PipelineModule, features the pipeline engine lacks); its stage engines then run the gate above without the

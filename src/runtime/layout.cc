@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/feature_gate.h"
 #include "deepspeed/error.h"
 #include "sequence/apply.h"
 #include "tp/apply.h"
@@ -15,10 +16,10 @@ void check_degrees(const Config& config, const InitializeOptions& options) {
   DS_CHECK_T(ConfigError, tp == 1 || !caller_layout, "tensor_parallel.autotp_size: with "
              "InitializeOptions::data_parallel_group / model_parallel_group the caller lays out the ranks; leave the "
              "tensor-parallel layout to it");
-  DS_CHECK_T(ConfigError, tp == 1 || config.zero.stage <= 2, "tensor_parallel.autotp_size: AutoTP training works "
-             "with zero_optimization.stage 0, 1 or 2 (as in DeepSpeed), got ", config.zero.stage);
-  DS_CHECK_T(ConfigError, sp == 1 || (tp == 1 && !caller_layout),
-             "sequence_parallel_size: Ulysses does not combine with tensor or pipeline parallelism yet");
+  config::apply_rules(config::parallel_rules(), config);  // the config's own combinations, as the gate has them
+  DS_CHECK_T(ConfigError, sp == 1 || !caller_layout,
+             "sequence_parallel_size: Ulysses does not combine with a caller's data- or model-parallel groups (a "
+             "pipeline's stages) yet");
   if (const int h = config.zero.zero_hpz_partition_size; h > 1) {
     // A caller's groups that change nothing (its data-parallel group the world, a model-parallel group of one rank)
     // leave the data-parallel group the whole world.
