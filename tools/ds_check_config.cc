@@ -1,5 +1,5 @@
-// ds_check_config --explain KEY | --keys_markdown | --refusals_markdown | --features_markdown: describes a config
-// key, or prints the README's tables of every key and of the refusal rules.
+// ds_check_config --explain KEY | --keys_markdown | --refusals_markdown | --features_markdown | --rules_markdown WHICH:
+// describes a config key, or prints the README's tables of every key and of the refusal rules.
 // ds_check_config FILE [--world_size N] [--set KEY=VALUE]... [--hidden_size N]: loads a DeepSpeed
 // config, applies the --set overrides (dotted JSON path; the value is JSON if it parses as JSON,
 // else a string), resolves "auto" the way initialize() would (batch arithmetic for N
@@ -8,7 +8,8 @@
 // resolved goes to stderr, one line each. Exit 0 when the config is usable; otherwise one line
 // `ds_check_config: <file>: <message>` on stderr and exit 1. Usable means the engines' checks of the config alone
 // pass (config::check_config_alone: combinations DeepSpeed refuses, features not built here; by pipe::initialize's
-// rules for a pipeline's config). The engines check more once they see the model and the optimizer's parameters.
+// rules for a pipeline's config), and the LR schedule's params (its constructor's checks, as initialize builds it).
+// The engines check more once they see the model and the optimizer's parameters.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "config/implemented_values.h"
 #include "config/key_catalog.h"
 #include "deepspeed/arguments.h"
+#include "runtime/scheduler_factory.h"
 #include "deepspeed/config.h"
 
 namespace {
@@ -131,6 +133,12 @@ int main(int argc, char** argv) {
     const auto resolved = config.resolve_auto(known);
     config.resolve_batch(world_size);
     deepspeed::config::check_config_alone(config);
+    // The scheduler's own params, as initialize() checks them building it (over the optimizer's lr, or DeepSpeed's
+    // default 1e-3 when a client optimizer will bring its own).
+    if (config.scheduler) {
+      const double lr = config.optimizer ? config.optimizer->params.get_number("lr", 1e-3) : 1e-3;
+      deepspeed::runtime::make_scheduler_from_config(*config.scheduler, {lr});
+    }
 
     std::vector<std::string> lines;
     for (const std::string& path : auto_paths(as_written)) {

@@ -102,4 +102,20 @@ TEST(DsCheckConfigCli, ExplainOfAnUnknownKeyPointsAtTheNearestOne) {
   EXPECT_NE(r.err.find("a config FILE is required"), std::string::npos) << r.err;
 }
 
+// What initialize() refuses only while building a part (here the LR schedule's params, checked by the schedule's own
+// constructor) ds_check_config refuses too, with the same message.
+TEST(DsCheckConfigCli, SchedulerParamsAreCheckedAsInitializeChecksThem) {
+  const std::string path = ::testing::TempDir() + "ds_check_config_bad_schedule.json";
+  {
+    std::ofstream out(path);
+    out << R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+               "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10, "warmup_num_steps": 100}}})";
+  }
+  const ds_test::ToolResult r = ds_test::run_tool({DS_CHECK_CONFIG_BIN, path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("scheduler.params.total_num_steps (10) must be >= warmup_num_steps (100"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 }  // namespace
