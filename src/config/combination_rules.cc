@@ -204,6 +204,19 @@ std::vector<Rule> partitioning_rules() {
         [k, key, text](const Config& c) { return str_cat(k, key, ": ", text, c.zero.stage); });
   };
   return {
+      make_rule(
+          k + "offload_param.buffer_count", "0 with device \"nvme\" at stage 3",
+          zero_example(R"("stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 0})"),
+          [](const Config& c) {
+            return c.zero.stage == 3 && c.zero.offload_param.device == OffloadDevice::kNvme &&
+                   c.zero.offload_param.buffer_count < 1;
+          },
+          [k](const Config& c) {
+            return str_cat(k,
+                           "offload_param.buffer_count: swapped parameters pass through these buffers; need "
+                           "at least 1, got ",
+                           c.zero.offload_param.buffer_count);
+          }),
       // A file's offload_param below stage 3 is ignored with a warning when read (as DeepSpeed ignores it), so only a
       // Config built in code reaches this rule.
       make_rule(

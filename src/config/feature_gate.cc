@@ -164,6 +164,16 @@ std::vector<Rule> make_parallel_rules() {
           [tp](const Config& c) { return tp(c) && c.sequence_parallel_size > 1; },
           "sequence_parallel_size: Ulysses does not combine with tensor parallelism (tensor_parallel.autotp_size "
           "> 1) yet"),
+      make_rule(
+          "tensor_parallel.tp_overlap_comm", "true without `autotp_size` > 1",
+          R"({"tensor_parallel": {"tp_overlap_comm": true}})",
+          [tp](const Config& c) { return c.tensor_parallel.tp_overlap_comm && !tp(c); },
+          [](const Config& c) {
+            return ::deepspeed::detail::str_cat(
+                "tensor_parallel.tp_overlap_comm overlaps the tensor-parallel all-reduces: it needs autotp_size "
+                "> 1, got ",
+                c.tensor_parallel.autotp_size);
+          }),
   };
 }
 

@@ -56,9 +56,7 @@ bool apply(torch::nn::Module& module, const Config& config, InitializeOptions& o
   DS_CHECK_T(ConfigError, model_tp == 0 || model_tp == tp_size, "tensor_parallel.autotp_size: the model's layers are "
              "split over ", model_tp, " ranks (deepspeed::tp layers); set autotp_size to ", model_tp, ", got ",
              config.tensor_parallel.autotp_size);
-  DS_CHECK_T(ConfigError, tp_size > 1 || !config.tensor_parallel.tp_overlap_comm, "tensor_parallel.tp_overlap_comm "
-             "overlaps the tensor-parallel all-reduces: it needs autotp_size > 1, got ",
-             config.tensor_parallel.autotp_size);
+  // (tp_overlap_comm without autotp_size > 1: refused by config::parallel_rules in runtime::check_degrees.)
   if (tp_size == 1) return false;
   const TensorParallelGroups groups = tensor_parallel_groups(tp_size);
   if (model_tp == 0) {

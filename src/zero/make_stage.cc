@@ -109,8 +109,7 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
     so.offload.param_max_in_cpu = op.max_in_cpu;
     so.offload.param_buffer_count = op.buffer_count;
     so.offload.param_swap_pin = op.pin_memory;
-    DS_CHECK_T(ConfigError, op.buffer_count >= 1, "zero_optimization.offload_param.buffer_count: swapped parameters "
-               "pass through these buffers; need at least 1, got ", op.buffer_count);
+    DS_ASSERT(op.buffer_count >= 1, "offload_param.buffer_count 0 with nvme (the feature gate refuses it)");
     if (so.device.is_cpu() && (op.buffer_count != defaults.buffer_count || op.pin_memory != defaults.pin_memory))
       unused_keys = "buffer_count and pin_memory stage swapped partitions on their way to an accelerator; on the CPU "
                     "they are read straight into the gather buffers (stage3_max_live_parameters bounds them)";
