@@ -1,4 +1,5 @@
-// ds_check_config --explain KEY | --keys_markdown | --refusals_markdown | --features_markdown | --rules_markdown WHICH:
+// ds_check_config --explain KEY | --keys_markdown | --refusals_markdown | --features_markdown | --rules_markdown WHICH
+// | --auto_markdown:
 // describes a config key, or prints the README's tables of every key and of the refusal rules.
 // ds_check_config FILE [--world_size N] [--set KEY=VALUE]... [--hidden_size N]: loads a DeepSpeed
 // config, applies the --set overrides (dotted JSON path; the value is JSON if it parses as JSON,
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
                  "print the gate's combination rules (combinations) or pipe::initialize's (pipeline) as a Markdown "
                  "table (the README's)")
       ->check(CLI::IsMember({"combinations", "pipeline"}));
+  bool auto_markdown = false;
+  app.add_flag("--auto_markdown", auto_markdown,
+               "print what each \"auto\" becomes, as a Markdown table (the README's)");
   bool refusals_markdown = false;
   app.add_flag("--refusals_markdown", refusals_markdown,
                "print the values refused when a config is read, as a Markdown table (the README's)");
@@ -93,6 +97,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
 
+  if (auto_markdown) {
+    std::cout << deepspeed::config::auto_values_markdown();
+    return 0;
+  }
   if (!rules_markdown.empty()) {
     std::cout << (rules_markdown == "pipeline" ? deepspeed::config::pipeline_rules_markdown()
                                                : deepspeed::config::combination_rules_markdown());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "config/key_catalog.h"
 #include "config/sections.h"
 
 namespace deepspeed::config {
@@ -266,6 +267,53 @@ std::vector<AutoResolution> Config::resolve_auto(const AutoValues& known) {
   check_consistency(next);  // the filled precision flags against each other and tensor_parallel.dtype
   *this = std::move(next);
   return r.done;
+}
+
+std::string auto_values_markdown() {
+  // Each row is what resolve_auto itself prints for an example: the table shows the code's behaviour, not a second
+  // description of it.
+  struct Example {
+    std::string given;
+    std::string config;
+    AutoValues known;
+  };
+  const std::string optimizer =
+      R"("optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+          "weight_decay": "auto"}})";
+  AutoValues model;
+  model.hidden_size = 4096;
+  AutoValues program;
+  program.lr = 3e-4;
+  program.gradient_clipping = 0.5;
+  program.total_num_steps = 1000;
+  program.model_dtype = DataType::kBf16;
+  const std::vector<Example> examples = {
+      {"hidden_size 4096, stage 3",
+       R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+           "stage3_param_persistence_threshold": "auto", "stage3_gather_16bit_weights_on_model_save": "auto"}})",
+       model},
+      {"stage 2", R"({"zero_optimization": {"stage": 2, "stage3_prefetch_bucket_size": "auto"}})", {}},
+      {"nothing",
+       R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}, )" +
+           optimizer +
+           R"(, "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+           "warmup_num_steps": "auto"}}})",
+       {}},
+      {"lr 3e-4, clipping 0.5, total_num_steps 1000, model bf16",
+       R"({"gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+           "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+           "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": "auto",
+           "total_num_steps": "auto"}}})",
+       program},
+  };
+  std::string out = "| key | given | becomes |\n| --- | --- | --- |\n";
+  for (const Example& e : examples) {
+    Config c = Config::from_string(e.config);
+    for (const AutoResolution& r : c.resolve_auto(e.known))
+      out += "| `" + r.path + "` | " + e.given + " | `" + r.value + "` (" + r.how + ") |\n";
+  }
+  return out;
 }
 
 }  // namespace deepspeed::config

@@ -20,4 +20,8 @@ std::string explain_key(const std::string& path);
 // The Markdown table of every key, one row each.
 std::string key_table_markdown();
 
+// The README's "auto" table: what resolve_auto fills for a few example configs and programs, as it prints it
+// (auto_values.cc).
+std::string auto_values_markdown();
+
 }  // namespace deepspeed::config

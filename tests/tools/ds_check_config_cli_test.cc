@@ -63,6 +63,13 @@ TEST(DsCheckConfigCli, ReadmeTablesAreTheGeneratedOnes) {
   EXPECT_EQ(readme_block("features"), features.out)
       << "README.md's feature table is stale: regenerate it with ds_check_config --features_markdown";
   EXPECT_EQ(features.out.find("(its example is accepted)"), std::string::npos) << features.out;
+  const ds_test::ToolResult autos = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--auto_markdown"});
+  ASSERT_EQ(autos.exit_code, 0) << autos.err;
+  EXPECT_EQ(readme_block("auto"), autos.out)
+      << "README.md's \"auto\" table is stale: regenerate it with ds_check_config --auto_markdown";
+  EXPECT_NE(autos.out.find("| `zero_optimization.reduce_bucket_size` | hidden_size 4096, stage 3 | `16777216` "),
+            std::string::npos)
+      << autos.out;
   for (const std::string which : {"combinations", "pipeline"}) {
     const ds_test::ToolResult rules = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--rules_markdown", which});
     ASSERT_EQ(rules.exit_code, 0) << rules.err;
