@@ -18,10 +18,11 @@
 
 #include "config/feature_gate.h"
 #include "config/implemented_values.h"
+#include "config/initialize_rules.h"
 #include "config/key_catalog.h"
 #include "deepspeed/arguments.h"
-#include "runtime/scheduler_factory.h"
 #include "deepspeed/config.h"
+#include "runtime/scheduler_factory.h"
 
 namespace {
 
@@ -67,9 +68,9 @@ int main(int argc, char** argv) {
                "print the features refused when the engine starts, as a Markdown table (the README's)");
   std::string rules_markdown;
   app.add_option("--rules_markdown", rules_markdown,
-                 "print the gate's combination rules (combinations) or pipe::initialize's (pipeline) as a Markdown "
-                 "table (the README's)")
-      ->check(CLI::IsMember({"combinations", "pipeline"}));
+                 "print the gate's combination rules (combinations), pipe::initialize's (pipeline) or the rules that "
+                 "need what initialize sees (initialize) as a Markdown table (the README's)")
+      ->check(CLI::IsMember({"combinations", "pipeline", "initialize"}));
   bool auto_markdown = false;
   app.add_flag("--auto_markdown", auto_markdown,
                "print what each \"auto\" becomes, as a Markdown table (the README's)");
@@ -102,8 +103,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!rules_markdown.empty()) {
-    std::cout << (rules_markdown == "pipeline" ? deepspeed::config::pipeline_rules_markdown()
-                                               : deepspeed::config::combination_rules_markdown());
+    std::cout << (rules_markdown == "pipeline"     ? deepspeed::config::pipeline_rules_markdown()
+                  : rules_markdown == "initialize" ? deepspeed::config::initialize_rules_markdown()
+                                                   : deepspeed::config::combination_rules_markdown());
     return 0;
   }
   if (keys_markdown || refusals_markdown || features_markdown) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "config/feature_gate.h"
+#include "config/initialize_rules.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/deepspeed.h"
@@ -83,12 +84,12 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
   // later checkpointing::configure by the caller still overrides it).
   checkpointing::configure(config_);
-  DS_CHECK_T(ConfigError, !(options.optimizer && config_.optimizer.has_value()),
-             "optimizer: the config names an optimizer and initialize() was given one too; remove one");
-  DS_CHECK_T(ConfigError, !(options.lr_scheduler && config_.scheduler.has_value()),
-             "scheduler: the config names a scheduler and initialize() was given one too; remove one");
+  config::InitializeFacts facts;  // what the optimizer's rules need besides the config
+  facts.client_optimizer = options.optimizer != nullptr;
+  facts.client_scheduler = options.lr_scheduler != nullptr;
+  facts.whole_world = layout_.whole_world;
+  config::apply_initialize_rules(config::InitializePhase::kOptimizer, config_, facts);
   dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
-  runtime::check_client_optimizer(config_, options.optimizer != nullptr);
   configure_threads();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));

@@ -119,8 +119,5 @@ struct BuiltStep {
 // The optimizer the config (or the client) names and the way its step runs, chosen once from the config
 // (optimizer_step_factory.cc). Throws ConfigError naming the key for combinations not supported.
 BuiltStep make_optimizer_step(OptimizerStepParts parts, StepRequest request);
-// Refuses a client optimizer the config cannot train with (make_optimizer_step checks it too); the engine calls it
-// before it changes the caller's model.
-void check_client_optimizer(const Config& config, bool client);
 
 }  // namespace deepspeed::runtime

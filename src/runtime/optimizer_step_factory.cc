@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "config/feature_gate.h"
+#include "config/initialize_rules.h"
 #include "deepspeed/error.h"
 #include "runtime/lamb_optimizer.h"
 #include "runtime/muon_optimizer.h"
@@ -18,24 +19,6 @@
 
 namespace deepspeed::runtime {
 namespace {
-
-void check_overlap(const Config& config, const StepRequest& request, bool overlap_step) {
-  const char* key = config.zero.offload_optimizer.overlap_step ? "zero_optimization.offload_optimizer.overlap_step"
-                                                               : "zero_optimization.zenflow.overlap_step";
-  DS_CHECK_T(ConfigError, !overlap_step || (!request.client && config.optimizer.has_value()), key,
-             ": overlaps the config's optimizer (its CPU kernel); a client optimizer or none cannot be overlapped");
-  DS_CHECK_T(ConfigError, !overlap_step || !request.custom_layout, key,
-             ": not supported inside a pipeline or another data-parallel layout yet");
-}
-
-void check_speculation(const Config& config, const StepRequest& request) {
-  if (!config.zero.offload_optimizer.super_offload) return;
-  const char* key = "zero_optimization.offload_optimizer.super_offload";
-  DS_CHECK_T(ConfigError, !request.client && config.optimizer.has_value(), key, ": speculates with the config's "
-             "optimizer (its CPU kernel); a client optimizer or none cannot be rolled back");
-  DS_CHECK_T(ConfigError, !request.custom_layout, key,
-             ": not supported inside a pipeline or another data-parallel layout yet");
-}
 
 // The fused Adam family over resident masters. Offload with a bf16/fp16 model: the CPU kernels write the updated
 // partition in the model's dtype as they go, on a CPU device straight into the parameters, on an accelerator into
@@ -74,19 +57,14 @@ void check_chunked_step(const Config& cfg, const EngineOptimizer* optimizer) {
 
 }  // namespace
 
-void check_client_optimizer(const Config& config, bool client) {
-  DS_CHECK_T(ConfigError, !client || (config.zero.stage == 0 && !config.bf16.enabled && !config.fp16.enabled),
-             "optimizer: a client torch::optim optimizer steps the model's own parameters, so it works only with "
-             "zero_optimization.stage 0 in fp32; name the optimizer in the config instead");
-}
-
 BuiltStep make_optimizer_step(OptimizerStepParts parts, StepRequest request) {
   const Config& config = *parts.config;
-  check_client_optimizer(config, request.client != nullptr);
+  config::InitializeFacts facts;  // (initialize checked these already; a direct caller gets the same refusals)
+  facts.client_optimizer = request.client != nullptr;
+  facts.whole_world = !request.custom_layout;
+  config::apply_initialize_rules(config::InitializePhase::kOptimizer, config, facts);
   const auto& zenflow = config.zero.zenflow;
   const bool overlap_step = config.zero.offload_optimizer.overlap_step || (zenflow && zenflow->overlap_step);
-  check_overlap(config, request, overlap_step);
-  check_speculation(config, request);
   const std::string type = !request.client && config.optimizer.has_value() ? config.optimizer->type : "";
   const bool partitioned = config.zero.stage >= 1;
   BuiltStep out;

@@ -1,5 +1,6 @@
 // Features the config parses but this build does not implement are rejected by name, never ignored.
 #include "config/feature_gate.h"
+#include "config/initialize_rules.h"
 
 #include <gtest/gtest.h>
 
@@ -531,6 +532,26 @@ TEST(FeatureGate, EachCombinationRuleRefusesItsExampleFirst) {
 TEST(FeatureGate, EachPipelineRuleRefusesItsExampleFirst) {
   ASSERT_GE(pipeline_rules().size(), 9u);
   expect_each_rule_refuses_its_example(pipeline_rules(), check_pipeline_features);
+}
+
+// The rules that need what initialize sees: each refuses its own example config under its example facts, first in its
+// phase, with its message; none refuses a plain config with plain facts.
+TEST(InitializeRules, EachRefusesItsExampleFirstInItsPhase) {
+  ASSERT_GE(initialize_rules().size(), 19u);
+  for (const InitializeRule& r : initialize_rules()) {
+    SCOPED_TRACE(r.key + " when " + r.when);
+    EXPECT_FALSE(r.refused(Config{}, InitializeFacts{}));
+    Config c;
+    ASSERT_NO_THROW(c = Config::from_string(r.example)) << r.example;
+    std::string msg;
+    try {
+      apply_initialize_rules(r.phase, c, r.facts);
+    } catch (const ConfigError& e) {
+      msg = e.what();
+    }
+    EXPECT_EQ(msg, r.message(c, r.facts));
+    EXPECT_EQ(msg.rfind(r.key, 0), 0u) << msg;
+  }
 }
 
 }  // namespace

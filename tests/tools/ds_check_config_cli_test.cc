@@ -70,7 +70,7 @@ TEST(DsCheckConfigCli, ReadmeTablesAreTheGeneratedOnes) {
   EXPECT_NE(autos.out.find("| `zero_optimization.reduce_bucket_size` | hidden_size 4096, stage 3 | `16777216` "),
             std::string::npos)
       << autos.out;
-  for (const std::string which : {"combinations", "pipeline"}) {
+  for (const std::string which : {"combinations", "pipeline", "initialize"}) {
     const ds_test::ToolResult rules = ds_test::run_tool({DS_CHECK_CONFIG_BIN, "--rules_markdown", which});
     ASSERT_EQ(rules.exit_code, 0) << rules.err;
     EXPECT_EQ(readme_block(which), rules.out)
