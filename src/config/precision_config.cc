@@ -64,9 +64,12 @@ const Section<Bf16Config>& bf16_section() {
                   autos->insert("bf16.enabled");
               },
               [](const C& c) { return std::optional<OrderedJson>(c.enabled); }, /*accepts_auto=*/true),
-          // (A known gap: not consulted yet.)
+          // DeepSpeed's BF16_Optimizer folds each micro-step's gradient into its fp32 accumulator at once when true,
+          // else at the step from a bf16 sum; here gradients accumulate in fp32 as they arrive unless
+          // data_types.grad_accum_dtype says bf16, so true is what runs already.
           bool_key<C>("immediate_grad_update", &C::immediate_grad_update,
-                      "not read yet (DeepSpeed's BF16_Optimizer folds each gradient into fp32 at once)"),
+                      "no effect: gradients already accumulate in fp32 as they arrive (unless grad_accum_dtype is "
+                      "bf16)"),
           bool_key<C>(
               "check_grad_overflow", &C::check_grad_overflow,
               "at stages 1-2: skip a step whose gradients hold inf/NaN (false steps on); other stages always skip, as "
