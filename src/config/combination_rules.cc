@@ -179,6 +179,12 @@ std::vector<Rule> zenflow_optimizer_rules() {
                            c.gradient_accumulation_steps.value_or(1));
           }),
       make_rule(
+          k, "`select_interval` (in iterations) below a fixed `update_interval`",
+          zero_example(R"("stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"select_strategy": )"
+                       R"("step", "select_interval": 2, "update_interval": 4})"),
+          [](const Config& c) { return zenflow(c) && !zenflow_schedule_problem(*c.zero.zenflow).empty(); },
+          [](const Config& c) { return zenflow_schedule_problem(*c.zero.zenflow); }),
+      make_rule(
           k, "with fp16", R"({"fp16": {"enabled": true}, "zero_optimization": {)" + cpu + "}}",
           [](const Config& c) { return zenflow(c) && c.fp16.enabled; },
           k + ": fp16 loss scaling is not supported with ZenFlow; use bf16"),

@@ -180,6 +180,12 @@ std::vector<Rule> make_parallel_rules() {
 // What the pipeline section and the monitors may ask of deepspeed::initialize.
 std::vector<Rule> engine_wide_rules() {
   return {
+      make_rule(
+          "activation_checkpointing.contiguous_memory_optimization",
+          "true without `partition_activations` or `number_checkpoints`",
+          R"({"activation_checkpointing": {"contiguous_memory_optimization": true}})",
+          [](const Config& c) { return !activation_checkpointing_problem(c.activation_checkpointing).empty(); },
+          [](const Config& c) { return activation_checkpointing_problem(c.activation_checkpointing); }),
       // The pipeline engine consumes the pipeline section before its stage engines see the config.
       Rule{"pipeline.stages", "> 1 (with deepspeed::initialize)", R"({"pipeline": {"stages": 2}})",
            [](const Config& c) { return c.pipeline.stages.has_value() && *c.pipeline.stages > 1; },
@@ -313,6 +319,33 @@ std::string combination_rules_markdown() {
 std::string pipeline_rules_markdown() {
   return rules_markdown(pipeline_rules(),
                         [](const std::string& example) { check_pipeline_features(Config::from_string(example)); });
+}
+
+std::string activation_checkpointing_problem(const ActivationCheckpointingConfig& s) {
+  if (s.contiguous_memory_optimization && !s.partition_activations)
+    return "activation_checkpointing.contiguous_memory_optimization: needs partition_activations true (as in "
+           "DeepSpeed, contiguous checkpointing stores the partitioned activations)";
+  if (s.contiguous_memory_optimization && !s.number_checkpoints)
+    return "activation_checkpointing.number_checkpoints: required with contiguous_memory_optimization (the number "
+           "of checkpointed segments in one forward pass sizes the contiguous buffer)";
+  if (s.number_checkpoints && *s.number_checkpoints < 1)
+    return ::deepspeed::detail::str_cat("activation_checkpointing.number_checkpoints: expected at least 1, got ",
+                                        *s.number_checkpoints);
+  return "";
+}
+
+int64_t zenflow_select_iterations(const ZenFlowConfig& c) {
+  if (c.select_strategy == "step") return *c.select_interval;
+  // "epoch", and "auto" (= every epoch): DeepSpeed counts an epoch in its dataloader's steps and, with none, selects
+  // only once (0 here); steps_per_epoch stands in for the dataloader.
+  return c.steps_per_epoch ? c.select_interval.value_or(1) * *c.steps_per_epoch : 0;
+}
+
+std::string zenflow_schedule_problem(const ZenFlowConfig& c) {
+  const int64_t select = zenflow_select_iterations(c);
+  if (!c.update_interval || select == 0 || select >= *c.update_interval) return "";
+  return ::deepspeed::detail::str_cat("zero_optimization.zenflow: the selection interval (", select,
+                                      " iterations) must be at least update_interval (", *c.update_interval, ")");
 }
 
 void check_whole_tensor_step(const std::string& type, const char* clash) {

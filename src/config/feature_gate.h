@@ -57,6 +57,16 @@ void check_config_alone(const config::Config& cfg);
 // Lamb's trust ratio and Muon's Newton-Schulz need each tensor whole at the step: refused when `clash` (the key or
 // the model's feature that splits or streams tensors) is not null.
 void check_whole_tensor_step(const std::string& type, const char* clash);
+
+// The activation_checkpointing section's own preconditions (DeepSpeed's configure() asserts them): "" when it holds,
+// else the message. The gate's rule and checkpointing::configure (which a program may call with its own settings)
+// both use it.
+std::string activation_checkpointing_problem(const ActivationCheckpointingConfig& s);
+
+// ZenFlow's selection interval, in iterations, against a fixed update_interval: "" or the message. The gate's rule
+// uses it; runtime::ZenFlowSchedule computes the same interval.
+int64_t zenflow_select_iterations(const ZenFlowConfig& c);
+std::string zenflow_schedule_problem(const ZenFlowConfig& c);
 std::string whole_tensor_message(const std::string& type, const char* clash);
 
 // What Python DeepSpeed's checkpoint files can hold, for checkpoint.save_layout "python_deepspeed"

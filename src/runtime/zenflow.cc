@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "config/feature_gate.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::runtime {
@@ -16,17 +17,8 @@ ZenFlowSchedule ZenFlowSchedule::from_config(const config::ZenFlowConfig& c) {
   s.warmup = c.full_warm_up_rounds;
   s.adaptive = !c.update_interval.has_value();
   s.update_interval = c.update_interval.value_or(0);
-  if (c.select_strategy == "step") {
-    s.select_interval = *c.select_interval;
-  } else {
-    // "epoch", and "auto" (= every epoch): DeepSpeed counts an epoch in its dataloader's steps and, with none,
-    // selects only once; steps_per_epoch stands in for the dataloader here.
-    const int64_t epochs = c.select_interval.value_or(1);
-    s.select_interval = c.steps_per_epoch ? epochs * *c.steps_per_epoch : 0;
-  }
-  DS_CHECK_T(ConfigError, s.adaptive || s.select_interval == 0 || s.select_interval >= s.update_interval,
-             "zero_optimization.zenflow: the selection interval (", s.select_interval,
-             " iterations) must be at least update_interval (", s.update_interval, ")");
+  s.select_interval = config::zenflow_select_iterations(c);
+  if (const std::string why = config::zenflow_schedule_problem(c); !why.empty()) throw ConfigError(why);
   return s;
 }
 

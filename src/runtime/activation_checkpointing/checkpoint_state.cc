@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/feature_gate.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
 
@@ -14,18 +15,8 @@ CheckpointState& CheckpointState::instance() {
 }
 
 void CheckpointState::configure(const config::ActivationCheckpointingConfig& s) {
-  // DeepSpeed's configure() asserts the same two preconditions.
-  DS_CHECK_T(ConfigError, !s.contiguous_memory_optimization || s.partition_activations,
-             "activation_checkpointing.contiguous_memory_optimization: needs partition_activations "
-             "true (as in "
-             "DeepSpeed, contiguous checkpointing stores the partitioned activations)");
-  DS_CHECK_T(ConfigError, !s.contiguous_memory_optimization || s.number_checkpoints.has_value(),
-             "activation_checkpointing.number_checkpoints: required with "
-             "contiguous_memory_optimization (the "
-             "number of checkpointed segments in one forward pass sizes the contiguous buffer)");
-  DS_CHECK_T(ConfigError, !s.number_checkpoints.has_value() || *s.number_checkpoints >= 1,
-             "activation_checkpointing.number_checkpoints: expected at least 1, got ",
-             *s.number_checkpoints);
+  // DeepSpeed's configure() asserts the same preconditions (the config gate checks a config's the same way).
+  if (const std::string why = config::activation_checkpointing_problem(s); !why.empty()) throw ConfigError(why);
   std::lock_guard<std::mutex> lock(mutex_);
   settings_ = s;
   configured_ = true;
