@@ -1,6 +1,8 @@
 // aio, activation_checkpointing, pipeline, checkpoint, comms_logger, monitors and flops_profiler:
 // parse, validate and dump. Defaults from DeepSpeed's aio_config, activation_checkpointing/config,
 // runtime/config.py (pipeline, checkpoint), comm/config, monitor/config and profiling/config.
+#include <regex>
+
 #include "config/sections.h"
 
 namespace deepspeed::config {
@@ -257,6 +259,14 @@ const Section<TpLayerSpecConfig>& layer_spec_section() {
       },
       [](ObjectReader& r, C& s) {
         if (s.patterns.empty()) fail_at(r.path_of("patterns"), "must list at least one pattern");
+        // Compiled as tp::auto_tp compiles them (ECMAScript), so a bad one is refused when the config is read.
+        for (const std::string& pattern : s.patterns) {
+          try {
+            std::regex(pattern, std::regex::ECMAScript);
+          } catch (const std::regex_error& e) {
+            fail_at(r.path_of("patterns"), "'" + pattern + "' is not a regular expression: " + e.what());
+          }
+        }
       });
   return kSection;
 }
