@@ -180,12 +180,6 @@ std::vector<Rule> make_parallel_rules() {
 // What the pipeline section and the monitors may ask of deepspeed::initialize.
 std::vector<Rule> engine_wide_rules() {
   return {
-      make_rule(
-          "activation_checkpointing.contiguous_memory_optimization",
-          "true without `partition_activations` or `number_checkpoints`",
-          R"({"activation_checkpointing": {"contiguous_memory_optimization": true}})",
-          [](const Config& c) { return !activation_checkpointing_problem(c.activation_checkpointing).empty(); },
-          [](const Config& c) { return activation_checkpointing_problem(c.activation_checkpointing); }),
       // The pipeline engine consumes the pipeline section before its stage engines see the config.
       Rule{"pipeline.stages", "> 1 (with deepspeed::initialize)", R"({"pipeline": {"stages": 2}})",
            [](const Config& c) { return c.pipeline.stages.has_value() && *c.pipeline.stages > 1; },

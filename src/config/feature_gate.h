@@ -58,9 +58,9 @@ void check_config_alone(const config::Config& cfg);
 // the model's feature that splits or streams tensors) is not null.
 void check_whole_tensor_step(const std::string& type, const char* clash);
 
-// The activation_checkpointing section's own preconditions (DeepSpeed's configure() asserts them): "" when it holds,
-// else the message. The gate's rule and checkpointing::configure (which a program may call with its own settings)
-// both use it.
+// The activation_checkpointing section's own preconditions: "" when they hold, else the message. Not a gate rule:
+// DeepSpeed asserts them only in deepspeed.checkpointing.configure, and its config accepts them (real configs carry
+// contiguous_memory_optimization without number_checkpoints), so checkpointing::configure checks them.
 std::string activation_checkpointing_problem(const ActivationCheckpointingConfig& s);
 
 // ZenFlow's selection interval, in iterations, against a fixed update_interval: "" or the message. The gate's rule
