@@ -82,8 +82,13 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   config_.resolve_batch(layout_.batch_ranks());
   config::check_supported_features(config_);
   // The activation_checkpointing section applies to every deepspeed::checkpointing::checkpoint call from here on (a
-  // later checkpointing::configure by the caller still overrides it).
-  checkpointing::configure(config_);
+  // later checkpointing::configure by the caller still overrides it). Settings DeepSpeed's configure() would refuse
+  // are not applied, as DeepSpeed applies none unless the program calls it (its config accepts them).
+  if (const std::string why = config::activation_checkpointing_problem(config_.activation_checkpointing); why.empty())
+    checkpointing::configure(config_);
+  else if (comm::get_rank() == 0)
+    std::fprintf(stderr, "deepspeed: warning: %s; the section is not applied (call checkpointing::configure)\n",
+                 why.c_str());
   config::InitializeFacts facts;  // what the optimizer's rules need besides the config
   facts.client_optimizer = options.optimizer != nullptr;
   facts.client_scheduler = options.lr_scheduler != nullptr;

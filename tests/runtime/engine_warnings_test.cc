@@ -35,4 +35,20 @@ TEST(EngineWarnings, ElasticCheckpointAtStageThreeIsDeprecatedAsInDeepSpeed) {
   }
 }
 
+// A section DeepSpeed's config accepts but its checkpointing.configure() would refuse (real configs carry
+// contiguous_memory_optimization without number_checkpoints) starts the engine with a warning, as DeepSpeed starts
+// without applying it.
+TEST(EngineWarnings, ActivationCheckpointingDeepSpeedWouldNotConfigureStartsWithAWarning) {
+  if (!deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
+  auto net = std::make_shared<torch::nn::LinearImpl>(8, 2);
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(deepspeed::initialize(
+      net, deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW",
+               "params": {"lr": 0.01}}, "activation_checkpointing": {"partition_activations": true,
+               "contiguous_memory_optimization": true}})")));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("deepspeed: warning: activation_checkpointing.number_checkpoints: required with "
+                        "contiguous_memory_optimization"));
+}
+
 }  // namespace
