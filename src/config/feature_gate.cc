@@ -118,6 +118,9 @@ std::vector<Rule> other_feature_rules() {
 }
 
 const char kPythonLayout[] = "checkpoint.save_layout: python_deepspeed";
+// The refusals the config's rules and the model's half (check_python_layout) share.
+const char kNoTensorParallel[] = " is not supported with tensor parallelism (tensor_parallel.autotp_size > 1)";
+const char kNoMoeOrPipeline[] = " does not write MoE or pipeline checkpoints";
 const char kNeedsAdam[] =
     " needs the config's Adam or AdamW optimizer (DeepSpeed's files hold its exp_avg and exp_avg_sq)";
 
@@ -141,7 +144,7 @@ std::vector<Rule> python_layout_rules() {
           "checkpoint.save_layout", "\"python_deepspeed\" with tensor parallelism",
           layout + R"("tensor_parallel": {"autotp_size": 2}})",
           [on](const Config& c) { return on(c) && c.tensor_parallel.enabled(); },
-          std::string(kPythonLayout) + " is not supported with tensor parallelism (tensor_parallel.autotp_size > 1)"),
+          std::string(kPythonLayout) + kNoTensorParallel),
   };
 }
 
@@ -215,7 +218,7 @@ std::vector<Rule> make_pipeline_rules() {
           "checkpoint.save_layout", "\"python_deepspeed\"",
           pipe + R"("checkpoint": {"save_layout": "python_deepspeed"}})",
           [](const Config& c) { return c.checkpoint.save_python_layout; },
-          std::string(kPythonLayout) + " does not write MoE or pipeline checkpoints"),
+          std::string(kPythonLayout) + kNoMoeOrPipeline),
       make_rule(
           "autotuning", "`metric_path` set with autotuning enabled",
           pipe + R"("autotuning": {"enabled": true, "metric_path": "/tmp/metric.json"}})",
@@ -351,10 +354,8 @@ void check_python_layout(const config::Config& cfg, const PythonLayoutModel* mod
   apply_rules(python_layout_rules(), cfg);
   if (!model) return;
   DS_CHECK_T(ConfigError, model->adam_states, kPythonLayout, kNeedsAdam);
-  DS_CHECK_T(ConfigError, !model->tensor_parallel, kPythonLayout,
-             " is not supported with tensor parallelism (tensor_parallel.autotp_size > 1)");
-  DS_CHECK_T(ConfigError, !model->experts && model->whole_world, kPythonLayout,
-             " does not write MoE or pipeline checkpoints");
+  DS_CHECK_T(ConfigError, !model->tensor_parallel, kPythonLayout, kNoTensorParallel);
+  DS_CHECK_T(ConfigError, !model->experts && model->whole_world, kPythonLayout, kNoMoeOrPipeline);
 }
 
 void check_supported_features(const config::Config& cfg) {

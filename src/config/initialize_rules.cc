@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "config/rule_table.h"
 #include "deepspeed/error.h"
 
 namespace deepspeed::config {
@@ -305,9 +306,7 @@ std::string initialize_rules_markdown() {
   std::ostringstream os;
   os << "| phase | key | refused when | message |\n| --- | --- | --- | --- |\n";
   for (const InitializeRule& r : initialize_rules()) {
-    std::string shown = r.message(Config::from_string(r.example), r.facts);
-    if (shown.rfind(r.key, 0) == 0) shown = "..." + shown.substr(r.key.size());
-    if (const size_t semi = shown.find("; "); semi != std::string::npos) shown = shown.substr(0, semi) + "; ...";
+    const std::string shown = shortened_message(r.key, r.message(Config::from_string(r.example), r.facts));
     os << "| " << phase_name(r.phase) << " | `" << r.key << "` | " << r.when << " | `" << shown << "` |\n";
   }
   return os.str();

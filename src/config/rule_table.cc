@@ -22,6 +22,12 @@ void apply_rules(const std::vector<Rule>& rules, const Config& config) {
     if (r.refused(config)) throw ConfigError(r.message(config));
 }
 
+std::string shortened_message(const std::string& key, std::string message) {
+  if (message.rfind(key, 0) == 0) message = "..." + message.substr(key.size());
+  if (const size_t semi = message.find("; "); semi != std::string::npos) message = message.substr(0, semi) + "; ...";
+  return message;
+}
+
 std::string rules_markdown(const std::vector<Rule>& rules, const std::function<void(const std::string&)>& check) {
   std::ostringstream os;
   os << "| key | refused when | message |\n| --- | --- | --- |\n";
@@ -32,8 +38,7 @@ std::string rules_markdown(const std::vector<Rule>& rules, const std::function<v
     } catch (const ConfigError& e) {
       shown = e.what();
     }
-    if (shown.rfind(r.key, 0) == 0) shown = "..." + shown.substr(r.key.size());
-    if (const size_t semi = shown.find("; "); semi != std::string::npos) shown = shown.substr(0, semi) + "; ...";
+    if (!r.example.empty()) shown = shortened_message(r.key, shown);
     const std::string cell = r.example.empty() ? shown : "`" + shown + "`";
     os << "| `" << r.key << "` | " << r.when << " | " << cell << " |\n";
   }

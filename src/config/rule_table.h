@@ -31,6 +31,9 @@ std::string zero_example(const std::string& keys);
 // Throws ConfigError with the message of the first rule `config` breaks.
 void apply_rules(const std::vector<Rule>& rules, const Config& config);
 
+// A refusal as the README's tables show it: the leading `key` replaced by "...", cut at the first "; ".
+std::string shortened_message(const std::string& key, std::string message);
+
 // A Markdown table (key, refused when, message): the message is what `check` throws for each rule's example, with
 // the key replaced by "..." and cut at its first "; ".
 std::string rules_markdown(const std::vector<Rule>& rules, const std::function<void(const std::string&)>& check);
