@@ -135,6 +135,15 @@ std::vector<Rule> zenflow_rules() {
   };
 }
 
+}  // namespace
+
+std::string zenflow_needs_adam_message() {
+  return "zero_optimization.zenflow: needs the config's Adam or AdamW optimizer (its selective update is AdamW's; "
+         "the rest takes the CPU Adam step)";
+}
+
+namespace {
+
 // ZenFlow's selective AdamW (a config without an optimizer section is refused at initialize, where a client
 // optimizer would be), and the window it runs over.
 std::vector<Rule> zenflow_optimizer_rules() {
@@ -147,8 +156,7 @@ std::vector<Rule> zenflow_optimizer_rules() {
           [](const Config& c) {
             return zenflow(c) && c.optimizer && c.optimizer->type != "adam" && c.optimizer->type != "adamw";
           },
-          k + ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the "
-              "CPU Adam step)"),
+          zenflow_needs_adam_message()),
       make_rule(
           k, "with `optimizer.params.bias_correction` false",
           R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.001, "bias_correction": false}}, )"

@@ -68,6 +68,9 @@ std::string activation_checkpointing_problem(const ActivationCheckpointingConfig
 int64_t zenflow_select_iterations(const ZenFlowConfig& c);
 std::string zenflow_schedule_problem(const ZenFlowConfig& c);
 std::string whole_tensor_message(const std::string& type, const char* clash);
+// ZenFlow's refusal of any optimizer but the config's Adam/AdamW (another type here; a client one or none at
+// initialize).
+std::string zenflow_needs_adam_message();
 
 // What Python DeepSpeed's checkpoint files can hold, for checkpoint.save_layout "python_deepspeed"
 // (checkpoint/deepspeed_export.h). The config's half without `model`; initialize adds what it built.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "config/feature_gate.h"
 #include "config/rule_table.h"
 #include "deepspeed/error.h"
 
@@ -107,6 +108,60 @@ std::vector<InitializeRule> degree_rules() {
           [](const Config& c, const Facts& f) {
             return str_cat("sequence_parallel_size (", c.sequence_parallel_size, ") must divide the world of ", f.world,
                            " ranks");
+          }),
+  };
+}
+
+// The model's own deepspeed::tp and DistributedAttention layers against the config (a caller that lays out the groups
+// itself, the pipeline engine, checks its layers against its topology: pipeline_module_rules).
+std::vector<InitializeRule> model_rules() {
+  Facts split;
+  split.layers_split = 2;
+  Facts client;
+  client.client_optimizer = true;
+  Facts attention;
+  attention.model_sp = 2;
+  return {
+      rule(
+          Phase::kModel, "tensor_parallel.autotp_size", "other than the degree the model's tp layers are split over",
+          "{}", split,
+          [](const Config& c, const Facts& f) {
+            return !f.caller_groups && f.layers_split > 0 && f.layers_split != tp_of(c);
+          },
+          [](const Config& c, const Facts& f) {
+            return str_cat("tensor_parallel.autotp_size: the model's layers are split over ", f.layers_split,
+                           " ranks (deepspeed::tp layers); set autotp_size to ", f.layers_split, ", got ",
+                           c.tensor_parallel.autotp_size);
+          }),
+      rule(
+          Phase::kModel, "tensor_parallel.autotp_size", "> 1 (AutoTP) with a client optimizer",
+          R"({"tensor_parallel": {"autotp_size": 2}})", client,
+          [](const Config& c, const Facts& f) {
+            return !f.caller_groups && tp_of(c) > 1 && f.layers_split == 0 && f.client_optimizer;
+          },
+          [](const Config&, const Facts&) {
+            return std::string(
+                "tensor_parallel.autotp_size: AutoTP replaces the model's layers, so a client optimizer built over "
+                "them would step the old ones; name the optimizer in the config");
+          }),
+      rule(
+          Phase::kModel, "sequence_parallel_size", "other than the degree of the model's DistributedAttention layers",
+          "{}", attention,
+          [](const Config& c, const Facts& f) { return f.model_sp > 0 && f.model_sp != c.sequence_parallel_size; },
+          [](const Config& c, const Facts& f) {
+            return str_cat("sequence_parallel_size: the model's DistributedAttention layers split sequences over ",
+                           f.model_sp, " ranks; set sequence_parallel_size to ", f.model_sp, ", got ",
+                           c.sequence_parallel_size);
+          }),
+      rule(
+          Phase::kModel, "sequence_parallel_size", "> 1 with no DistributedAttention layer in the model",
+          R"({"sequence_parallel_size": 2})", Facts{},
+          [](const Config& c, const Facts& f) { return c.sequence_parallel_size > 1 && f.model_sp == 0; },
+          [](const Config& c, const Facts&) {
+            return str_cat("sequence_parallel_size: ", c.sequence_parallel_size,
+                           " ranks would split each sequence, but the model has no "
+                           "deepspeed::sequence::DistributedAttention layer to exchange them; build its attention "
+                           "with one");
           }),
   };
 }
@@ -271,16 +326,144 @@ std::vector<InitializeRule> overlap_rules() {
   };
 }
 
+// ZenFlow's selective update is the config's AdamW over the whole world, and a scheduler needs an optimizer.
+std::vector<InitializeRule> step_rules() {
+  Facts client;
+  client.client_optimizer = true;
+  Facts pipeline;
+  pipeline.whole_world = false;
+  const std::string adam = R"("optimizer": {"type": "AdamW", "params": {"lr": 0.001}})";
+  const std::string zenflow = R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+      "zenflow": {"topk_ratio": 0.1}})";
+  const std::string z = "zero_optimization.zenflow";
+  auto has_zenflow = [](const Config& c) { return c.zero.zenflow.has_value(); };
+  return {
+      rule(
+          Phase::kOptimizer, z, "with a client optimizer or none", "{" + zenflow + "}", Facts{},
+          [has_zenflow](const Config& c, const Facts& f) {
+            return has_zenflow(c) && (f.client_optimizer || !c.optimizer.has_value());
+          },
+          [](const Config&, const Facts&) { return zenflow_needs_adam_message(); }),
+      rule(
+          Phase::kOptimizer, z, "inside a pipeline or a caller's layout", "{" + adam + ", " + zenflow + "}", pipeline,
+          [has_zenflow](const Config& c, const Facts& f) { return has_zenflow(c) && !f.whole_world; },
+          [z](const Config&, const Facts&) {
+            return z + ": not supported inside a pipeline or another data-parallel layout yet";
+          }),
+      rule(
+          Phase::kExperts, z, "with MoE experts", "{" + adam + ", " + zenflow + "}", Facts{},
+          [has_zenflow](const Config& c, const Facts&) { return has_zenflow(c); },
+          [z](const Config&, const Facts&) {
+            return z +
+                   ": not supported with MoE expert parallelism (experts reduce over their own groups; the "
+                   "selective update would average them over the world)";
+          }),
+      rule(
+          Phase::kOptimizer, "scheduler", "without an optimizer (none in the config, none passed)",
+          R"({"scheduler": {"type": "WarmupLR"}})", Facts{},
+          [](const Config& c, const Facts& f) {
+            return c.scheduler.has_value() && !c.optimizer.has_value() && !f.client_optimizer;
+          },
+          [](const Config&, const Facts&) {
+            return std::string("scheduler: a scheduler needs an optimizer to drive");
+          }),
+  };
+}
+
+Facts pipeline_of(int stages, int model_axis, int layers_split) {
+  Facts f;
+  f.pipeline_stages = stages;
+  f.model_axis = model_axis;
+  f.layers_split = layers_split;
+  f.whole_world = false;
+  return f;
+}
+
+// pipe::initialize: the config and the caller against the PipelineModule's topology and layers. (What the config
+// alone rules out for a pipeline is config::pipeline_rules.)
+std::vector<InitializeRule> pipeline_module_rules() {
+  const std::string tp2 = R"({"tensor_parallel": {"autotp_size": 2}})";
+  Facts caller = pipeline_of(2, 1, 0);
+  caller.caller_groups = true;
+  Facts other_group = pipeline_of(2, 2, 2);
+  other_group.model_axis_is_tp_group = false;
+  return {
+      rule(
+          Phase::kPipeline, "pipe::initialize", "given data- or model-parallel groups", "{}", caller,
+          [](const Config&, const Facts& f) { return f.caller_groups; },
+          [](const Config&, const Facts&) {
+            return std::string("pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
+          }),
+      rule(
+          Phase::kPipeline, "pipeline.stages", "differing from the module's topology", R"({"pipeline": {"stages": 4}})",
+          pipeline_of(2, 1, 0),
+          [](const Config& c, const Facts& f) { return c.pipeline.stages && *c.pipeline.stages != f.pipeline_stages; },
+          [](const Config& c, const Facts& f) {
+            return str_cat("pipeline.stages ", c.pipeline.stages.value_or(0), " differs from the PipelineModule's ",
+                           f.pipeline_stages, " stages");
+          }),
+      rule(
+          Phase::kPipeline, "tensor_parallel.autotp_size", "differing from the topology's \"model\" axis", tp2,
+          pipeline_of(2, 1, 0), [](const Config& c, const Facts& f) { return tp_of(c) != f.model_axis; },
+          [](const Config& c, const Facts& f) {
+            return str_cat("tensor_parallel.autotp_size ", c.tensor_parallel.autotp_size,
+                           " differs from the pipeline topology's \"model\" axis of ", f.model_axis,
+                           " (set them equal: the stage's layers are split over the model axis)");
+          }),
+      rule(
+          Phase::kPipeline, "tensor_parallel.tp_overlap_comm", "without a \"model\" axis of more than 1 rank",
+          R"({"tensor_parallel": {"tp_overlap_comm": true}})", pipeline_of(2, 1, 0),
+          [](const Config& c, const Facts& f) { return c.tensor_parallel.tp_overlap_comm && f.model_axis == 1; },
+          [](const Config&, const Facts&) {
+            return std::string(
+                "tensor_parallel.tp_overlap_comm overlaps the tensor-parallel all-reduces: it needs a \"model\" "
+                "axis of more than 1 rank");
+          }),
+      rule(
+          Phase::kPipeline, "pipe::initialize", "tensor-parallel layers without a \"model\" axis", "{}",
+          pipeline_of(2, 1, 2), [](const Config&, const Facts& f) { return f.model_axis == 1 && f.layers_split > 0; },
+          [](const Config&, const Facts& f) {
+            return str_cat("pipe::initialize: the stage's layers are split over ", f.layers_split,
+                           " tensor-parallel ranks; give the topology a \"model\" axis of that size "
+                           "(PipeModelDataParallelTopology)");
+          }),
+      rule(
+          Phase::kPipeline, "pipe::initialize", "a \"model\" axis the layers are not split over", tp2,
+          pipeline_of(2, 2, 0),
+          [](const Config&, const Facts& f) { return f.model_axis > 1 && f.layers_split != f.model_axis; },
+          [](const Config&, const Facts& f) {
+            return str_cat("pipe::initialize: the topology's \"model\" axis has ", f.model_axis,
+                           " ranks, but the stage's layers are split over ", f.layers_split,
+                           " (build them with deepspeed::tp layers over tp::tensor_parallel_groups(", f.model_axis,
+                           ").tensor_parallel)");
+          }),
+      // PipeModelDataParallelTopology puts the model axis last, which is tp::tensor_parallel_groups' layout of
+      // consecutive ranks.
+      rule(
+          Phase::kPipeline, "pipe::initialize", "a \"model\" axis grouping other ranks than the layers' group", tp2,
+          other_group, [](const Config&, const Facts& f) { return f.model_axis > 1 && !f.model_axis_is_tp_group; },
+          [](const Config&, const Facts&) {
+            return std::string(
+                "pipe::initialize: the topology's \"model\" axis groups other ranks than the tensor-parallel "
+                "layers do; use PipeModelDataParallelTopology (model axis last)");
+          }),
+  };
+}
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::kDegrees:
       return "before any transform";
+    case Phase::kModel:
+      return "the model's layers";
     case Phase::kLayout:
       return "groups laid out";
     case Phase::kExperts:
       return "MoE experts";
     case Phase::kOptimizer:
       return "optimizer";
+    case Phase::kPipeline:
+      return "pipe::initialize";
   }
   return "?";
 }
@@ -290,7 +473,7 @@ const char* phase_name(Phase p) {
 const std::vector<InitializeRule>& initialize_rules() {
   static const std::vector<InitializeRule> kRules = [] {
     std::vector<InitializeRule> rules = degree_rules();
-    for (auto part : {layout_rules, client_rules, overlap_rules})
+    for (auto part : {model_rules, layout_rules, client_rules, overlap_rules, step_rules, pipeline_module_rules})
       for (InitializeRule& r : part()) rules.push_back(std::move(r));
     return rules;
   }();

@@ -25,13 +25,22 @@ struct InitializeFacts {
   bool whole_world = true;          // the data-parallel group is the world (no pipeline, no caller layout)
   bool client_optimizer = false;    // InitializeOptions::optimizer given
   bool client_scheduler = false;    // InitializeOptions::lr_scheduler given
+  // The model's own parallel layers, before any transform.
+  int layers_split = 0;  // ranks the model's (a stage's) deepspeed::tp layers are split over (0: none)
+  int model_sp = 0;      // ranks its sequence::DistributedAttention layers split sequences over (0: none)
+  // pipe::initialize: the PipelineModule's topology.
+  int pipeline_stages = 0;             // the topology's "pipe" axis (0: not a pipeline)
+  int model_axis = 1;                  // the topology's "model" axis
+  bool model_axis_is_tp_group = true;  // the "model" axis groups the same ranks as the layers' group
 };
 
 enum class InitializePhase {
   kDegrees,    // before any transform changes the model (runtime::check_degrees)
+  kModel,      // the model's own tensor- and sequence-parallel layers, before AutoTP (runtime::make_layout)
   kLayout,     // once the groups are laid out (runtime::make_layout)
   kExperts,    // when the model has MoE experts with ep_size > 1 (runtime::add_experts)
   kOptimizer,  // before the optimizer is built (initialize; runtime::make_optimizer_step)
+  kPipeline,   // pipe::initialize, once the module's topology is known (before the stage engine is built)
 };
 
 struct InitializeRule {

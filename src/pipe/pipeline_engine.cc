@@ -2,8 +2,6 @@
 // The stage's parameters, optimizer, precision and data-parallel reduction are an ordinary EngineImpl built over the
 // stage's data-parallel group; this file adds what only a pipeline has: the communicator groups from the topology,
 // the point-to-point traffic, the per-buffer activations, tied-weight synchronisation and the batch's loss.
-#include "deepspeed/pipe/engine.h"
-
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
@@ -16,8 +14,10 @@
 
 #include "comm/mesh.h"
 #include "config/feature_gate.h"
+#include "config/initialize_rules.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/error.h"
+#include "deepspeed/pipe/engine.h"
 #include "deepspeed/pipe/schedule.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/tp/parallel_linear.h"
@@ -43,23 +43,19 @@ PipelineEngineImpl::PipelineEngineImpl(PipelineModule module, const Config& conf
     : module_(std::move(module)) {
   DS_CHECK(!module_.is_empty(), "pipe::initialize: module is empty");
   config::check_pipeline_features(config);
-  DS_CHECK(!options.data_parallel_group.is_member() && !options.model_parallel_group.is_member(),
-           "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
   if (!comm::is_initialized()) comm::init_distributed();
   world_ = comm::get_world_group();
   const ProcessTopology& topo = module_->topology();
   DS_CHECK(topo.world_size() == world_.size(), "pipe::initialize: the module's topology has ", topo.world_size(),
            " ranks but the world has ", world_.size());
   grid_ = pipe_grid_ranks(topo, world_.rank());
-  check_tensor_parallel(config);
+  check_topology(config, options);
   DS_ASSERT(grid_.stage_id == module_->stage_id(), "module and topology disagree on the stage");
-  // The config's pipeline section: stages must agree with the module (partition and seed_layers were refused above:
-  // they belong to PipelineModuleOptions); the checkpoint interval is applied here. pipe_partitioned /
-  // grad_partitioned split activations over a tensor-slicing group, which a pipe x data topology does not have:
+  // The config's pipeline section: stages agree with the module (check_topology; partition and seed_layers were
+  // refused above: they belong to PipelineModuleOptions); the checkpoint interval is applied here. pipe_partitioned
+  // / grad_partitioned split activations over a tensor-slicing group, which a pipe x data topology does not have:
   // nothing to do for them.
   const config::PipelineConfig& pc = config.pipeline;
-  DS_CHECK_T(ConfigError, !pc.stages || *pc.stages == grid_.pipe_parallel_size, "pipeline.stages ",
-             pc.stages.value_or(0), " differs from the PipelineModule's ", grid_.pipe_parallel_size, " stages");
   if (pc.activation_checkpoint_interval > 0) module_->set_activation_checkpoint_interval(pc.activation_checkpoint_interval);
   Config stage_config = config;
   stage_config.pipeline = config::PipelineConfig{};  // consumed here
@@ -147,31 +143,19 @@ void PipelineEngineImpl::make_groups(InitializeOptions& options) {
   }
 }
 
-void PipelineEngineImpl::check_tensor_parallel(const Config& config) {
-  const int t = grid_.model_parallel_size;
-  DS_CHECK_T(ConfigError, std::max(config.tensor_parallel.autotp_size, 1) == t, "tensor_parallel.autotp_size ",
-             config.tensor_parallel.autotp_size, " differs from the pipeline topology's \"model\" axis of ", t,
-             " (set them equal: the stage's layers are split over the model axis)");
+void PipelineEngineImpl::check_topology(const Config& config, const InitializeOptions& options) {
   // (Sequence parallelism, grad_accum_dtype, 16-bit masters: config::check_pipeline_features.)
-  int layers_t = 0;
-  tp::sharded_parameters(*module_, &layers_t);
-  if (t == 1) {
-    DS_CHECK_T(ConfigError, !config.tensor_parallel.tp_overlap_comm, "tensor_parallel.tp_overlap_comm overlaps the "
-               "tensor-parallel all-reduces: it needs a \"model\" axis of more than 1 rank");
-    DS_CHECK_T(ConfigError, layers_t == 0, "pipe::initialize: the stage's layers are split over ", layers_t,
-               " tensor-parallel ranks; give the topology a \"model\" axis of that size "
-               "(PipeModelDataParallelTopology)");
-    return;
-  }
-  DS_CHECK_T(ConfigError, layers_t == t, "pipe::initialize: the topology's \"model\" axis has ", t,
-             " ranks, but the stage's layers are split over ", layers_t, " (build them with deepspeed::tp layers over "
-             "tp::tensor_parallel_groups(", t, ").tensor_parallel)");
-  // The layers' group must be this rank's model-axis peers (PipeModelDataParallelTopology puts the model axis last,
-  // which is tp::tensor_parallel_groups' layout of consecutive ranks).
-  const std::vector<int> tp_ranks = tp::tensor_parallel_groups(t).tensor_parallel.ranks();
-  DS_CHECK_T(ConfigError, tp_ranks == grid_.model_group, "pipe::initialize: the topology's \"model\" axis groups "
-             "other ranks than the tensor-parallel layers do; use PipeModelDataParallelTopology (model axis last)");
-  tp::set_overlap_comm(*module_, config.tensor_parallel.tp_overlap_comm);
+  config::InitializeFacts facts;
+  facts.caller_groups = options.data_parallel_group.is_member() || options.model_parallel_group.is_member();
+  facts.pipeline_stages = grid_.pipe_parallel_size;
+  facts.model_axis = grid_.model_parallel_size;
+  tp::sharded_parameters(*module_, &facts.layers_split);
+  facts.whole_world = false;
+  if (facts.model_axis > 1)
+    facts.model_axis_is_tp_group =
+        tp::tensor_parallel_groups(facts.model_axis).tensor_parallel.ranks() == grid_.model_group;
+  config::apply_initialize_rules(config::InitializePhase::kPipeline, config, facts);
+  if (facts.model_axis > 1) tp::set_overlap_comm(*module_, config.tensor_parallel.tp_overlap_comm);
 }
 
 void PipelineEngineImpl::sync_tied_weights() {

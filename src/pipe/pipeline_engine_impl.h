@@ -51,8 +51,9 @@ class PipelineEngineImpl {
     at::Tensor input, label, output;
     at::Tensor act_recv, grad_recv;  // reused receive buffers
   };
-  // The topology's "model" axis against the config's tensor_parallel.autotp_size and the stage's tp layers.
-  void check_tensor_parallel(const Config& config);
+  // The config and the caller's options against the module's topology and its tp layers
+  // (config::initialize_rules, phase kPipeline); sets the layers' tp_overlap_comm.
+  void check_topology(const Config& config, const InitializeOptions& options);
   void make_groups(InitializeOptions& options);
   void sync_tied_weights();
   void execute(const PipeInstruction& ins, const DataIterator& data, bool train);

@@ -162,7 +162,7 @@ void EngineImpl::finish_construction(InitializeOptions& options) {
   if (options.lr_scheduler) {
     scheduler_ = std::move(options.lr_scheduler);
   } else if (config_.scheduler.has_value()) {
-    DS_CHECK_T(ConfigError, optimizer_ != nullptr, "scheduler: a scheduler needs an optimizer to drive");
+    DS_ASSERT(optimizer_ != nullptr, "initialize refuses a scheduler without an optimizer");
     std::vector<double> base_lrs;
     for (size_t g = 0; g < groups_.size(); ++g) base_lrs.push_back(optimizer_->lr(g));
     scheduler_ = runtime::make_scheduler_from_config(*config_.scheduler, base_lrs);

@@ -5,6 +5,7 @@
 #include "config/feature_gate.h"
 #include "config/initialize_rules.h"
 #include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "sequence/apply.h"
 #include "tp/apply.h"
 
@@ -28,6 +29,12 @@ void check_degrees(const Config& config, const InitializeOptions& options) {
 Layout make_layout(torch::nn::Module& module, const Config& config, InitializeOptions& options,
                    std::vector<at::Tensor>* norm_excluded) {
   check_degrees(config, options);
+  config::InitializeFacts model;
+  model.caller_groups = options.data_parallel_group.is_member() || options.model_parallel_group.is_member();
+  model.client_optimizer = options.optimizer != nullptr;
+  tp::sharded_parameters(module, &model.layers_split);
+  model.model_sp = sequence::model_degree(module);
+  config::apply_initialize_rules(config::InitializePhase::kModel, config, model);
   Layout layout;
   layout.tensor_parallel = tp::apply(module, config, options);
   layout.data_parallel =
@@ -42,7 +49,7 @@ Layout make_layout(torch::nn::Module& module, const Config& config, InitializeOp
   facts.tensor_parallel = layout.tensor_parallel;
   facts.whole_world = layout.whole_world;
   config::apply_initialize_rules(config::InitializePhase::kLayout, config, facts);
-  layout.sequence_parallel = sequence::apply(module, config, options, layout.tensor_parallel);
+  layout.sequence_parallel = sequence::apply(config);
   return layout;
 }
 

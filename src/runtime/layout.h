@@ -2,9 +2,10 @@
 // other parts of one replica, how many split each sequence, whether MoE experts are split over ranks; and every
 // refusal that depends on how the layout meets the config.
 //
-// The order it is made in (make_layout): the caller's groups when it lays out the ranks itself (the pipeline engine,
-// InitializeOptions::data_parallel_group / model_parallel_group), else tensor parallelism's (tp::apply, which also
-// runs AutoTP); then sequence parallelism's check of the model's attention layers (sequence::apply). MoE expert
+// The order it is made in (make_layout): the config against the world and the model's own parallel layers
+// (config::initialize_rules, phases kDegrees and kModel); the caller's groups when it lays out the ranks itself (the
+// pipeline engine, InitializeOptions::data_parallel_group / model_parallel_group), else tensor parallelism's
+// (tp::apply, which also runs AutoTP); then sequence parallelism's groups (sequence::apply). MoE expert
 // groups are the model's layers' (moe::expert_groups) and reported by the parameter groups (add_experts). Every
 // group, here and there, comes from the world's rank grid (comm/mesh.h).
 #pragma once

@@ -133,15 +133,10 @@ ZenFlowAdam adam_of(const config::OptimizerConfig& optimizer, const EngineOptimi
 
 std::unique_ptr<IterationSchedule> make_zenflow_iterations(IterationParts parts, const IterationRequest& request) {
   const Config& config = *parts.config;
-  const char* key = "zero_optimization.zenflow";
-  // (What the config alone rules out, the feature gate refused: config/feature_gate.cc.)
-  DS_CHECK_T(ConfigError, !request.client_optimizer && config.optimizer.has_value() && parts.optimizer != nullptr,
-             key, ": needs the config's Adam or AdamW optimizer (its selective update is AdamW's; the rest takes the "
-             "CPU Adam step)");
-  DS_CHECK_T(ConfigError, !request.experts, key, ": not supported with MoE expert parallelism (experts reduce over "
-             "their own groups; the selective update would average them over the world)");
-  DS_CHECK_T(ConfigError, !request.custom_layout, key,
-             ": not supported inside a pipeline or another data-parallel layout yet");
+  // (What the config alone rules out, the feature gate refused: config/feature_gate.cc; the client optimizer, the
+  // experts and the layout, config::initialize_rules.)
+  DS_ASSERT(!request.client_optimizer && parts.optimizer != nullptr && !request.experts && !request.custom_layout,
+            "initialize refuses ZenFlow without the config's optimizer, with experts or in a custom layout");
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& g : *parts.groups) params.push_back(g.params);
   ZenFlowPartitioned partitioned;  // stage 3: the selected values go into the stage's partitions

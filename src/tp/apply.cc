@@ -53,17 +53,11 @@ bool apply(torch::nn::Module& module, const Config& config, InitializeOptions& o
   int model_tp = 0;
   sharded_parameters(module, &model_tp);
   const int tp_size = std::max(config.tensor_parallel.autotp_size, 1);
-  DS_CHECK_T(ConfigError, model_tp == 0 || model_tp == tp_size, "tensor_parallel.autotp_size: the model's layers are "
-             "split over ", model_tp, " ranks (deepspeed::tp layers); set autotp_size to ", model_tp, ", got ",
-             config.tensor_parallel.autotp_size);
-  // (tp_overlap_comm without autotp_size > 1: refused by config::parallel_rules in runtime::check_degrees.)
+  // (The model's layers against autotp_size, AutoTP with a client optimizer: config::initialize_rules, phase kModel;
+  // tp_overlap_comm without autotp_size > 1: config::parallel_rules. Both checked by runtime::make_layout.)
   if (tp_size == 1) return false;
   const TensorParallelGroups groups = tensor_parallel_groups(tp_size);
-  if (model_tp == 0) {
-    DS_CHECK_T(ConfigError, !options.optimizer, "tensor_parallel.autotp_size: AutoTP replaces the model's layers, "
-               "so a client optimizer built over them would step the old ones; name the optimizer in the config");
-    auto_tp(module, groups.tensor_parallel, policy_of(config.tensor_parallel));
-  }
+  if (model_tp == 0) auto_tp(module, groups.tensor_parallel, policy_of(config.tensor_parallel));
   set_overlap_comm(module, config.tensor_parallel.tp_overlap_comm);
   options.data_parallel_group = groups.data_parallel;
   options.model_parallel_group = groups.tensor_parallel;

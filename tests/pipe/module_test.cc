@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/config.h"
 #include "deepspeed/error.h"
+#include "deepspeed/pipe/engine.h"
 #include "gpt.h"
 #include "gpt_pipe.h"
 #include "gpt_pipeline_names.h"
@@ -240,7 +242,7 @@ TEST(PipelineModule, ConstructorErrors) {
 }
 
 // The deepspeed::comm constructor in a single-process world: the stage comes from the global rank,
-// and the partition is printed on rank 0.
+// and the partition is printed on rank 0; pipe::initialize checks the config against its topology.
 TEST(PipelineModule, FromTheWorld) {
   const bool started_here = !deepspeed::comm::is_initialized();
   if (started_here) deepspeed::comm::init_distributed();
@@ -276,6 +278,27 @@ TEST(PipelineModule, FromTheWorld) {
   dsp::PipelineModule from_topology(o);
   ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(from_topology->parts(), (dsp::Partition{0, 7}));
+
+  // pipe::initialize refuses, by key and before it builds anything, a config or options that contradict the
+  // module's topology (config::initialize_rules, phase kPipeline), and builds from a config that agrees.
+  const std::string base = R"({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, )"
+                           R"("optimizer": {"type": "SGD", "params": {"lr": 0.1}})";
+  auto refusal = [&](const std::string& extra, deepspeed::InitializeOptions options = {}) {
+    try {
+      dsp::initialize(m, deepspeed::Config::from_string(base + extra + "}"), std::move(options));
+    } catch (const deepspeed::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refusal(R"(, "pipeline": {"stages": 2})"), "pipeline.stages 2 differs from the PipelineModule's 1 stages");
+  EXPECT_THAT(refusal(R"(, "tensor_parallel": {"tp_overlap_comm": true})"),
+              HasSubstr("tensor_parallel.tp_overlap_comm overlaps the tensor-parallel all-reduces"));
+  deepspeed::InitializeOptions caller;
+  caller.data_parallel_group = deepspeed::comm::get_world_group();
+  EXPECT_EQ(refusal("", std::move(caller)),
+            "pipe::initialize: the pipeline engine builds its own data- and model-parallel groups");
+  EXPECT_EQ(refusal(R"(, "pipeline": {"stages": 1})"), "(accepted)");
   if (started_here) deepspeed::comm::destroy_process_group();
 }
 
