@@ -1,0 +1,162 @@
+// The Llama family of decoders as Hugging Face transformers defines them, built from a model folder's config.json:
+// LlamaForCausalLM (Llama 2, 3, 3.x), MistralForCausalLM, Qwen2ForCausalLM (Qwen2, Qwen2.5) and Qwen3ForCausalLM.
+// Parameter names are transformers' own ("model.layers.0.self_attn.q_proj.weight", ...), so a folder's safetensors
+// load by name (deepspeed/models/hf_checkpoint.h) and a saved folder loads back into transformers.
+//
+//   auto cfg = deepspeed::models::LlamaConfig::from_file("Llama-3.2-1B/config.json");
+//   deepspeed::models::LlamaForCausalLM model(cfg);
+//   deepspeed::models::load_hf_weights(*model, "Llama-3.2-1B");
+//   auto engine = deepspeed::initialize(model.ptr(), ds_config);
+//   at::Tensor loss = model->forward(tokens, targets);   // targets: the next tokens, -100 ignored
+//
+// The arithmetic follows transformers': RMSNorm in fp32 then cast back before the weight scales it; rotary
+// embeddings in the rotate-half layout with cos/sin computed in fp32 (rope_theta, linear or llama3 scaling); grouped-
+// query attention through at::scaled_dot_product_attention (causal, so a GPU takes the flash or memory-efficient
+// kernel); the SwiGLU MLP; Qwen2's q/k/v biases, Qwen3's per-head q/k RMSNorm; tied or untied embeddings. What a
+// config asks for that is not built here (another architecture, rope scaling type or activation, attention dropout,
+// a sliding window shorter than the sequence) is refused by key and value.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace deepspeed::models {
+
+struct RopeScaling {
+  std::string type = "default";  // "default", "linear" or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct LlamaConfig {
+  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // grouped-query attention: heads share key/value heads in groups
+  int64_t head_dim = 0;             // the config's head_dim, else hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool qkv_bias = false;  // biases on q/k/v (Qwen2 always; Llama and Qwen3 with attention_bias)
+  bool o_bias = false;    // a bias on o_proj (Llama and Qwen3 with attention_bias)
+  bool mlp_bias = false;  // Llama's mlp_bias
+  bool qk_norm = false;   // Qwen3: RMSNorm over each head's q and k before the rotation
+  bool tie_word_embeddings = false;
+  std::optional<int64_t> sliding_window;  // Mistral: sequences longer than this are refused
+  double initializer_range = 0.02;        // random initialisation (a config without weights)
+  at::ScalarType dtype = at::kFloat;      // the config's dtype / torch_dtype: what the weights were saved in
+  std::string json;  // config.json's text as read, written back beside saved weights (dtype updated)
+
+  // Reads an HF config.json; ConfigError naming the file, the key and the value for what is refused.
+  static LlamaConfig from_file(const std::string& path);
+  // The same from the file's text; `where` names it in errors.
+  static LlamaConfig from_json(const std::string& text, const std::string& where = "config.json");
+  int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  // Parameters the model has (a tied head counted once).
+  int64_t num_parameters() const;
+};
+
+// x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype, times the weight.
+class LlamaRMSNormImpl : public torch::nn::Module {
+ public:
+  LlamaRMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(LlamaRMSNorm);
+
+// Rotary position embedding's inverse frequencies for the config (rope_theta, with linear or llama3 scaling), fp32
+// [head_dim / 2]; and cos, sin [seq, head_dim] in fp32 for positions 0..seq-1.
+at::Tensor rope_inverse_frequencies(const LlamaConfig& cfg);
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& positions);
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const LlamaConfig& cfg);
+  // x [batch, seq, hidden]; cos, sin [seq, head_dim] in x's dtype.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  LlamaRMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3
+};
+TORCH_MODULE(LlamaAttention);
+
+// down(silu(gate(x)) * up(x)).
+class LlamaMLPImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMLPImpl(const LlamaConfig& cfg);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+// x + attn(input_layernorm(x)), then x + mlp(post_attention_layernorm(x)).
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit LlamaDecoderLayerImpl(const LlamaConfig& cfg);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  LlamaRMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+  LlamaAttention self_attn_{nullptr};
+  LlamaMLP mlp_{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+// transformers' "model": the token embedding, the decoder layers and the final norm.
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  explicit LlamaModelImpl(const LlamaConfig& cfg);
+  // The final hidden states [batch, seq, hidden] of tokens [batch, seq] at positions 0..seq-1.
+  at::Tensor forward(const at::Tensor& tokens);
+  torch::nn::Embedding embed_tokens{nullptr};
+
+ private:
+  LlamaConfig cfg_;
+  torch::nn::ModuleList layers_;
+  LlamaRMSNorm norm_{nullptr};
+  at::Tensor inv_freq_;  // not a parameter or buffer: transformers does not save it either
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  // Random weights as transformers initialises them (normal(0, initializer_range), zero biases, unit norms);
+  // load_hf_weights replaces them.
+  explicit LlamaForCausalLMImpl(const LlamaConfig& cfg);
+  // Mean cross-entropy of the logits of `tokens` [batch, seq] against `targets` [batch, seq] (the next token at each
+  // position; -100 is ignored, as transformers' labels).
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // Logits [batch, seq, vocab] in the model's dtype.
+  at::Tensor logits(const at::Tensor& tokens);
+  const LlamaConfig& config() const { return cfg_; }
+
+ private:
+  LlamaConfig cfg_;
+  LlamaModel model_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // only when the embeddings are untied
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace deepspeed::models

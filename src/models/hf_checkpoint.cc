@@ -1,0 +1,179 @@
+// load_hf_weights and save_hf_folder (deepspeed/models/hf_checkpoint.h).
+#include "deepspeed/models/hf_checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/safetensors_reader.h"
+#include "checkpoint/safetensors_writer.h"
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/error.h"
+
+namespace deepspeed::models {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::CheckpointError;
+using checkpoint::SafetensorsFile;
+using checkpoint::SafetensorsTensor;
+
+constexpr const char* kSingle = "model.safetensors";
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+struct Source {
+  const SafetensorsFile* file;
+  const SafetensorsTensor* entry;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  DS_CHECK_T(CheckpointError, in.good(), path, ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The files of the folder and, for each tensor name, where it is.
+std::map<std::string, Source> open_folder(const std::string& dir,
+                                          std::vector<std::unique_ptr<SafetensorsFile>>& files) {
+  std::map<std::string, Source> where;
+  const fs::path index = fs::path(dir) / kIndex;
+  if (!fs::exists(index)) {
+    const fs::path single = fs::path(dir) / kSingle;
+    DS_CHECK_T(CheckpointError, fs::exists(single), dir, ": no ", kSingle, " or ", kIndex,
+               " (weights in pytorch_model.bin are not read: save them with transformers' save_pretrained, which "
+               "writes safetensors)");
+    files.push_back(std::make_unique<SafetensorsFile>(single.string()));
+    for (const SafetensorsTensor& t : files.back()->tensors()) where[t.name] = {files.back().get(), &t};
+    return where;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(index.string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(index.string() + ": not JSON (" + e.what() + ")");
+  }
+  DS_CHECK_T(CheckpointError, j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), index.string(),
+             ": has no weight_map object");
+  std::map<std::string, const SafetensorsFile*> by_name;
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    DS_CHECK_T(CheckpointError, file.is_string(), index.string(), ": weight_map[\"", tensor, "\"] is not a file name");
+    const std::string name = file.get<std::string>();
+    DS_CHECK_T(CheckpointError, name.find('/') == std::string::npos, index.string(), ": weight_map[\"", tensor,
+               "\"] names \"", name, "\" outside the folder");
+    if (by_name.count(name) == 0) {
+      files.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / name).string()));
+      by_name[name] = files.back().get();
+    }
+    const SafetensorsFile* f = by_name[name];
+    const SafetensorsTensor* t = f->find(tensor);
+    DS_CHECK_T(CheckpointError, t != nullptr, index.string(), ": names ", name, " for tensor '", tensor,
+               "', which that file does not hold");
+    where[tensor] = {f, t};
+  }
+  return where;
+}
+
+// Tensors transformers' own loading drops for these models.
+bool ignorable(const std::string& name, const std::map<std::string, at::Tensor>& expected) {
+  if (name.size() >= 9 && name.compare(name.size() - 9, 9, ".inv_freq") == 0) return true;
+  return name == "lm_head.weight" && expected.count("lm_head.weight") == 0 &&
+         expected.count("model.embed_tokens.weight") > 0;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  const std::map<std::string, Source> where = open_folder(dir, files);
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& item : model.named_parameters()) expected[item.key()] = item.value();
+  for (const auto& item : model.named_buffers()) expected[item.key()] = item.value();
+  // Every check before the first copy: a refused folder leaves the model as it was.
+  for (const auto& [name, target] : expected) {
+    const auto it = where.find(name);
+    DS_CHECK_T(CheckpointError, it != where.end(), dir, ": no tensor '", name, "' in the folder's safetensors (",
+               where.size(), " tensors; is it this model's folder?)");
+    const SafetensorsTensor& e = *it->second.entry;
+    DS_CHECK_T(CheckpointError, e.shape == target.sizes().vec(), it->second.file->path(), ": tensor '", name,
+               "' has shape ", shape_text(e.shape), ", the model's is ", shape_text(target.sizes().vec()));
+  }
+  for (const auto& [name, source] : where)
+    DS_CHECK_T(CheckpointError, expected.count(name) > 0 || ignorable(name, expected), source.file->path(),
+               ": tensor '", name, "' is not in the model (another architecture or config?)");
+  at::NoGradGuard no_grad;
+  for (auto& [name, target] : expected) {
+    const Source& s = where.at(name);
+    target.copy_(s.file->tensor(*s.entry));
+  }
+}
+
+void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights,
+                    const std::string& config_json, const HfSaveOptions& options) {
+  DS_CHECK(options.max_shard_bytes > 0, "save_hf_folder: max_shard_bytes must be > 0");
+  DS_CHECK(!weights.empty(), "save_hf_folder: no weights to save");
+  fs::create_directories(dir);
+  // Shards in the given order, each up to max_shard_bytes (a larger tensor alone in its shard).
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  const at::ScalarType dtype = options.dtype.value_or(weights.front().second.scalar_type());
+  for (const auto& [name, t] : weights) {
+    at::Tensor cpu = t.detach().to(at::kCPU, options.dtype.value_or(t.scalar_type())).contiguous();
+    const int64_t bytes = static_cast<int64_t>(cpu.nbytes());
+    if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, std::move(cpu));
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}};
+  std::set<std::string> written;
+  if (shards.size() == 1) {
+    checkpoint::save_safetensors((fs::path(dir) / kSingle).string(), shards[0], metadata);
+    written.insert(kSingle);
+  } else {
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      checkpoint::save_safetensors((fs::path(dir) / name).string(), shards[i], metadata);
+      written.insert(name);
+      for (const auto& entry : shards[i]) map[entry.first] = name;
+    }
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    const std::string text = index.dump(2) + "\n";
+    checkpoint::write_file_atomic((fs::path(dir) / kIndex).string(), text.data(), text.size());
+    written.insert(kIndex);
+  }
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(config_json);
+  const char* dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  if (config.contains("torch_dtype")) config["torch_dtype"] = dtype_name;
+  config["dtype"] = dtype_name;
+  const std::string text = config.dump(2) + "\n";
+  checkpoint::write_file_atomic((fs::path(dir) / "config.json").string(), text.data(), text.size());
+  // A folder saved before with another sharding keeps no weight file transformers could load instead.
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool weight_file =
+        (name.rfind("model", 0) == 0 && entry.path().extension() == ".safetensors") || name == kIndex;
+    if (weight_file && written.count(name) == 0) fs::remove(entry.path());
+  }
+}
+
+}  // namespace deepspeed::models
