@@ -8,6 +8,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/config.h"
 #include "deepspeed/deepspeed.h"
+#include "final_line.h"
 #include "gpt.h"
 
 namespace examples {
@@ -26,12 +27,6 @@ struct TrainGptArgs {
   int tp_size = 1;      // tensor-parallel ranks per model replica
   int sp_size = 1;      // sequence-parallel ranks per sample (Ulysses)
 };
-
-// Rank 0 prints the summary line scripts compare runs by (collective: the peak memory is the largest rank's):
-//   final step=<N> loss=<float> params_l2=<sqrt(params_sq)> tokens_per_s=<tokens/seconds> peak_rss_mb=<float>
-// `loss` is empty when the run trained no step (resumed at or past --steps): the line then has no loss or throughput
-// (there are none to report; it used to print nan and 0) and says why.
-void print_final(int64_t step, std::optional<double> loss, double params_sq, double tokens, double seconds);
 
 // --load_dir: the global step the run continues from. Checks that a checkpoint was loaded and that its data
 // position (client_state "data_step", written by data_position) is that step; rank 0 says where it resumed.

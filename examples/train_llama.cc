@@ -1,0 +1,147 @@
+// Fine-tunes (or trains from scratch) a Llama-family model from a Hugging Face folder with deepspeed-cpp, and hands
+// the result back as a folder transformers loads:
+//
+//   deepspeed --num_procs 2 train_llama --model_dir Qwen2.5-0.5B --deepspeed_config examples/configs/llama_zero2.json \
+//       --steps 100 --save_hf out/Qwen2.5-0.5B-tuned
+//
+// --model_dir DIR: config.json and the safetensors weights (deepspeed/models/llama.h, hf_checkpoint.h). --model_config
+// FILE: a config.json alone, for random initial weights. The data is byte-level text (--data; the license texts every
+// Debian machine ships by default), so the model's vocabulary must hold the 256 byte values. Rank 0 ends with the
+// summary line of train_gpt (final_line.h); --save_hf writes the trained weights, in the config's dtype, with the
+// config.json beside them. ZeRO stages 0-2 of the config apply, data parallel over every rank; stage 3 is refused
+// until each decoder layer is a ZeRO-3 unit (the model would otherwise train unpartitioned).
+#include <ATen/ATen.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "corpus.h"
+#include "deepspeed/arguments.h"
+#include "deepspeed/comm.h"
+#include "deepspeed/data.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/models/hf_checkpoint.h"
+#include "deepspeed/models/llama.h"
+#include "deepspeed/zero.h"
+#include "final_line.h"
+
+namespace {
+
+namespace dm = deepspeed::models;
+
+struct Args {
+  std::string config_path, model_dir, model_config, data_path, save_hf;
+  int64_t steps = 20;
+  int64_t seq_len = 128;
+  int64_t seed = 1234;
+};
+
+dm::LlamaForCausalLM build_model(const Args& args) {
+  dm::LlamaConfig cfg =
+      dm::LlamaConfig::from_file(args.model_dir.empty() ? args.model_config : args.model_dir + "/config.json");
+  if (cfg.vocab_size < 256)
+    throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
+                                " cannot hold byte-level tokens (256 values)");
+  at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
+  dm::LlamaForCausalLM model(cfg);
+  if (!args.model_dir.empty()) dm::load_hf_weights(*model, args.model_dir);
+  return model;
+}
+
+// The trained weights (gathered one parameter at a time, so the same code serves a partitioned model).
+void save_hf(const Args& args, deepspeed::Engine& engine, dm::LlamaForCausalLM& model) {
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& p : model->named_parameters()) {
+    deepspeed::zero::GatheredParameters gathered({p.value()});
+    weights.emplace_back(p.key(), p.value().detach().to(at::kCPU, model->config().dtype, false, /*copy=*/true));
+  }
+  if (engine.global_rank() == 0) {
+    dm::save_hf_folder(args.save_hf, weights, model->config().json);
+    std::printf("train_llama: saved %s for transformers\n", args.save_hf.c_str());
+  }
+  deepspeed::comm::barrier();
+}
+
+int train(const Args& args) {
+  deepspeed::comm::init_distributed();
+  const deepspeed::Config config = deepspeed::Config::from_file(args.config_path);
+  if (config.zero.stage == 3)
+    throw std::invalid_argument(args.config_path +
+                                ": zero_optimization.stage 3 is not built for train_llama yet (its "
+                                "decoder layers are not ZeRO-3 units, so nothing would be partitioned); use 0-2");
+  dm::LlamaForCausalLM model = build_model(args);
+  deepspeed::InitializeOptions options;
+  options.total_steps = args.steps;
+  options.tokens_per_sample = args.seq_len;
+  options.auto_values.hidden_size = model->config().hidden_size;
+  auto engine = deepspeed::initialize(model, config, options);
+
+  const at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), args.seq_len);
+  deepspeed::DataParallelSampler sampler(windows.size(0), engine.train_micro_batch_size_per_gpu(),
+                                         engine.gradient_accumulation_steps(), engine.dp_rank(), engine.dp_world_size(),
+                                         static_cast<uint64_t>(args.seed));
+  if (engine.global_rank() == 0)
+    std::printf("train_llama: %s, %lld parameters, %d ranks, global batch %lld of %lld tokens\n",
+                model->config().architecture.c_str(), static_cast<long long>(model->config().num_parameters()),
+                engine.world_size(), static_cast<long long>(engine.train_batch_size()),
+                static_cast<long long>(args.seq_len));
+  const auto start = std::chrono::steady_clock::now();
+  double last_loss = 0.0;
+  for (int64_t step = 0; step < args.steps; ++step) {
+    double step_loss = 0.0;
+    for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
+      const at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
+      const at::Tensor x = batch.narrow(1, 0, args.seq_len), y = batch.narrow(1, 1, args.seq_len);
+      at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
+      engine.backward(loss);
+      engine.step();
+      step_loss += loss.item<double>();
+    }
+    last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
+  deepspeed::comm::get_world_group().all_reduce(loss_t, deepspeed::comm::ReduceOp::kAvg);
+  double sq = 0.0;
+  for (const auto& p : engine.parameters()) {
+    deepspeed::zero::GatheredParameters gathered({p});
+    sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  examples::print_final(engine.global_steps(), loss_t.item<double>(), sq,
+                        static_cast<double>(args.steps * engine.train_batch_size() * args.seq_len), seconds);
+  if (!args.save_hf.empty()) save_hf(args, engine, model);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"Train a Llama-family model from a Hugging Face folder with deepspeed-cpp"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  deepspeed::ConfigArguments ds;
+  deepspeed::add_config_arguments(app, ds);
+  auto* dir = app.add_option("--model_dir", args.model_dir, "Hugging Face folder: config.json and safetensors");
+  auto* cfg = app.add_option("--model_config", args.model_config, "config.json alone: random initial weights");
+  dir->excludes(cfg);
+  app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
+  app.add_option("--steps", args.steps, "optimizer steps")->check(deepspeed::check_at_least(1));
+  app.add_option("--seq_len", args.seq_len, "tokens per sequence")->check(deepspeed::check_at_least(1));
+  app.add_option("--seed", args.seed, "initial-weights and data-order seed");
+  app.add_option("--save_hf", args.save_hf, "write the trained model here as a Hugging Face folder");
+  CLI11_PARSE(app, argc, argv);
+  if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));
+  if (args.model_dir.empty() && args.model_config.empty())
+    return app.exit(CLI::RequiredError("--model_dir or --model_config"));
+  args.config_path = ds.deepspeed_config;
+  try {
+    return train(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_llama: %s\n", e.what());
+    return 1;
+  }
+}
