@@ -8,14 +8,16 @@
 // FILE: a config.json alone, for random initial weights. The data is byte-level text (--data; the license texts every
 // Debian machine ships by default), so the model's vocabulary must hold the 256 byte values. Rank 0 ends with the
 // summary line of train_gpt (final_line.h); --save_hf writes the trained weights, in the config's dtype, with the
-// config.json beside them. ZeRO stages 0-2 of the config apply, data parallel over every rank; stage 3 is refused
-// until each decoder layer is a ZeRO-3 unit (the model would otherwise train unpartitioned).
+// config.json beside them. At ZeRO stage 3 the model is built under zero::Init with each decoder layer a unit, and
+// each rank loads only its own partitions. --tp_size T splits the model over T consecutive ranks (Megatron's layout,
+// tensor_parallel.autotp_size T), each loading only its slices; data parallel over the remaining ranks.
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +28,8 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
+#include "deepspeed/tp/groups.h"
+#include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 #include "final_line.h"
 
@@ -38,28 +42,31 @@ struct Args {
   int64_t steps = 20;
   int64_t seq_len = 128;
   int64_t seed = 1234;
+  int tp_size = 1;
 };
 
-dm::LlamaForCausalLM build_model(const Args& args) {
+dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& config) {
   dm::LlamaConfig cfg =
       dm::LlamaConfig::from_file(args.model_dir.empty() ? args.model_config : args.model_dir + "/config.json");
   if (cfg.vocab_size < 256)
     throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
                                 " cannot hold byte-level tokens (256 values)");
+  cfg.shard_layers = config.zero.stage == 3;
+  if (config.tensor_parallel.autotp_size > 1)
+    cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(config.tensor_parallel.autotp_size).tensor_parallel;
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
-  dm::LlamaForCausalLM model(cfg);
+  dm::LlamaForCausalLM model = [&] {
+    deepspeed::zero::Init init(config);  // stage 3: each unit partitioned as it is built
+    return dm::LlamaForCausalLM(cfg);
+  }();
   if (!args.model_dir.empty()) dm::load_hf_weights(*model, args.model_dir);
   return model;
 }
 
-// The trained weights (gathered one parameter at a time, so the same code serves a partitioned model).
-void save_hf(const Args& args, deepspeed::Engine& engine, dm::LlamaForCausalLM& model) {
-  std::vector<std::pair<std::string, at::Tensor>> weights;
-  for (const auto& p : model->named_parameters()) {
-    deepspeed::zero::GatheredParameters gathered({p.value()});
-    weights.emplace_back(p.key(), p.value().detach().to(at::kCPU, model->config().dtype, false, /*copy=*/true));
-  }
-  if (engine.global_rank() == 0) {
+// The trained weights, whole (collective: partitions gathered, tensor-parallel slices joined), written by rank 0.
+void save_hf(const Args& args, dm::LlamaForCausalLM& model) {
+  const auto weights = dm::gather_hf_weights(*model, model->config().dtype);
+  if (deepspeed::comm::get_rank() == 0) {
     dm::save_hf_folder(args.save_hf, weights, model->config().json);
     std::printf("train_llama: saved %s for transformers\n", args.save_hf.c_str());
   }
@@ -68,12 +75,13 @@ void save_hf(const Args& args, deepspeed::Engine& engine, dm::LlamaForCausalLM& 
 
 int train(const Args& args) {
   deepspeed::comm::init_distributed();
-  const deepspeed::Config config = deepspeed::Config::from_file(args.config_path);
-  if (config.zero.stage == 3)
-    throw std::invalid_argument(args.config_path +
-                                ": zero_optimization.stage 3 is not built for train_llama yet (its "
-                                "decoder layers are not ZeRO-3 units, so nothing would be partitioned); use 0-2");
-  dm::LlamaForCausalLM model = build_model(args);
+  deepspeed::Config config = deepspeed::Config::from_file(args.config_path);
+  // --tp_size T: the config's tensor_parallel.autotp_size is set to T (or must equal it).
+  if (args.tp_size > 1 && config.tensor_parallel.autotp_size <= 1) config.tensor_parallel.autotp_size = args.tp_size;
+  if (args.tp_size > 1 && config.tensor_parallel.autotp_size != args.tp_size)
+    throw std::invalid_argument("--tp_size " + std::to_string(args.tp_size) + " disagrees with the config's " +
+                                "tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel.autotp_size));
+  dm::LlamaForCausalLM model = build_model(args, config);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = args.seq_len;
@@ -106,14 +114,23 @@ int train(const Args& args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
   deepspeed::comm::get_world_group().all_reduce(loss_t, deepspeed::comm::ReduceOp::kAvg);
-  double sq = 0.0;
+  // The parameters' norm over the whole model: tensor-parallel slices summed over their group, the rest once.
+  std::set<const void*> split;
+  for (const auto& p : deepspeed::tp::sharded_parameters(*model)) split.insert(p.unsafeGetTensorImpl());
+  at::Tensor sq = at::zeros({2}, at::kDouble);  // {whole, split}
   for (const auto& p : engine.parameters()) {
     deepspeed::zero::GatheredParameters gathered({p});
-    sq += p.detach().to(at::kDouble).pow(2).sum().item<double>();
+    sq[split.count(p.unsafeGetTensorImpl()) ? 1 : 0] += p.detach().to(at::kDouble).pow(2).sum().item<double>();
   }
-  examples::print_final(engine.global_steps(), loss_t.item<double>(), sq,
+  if (model->config().tensor_parallel.is_member()) {
+    at::Tensor part = sq.narrow(0, 1, 1).clone();
+    deepspeed::comm::ProcessGroup group = model->config().tensor_parallel;
+    group.all_reduce(part, deepspeed::comm::ReduceOp::kSum);
+    sq[1] = part.item<double>();
+  }
+  examples::print_final(engine.global_steps(), loss_t.item<double>(), sq.sum().item<double>(),
                         static_cast<double>(args.steps * engine.train_batch_size() * args.seq_len), seconds);
-  if (!args.save_hf.empty()) save_hf(args, engine, model);
+  if (!args.save_hf.empty()) save_hf(args, model);
   return 0;
 }
 
@@ -133,6 +150,8 @@ int main(int argc, char** argv) {
   app.add_option("--seq_len", args.seq_len, "tokens per sequence")->check(deepspeed::check_at_least(1));
   app.add_option("--seed", args.seed, "initial-weights and data-order seed");
   app.add_option("--save_hf", args.save_hf, "write the trained model here as a Hugging Face folder");
+  app.add_option("--tp_size", args.tp_size, "split the model over this many ranks by tensor parallelism")
+      ->check(deepspeed::check_at_least(1));
   CLI11_PARSE(app, argc, argv);
   if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));
   if (args.model_dir.empty() && args.model_config.empty())

@@ -15,7 +15,11 @@
 #include "checkpoint/safetensors_reader.h"
 #include "checkpoint/safetensors_writer.h"
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/comm.h"
 #include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
+#include "deepspeed/zero.h"
+#include "zero/stage3/construction_shard.h"
 
 namespace deepspeed::models {
 namespace {
@@ -95,6 +99,42 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Tensor-parallel splits by parameter: rank r of T holds slice r of dimension `dim`, of each of `fused` equal blocks.
+std::map<const void*, tp::SplitParameter> splits_of(const torch::nn::Module& model) {
+  std::map<const void*, tp::SplitParameter> out;
+  for (tp::SplitParameter& p : tp::split_parameters(model)) out[p.param.unsafeGetTensorImpl()] = p;
+  return out;
+}
+
+std::vector<int64_t> whole_shape(const tp::SplitParameter& s) {
+  std::vector<int64_t> shape = s.param.sizes().vec();
+  shape[s.dim] *= s.group.size();
+  return shape;
+}
+
+// This rank's slice of `full` for the split `s`.
+at::Tensor slice_of(const at::Tensor& full, const tp::SplitParameter& s) {
+  std::vector<int64_t> blocks = full.sizes().vec();
+  const int64_t block = blocks[s.dim] / s.fused_parts, part = block / s.group.size();
+  blocks[s.dim] = block;
+  blocks.insert(blocks.begin() + s.dim, s.fused_parts);
+  return full.reshape(blocks).narrow(s.dim + 1, s.group.rank() * part, part).reshape(s.param.sizes());
+}
+
+// The whole tensor from every rank's slice (`mine`) of the split `s`. Collective over the split's group.
+at::Tensor join(const at::Tensor& mine, const tp::SplitParameter& s) {
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < s.group.size(); ++r) parts.push_back(at::empty_like(mine));
+  comm::ProcessGroup group = s.group;  // a handle: the same group
+  group.all_gather(parts, mine.contiguous());
+  // Each part [.., fused x part, ..]: block b of the whole is the concatenation of every rank's block b.
+  std::vector<at::Tensor> blocks;
+  const int64_t part = mine.size(s.dim) / s.fused_parts;
+  for (int64_t b = 0; b < s.fused_parts; ++b)
+    for (const at::Tensor& p : parts) blocks.push_back(p.narrow(s.dim, b * part, part));
+  return at::cat(blocks, s.dim);
+}
+
 }  // namespace
 
 void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
@@ -103,23 +143,61 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
   std::map<std::string, at::Tensor> expected;
   for (const auto& item : model.named_parameters()) expected[item.key()] = item.value();
   for (const auto& item : model.named_buffers()) expected[item.key()] = item.value();
+  // Parameters zero::Init partitioned while the model was built hold no elements here; their whole shapes are
+  // zero::Init's.
+  const std::shared_ptr<torch::nn::Module> root = model.shared_from_this();
+  const auto whole = zero::construction_shapes(root);
+  const auto splits = splits_of(model);
+  auto shape_of = [&](const at::Tensor& t) {
+    const auto it = whole.find(t.unsafeGetTensorImpl());
+    if (it != whole.end()) return it->second;
+    const auto split = splits.find(t.unsafeGetTensorImpl());
+    return split != splits.end() ? whole_shape(split->second) : t.sizes().vec();
+  };
   // Every check before the first copy: a refused folder leaves the model as it was.
+  std::map<const void*, const Source*> source_of;
   for (const auto& [name, target] : expected) {
     const auto it = where.find(name);
     DS_CHECK_T(CheckpointError, it != where.end(), dir, ": no tensor '", name, "' in the folder's safetensors (",
                where.size(), " tensors; is it this model's folder?)");
     const SafetensorsTensor& e = *it->second.entry;
-    DS_CHECK_T(CheckpointError, e.shape == target.sizes().vec(), it->second.file->path(), ": tensor '", name,
-               "' has shape ", shape_text(e.shape), ", the model's is ", shape_text(target.sizes().vec()));
+    DS_CHECK_T(CheckpointError, e.shape == shape_of(target), it->second.file->path(), ": tensor '", name,
+               "' has shape ", shape_text(e.shape), ", the model's is ", shape_text(shape_of(target)));
+    source_of[target.unsafeGetTensorImpl()] = &it->second;
   }
   for (const auto& [name, source] : where)
     DS_CHECK_T(CheckpointError, expected.count(name) > 0 || ignorable(name, expected), source.file->path(),
                ": tensor '", name, "' is not in the model (another architecture or config?)");
   at::NoGradGuard no_grad;
+  // Partitioned units: each rank reads only the elements of its own partition (the pages of the mapping it touches).
+  for (const auto& unit : zero::find_units(root))
+    if (auto* shard = dynamic_cast<zero::ConstructionShard*>(unit->hooks().get()))
+      shard->load_partition([&](const at::Tensor& param, int64_t begin, int64_t count) {
+        const Source& s = *source_of.at(param.unsafeGetTensorImpl());
+        return s.file->tensor(*s.entry).reshape({-1}).narrow(0, begin, count);
+      });
   for (auto& [name, target] : expected) {
-    const Source& s = where.at(name);
-    target.copy_(s.file->tensor(*s.entry));
+    if (whole.count(target.unsafeGetTensorImpl()) > 0) continue;
+    const Source& s = *source_of.at(target.unsafeGetTensorImpl());
+    const auto split = splits.find(target.unsafeGetTensorImpl());
+    const at::Tensor full = s.file->tensor(*s.entry);
+    target.copy_(split == splits.end() ? full : slice_of(full, split->second));
   }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(torch::nn::Module& model,
+                                                                  std::optional<at::ScalarType> dtype) {
+  const auto splits = splits_of(model);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters()) {
+    const at::Tensor& p = item.value();
+    zero::GatheredParameters gathered({p});  // one parameter's unit at a time (nothing outside stage 3)
+    const auto split = splits.find(p.unsafeGetTensorImpl());
+    at::Tensor whole = split == splits.end() ? p.detach() : join(p.detach(), split->second);
+    out.emplace_back(item.key(), whole.to(at::kCPU, dtype.value_or(p.scalar_type()), false, /*copy=*/true));
+  }
+  return out;
 }
 
 void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights,

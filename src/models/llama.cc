@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "deepspeed/error.h"
+#include "deepspeed/tp/parallel_linear.h"
 
 namespace deepspeed::models {
 namespace {
@@ -19,6 +20,55 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// transformers' _init_weights, module by module (so a unit built under zero::Init is initialised before it is
+// partitioned): normal(0, initializer_range) for Linear and Embedding weights, zero biases; RMSNorms stay at one.
+void init_like_transformers(torch::nn::Module& m, double range) {
+  at::NoGradGuard no_grad;
+  for (auto& item : m.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.find("norm.weight") != std::string::npos) continue;
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
+      item.value().zero_();
+    else
+      item.value().normal_(0.0, range);
+  }
+}
+
+enum class Split { kNone, kColumn, kRow };
+
+// A Linear built and initialised whole, then (under tensor parallelism) split over the group, registered on
+// `parent` under `name` (transformers' name: a split keeps the parameter names).
+torch::nn::AnyModule add_linear(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out, bool bias,
+                                const LlamaConfig& cfg, Split split) {
+  torch::nn::Linear full = linear(in, out, bias);
+  init_like_transformers(*full, cfg.initializer_range);
+  torch::nn::AnyModule m(full);
+  if (cfg.tensor_parallel.is_member() && split == Split::kColumn)
+    m = torch::nn::AnyModule(tp::ColumnParallelLinear(full, cfg.tensor_parallel));
+  else if (cfg.tensor_parallel.is_member() && split == Split::kRow)
+    m = torch::nn::AnyModule(tp::RowParallelLinear(full, cfg.tensor_parallel));
+  parent.register_module(name, m.ptr());
+  return m;
+}
+
+int64_t tp_size(const LlamaConfig& cfg) { return cfg.tensor_parallel.is_member() ? cfg.tensor_parallel.size() : 1; }
+
+// What tensor parallelism needs of the config: each split count divisible by the group's size.
+void check_tensor_parallel(const LlamaConfig& cfg) {
+  const int64_t t = tp_size(cfg);
+  if (t == 1) return;
+  DS_CHECK_T(ConfigError, !cfg.shard_layers,
+             "Llama: tensor parallelism does not combine with ZeRO-3 units "
+             "(shard_layers)");
+  const std::pair<const char*, int64_t> counts[] = {{"num_attention_heads", cfg.num_attention_heads},
+                                                    {"num_key_value_heads", cfg.num_key_value_heads},
+                                                    {"intermediate_size", cfg.intermediate_size},
+                                                    {"vocab_size", cfg.vocab_size}};
+  for (const auto& [key, n] : counts)
+    DS_CHECK_T(ConfigError, n % t == 0, "config.json: ", key, " ", n, " does not split over ", t,
+               " tensor-parallel ranks");
 }
 
 }  // namespace
@@ -49,57 +99,62 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const
   return {emb.cos(), emb.sin()};
 }
 
-LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps, deepspeed::comm::ProcessGroup partial_over)
+    : eps_(eps), partial_over_(std::move(partial_over)) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
 at::Tensor LlamaRMSNormImpl::forward(const at::Tensor& x) {
   const at::Tensor h = x.to(at::kFloat);
   const at::Tensor normed = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
+  const at::Tensor w = partial_over_.is_member() ? tp::copy_to_region(weight, partial_over_) : weight;
+  return w * normed.to(x.scalar_type());
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
-    : heads_(cfg.num_attention_heads), kv_heads_(cfg.num_key_value_heads), head_dim_(cfg.head_dim) {
-  const int64_t h = cfg.hidden_size;
-  q_proj_ = register_module("q_proj", linear(h, heads_ * head_dim_, cfg.qkv_bias));
-  k_proj_ = register_module("k_proj", linear(h, kv_heads_ * head_dim_, cfg.qkv_bias));
-  v_proj_ = register_module("v_proj", linear(h, kv_heads_ * head_dim_, cfg.qkv_bias));
-  o_proj_ = register_module("o_proj", linear(heads_ * head_dim_, h, cfg.o_bias));
+    : heads_(cfg.num_attention_heads / tp_size(cfg)),
+      kv_heads_(cfg.num_key_value_heads / tp_size(cfg)),
+      head_dim_(cfg.head_dim) {
+  const int64_t h = cfg.hidden_size, q = cfg.num_attention_heads * head_dim_, kv = cfg.num_key_value_heads * head_dim_;
+  q_proj_ = add_linear(*this, "q_proj", h, q, cfg.qkv_bias, cfg, Split::kColumn);
+  k_proj_ = add_linear(*this, "k_proj", h, kv, cfg.qkv_bias, cfg, Split::kColumn);
+  v_proj_ = add_linear(*this, "v_proj", h, kv, cfg.qkv_bias, cfg, Split::kColumn);
+  o_proj_ = add_linear(*this, "o_proj", q, h, cfg.o_bias, cfg, Split::kRow);
   if (cfg.qk_norm) {
-    q_norm_ = register_module("q_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps));
-    k_norm_ = register_module("k_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps));
+    q_norm_ = register_module("q_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps, cfg.tensor_parallel));
+    k_norm_ = register_module("k_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps, cfg.tensor_parallel));
   }
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t b = x.size(0), s = x.size(1);
   // [batch, seq, heads, head_dim]; Qwen3 normalises each head before the rotation.
-  at::Tensor q = q_proj_->forward(x).view({b, s, heads_, head_dim_});
-  at::Tensor k = k_proj_->forward(x).view({b, s, kv_heads_, head_dim_});
+  at::Tensor q = q_proj_.forward<at::Tensor>(x).view({b, s, heads_, head_dim_});
+  at::Tensor k = k_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  const at::Tensor v = v_proj_->forward(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
+  const at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
                                                           /*enable_gqa=*/kv_heads_ != heads_);
-  return o_proj_->forward(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
+  return o_proj_.forward<at::Tensor>(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) {
-  gate_proj_ = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias));
-  up_proj_ = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias));
-  down_proj_ = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size, cfg.mlp_bias));
+  const int64_t h = cfg.hidden_size, i = cfg.intermediate_size;
+  gate_proj_ = add_linear(*this, "gate_proj", h, i, cfg.mlp_bias, cfg, Split::kColumn);
+  up_proj_ = add_linear(*this, "up_proj", h, i, cfg.mlp_bias, cfg, Split::kColumn);
+  down_proj_ = add_linear(*this, "down_proj", i, h, cfg.mlp_bias, cfg, Split::kRow);
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
-  return down_proj_->forward(at::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+  return down_proj_.forward<at::Tensor>(at::silu(gate_proj_.forward<at::Tensor>(x)) * up_proj_.forward<at::Tensor>(x));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg) {
@@ -116,11 +171,42 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor&
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg) : cfg_(cfg) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+  check_tensor_parallel(cfg);
+  auto make_embedding = [&] {
+    torch::nn::Embedding e(cfg.vocab_size, cfg.hidden_size);
+    init_like_transformers(*e, cfg.initializer_range);
+    return e;
+  };
+  // A tied embedding is also the head, used outside its own forward: it stays with the parameters gathered for the
+  // whole step.
+  if (cfg.shard_layers && !cfg.tie_word_embeddings) {
+    embed_unit_ = register_module("embed_tokens", deepspeed::zero::shard(make_embedding));
+  } else if (cfg.tensor_parallel.is_member()) {
+    embed_tokens_ = torch::nn::AnyModule(tp::VocabParallelEmbedding(make_embedding()->weight, cfg.tensor_parallel));
+    register_module("embed_tokens", embed_tokens_.ptr());
+  } else {
+    embed_tokens_ = torch::nn::AnyModule(make_embedding());
+    register_module("embed_tokens", embed_tokens_.ptr());
+  }
   layers_ = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) layers_->push_back(LlamaDecoderLayer(cfg));
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    if (cfg.shard_layers)
+      layers_->push_back(deepspeed::zero::shard([&] { return LlamaDecoderLayer(cfg); }));
+    else
+      layers_->push_back(LlamaDecoderLayer(cfg));
+  }
   norm_ = register_module("norm", LlamaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps));
   inv_freq_ = rope_inverse_frequencies(cfg);
+}
+
+at::Tensor LlamaModelImpl::embed(const at::Tensor& tokens) {
+  return embed_unit_ ? embed_unit_->forward(tokens) : embed_tokens_.forward<at::Tensor>(tokens);
+}
+
+const at::Tensor& LlamaModelImpl::embedding_weight() const {
+  if (embed_unit_) return embed_unit_->module().weight;
+  if (const auto* split = embed_tokens_.ptr()->as<tp::VocabParallelEmbeddingImpl>()) return split->weight;
+  return embed_tokens_.ptr()->as<torch::nn::EmbeddingImpl>()->weight;
 }
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
@@ -129,42 +215,61 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   DS_CHECK_T(ConfigError, !cfg_.sliding_window || seq <= *cfg_.sliding_window, "config.json: sliding_window ",
              cfg_.sliding_window.value_or(0), " is shorter than the sequence of ", seq,
              " tokens (sliding-window attention is not implemented)");
-  at::Tensor h = embed_tokens->forward(tokens);
+  at::Tensor h = embed(tokens);
   const at::Tensor positions = at::arange(seq, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);
   cos = cos.to(h.scalar_type());
   sin = sin.to(h.scalar_type());
-  for (const auto& layer : *layers_) h = layer->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin);
+  for (const auto& layer : *layers_) {
+    if (auto* unit = layer->as<ShardedLlamaDecoderLayer>())
+      h = unit->forward(h, cos, sin);
+    else
+      h = layer->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin);
+  }
   return norm_->forward(h);
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg) : cfg_(cfg) {
   model_ = register_module("model", LlamaModel(cfg));
-  if (!cfg.tie_word_embeddings)
-    lm_head_ = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size, /*bias=*/false));
-  // transformers' _init_weights: normal(0, initializer_range) for every Linear and Embedding weight, zero biases;
-  // the RMSNorms start at one.
-  at::NoGradGuard no_grad;
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    if (name.find("norm.weight") != std::string::npos) continue;
-    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
-      item.value().zero_();
-    else
-      item.value().normal_(0.0, cfg.initializer_range);
+  if (cfg.tie_word_embeddings) return;
+  auto make_head = [&] {
+    torch::nn::Linear head = linear(cfg.hidden_size, cfg.vocab_size, /*bias=*/false);
+    init_like_transformers(*head, cfg.initializer_range);
+    return head;
+  };
+  if (cfg.shard_layers) {
+    lm_head_unit_ = register_module("lm_head", deepspeed::zero::shard(make_head));
+    return;
   }
+  lm_head_ = cfg.tensor_parallel.is_member()
+                 ? torch::nn::AnyModule(tp::ColumnParallelLinear(make_head(), cfg.tensor_parallel))
+                 : torch::nn::AnyModule(make_head());
+  register_module("lm_head", lm_head_.ptr());
+}
+
+at::Tensor LlamaForCausalLMImpl::local_logits(const at::Tensor& tokens) {
+  const at::Tensor h = model_->forward(tokens);
+  if (lm_head_unit_) return lm_head_unit_->forward(h);
+  if (!lm_head_.is_empty()) return lm_head_.forward<at::Tensor>(h);
+  // Tied: the embedding's rows are the head's; under tensor parallelism this rank's vocabulary slice, whose input
+  // gradient is summed over the group as a column-parallel layer's is.
+  if (cfg_.tensor_parallel.is_member())
+    return at::linear(tp::copy_to_region(h, cfg_.tensor_parallel), model_->embedding_weight());
+  return at::linear(h, model_->embedding_weight());
 }
 
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& tokens) {
-  const at::Tensor h = model_->forward(tokens);
-  return lm_head_ ? lm_head_->forward(h) : at::linear(h, model_->embed_tokens->weight);
+  const at::Tensor local = local_logits(tokens);
+  return cfg_.tensor_parallel.is_member() ? tp::gather_from_region(local, cfg_.tensor_parallel) : local;
 }
 
 at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  const at::Tensor l = logits(tokens);
   // transformers computes the loss in fp32.
-  return at::cross_entropy_loss(l.reshape({-1, l.size(-1)}).to(at::kFloat), targets.reshape({-1}), /*weight=*/{},
-                                at::Reduction::Mean, /*ignore_index=*/-100);
+  const at::Tensor l = local_logits(tokens).to(at::kFloat);
+  if (cfg_.tensor_parallel.is_member())
+    return tp::vocab_parallel_cross_entropy_mean(l, targets, cfg_.tensor_parallel, /*ignore_index=*/-100);
+  return at::cross_entropy_loss(l.reshape({-1, l.size(-1)}), targets.reshape({-1}), /*weight=*/{}, at::Reduction::Mean,
+                                /*ignore_index=*/-100);
 }
 
 }  // namespace deepspeed::models

@@ -93,14 +93,14 @@ std::vector<SplitParameter> split_parameters(const torch::nn::Module& module, in
   auto visit = [&](const std::string& name, const torch::nn::Module* m) {
     if (const auto* col = dynamic_cast<const ColumnParallelLinearImpl*>(m)) {
       note(name, col->group());
-      out.push_back({col->weight, 0, col->fused_parts});
-      if (col->bias.defined()) out.push_back({col->bias, 0, col->fused_parts});
+      out.push_back({col->weight, 0, col->fused_parts, col->group()});
+      if (col->bias.defined()) out.push_back({col->bias, 0, col->fused_parts, col->group()});
     } else if (const auto* row = dynamic_cast<const RowParallelLinearImpl*>(m)) {
       note(name, row->group());
-      out.push_back({row->weight, 1, 1});
+      out.push_back({row->weight, 1, 1, row->group()});
     } else if (const auto* emb = dynamic_cast<const VocabParallelEmbeddingImpl*>(m)) {
       note(name, emb->group());
-      out.push_back({emb->weight, 0, 1});
+      out.push_back({emb->weight, 0, 1, emb->group()});
     }
   };
   visit("the model", &module);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # examples/train_llama end to end through the launcher: a random tiny Llama (examples/models/tiny_llama) trained at
 # ZeRO stage 2 on 2 ranks and saved for Hugging Face; transformers loads the folder with nothing missing or unexpected,
-# and train_llama fine-tunes it again from that folder (--model_dir); bad input fails with one line.
+# and train_llama fine-tunes it again from that folder (--model_dir) at ZeRO-3 and with --tp_size 2, saving each;
+# bad input fails with one line.
 # Usage: train_llama_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
 bin=$1 src=$2 port=$3
@@ -34,10 +35,22 @@ if run --model_dir "$work/empty" --deepspeed_config "$src/examples/configs/llama
     > "$work/bad.log" 2>&1; then echo "an empty folder was accepted"; exit 1; fi
 grep -q "train_llama: $work/empty: no model.safetensors or model.safetensors.index.json" "$work/bad.log" \
   || { cat "$work/bad.log"; exit 1; }
-# Stage 3 is refused by name until the decoder layers are ZeRO-3 units (it would train unpartitioned).
-printf '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3}}' > "$work/z3.json"
-if run --model_dir "$work/tuned" --deepspeed_config "$work/z3.json" --steps 1 > "$work/z3.log" 2>&1; then
-  echo "stage 3 was accepted"; exit 1
-fi
-grep -q "zero_optimization.stage 3 is not built for train_llama yet" "$work/z3.log" || { cat "$work/z3.log"; exit 1; }
+# ZeRO stage 3 (each rank loading only its partitions) and tensor parallelism over both ranks (each its slices),
+# each from the saved folder and saved again; transformers loads what stage 3 saved.
+printf '{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "zero_optimization": {"stage": 3}}' > "$work/z3.json"
+run --model_dir "$work/tuned" --deepspeed_config "$work/z3.json" --steps 2 --seq_len 32 --save_hf "$work/z3" \
+    > "$work/z3.log" 2>&1 || { cat "$work/z3.log"; exit 1; }
+grep -q 'final step=2 loss=' "$work/z3.log" || { cat "$work/z3.log"; exit 1; }
+run --model_dir "$work/z3" --deepspeed_config "$src/examples/configs/llama_zero2.json" --tp_size 2 --steps 2 \
+    --seq_len 32 --save_hf "$work/tp" > "$work/tp.log" 2>&1 || { cat "$work/tp.log"; exit 1; }
+grep -q 'final step=2 loss=' "$work/tp.log" || { cat "$work/tp.log"; exit 1; }
+"$DS_PYTHON" - "$work/z3" "$work/tp" <<'PY'
+import sys
+from transformers import AutoModelForCausalLM
+for folder in sys.argv[1:]:
+    _, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    assert not bad, f"{folder}: transformers reported {bad}"
+PY
 echo "1 passed, 0 failed"

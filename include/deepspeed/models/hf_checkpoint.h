@@ -19,7 +19,16 @@ namespace deepspeed::models {
 // extra or mis-shaped tensor, a truncated file or a header that does not fit its file throws
 // checkpoint::CheckpointError naming the file and tensor, and leaves the model as it was. Tensors transformers
 // itself drops are skipped: rotary inv_freq buffers of old checkpoints, and lm_head.weight beside a tied embedding.
+// A model built inside a zero::Init scope (ZeRO stage 3) keeps its units partitioned: each rank reads and writes only
+// its own partition of each unit, so no rank holds the whole model; a tensor-parallel layer takes only this rank's
+// slice. Not collective.
 void load_hf_weights(torch::nn::Module& model, const std::string& dir);
+
+// The model's parameters whole, by name, as CPU tensors (in `dtype` when given), for save_hf_folder: ZeRO-3
+// partitions gathered one parameter at a time, tensor-parallel slices joined from their group. Collective: every rank
+// calls it and every rank gets the whole weights.
+std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(torch::nn::Module& model,
+                                                                  std::optional<at::ScalarType> dtype = std::nullopt);
 
 struct HfSaveOptions {
   // A folder whose weights exceed this is written as model-0000i-of-0000N.safetensors shards with

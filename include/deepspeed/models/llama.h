@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -27,6 +28,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/zero.h"
 
 namespace deepspeed::models {
 
@@ -61,6 +65,20 @@ struct LlamaConfig {
   at::ScalarType dtype = at::kFloat;      // the config's dtype / torch_dtype: what the weights were saved in
   std::string json;  // config.json's text as read, written back beside saved weights (dtype updated)
 
+  // How this process builds the model (not read from config.json):
+  // ZeRO stage 3: each decoder layer is a unit (deepspeed::zero::shard), and with untied embeddings the embedding and
+  // the head are units too; inside a zero::Init scope each is partitioned as soon as it is built, and
+  // load_hf_weights then fills only this rank's partitions. A pass-through at stages 0-2.
+  bool shard_layers = false;
+  // Tensor parallelism (Megatron's layout) over this group when set: q/k/v and the MLP's gate/up column-parallel
+  // (heads, key/value heads and intermediate width split over the group), o_proj and down_proj row-parallel, the
+  // embedding and an untied head vocabulary-parallel, the loss the vocabulary-parallel cross-entropy. Each layer is
+  // built and initialised whole, then split, and load_hf_weights fills each rank's slices. Needs
+  // num_attention_heads, num_key_value_heads, intermediate_size and vocab_size divisible by the group's size; not
+  // with shard_layers. Build over deepspeed::tp::tensor_parallel_groups(T).tensor_parallel and train with
+  // tensor_parallel.autotp_size T.
+  deepspeed::comm::ProcessGroup tensor_parallel;
+
   // Reads an HF config.json; ConfigError naming the file, the key and the value for what is refused.
   static LlamaConfig from_file(const std::string& path);
   // The same from the file's text; `where` names it in errors.
@@ -73,12 +91,15 @@ struct LlamaConfig {
 // x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype, times the weight.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
-  LlamaRMSNormImpl(int64_t dim, double eps);
+  // `partial_over`: a norm over each head's features (Qwen3's q/k norms) under tensor parallelism sees only this
+  // rank's heads, so its weight's gradient is summed over that group (the weight stays whole on every rank).
+  LlamaRMSNormImpl(int64_t dim, double eps, deepspeed::comm::ProcessGroup partial_over = {});
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;
 
  private:
   double eps_;
+  deepspeed::comm::ProcessGroup partial_over_;
 };
 TORCH_MODULE(LlamaRMSNorm);
 
@@ -94,8 +115,9 @@ class LlamaAttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
-  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  int64_t heads_, kv_heads_, head_dim_;  // this rank's heads under tensor parallelism
+  // torch::nn::Linear, or its column-/row-parallel split (LlamaConfig::tensor_parallel).
+  torch::nn::AnyModule q_proj_, k_proj_, v_proj_, o_proj_;
   LlamaRMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3
 };
 TORCH_MODULE(LlamaAttention);
@@ -107,7 +129,7 @@ class LlamaMLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
  private:
-  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+  torch::nn::AnyModule gate_proj_, up_proj_, down_proj_;
 };
 TORCH_MODULE(LlamaMLP);
 
@@ -123,6 +145,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   LlamaMLP mlp_{nullptr};
 };
 TORCH_MODULE(LlamaDecoderLayer);
+using ShardedLlamaDecoderLayer = deepspeed::zero::ShardedImpl<LlamaDecoderLayerImpl>;
 
 // transformers' "model": the token embedding, the decoder layers and the final norm.
 class LlamaModelImpl : public torch::nn::Module {
@@ -130,10 +153,14 @@ class LlamaModelImpl : public torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& cfg);
   // The final hidden states [batch, seq, hidden] of tokens [batch, seq] at positions 0..seq-1.
   at::Tensor forward(const at::Tensor& tokens);
-  torch::nn::Embedding embed_tokens{nullptr};
+  // The token embedding's weight (this rank's vocabulary rows under tensor parallelism): the tied head's too.
+  const at::Tensor& embedding_weight() const;
 
  private:
+  at::Tensor embed(const at::Tensor& tokens);
   LlamaConfig cfg_;
+  torch::nn::AnyModule embed_tokens_;  // Embedding, or VocabParallelEmbedding (tensor parallelism)
+  std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::EmbeddingImpl>> embed_unit_;  // shard_layers, untied
   torch::nn::ModuleList layers_;
   LlamaRMSNorm norm_{nullptr};
   at::Tensor inv_freq_;  // not a parameter or buffer: transformers does not save it either
@@ -155,7 +182,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
  private:
   LlamaConfig cfg_;
   LlamaModel model_{nullptr};
-  torch::nn::Linear lm_head_{nullptr};  // only when the embeddings are untied
+  // This rank's logits: [batch, seq, vocab], or its slice of the vocabulary under tensor parallelism.
+  at::Tensor local_logits(const at::Tensor& tokens);
+  torch::nn::AnyModule lm_head_;  // untied: Linear, or ColumnParallelLinear over the vocabulary
+  std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::LinearImpl>> lm_head_unit_;  // shard_layers, untied
 };
 TORCH_MODULE(LlamaForCausalLM);
 

@@ -132,6 +132,7 @@ struct SplitParameter {
   at::Tensor param;
   int64_t dim = 0;
   int64_t fused_parts = 1;
+  comm::ProcessGroup group;  // the layer's group: this rank holds slice group.rank() of group.size()
 };
 
 // The parameters of `module`'s tree that the layers above split over a tensor-parallel group (column-parallel weights

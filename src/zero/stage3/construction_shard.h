@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -37,6 +38,11 @@ class ConstructionShard : public detail::UnitHooks {
   // Each of this unit's parameters' shape when whole, by TensorImpl.
   void add_shapes(std::unordered_map<const void*, std::vector<int64_t>>& out) const;
   bool owns(const at::Tensor& param) const { return numel_of(param) > 0; }
+  // Overwrites this rank's partition from full values read on demand: read(param, begin, count) returns elements
+  // [begin, begin + count) of `param`'s flattened full value (any dtype: copied into the partition's). Reads only
+  // what this rank owns; not collective.
+  void load_partition(const std::function<at::Tensor(const at::Tensor& param, int64_t begin, int64_t count)>& read);
+  const std::vector<at::Tensor>& params() const { return params_; }
   // Collective: gives every parameter its full value again (in fresh memory).
   void gather();
   // Collective: with modifier_rank >= 0, takes that rank's full values; keeps this rank's partition and frees the
