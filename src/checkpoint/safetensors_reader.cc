@@ -135,6 +135,14 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+void SafetensorsFile::drop_pages(const SafetensorsTensor& entry) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(mapping_->data + data_start_ + entry.begin) / page * page;
+  const uintptr_t last = reinterpret_cast<uintptr_t>(mapping_->data + data_start_ + entry.end);
+  // Only whole pages inside the mapping; a page shared with the next tensor is dropped too, which costs a re-read.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 at::Tensor SafetensorsFile::tensor(const SafetensorsTensor& entry) const {
   // from_blob wants a mutable pointer; the pages are mapped read-only, so a write would fault instead of changing
   // the file: callers copy.

@@ -37,6 +37,9 @@ class SafetensorsFile {
   // The tensor's bytes as a CPU tensor that keeps the mapping alive. Read only: write to a copy.
   at::Tensor tensor(const SafetensorsTensor& entry) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Gives back the pages of `entry`'s bytes this process touched (they stay in the page cache): a loader that has
+  // copied a tensor calls it, so the mapping's pages do not add up to a second copy of the model in its RSS.
+  void drop_pages(const SafetensorsTensor& entry) const;
 
  private:
   struct Mapping;

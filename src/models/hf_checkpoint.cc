@@ -172,16 +172,22 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
   // Partitioned units: each rank reads only the elements of its own partition (the pages of the mapping it touches).
   for (const auto& unit : zero::find_units(root))
     if (auto* shard = dynamic_cast<zero::ConstructionShard*>(unit->hooks().get()))
-      shard->load_partition([&](const at::Tensor& param, int64_t begin, int64_t count) {
-        const Source& s = *source_of.at(param.unsafeGetTensorImpl());
-        return s.file->tensor(*s.entry).reshape({-1}).narrow(0, begin, count);
-      });
+      shard->load_partition(
+          [&](const at::Tensor& param, int64_t begin, int64_t count) {
+            const Source& s = *source_of.at(param.unsafeGetTensorImpl());
+            return s.file->tensor(*s.entry).reshape({-1}).narrow(0, begin, count);
+          },
+          [&](const at::Tensor& param) {
+            const Source& s = *source_of.at(param.unsafeGetTensorImpl());
+            s.file->drop_pages(*s.entry);
+          });
   for (auto& [name, target] : expected) {
     if (whole.count(target.unsafeGetTensorImpl()) > 0) continue;
     const Source& s = *source_of.at(target.unsafeGetTensorImpl());
     const auto split = splits.find(target.unsafeGetTensorImpl());
     const at::Tensor full = s.file->tensor(*s.entry);
     target.copy_(split == splits.end() ? full : slice_of(full, split->second));
+    s.file->drop_pages(*s.entry);
   }
 }
 

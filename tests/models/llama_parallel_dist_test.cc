@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "deepspeed/accelerator.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/deepspeed.h"
@@ -169,6 +171,55 @@ TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
   } catch (const deepspeed::ConfigError& e) {
     EXPECT_STREQ(e.what(), "config.json: num_key_value_heads 1 does not split over 2 tensor-parallel ranks");
   }
+}
+
+// A sharded folder at ZeRO-3: loading into a model built under zero::Init grows each rank's peak RSS (the kernel's
+// VmHWM, reset after the build) by less than its share of the model (the model's bytes / ranks): the loader writes
+// into the partitions the build made and holds nothing but the mapped pages of the tensor it is copying, which it
+// gives back. A loader that read whole tensors or kept the pages it touched would hold the whole model (60 MB in
+// fp32 here: untied, 16 layers, an 8000-word vocabulary, written by rank 0 first in 16 MB shards). The build's own
+// growth is printed beside it (zero::Init's: the partitions plus one unit whole at a time, and what the C allocator
+// keeps of the freed units: issue 55).
+TEST(LlamaParallel, ShardedLoadAtZero3HoldsLessThanItsShare) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ds_test::TempDir base("llama_rss");
+  const std::string dir = shared_dir(base.path()) + "/big";
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 8000, "hidden_size": 256,
+      "intermediate_size": 688, "num_hidden_layers": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "tie_word_embeddings": false})";
+  dm::LlamaConfig cfg = dm::LlamaConfig::from_json(json);
+  const int64_t model_bytes = cfg.num_parameters() * 4;
+  if (comm::get_rank() == 0) {
+    dm::LlamaForCausalLM whole(cfg);
+    std::vector<std::pair<std::string, at::Tensor>> weights;
+    for (const auto& p : whole->named_parameters()) weights.emplace_back(p.key(), p.value());
+    dm::HfSaveOptions options;
+    options.max_shard_bytes = 16 << 20;
+    dm::save_hf_folder(dir, weights, cfg.json, options);
+  }
+  comm::barrier();
+  auto& acc = deepspeed::accelerator::get_accelerator();
+  const deepspeed::Config config = deepspeed::Config::from_string(R"({"train_micro_batch_size_per_gpu": 1,
+      "zero_optimization": {"stage": 3}})");
+  cfg.shard_layers = true;
+  {
+    acc.reset_peak_memory_stats();
+    const int64_t before_build = acc.memory_stats().allocated_bytes;
+    dm::LlamaForCausalLM model = [&] {
+      deepspeed::zero::Init init(config);
+      return dm::LlamaForCausalLM(cfg);
+    }();
+    const int64_t built = acc.memory_stats().peak_allocated_bytes - before_build;
+    acc.reset_peak_memory_stats();
+    const int64_t before_load = acc.memory_stats().allocated_bytes;
+    dm::load_hf_weights(*model, dir);
+    const int64_t loaded = acc.memory_stats().peak_allocated_bytes - before_load;
+    std::fprintf(stderr,
+                 "rank %d: a %.1f MB model: build under zero::Init grew the peak RSS %.1f MB, the load %.1f MB\n",
+                 comm::get_rank(), model_bytes / 1048576.0, built / 1048576.0, loaded / 1048576.0);
+    EXPECT_LT(loaded, model_bytes / comm::get_world_size());
+  }
+  comm::barrier();
 }
 
 }  // namespace

@@ -84,13 +84,15 @@ void ConstructionShard::gather() {
 }
 
 void ConstructionShard::load_partition(
-    const std::function<at::Tensor(const at::Tensor& param, int64_t begin, int64_t count)>& read) {
+    const std::function<at::Tensor(const at::Tensor& param, int64_t begin, int64_t count)>& read,
+    const std::function<void(const at::Tensor& param)>& done) {
   DS_CHECK(!full_.defined() && !materialized_, "zero::Init: load a unit's partition while it is partitioned");
   at::NoGradGuard no_grad;
   const int64_t begin = layout_.begin(layout_.rank()), end = begin + layout_.partition_size();
   for (size_t i = 0; i < params_.size(); ++i) {
     const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i] + numels_[i]);
     if (lo < hi) shard_.narrow(0, lo - begin, hi - lo).copy_(read(params_[i], lo - offsets_[i], hi - lo));
+    if (lo < hi && done) done(params_[i]);
   }
 }
 

@@ -40,8 +40,9 @@ class ConstructionShard : public detail::UnitHooks {
   bool owns(const at::Tensor& param) const { return numel_of(param) > 0; }
   // Overwrites this rank's partition from full values read on demand: read(param, begin, count) returns elements
   // [begin, begin + count) of `param`'s flattened full value (any dtype: copied into the partition's). Reads only
-  // what this rank owns; not collective.
-  void load_partition(const std::function<at::Tensor(const at::Tensor& param, int64_t begin, int64_t count)>& read);
+  // what this rank owns; not collective. `done(param)`, when given, is called once its elements are copied.
+  void load_partition(const std::function<at::Tensor(const at::Tensor& param, int64_t begin, int64_t count)>& read,
+                      const std::function<void(const at::Tensor& param)>& done = nullptr);
   const std::vector<at::Tensor>& params() const { return params_; }
   // Collective: gives every parameter its full value again (in fresh memory).
   void gather();
