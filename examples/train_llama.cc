@@ -10,7 +10,8 @@
 // summary line of train_gpt (final_line.h); --save_hf writes the trained weights, in the config's dtype, with the
 // config.json beside them. At ZeRO stage 3 the model is built under zero::Init with each decoder layer a unit, and
 // each rank loads only its own partitions. --tp_size T splits the model over T consecutive ranks (Megatron's layout,
-// tensor_parallel.autotp_size T), each loading only its slices; data parallel over the remaining ranks.
+// tensor_parallel.autotp_size T), each loading only its slices; --sp_size P splits each sequence over P consecutive
+// ranks (Ulysses, sequence_parallel_size P); data parallel over the remaining ranks.
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +29,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
+#include "deepspeed/sequence/layer.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
@@ -43,6 +45,7 @@ struct Args {
   int64_t seq_len = 128;
   int64_t seed = 1234;
   int tp_size = 1;
+  int sp_size = 1;
 };
 
 dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& config) {
@@ -54,6 +57,9 @@ dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& conf
   cfg.shard_layers = config.zero.stage == 3;
   if (config.tensor_parallel.autotp_size > 1)
     cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(config.tensor_parallel.autotp_size).tensor_parallel;
+  if (config.sequence_parallel_size > 1)
+    cfg.sequence_parallel =
+        deepspeed::sequence::sequence_parallel_groups(config.sequence_parallel_size).sequence_parallel;
   at::manual_seed(static_cast<uint64_t>(args.seed));  // every rank builds the same initial model
   dm::LlamaForCausalLM model = [&] {
     deepspeed::zero::Init init(config);  // stage 3: each unit partitioned as it is built
@@ -81,6 +87,17 @@ int train(const Args& args) {
   if (args.tp_size > 1 && config.tensor_parallel.autotp_size != args.tp_size)
     throw std::invalid_argument("--tp_size " + std::to_string(args.tp_size) + " disagrees with the config's " +
                                 "tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel.autotp_size));
+  // --sp_size P: sequence_parallel_size is set to P (or must equal it); each rank trains on its part of each sequence.
+  if (args.sp_size > 1 && config.sequence_parallel_size <= 1) config.sequence_parallel_size = args.sp_size;
+  if (args.sp_size > 1 && config.sequence_parallel_size != args.sp_size)
+    throw std::invalid_argument("--sp_size " + std::to_string(args.sp_size) + " disagrees with the config's " +
+                                "sequence_parallel_size " + std::to_string(config.sequence_parallel_size));
+  const int sp = config.sequence_parallel_size;
+  if (args.seq_len % sp != 0)
+    throw std::invalid_argument("--seq_len " + std::to_string(args.seq_len) +
+                                " must divide by the sequence-parallel "
+                                "size " +
+                                std::to_string(sp));
   dm::LlamaForCausalLM model = build_model(args, config);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
@@ -103,7 +120,12 @@ int train(const Args& args) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       const at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
-      const at::Tensor x = batch.narrow(1, 0, args.seq_len), y = batch.narrow(1, 1, args.seq_len);
+      at::Tensor x = batch.narrow(1, 0, args.seq_len), y = batch.narrow(1, 1, args.seq_len);
+      if (sp > 1) {  // this rank's part of each sequence
+        const int64_t part = args.seq_len / sp, first = (deepspeed::comm::get_rank() % sp) * part;
+        x = x.narrow(1, first, part);
+        y = y.narrow(1, first, part);
+      }
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();
@@ -151,6 +173,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", args.seed, "initial-weights and data-order seed");
   app.add_option("--save_hf", args.save_hf, "write the trained model here as a Hugging Face folder");
   app.add_option("--tp_size", args.tp_size, "split the model over this many ranks by tensor parallelism")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--sp_size", args.sp_size, "split each sequence over this many ranks (Ulysses)")
       ->check(deepspeed::check_at_least(1));
   CLI11_PARSE(app, argc, argv);
   if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));

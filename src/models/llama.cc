@@ -55,6 +55,27 @@ torch::nn::AnyModule add_linear(torch::nn::Module& parent, const std::string& na
 
 int64_t tp_size(const LlamaConfig& cfg) { return cfg.tensor_parallel.is_member() ? cfg.tensor_parallel.size() : 1; }
 
+// Causal attention of q [batch, heads, seq, dim] over k, v [batch, kv heads, seq, dim] (grouped-query when fewer).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
+}
+
+// What sequence parallelism needs of the config: both head counts divisible by the group's size.
+void check_sequence_parallel(const LlamaConfig& cfg) {
+  if (!cfg.sequence_parallel.is_member()) return;
+  const int64_t p = cfg.sequence_parallel.size();
+  DS_CHECK_T(ConfigError, !cfg.tensor_parallel.is_member(),
+             "Llama: sequence parallelism does not combine with "
+             "tensor parallelism yet");
+  DS_CHECK_T(ConfigError, cfg.num_attention_heads % p == 0, "config.json: num_attention_heads ",
+             cfg.num_attention_heads, " does not split over ", p, " sequence-parallel ranks");
+  DS_CHECK_T(ConfigError, cfg.num_key_value_heads % p == 0, "config.json: num_key_value_heads ",
+             cfg.num_key_value_heads, " does not split over ", p,
+             " sequence-parallel ranks (Ulysses gives each "
+             "rank whole key/value heads)");
+}
+
 // What tensor parallelism needs of the config: each split count divisible by the group's size.
 void check_tensor_parallel(const LlamaConfig& cfg) {
   const int64_t t = tp_size(cfg);
@@ -124,6 +145,13 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
     q_norm_ = register_module("q_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps, cfg.tensor_parallel));
     k_norm_ = register_module("k_norm", LlamaRMSNorm(head_dim_, cfg.rms_norm_eps, cfg.tensor_parallel));
   }
+  if (cfg.sequence_parallel.is_member()) {
+    // Whole sequences of some heads, [batch, seq, heads / P, dim] in and out.
+    auto local = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2);
+    };
+    ulysses_ = register_module("ulysses", deepspeed::sequence::DistributedAttention(local, cfg.sequence_parallel));
+  }
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -137,13 +165,13 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  const at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
+  const at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
-  const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                          /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                          /*enable_gqa=*/kv_heads_ != heads_);
-  return o_proj_.forward<at::Tensor>(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
+  // [batch, seq, heads, dim]: this rank's tokens, exchanged by Ulysses for whole sequences of some heads.
+  const at::Tensor out = ulysses_ ? ulysses_->forward(q.transpose(1, 2), k.transpose(1, 2), v)
+                                  : causal_attention(q, k, v.transpose(1, 2)).transpose(1, 2);
+  return o_proj_.forward<at::Tensor>(out.reshape({b, s, heads_ * head_dim_}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) {
@@ -172,6 +200,7 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor&
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg) : cfg_(cfg) {
   check_tensor_parallel(cfg);
+  check_sequence_parallel(cfg);
   auto make_embedding = [&] {
     torch::nn::Embedding e(cfg.vocab_size, cfg.hidden_size);
     init_like_transformers(*e, cfg.initializer_range);
@@ -216,7 +245,10 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
              cfg_.sliding_window.value_or(0), " is shorter than the sequence of ", seq,
              " tokens (sliding-window attention is not implemented)");
   at::Tensor h = embed(tokens);
-  const at::Tensor positions = at::arange(seq, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
+  // Under sequence parallelism this rank holds tokens [r * seq, (r + 1) * seq) of each sequence.
+  const int64_t first = cfg_.sequence_parallel.is_member() ? cfg_.sequence_parallel.rank() * seq : 0;
+  const at::Tensor positions =
+      at::arange(first, first + seq, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);
   cos = cos.to(h.scalar_type());
   sin = sin.to(h.scalar_type());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # examples/train_llama end to end through the launcher: a random tiny Llama (examples/models/tiny_llama) trained at
 # ZeRO stage 2 on 2 ranks and saved for Hugging Face; transformers loads the folder with nothing missing or unexpected,
-# and train_llama fine-tunes it again from that folder (--model_dir) at ZeRO-3 and with --tp_size 2, saving each;
+# and train_llama fine-tunes it again from that folder (--model_dir) at ZeRO-3 and with --tp_size 2, saving each,
+# and with --sp_size 2;
 # bad input fails with one line.
 # Usage: train_llama_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
@@ -45,6 +46,9 @@ grep -q 'final step=2 loss=' "$work/z3.log" || { cat "$work/z3.log"; exit 1; }
 run --model_dir "$work/z3" --deepspeed_config "$src/examples/configs/llama_zero2.json" --tp_size 2 --steps 2 \
     --seq_len 32 --save_hf "$work/tp" > "$work/tp.log" 2>&1 || { cat "$work/tp.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/tp.log" || { cat "$work/tp.log"; exit 1; }
+run --model_dir "$work/tp" --deepspeed_config "$src/examples/configs/llama_zero2.json" --sp_size 2 --steps 2 \
+    --seq_len 32 > "$work/sp.log" 2>&1 || { cat "$work/sp.log"; exit 1; }
+grep -q 'final step=2 loss=' "$work/sp.log" || { cat "$work/sp.log"; exit 1; }
 "$DS_PYTHON" - "$work/z3" "$work/tp" <<'PY'
 import sys
 from transformers import AutoModelForCausalLM

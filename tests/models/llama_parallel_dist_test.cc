@@ -3,13 +3,16 @@
 //  - ZeRO stage 3: built under zero::Init with each decoder layer a unit (and the embedding and head when untied),
 //    each rank reading only its own partitions;
 //  - tensor parallelism over 2 ranks (LlamaConfig::tensor_parallel, tensor_parallel.autotp_size 2), each rank
-//    reading only its slices, ZeRO stage 1 over the data-parallel rest.
+//    reading only its slices, ZeRO stage 1 over the data-parallel rest;
+//  - Ulysses sequence parallelism over 2 ranks (LlamaConfig::sequence_parallel), each rank its half of every
+//    sequence (rotary positions from the half's first token), ZeRO stage 2.
 // Against a plain single-process LibTorch loop over the whole model loaded from the same folder, SGD written out, the
 // global batch of every data-parallel replica's micro-batches. A rank that loaded another rank's partition or slice,
 // or loaded nothing (the random initial values stay), a gradient not averaged over the replicas, or a save that
 // gathers no partition or joins the slices wrongly: each moves the losses or weights far past the bound.
 // DS_HF_MODELS: make_hf_models.py's folders.
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
+#include "deepspeed/sequence/layer.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/zero.h"
 #include "temp_dir.h"
@@ -77,6 +81,7 @@ Run plain_libtorch(const std::string& name, int world) {
 struct Layout {
   int stage = 0;
   int tp = 1;
+  int sp = 1;
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -84,11 +89,13 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
       R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 1000,
           "gradient_clipping": 0.0, "optimizer": {"type": "SGD", "params": {"lr": 0.05}},
           "tensor_parallel": {"autotp_size": )" +
-      std::to_string(layout.tp) + R"(}, "zero_optimization": {"stage": )" + std::to_string(layout.stage) +
+      std::to_string(layout.tp) + R"(}, "sequence_parallel_size": )" + std::to_string(layout.sp) +
+      R"(, "zero_optimization": {"stage": )" + std::to_string(layout.stage) +
       R"(, "stage3_param_persistence_threshold": 0}})");
   dm::LlamaConfig cfg = dm::LlamaConfig::from_file(folder(name) + "/config.json");
   cfg.shard_layers = layout.stage == 3;
   if (layout.tp > 1) cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(layout.tp).tensor_parallel;
+  if (layout.sp > 1) cfg.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(layout.sp).sequence_parallel;
   dm::LlamaForCausalLM model = [&] {
     deepspeed::zero::Init init(config);
     return dm::LlamaForCausalLM(cfg);
@@ -103,11 +110,15 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
     }
   }
   auto engine = deepspeed::initialize(model, config);
-  const int dp = comm::get_world_size() / layout.tp, d = comm::get_rank() / layout.tp;
+  // Consecutive ranks share a replica (tensor or sequence parallel); a sequence-parallel rank holds its part of
+  // each sequence.
+  const int replica = layout.tp * layout.sp, dp = comm::get_world_size() / replica, d = comm::get_rank() / replica;
+  const int64_t part = kSeq / layout.sp, first = (comm::get_rank() % layout.sp) * part;
   Run run;
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = batch(cfg.vocab_size, step, dp);
-    at::Tensor loss = engine.forward(x.narrow(0, d * kMicro, kMicro), y.narrow(0, d * kMicro, kMicro));
+    at::Tensor loss = engine.forward(x.narrow(0, d * kMicro, kMicro).narrow(1, first, part),
+                                     y.narrow(0, d * kMicro, kMicro).narrow(1, first, part));
     engine.backward(loss);
     engine.step();
     at::Tensor mean = loss.detach().clone();
@@ -133,13 +144,14 @@ std::string shared_dir(const std::string& mine) {
 // over the ranks; the same layer gathered from partitions). The longest sum is a matmul over intermediate_size (64)
 // or the softmax over the vocabulary (96) terms, plus the ranks' average; errors add over the steps.
 void expect_plain_libtorch(const std::string& name, Layout layout) {
-  SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(layout.stage) + ", tp " + std::to_string(layout.tp));
-  const int dp = comm::get_world_size() / layout.tp;
+  SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(layout.stage) + ", tp " + std::to_string(layout.tp) + ", sp " +
+               std::to_string(layout.sp));
+  const int dp = comm::get_world_size() / (layout.tp * layout.sp);
   ds_test::TempDir base("llama_parallel");
   const std::string saved = shared_dir(base.path()) + "/saved";
   const Run want = plain_libtorch(name, dp);
   const Run got = train_parallel(name, layout, saved);
-  const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 96 + dp + layout.tp, kSteps);
+  const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 96 + dp + layout.tp + layout.sp, kSteps);
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t s = 0; s < want.losses.size(); ++s)
     EXPECT_WITHIN(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], bound) << "step " << s;
@@ -170,6 +182,23 @@ TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
     ADD_FAILURE() << "a key/value head split over 2 ranks was accepted";
   } catch (const deepspeed::ConfigError& e) {
     EXPECT_STREQ(e.what(), "config.json: num_key_value_heads 1 does not split over 2 tensor-parallel ranks");
+  }
+}
+
+TEST(LlamaParallel, UlyssesMatchesPlainLibTorch) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
+  // Grouped-query attention (2 key/value heads, one per rank) and Qwen3's q/k norms, at ZeRO stage 2.
+  for (const char* name : {"llama", "qwen3"}) expect_plain_libtorch(name, Layout{2, 1, 2});
+  // Mistral's one key/value head cannot go whole to each of 2 ranks: refused by key before anything is built.
+  dm::LlamaConfig mistral = dm::LlamaConfig::from_file(folder("mistral") + "/config.json");
+  mistral.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(2).sequence_parallel;
+  try {
+    dm::LlamaForCausalLM m(mistral);
+    ADD_FAILURE() << "one key/value head over 2 sequence-parallel ranks was accepted";
+  } catch (const deepspeed::ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("num_key_value_heads 1 does not split over 2 "
+                                                            "sequence-parallel ranks"));
   }
 }
 

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/sequence/layer.h"
 #include "deepspeed/zero.h"
 
 namespace deepspeed::models {
@@ -78,6 +79,13 @@ struct LlamaConfig {
   // with shard_layers. Build over deepspeed::tp::tensor_parallel_groups(T).tensor_parallel and train with
   // tensor_parallel.autotp_size T.
   deepspeed::comm::ProcessGroup tensor_parallel;
+  // Ulysses sequence parallelism over this group when set: forward takes this rank's part of each sequence (P equal
+  // consecutive parts in group-rank order, rotary positions counted from the part's first token) and the attention
+  // exchanges it for whole sequences of heads / P query heads and num_key_value_heads / P key/value heads
+  // (deepspeed::sequence::DistributedAttention); the loss is the mean over this rank's tokens. Needs both head counts
+  // divisible by the group's size (refused by key otherwise); not with tensor_parallel. Build over
+  // deepspeed::sequence::sequence_parallel_groups(P).sequence_parallel and train with sequence_parallel_size P.
+  deepspeed::comm::ProcessGroup sequence_parallel;
 
   // Reads an HF config.json; ConfigError naming the file, the key and the value for what is refused.
   static LlamaConfig from_file(const std::string& path);
@@ -119,6 +127,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // torch::nn::Linear, or its column-/row-parallel split (LlamaConfig::tensor_parallel).
   torch::nn::AnyModule q_proj_, k_proj_, v_proj_, o_proj_;
   LlamaRMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3
+  deepspeed::sequence::DistributedAttention ulysses_{nullptr};  // LlamaConfig::sequence_parallel
 };
 TORCH_MODULE(LlamaAttention);
 
