@@ -46,6 +46,7 @@ struct Args {
   int64_t seed = 1234;
   int tp_size = 1;
   int sp_size = 1;
+  bool gradient_checkpointing = false;
 };
 
 dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& config) {
@@ -55,6 +56,7 @@ dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& conf
     throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
                                 " cannot hold byte-level tokens (256 values)");
   cfg.shard_layers = config.zero.stage == 3;
+  cfg.gradient_checkpointing = args.gradient_checkpointing;
   if (config.tensor_parallel.autotp_size > 1)
     cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(config.tensor_parallel.autotp_size).tensor_parallel;
   if (config.sequence_parallel_size > 1)
@@ -176,6 +178,8 @@ int main(int argc, char** argv) {
       ->check(deepspeed::check_at_least(1));
   app.add_option("--sp_size", args.sp_size, "split each sequence over this many ranks (Ulysses)")
       ->check(deepspeed::check_at_least(1));
+  app.add_flag("--gradient_checkpointing", args.gradient_checkpointing,
+               "recompute each decoder layer in backward instead of keeping its activations");
   CLI11_PARSE(app, argc, argv);
   if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));
   if (args.model_dir.empty() && args.model_config.empty())

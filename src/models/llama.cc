@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/error.h"
 #include "deepspeed/tp/parallel_linear.h"
 
@@ -252,11 +253,14 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);
   cos = cos.to(h.scalar_type());
   sin = sin.to(h.scalar_type());
+  const bool recompute = cfg_.gradient_checkpointing && is_training() && at::GradMode::is_enabled();
   for (const auto& layer : *layers_) {
-    if (auto* unit = layer->as<ShardedLlamaDecoderLayer>())
-      h = unit->forward(h, cos, sin);
-    else
-      h = layer->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin);
+    // By value: a checkpointed layer reruns in backward, after this frame is gone.
+    auto run = [cos, sin, unit = layer->as<ShardedLlamaDecoderLayer>(),
+                plain = layer->as<LlamaDecoderLayerImpl>()](const at::Tensor& x) {
+      return unit != nullptr ? unit->forward(x, cos, sin) : plain->forward(x, cos, sin);
+    };
+    h = recompute ? checkpointing::checkpoint(run, h) : run(h);
   }
   return norm_->forward(h);
 }

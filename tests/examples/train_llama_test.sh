@@ -41,6 +41,7 @@ grep -q "train_llama: $work/empty: no model.safetensors or model.safetensors.ind
 printf '{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
   "zero_optimization": {"stage": 3}}' > "$work/z3.json"
 run --model_dir "$work/tuned" --deepspeed_config "$work/z3.json" --steps 2 --seq_len 32 --save_hf "$work/z3" \
+    --gradient_checkpointing \
     > "$work/z3.log" 2>&1 || { cat "$work/z3.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/z3.log" || { cat "$work/z3.log"; exit 1; }
 run --model_dir "$work/z3" --deepspeed_config "$src/examples/configs/llama_zero2.json" --tp_size 2 --steps 2 \

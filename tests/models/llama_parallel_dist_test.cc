@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "deepspeed/accelerator.h"
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/deepspeed.h"
@@ -82,6 +83,7 @@ struct Layout {
   int stage = 0;
   int tp = 1;
   int sp = 1;
+  bool checkpointing = false;  // activation checkpointing per decoder layer
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -94,6 +96,7 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
       R"(, "stage3_param_persistence_threshold": 0}})");
   dm::LlamaConfig cfg = dm::LlamaConfig::from_file(folder(name) + "/config.json");
   cfg.shard_layers = layout.stage == 3;
+  cfg.gradient_checkpointing = layout.checkpointing;
   if (layout.tp > 1) cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(layout.tp).tensor_parallel;
   if (layout.sp > 1) cfg.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(layout.sp).sequence_parallel;
   dm::LlamaForCausalLM model = [&] {
@@ -110,6 +113,7 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
     }
   }
   auto engine = deepspeed::initialize(model, config);
+  const int64_t recomputed_before = deepspeed::checkpointing::stats().recomputes;
   // Consecutive ranks share a replica (tensor or sequence parallel); a sequence-parallel rank holds its part of
   // each sequence.
   const int replica = layout.tp * layout.sp, dp = comm::get_world_size() / replica, d = comm::get_rank() / replica;
@@ -125,6 +129,9 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
     comm::get_world_group().all_reduce(mean, comm::ReduceOp::kAvg);
     run.losses.push_back(mean.item<double>());
   }
+  // Checkpointing reran each decoder layer in each step's backward (and nothing else did).
+  EXPECT_EQ(deepspeed::checkpointing::stats().recomputes - recomputed_before,
+            layout.checkpointing ? kSteps * cfg.num_hidden_layers : 0);
   const auto weights = dm::gather_hf_weights(*model);
   if (comm::get_rank() == 0) dm::save_hf_folder(save_dir, weights, cfg.json);
   comm::barrier();
@@ -168,6 +175,14 @@ TEST(LlamaParallel, Zero3MatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
   for (const char* name : {"llama", "qwen2"}) expect_plain_libtorch(name, Layout{3, 1});
+}
+
+// Each decoder layer recomputed in backward gives the plain loop's gradients, also with its parameters gathered again
+// for the recomputation at ZeRO-3.
+TEST(LlamaParallel, ActivationCheckpointingMatchesPlainLibTorch) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
+  for (int stage : {2, 3}) expect_plain_libtorch("llama", Layout{stage, 1, 1, /*checkpointing=*/true});
 }
 
 TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {

@@ -71,6 +71,10 @@ struct LlamaConfig {
   // the head are units too; inside a zero::Init scope each is partitioned as soon as it is built, and
   // load_hf_weights then fills only this rank's partitions. A pass-through at stages 0-2.
   bool shard_layers = false;
+  // Activation checkpointing per decoder layer (transformers' gradient_checkpointing_enable()): each layer keeps only
+  // its input and reruns in backward (deepspeed::checkpointing::checkpoint, so the config's activation_checkpointing
+  // section applies: cpu_checkpointing, ...). Only while training with gradients on.
+  bool gradient_checkpointing = false;
   // Tensor parallelism (Megatron's layout) over this group when set: q/k/v and the MLP's gate/up column-parallel
   // (heads, key/value heads and intermediate width split over the group), o_proj and down_proj row-parallel, the
   // embedding and an untied head vocabulary-parallel, the loss the vocabulary-parallel cross-entropy. Each layer is
