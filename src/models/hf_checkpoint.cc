@@ -137,12 +137,13 @@ at::Tensor join(const at::Tensor& mine, const tp::SplitParameter& s) {
 
 }  // namespace
 
-void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
+void load_hf_weights(torch::nn::Module& model, const std::string& dir, const HfLoadOptions& options) {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   const std::map<std::string, Source> where = open_folder(dir, files);
-  std::map<std::string, at::Tensor> expected;
-  for (const auto& item : model.named_parameters()) expected[item.key()] = item.value();
-  for (const auto& item : model.named_buffers()) expected[item.key()] = item.value();
+  std::map<std::string, at::Tensor> expected;  // by the folder's names
+  auto hf = [&](const std::string& n) { return options.hf_name ? options.hf_name(n) : n; };
+  for (const auto& item : model.named_parameters()) expected[hf(item.key())] = item.value();
+  for (const auto& item : model.named_buffers()) expected[hf(item.key())] = item.value();
   // Parameters zero::Init partitioned while the model was built hold no elements here; their whole shapes are
   // zero::Init's.
   const std::shared_ptr<torch::nn::Module> root = model.shared_from_this();
@@ -166,8 +167,8 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
     source_of[target.unsafeGetTensorImpl()] = &it->second;
   }
   for (const auto& [name, source] : where)
-    DS_CHECK_T(CheckpointError, expected.count(name) > 0 || ignorable(name, expected), source.file->path(),
-               ": tensor '", name, "' is not in the model (another architecture or config?)");
+    DS_CHECK_T(CheckpointError, options.part_of_model || expected.count(name) > 0 || ignorable(name, expected),
+               source.file->path(), ": tensor '", name, "' is not in the model (another architecture or config?)");
   at::NoGradGuard no_grad;
   // Partitioned units: each rank reads only the elements of its own partition (the pages of the mapping it touches).
   for (const auto& unit : zero::find_units(root))
@@ -191,8 +192,9 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir) {
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(torch::nn::Module& model,
-                                                                  std::optional<at::ScalarType> dtype) {
+std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(
+    torch::nn::Module& model, std::optional<at::ScalarType> dtype,
+    const std::function<std::string(const std::string&)>& hf_name) {
   const auto splits = splits_of(model);
   std::vector<std::pair<std::string, at::Tensor>> out;
   at::NoGradGuard no_grad;
@@ -201,52 +203,60 @@ std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(torch::nn::Mod
     zero::GatheredParameters gathered({p});  // one parameter's unit at a time (nothing outside stage 3)
     const auto split = splits.find(p.unsafeGetTensorImpl());
     at::Tensor whole = split == splits.end() ? p.detach() : join(p.detach(), split->second);
-    out.emplace_back(item.key(), whole.to(at::kCPU, dtype.value_or(p.scalar_type()), false, /*copy=*/true));
+    const std::string name = hf_name ? hf_name(item.key()) : item.key();
+    if (!name.empty())
+      out.emplace_back(name, whole.to(at::kCPU, dtype.value_or(p.scalar_type()), false, /*copy=*/true));
   }
   return out;
 }
 
-void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights,
-                    const std::string& config_json, const HfSaveOptions& options) {
-  DS_CHECK(options.max_shard_bytes > 0, "save_hf_folder: max_shard_bytes must be > 0");
-  DS_CHECK(!weights.empty(), "save_hf_folder: no weights to save");
+namespace {
+
+std::string shard_name(int index, int count) {
+  if (count == 1) return kSingle;
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", index + 1, count);
+  return name;
+}
+
+}  // namespace
+
+void write_hf_shard(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights, int index,
+                    int count, std::optional<at::ScalarType> dtype) {
+  DS_CHECK(count >= 1 && index >= 0 && index < count, "write_hf_shard: shard ", index, " of ", count);
   fs::create_directories(dir);
-  // Shards in the given order, each up to max_shard_bytes (a larger tensor alone in its shard).
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
-  int64_t in_shard = 0, total = 0;
-  const at::ScalarType dtype = options.dtype.value_or(weights.front().second.scalar_type());
-  for (const auto& [name, t] : weights) {
-    at::Tensor cpu = t.detach().to(at::kCPU, options.dtype.value_or(t.scalar_type())).contiguous();
-    const int64_t bytes = static_cast<int64_t>(cpu.nbytes());
-    if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().emplace_back(name, std::move(cpu));
-    in_shard += bytes;
-    total += bytes;
-  }
-  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}};
+  std::vector<std::pair<std::string, at::Tensor>> cpu;
+  for (const auto& [name, t] : weights)
+    cpu.emplace_back(name, t.detach().to(at::kCPU, dtype.value_or(t.scalar_type())).contiguous());
+  checkpoint::save_safetensors((fs::path(dir) / shard_name(index, count)).string(), cpu, {{"format", "pt"}});
+}
+
+void write_hf_index(const std::string& dir, int count, const std::string& config_json) {
   std::set<std::string> written;
-  if (shards.size() == 1) {
-    checkpoint::save_safetensors((fs::path(dir) / kSingle).string(), shards[0], metadata);
-    written.insert(kSingle);
-  } else {
-    nlohmann::ordered_json map = nlohmann::ordered_json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      char name[64];
-      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      checkpoint::save_safetensors((fs::path(dir) / name).string(), shards[i], metadata);
-      written.insert(name);
-      for (const auto& entry : shards[i]) map[entry.first] = name;
+  std::optional<at::ScalarType> dtype;
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  uint64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const std::string name = shard_name(i, count);
+    const SafetensorsFile shard((fs::path(dir) / name).string());
+    for (const SafetensorsTensor& t : shard.tensors()) {
+      DS_CHECK_T(CheckpointError, !map.contains(t.name), dir, ": tensor '", t.name, "' is in ", name, " and in ",
+                 map.value(t.name, std::string()));
+      map[t.name] = name;
+      total += t.end - t.begin;
+      if (!dtype && at::isFloatingType(t.dtype)) dtype = t.dtype;
     }
+    written.insert(name);
+  }
+  if (count > 1) {
     const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
     const std::string text = index.dump(2) + "\n";
     checkpoint::write_file_atomic((fs::path(dir) / kIndex).string(), text.data(), text.size());
     written.insert(kIndex);
   }
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(config_json);
-  const char* dtype_name = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  const at::ScalarType d = dtype.value_or(at::kFloat);
+  const char* dtype_name = d == at::kBFloat16 ? "bfloat16" : d == at::kHalf ? "float16" : "float32";
   if (config.contains("torch_dtype")) config["torch_dtype"] = dtype_name;
   config["dtype"] = dtype_name;
   const std::string text = config.dump(2) + "\n";
@@ -258,6 +268,27 @@ void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::str
         (name.rfind("model", 0) == 0 && entry.path().extension() == ".safetensors") || name == kIndex;
     if (weight_file && written.count(name) == 0) fs::remove(entry.path());
   }
+}
+
+void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights,
+                    const std::string& config_json, const HfSaveOptions& options) {
+  DS_CHECK(options.max_shard_bytes > 0, "save_hf_folder: max_shard_bytes must be > 0");
+  DS_CHECK(!weights.empty(), "save_hf_folder: no weights to save");
+  // Shards in the given order, each up to max_shard_bytes (a larger tensor alone in its shard).
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t in_shard = 0;
+  for (const auto& [name, t] : weights) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(options.dtype.value_or(t.scalar_type())));
+    if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, t);
+    in_shard += bytes;
+  }
+  const int count = static_cast<int>(shards.size());
+  for (int i = 0; i < count; ++i) write_hf_shard(dir, shards[i], i, count, options.dtype);
+  write_hf_index(dir, count, config_json);
 }
 
 }  // namespace deepspeed::models

@@ -33,6 +33,7 @@
 #include "deepspeed/sequence/layer.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/zero.h"
+#include "llama_reference.h"
 #include "temp_dir.h"
 #include "tolerance.h"
 
@@ -40,44 +41,14 @@ namespace {
 
 namespace dm = deepspeed::models;
 namespace comm = deepspeed::comm;
-
-constexpr int64_t kMicro = 2, kSeq = 12;
-constexpr int kSteps = 3;
-constexpr double kLr = 0.05;
-
-std::string folder(const std::string& name) {
-  const char* d = std::getenv("DS_HF_MODELS");
-  return std::string(d != nullptr ? d : "") + "/" + name;
-}
-
-// Global batch of step `step`: world x kMicro sequences; rank r's micro-batch is rows [r * kMicro, (r + 1) * kMicro).
-std::pair<at::Tensor, at::Tensor> batch(int64_t vocab, int step, int world) {
-  at::Generator g = at::detail::createCPUGenerator(1000 + step);
-  const at::Tensor tokens = at::randint(vocab, {world * kMicro, kSeq + 1}, g, at::kLong);
-  return {tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq)};
-}
-
-struct Run {
-  std::vector<double> losses;
-  std::map<std::string, at::Tensor> params;
-};
-
-Run plain_libtorch(const std::string& name, int world) {
-  dm::LlamaForCausalLM model(dm::LlamaConfig::from_file(folder(name) + "/config.json"));
-  dm::load_hf_weights(*model, folder(name));
-  Run run;
-  for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = batch(model->config().vocab_size, step, world);
-    for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
-    at::Tensor loss = model->forward(x, y);
-    loss.backward();
-    at::NoGradGuard no_grad;
-    for (auto& p : model->parameters()) p.sub_(kLr * p.grad());
-    run.losses.push_back(loss.item<double>());
-  }
-  for (const auto& p : model->named_parameters()) run.params[p.key()] = p.value().detach().clone();
-  return run;
-}
+using llama_reference::batch;
+using llama_reference::folder;
+using llama_reference::kMicro;
+using llama_reference::kSeq;
+using llama_reference::kSteps;
+using llama_reference::plain_libtorch;
+using llama_reference::Run;
+using llama_reference::shared_dir;
 
 struct Layout {
   int stage = 0;
@@ -137,14 +108,6 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
   comm::barrier();
   for (auto& [key, value] : weights) run.params[key] = value;
   return run;
-}
-
-// Rank 0's temporary folder, the same path on every rank (the ranks share this host).
-std::string shared_dir(const std::string& mine) {
-  at::Tensor bytes = at::zeros({256}, at::kByte);
-  if (comm::get_rank() == 0) std::memcpy(bytes.data_ptr(), mine.data(), std::min<size_t>(mine.size(), 255));
-  comm::get_world_group().broadcast(bytes, 0);
-  return std::string(static_cast<const char*>(bytes.data_ptr()));
 }
 
 // SGD: the engine takes the same sums as the plain loop in another grouping (each rank's half of the batch, averaged

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,13 +23,22 @@ namespace deepspeed::models {
 // A model built inside a zero::Init scope (ZeRO stage 3) keeps its units partitioned: each rank reads and writes only
 // its own partition of each unit, so no rank holds the whole model; a tensor-parallel layer takes only this rank's
 // slice. Not collective.
-void load_hf_weights(torch::nn::Module& model, const std::string& dir);
+struct HfLoadOptions {
+  // The folder's name of each of the model's parameter names (as they are when empty), e.g. llama_pipeline_hf_name.
+  std::function<std::string(const std::string&)> hf_name;
+  // The module holds part of the folder's model (a pipeline stage): the folder's other tensors are skipped, not
+  // refused.
+  bool part_of_model = false;
+};
+void load_hf_weights(torch::nn::Module& model, const std::string& dir, const HfLoadOptions& options = {});
 
 // The model's parameters whole, by name, as CPU tensors (in `dtype` when given), for save_hf_folder: ZeRO-3
 // partitions gathered one parameter at a time, tensor-parallel slices joined from their group. Collective: every rank
 // calls it and every rank gets the whole weights.
-std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(torch::nn::Module& model,
-                                                                  std::optional<at::ScalarType> dtype = std::nullopt);
+// `hf_name` renames as HfLoadOptions::hf_name does; a name it maps to "" is left out.
+std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(
+    torch::nn::Module& model, std::optional<at::ScalarType> dtype = std::nullopt,
+    const std::function<std::string(const std::string&)>& hf_name = nullptr);
 
 struct HfSaveOptions {
   // A folder whose weights exceed this is written as model-0000i-of-0000N.safetensors shards with
@@ -42,5 +52,13 @@ struct HfSaveOptions {
 // another sharding are removed.
 void save_hf_folder(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights,
                     const std::string& config_json, const HfSaveOptions& options = {});
+
+// A folder written by several processes (a pipeline's stages): each writes shard `index` of `count` with its own
+// weights (model-0000<index+1>-of-0000<count>.safetensors; model.safetensors when count is 1), then, once every
+// shard is written, one process writes model.safetensors.index.json (from the shards' headers) and config.json and
+// removes stale weight files. A name in two shards is refused.
+void write_hf_shard(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& weights, int index,
+                    int count, std::optional<at::ScalarType> dtype = std::nullopt);
+void write_hf_index(const std::string& dir, int count, const std::string& config_json);
 
 }  // namespace deepspeed::models
