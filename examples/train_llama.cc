@@ -40,7 +40,7 @@ namespace {
 namespace dm = deepspeed::models;
 
 struct Args {
-  std::string config_path, model_dir, model_config, data_path, save_hf;
+  std::string config_path, model_dir, model_config, data_path, save_hf, save_dir, load_dir;
   int64_t steps = 20;
   int64_t seq_len = 128;
   int64_t seed = 1234;
@@ -116,9 +116,15 @@ int train(const Args& args) {
                 model->config().architecture.c_str(), static_cast<long long>(model->config().num_parameters()),
                 engine.world_size(), static_cast<long long>(engine.train_batch_size()),
                 static_cast<long long>(args.seq_len));
+  int64_t first_step = 0;
+  if (!args.load_dir.empty()) {  // resume: weights, optimizer, schedule and counters; the data goes on at the step
+    if (!engine.load_checkpoint(args.load_dir))
+      throw std::runtime_error("--load_dir " + args.load_dir + ": no checkpoint");
+    first_step = engine.global_steps();
+  }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0.0;
-  for (int64_t step = 0; step < args.steps; ++step) {
+  for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       const at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
@@ -153,7 +159,9 @@ int train(const Args& args) {
     sq[1] = part.item<double>();
   }
   examples::print_final(engine.global_steps(), loss_t.item<double>(), sq.sum().item<double>(),
-                        static_cast<double>(args.steps * engine.train_batch_size() * args.seq_len), seconds);
+                        static_cast<double>((args.steps - first_step) * engine.train_batch_size() * args.seq_len),
+                        seconds);
+  if (!args.save_dir.empty()) engine.save_checkpoint(args.save_dir);
   if (!args.save_hf.empty()) save_hf(args, model);
   return 0;
 }
@@ -174,6 +182,8 @@ int main(int argc, char** argv) {
   app.add_option("--seq_len", args.seq_len, "tokens per sequence")->check(deepspeed::check_at_least(1));
   app.add_option("--seed", args.seed, "initial-weights and data-order seed");
   app.add_option("--save_hf", args.save_hf, "write the trained model here as a Hugging Face folder");
+  app.add_option("--save_dir", args.save_dir, "save a DeepSpeed checkpoint here after the last step");
+  app.add_option("--load_dir", args.load_dir, "resume from this directory's latest checkpoint (--steps counts all)");
   app.add_option("--tp_size", args.tp_size, "split the model over this many ranks by tensor parallelism")
       ->check(deepspeed::check_at_least(1));
   app.add_option("--sp_size", args.sp_size, "split each sequence over this many ranks (Ulysses)")

@@ -208,7 +208,9 @@ class Engine {
   // The whole module in the model's dtype, as one torch state dict file <save_dir>/<save_filename> written by rank 0
   // (DeepSpeed's save_16bit_model). At stage 3 the parameters are gathered one unit at a time, and only when
   // zero_optimization.stage3_gather_16bit_weights_on_model_save is set: otherwise nothing is saved, rank 0 warns
-  // and false is returned (save_checkpoint + ds_to_fp32 recover the weights then). Collective.
+  // and false is returned (save_checkpoint + ds_to_fp32 recover the weights then). Collective. A name ending in
+  // ".safetensors" writes safetensors (transformers' model.safetensors: add config.json beside it for a folder
+  // transformers loads, e.g. with models::write_hf_index), any other name torch's format.
   bool save_16bit_model(const std::string& save_dir, const std::string& save_filename = "pytorch_model.bin");
 
   int local_rank() const;

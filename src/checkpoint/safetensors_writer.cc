@@ -81,4 +81,19 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   });
 }
 
+void save_weights_file(const std::string& path, const StateDict& state) {
+  const std::string ext = ".safetensors";
+  if (path.size() < ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0) {
+    save_state(path, state);
+    return;
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : state) {
+    DS_CHECK_T(CheckpointError, item.value().isTensor(), path, ": '", item.key(),
+               "' is not a tensor; a safetensors file holds tensors only");
+    tensors.emplace_back(item.key(), item.value().toTensor().detach().cpu());
+  }
+  save_safetensors(path, tensors, {{"format", "pt"}});
+}
+
 }  // namespace deepspeed::checkpoint

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "deepspeed/checkpoint.h"
+
 namespace deepspeed::checkpoint {
 
 struct SafetensorsEntry {
@@ -34,5 +36,9 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
 // (write_file_atomic). For a few tensors held in memory anyway: initial weights, small exports.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::vector<std::pair<std::string, std::string>>& metadata);
+
+// A model's weights file in the format its name says: safetensors for "*.safetensors" (transformers' model file, the
+// tensors and nothing else), else torch's zip serialization (save_state). Crash-safe either way.
+void save_weights_file(const std::string& path, const StateDict& state);
 
 }  // namespace deepspeed::checkpoint

@@ -12,12 +12,13 @@
 
 #include "checkpoint/deepspeed_export.h"
 #include "checkpoint/partition_index.h"
+#include "checkpoint/safetensors_writer.h"
 #include "checkpoint/save_contents.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "moe/expert_params.h"
-#include "runtime/rank_agreement.h"
 #include "runtime/engine_impl.h"
+#include "runtime/rank_agreement.h"
 #include "runtime/state_sections.h"
 #include "zero/stage_features.h"
 
@@ -296,7 +297,7 @@ bool EngineImpl::save_16bit_model(const std::string& dir, const std::string& fil
   for (const auto& item : module_->named_buffers(/*recurse=*/true))
     if (item.value().defined()) state.insert(item.key(), item.value());
   runtime::all_ranks_or_none(layout_.data_parallel, "save_16bit_model", [&] {
-    if (layout_.data_parallel.rank() == 0) ckpt::save_state(dir + "/" + file_name, state);
+    if (layout_.data_parallel.rank() == 0) ckpt::save_weights_file(dir + "/" + file_name, state);
   });
   return true;
 }

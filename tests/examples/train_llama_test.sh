@@ -3,7 +3,8 @@
 # ZeRO stage 2 on 2 ranks and saved for Hugging Face; transformers loads the folder with nothing missing or unexpected,
 # and train_llama fine-tunes it again from that folder (--model_dir) at ZeRO-3 and with --tp_size 2, saving each,
 # and with --sp_size 2;
-# bad input fails with one line.
+# ds_to_fp32 --hf turns its checkpoint into the same folder, --load_dir resumes from it; bad input fails with one
+# line.
 # Usage: train_llama_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
 bin=$1 src=$2 port=$3
@@ -12,8 +13,22 @@ trap 'rm -rf "$work"' EXIT
 run() { "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_llama" "$@"; }
 run --model_config "$src/examples/models/tiny_llama/config.json" \
     --deepspeed_config "$src/examples/configs/llama_zero2.json" --steps 6 --seq_len 32 \
-    --save_hf "$work/tuned" > "$work/first.log" 2>&1 || { cat "$work/first.log"; exit 1; }
+    --save_hf "$work/tuned" --save_dir "$work/ckpt" > "$work/first.log" 2>&1 || { cat "$work/first.log"; exit 1; }
 grep -q 'final step=6 loss=' "$work/first.log" || { cat "$work/first.log"; echo "no final line"; exit 1; }
+# Resumed from the checkpoint (global step 6) to step 8.
+run --model_config "$src/examples/models/tiny_llama/config.json" --deepspeed_config "$src/examples/configs/llama_zero2.json" \
+    --steps 8 --seq_len 32 --load_dir "$work/ckpt" > "$work/resume.log" 2>&1 || { cat "$work/resume.log"; exit 1; }
+grep -q 'final step=8 loss=' "$work/resume.log" || { cat "$work/resume.log"; exit 1; }
+# The checkpoint converted by ds_to_fp32 --hf is the same folder, tensor for tensor (both fp32).
+"$bin/ds_to_fp32" "$work/ckpt" "$work/from_ckpt" --hf "$src/examples/models/tiny_llama/config.json" > /dev/null
+"$DS_PYTHON" - "$work/tuned" "$work/from_ckpt" <<'PY'
+import sys
+from safetensors.torch import load_file
+a, b = (load_file(d + "/model.safetensors") for d in sys.argv[1:])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    assert (a[k] == b[k]).all(), k
+PY
 "$DS_PYTHON" - "$work/tuned" <<'PY'
 import sys
 import torch
