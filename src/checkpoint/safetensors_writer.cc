@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "deepspeed/checkpoint.h"
@@ -82,6 +83,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 void save_weights_file(const std::string& path, const StateDict& state) {
+  // As DeepSpeed's save_16bit_model, which makes save_dir first.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
   const std::string ext = ".safetensors";
   if (path.size() < ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0) {
     save_state(path, state);

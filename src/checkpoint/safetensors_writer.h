@@ -38,7 +38,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const std::vector<std::pair<std::string, std::string>>& metadata);
 
 // A model's weights file in the format its name says: safetensors for "*.safetensors" (transformers' model file, the
-// tensors and nothing else), else torch's zip serialization (save_state). Crash-safe either way.
+// tensors and nothing else), else torch's zip serialization (save_state). Crash-safe either way; the folder is made
+// first if it does not exist.
 void save_weights_file(const std::string& path, const StateDict& state);
 
 }  // namespace deepspeed::checkpoint

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ void train_and_save(const std::string& name, int stage, bool via_engine) {
   }
   EXPECT_LT(last, first);
   const std::string out = env("DS_HF_SAVED") + "/" + name;
+  std::filesystem::remove_all(out);  // each writer makes its folder, as DeepSpeed's save_16bit_model does
   if (via_engine) {
     // DeepSpeed's save_16bit_model, as HF's Trainer calls it, into model.safetensors; the config beside it.
     ASSERT_TRUE(engine.save_16bit_model(out, "model.safetensors"));
