@@ -11,7 +11,8 @@
 // config.json beside them. At ZeRO stage 3 the model is built under zero::Init with each decoder layer a unit, and
 // each rank loads only its own partitions. --tp_size T splits the model over T consecutive ranks (Megatron's layout,
 // tensor_parallel.autotp_size T), each loading only its slices; --sp_size P splits each sequence over P consecutive
-// ranks (Ulysses, sequence_parallel_size P); data parallel over the remaining ranks.
+// ranks (Ulysses, sequence_parallel_size P); --pipe_stages S runs it as an S-stage pipeline (train_llama_pipe.cc);
+// data parallel over the remaining ranks.
 #include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
@@ -34,20 +35,25 @@
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 #include "final_line.h"
+#include "train_llama_args.h"
+
+namespace examples {
+
+deepspeed::models::LlamaConfig read_model_config(const TrainLlamaArgs& args) {
+  auto cfg = deepspeed::models::LlamaConfig::from_file(args.model_dir.empty() ? args.model_config
+                                                                              : args.model_dir + "/config.json");
+  if (cfg.vocab_size < 256)
+    throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
+                                " cannot hold byte-level tokens (256 values)");
+  return cfg;
+}
+
+}  // namespace examples
 
 namespace {
 
 namespace dm = deepspeed::models;
-
-struct Args {
-  std::string config_path, model_dir, model_config, data_path, save_hf, save_dir, load_dir;
-  int64_t steps = 20;
-  int64_t seq_len = 128;
-  int64_t seed = 1234;
-  int tp_size = 1;
-  int sp_size = 1;
-  bool gradient_checkpointing = false;
-};
+using Args = examples::TrainLlamaArgs;
 
 dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& config) {
   dm::LlamaConfig cfg =
@@ -100,6 +106,7 @@ int train(const Args& args) {
                                 " must divide by the sequence-parallel "
                                 "size " +
                                 std::to_string(sp));
+  if (args.pipe_stages > 0) return examples::train_llama_pipeline(args, config);
   dm::LlamaForCausalLM model = build_model(args, config);
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
@@ -187,6 +194,8 @@ int main(int argc, char** argv) {
   app.add_option("--tp_size", args.tp_size, "split the model over this many ranks by tensor parallelism")
       ->check(deepspeed::check_at_least(1));
   app.add_option("--sp_size", args.sp_size, "split each sequence over this many ranks (Ulysses)")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--pipe_stages", args.pipe_stages, "run as a pipeline of this many stages")
       ->check(deepspeed::check_at_least(1));
   app.add_flag("--gradient_checkpointing", args.gradient_checkpointing,
                "recompute each decoder layer in backward instead of keeping its activations");

@@ -2,7 +2,7 @@
 # examples/train_llama end to end through the launcher: a random tiny Llama (examples/models/tiny_llama) trained at
 # ZeRO stage 2 on 2 ranks and saved for Hugging Face; transformers loads the folder with nothing missing or unexpected,
 # and train_llama fine-tunes it again from that folder (--model_dir) at ZeRO-3 and with --tp_size 2, saving each,
-# and with --sp_size 2;
+# with --sp_size 2 and as a 2-stage pipeline (saved too);
 # ds_to_fp32 --hf turns its checkpoint into the same folder, --load_dir resumes from it; bad input fails with one
 # line.
 # Usage: train_llama_test.sh BIN_DIR SOURCE_DIR PORT
@@ -65,7 +65,12 @@ grep -q 'final step=2 loss=' "$work/tp.log" || { cat "$work/tp.log"; exit 1; }
 run --model_dir "$work/tp" --deepspeed_config "$src/examples/configs/llama_zero2.json" --sp_size 2 --steps 2 \
     --seq_len 32 > "$work/sp.log" 2>&1 || { cat "$work/sp.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/sp.log" || { cat "$work/sp.log"; exit 1; }
-"$DS_PYTHON" - "$work/z3" "$work/tp" <<'PY'
+printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}}' > "$work/pipe.json"
+run --model_dir "$work/tp" --deepspeed_config "$work/pipe.json" --pipe_stages 2 --steps 2 \
+    --seq_len 32 --save_hf "$work/pipe" > "$work/pipe.log" 2>&1 || { cat "$work/pipe.log"; exit 1; }
+grep -q 'final step=2 loss=' "$work/pipe.log" || { cat "$work/pipe.log"; exit 1; }
+"$DS_PYTHON" - "$work/z3" "$work/tp" "$work/pipe" <<'PY'
 import sys
 from transformers import AutoModelForCausalLM
 for folder in sys.argv[1:]:
