@@ -55,6 +55,7 @@ struct Layout {
   int tp = 1;
   int sp = 1;
   bool checkpointing = false;  // activation checkpointing per decoder layer
+  bool bf16 = false;           // bf16 weights and activations, fp32 masters (the config's bf16 section)
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -64,7 +65,7 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
           "tensor_parallel": {"autotp_size": )" +
       std::to_string(layout.tp) + R"(}, "sequence_parallel_size": )" + std::to_string(layout.sp) +
       R"(, "zero_optimization": {"stage": )" + std::to_string(layout.stage) +
-      R"(, "stage3_param_persistence_threshold": 0}})");
+      R"(, "stage3_param_persistence_threshold": 0}, "bf16": {"enabled": )" + (layout.bf16 ? "true" : "false") + "}}");
   dm::LlamaConfig cfg = dm::LlamaConfig::from_file(folder(name) + "/config.json");
   cfg.shard_layers = layout.stage == 3;
   cfg.gradient_checkpointing = layout.checkpointing;
@@ -84,6 +85,9 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
     }
   }
   auto engine = deepspeed::initialize(model, config);
+  if (layout.bf16) {
+    EXPECT_EQ(model->parameters().front().scalar_type(), at::kBFloat16);
+  }
   const int64_t recomputed_before = deepspeed::checkpointing::stats().recomputes;
   // Consecutive ranks share a replica (tensor or sequence parallel); a sequence-parallel rank holds its part of
   // each sequence.
@@ -146,6 +150,29 @@ TEST(LlamaParallel, ActivationCheckpointingMatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
   for (int stage : {2, 3}) expect_plain_libtorch("llama", Layout{stage, 1, 1, /*checkpointing=*/true});
+}
+
+// bf16 at ZeRO-2 against the plain fp32 loop: the weights and activations are bf16 (8 bits of mantissa), the masters
+// fp32, so the losses differ by bf16 roundings that largely average out over the vocabulary's softmax, not by
+// fp32's. Measured worst relative loss difference over the steps: 1.5e-4 at AVX2, 9.3e-5 at AVX-512 (the bound is 4x
+// that). The fp32 layouts above differ by at most 2e-7, so a run that silently trained in fp32 falls below the
+// control's 100 fp32 epsilons (1.2e-5); a dropped step (a later loss off by a step's change, ~1e-2) exceeds the
+// bound.
+TEST(LlamaParallel, Bf16StaysWithinBf16RoundingOfPlainLibTorch) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
+  const int dp = comm::get_world_size();
+  const llama_reference::Run want = plain_libtorch("llama", dp);
+  ds_test::TempDir base("llama_bf16");
+  Layout bf16;
+  bf16.stage = 2;
+  bf16.bf16 = true;
+  const llama_reference::Run got = train_parallel("llama", bf16, shared_dir(base.path()) + "/saved");
+  double worst = 0;
+  for (size_t s = 0; s < want.losses.size(); ++s)
+    worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+  EXPECT_WITHIN(worst, tolerance::measured(1.507e-4, 9.308e-5));
+  EXPECT_GT(worst, 100 * tolerance::kFp32Epsilon) << "it did not train in bf16";
 }
 
 TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
