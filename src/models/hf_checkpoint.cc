@@ -196,17 +196,46 @@ std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(
     torch::nn::Module& model, std::optional<at::ScalarType> dtype,
     const std::function<std::string(const std::string&)>& hf_name) {
   const auto splits = splits_of(model);
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  at::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  std::map<const void*, size_t> index;
   for (const auto& item : model.named_parameters()) {
-    const at::Tensor& p = item.value();
-    zero::GatheredParameters gathered({p});  // one parameter's unit at a time (nothing outside stage 3)
-    const auto split = splits.find(p.unsafeGetTensorImpl());
-    at::Tensor whole = split == splits.end() ? p.detach() : join(p.detach(), split->second);
-    const std::string name = hf_name ? hf_name(item.key()) : item.key();
-    if (!name.empty())
-      out.emplace_back(name, whole.to(at::kCPU, dtype.value_or(p.scalar_type()), false, /*copy=*/true));
+    index[item.value().unsafeGetTensorImpl()] = params.size();
+    names.push_back(hf_name ? hf_name(item.key()) : item.key());
+    params.push_back(item.value());
   }
+  std::vector<at::Tensor> whole(params.size());
+  at::NoGradGuard no_grad;
+  // The whole value of parameter i, while its unit is gathered (nothing to gather outside stage 3).
+  auto take = [&](size_t i) {
+    const at::Tensor p = params[i].detach();
+    const auto split = splits.find(params[i].unsafeGetTensorImpl());
+    const at::Tensor full = split == splits.end() ? p : join(p, split->second);
+    if (!names[i].empty()) whole[i] = full.to(at::kCPU, dtype.value_or(p.scalar_type()), false, /*copy=*/true);
+  };
+  // Each ZeRO-3 unit gathered once for all its parameters, one unit at a time, then the parameters outside units.
+  std::vector<bool> done(params.size(), false);
+  for (const auto& unit : zero::find_units(model.shared_from_this())) {
+    std::vector<size_t> mine;
+    for (const at::Tensor& p : unit->parameters())
+      if (!done[index.at(p.unsafeGetTensorImpl())]) mine.push_back(index.at(p.unsafeGetTensorImpl()));
+    zero::GatheredParameters gathered(*unit);
+    for (size_t i : mine) {
+      take(i);
+      done[i] = true;
+    }
+  }
+  std::vector<at::Tensor> rest;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!done[i]) rest.push_back(params[i]);
+  {
+    zero::GatheredParameters gathered(rest);
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!done[i]) take(i);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!names[i].empty()) out.emplace_back(names[i], whole[i]);
   return out;
 }
 

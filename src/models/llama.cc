@@ -242,9 +242,7 @@ const at::Tensor& LlamaModelImpl::embedding_weight() const {
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
   DS_CHECK(tokens.dim() == 2, "Llama: tokens must be [batch, seq], got ", tokens.sizes());
   const int64_t seq = tokens.size(1);
-  DS_CHECK_T(ConfigError, !cfg_.sliding_window || seq <= *cfg_.sliding_window, "config.json: sliding_window ",
-             cfg_.sliding_window.value_or(0), " is shorter than the sequence of ", seq,
-             " tokens (sliding-window attention is not implemented)");
+  cfg_.check_sequence(seq);
   at::Tensor h = embed(tokens);
   // Under sequence parallelism this rank holds tokens [r * seq, (r + 1) * seq) of each sequence.
   const int64_t first = cfg_.sequence_parallel.is_member() ? cfg_.sequence_parallel.rank() * seq : 0;

@@ -193,6 +193,12 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
   return from_json(text.str(), path);
 }
 
+void LlamaConfig::check_sequence(int64_t tokens) const {
+  DS_CHECK_T(ConfigError, !sliding_window || tokens <= *sliding_window, "config.json: sliding_window ",
+             sliding_window.value_or(0), " is shorter than the sequence of ", tokens,
+             " tokens (sliding-window attention is not implemented)");
+}
+
 int64_t LlamaConfig::num_parameters() const {
   const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
   int64_t attention = hidden_size * (q + 2 * kv) + q * hidden_size;

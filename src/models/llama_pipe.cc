@@ -26,18 +26,19 @@ TORCH_MODULE(LlamaEmbedding);
 class LlamaPipeLayerImpl : public LlamaDecoderLayerImpl {
  public:
   explicit LlamaPipeLayerImpl(const LlamaConfig& cfg)
-      : LlamaDecoderLayerImpl(cfg), cfg_(cfg), inv_freq_(rope_inverse_frequencies(cfg)) {}
+      : LlamaDecoderLayerImpl(cfg), cfg_(cfg), inv_freq_(rope_inverse_frequencies(cfg)) {
+    cfg_.json.clear();  // one copy of the file's text per layer would be dead weight
+  }
   at::Tensor forward(const at::Tensor& x) {
     const int64_t seq = x.size(1);
-    DS_CHECK_T(ConfigError, !cfg_.sliding_window || seq <= *cfg_.sliding_window, "config.json: sliding_window ",
-               cfg_.sliding_window.value_or(0), " is shorter than the sequence of ", seq, " tokens");
+    cfg_.check_sequence(seq);
     const at::Tensor positions = at::arange(seq, at::TensorOptions().dtype(at::kLong).device(x.device()));
     const auto [cos, sin] = rope_cos_sin(inv_freq_.to(x.device()), positions);
     return LlamaDecoderLayerImpl::forward(x, cos.to(x.scalar_type()), sin.to(x.scalar_type()));
   }
 
  private:
-  LlamaConfig cfg_;
+  LlamaConfig cfg_;  // for its sliding window
   at::Tensor inv_freq_;
 };
 TORCH_MODULE(LlamaPipeLayer);

@@ -96,6 +96,9 @@ struct LlamaConfig {
   // The same from the file's text; `where` names it in errors.
   static LlamaConfig from_json(const std::string& text, const std::string& where = "config.json");
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  // ConfigError naming sliding_window when a sequence of `tokens` is longer than the window (sliding-window
+  // attention is not built).
+  void check_sequence(int64_t tokens) const;
   // Parameters the model has (a tied head counted once).
   int64_t num_parameters() const;
 };
