@@ -13,14 +13,15 @@
 #   - ds_report (the GPU section);
 #   - bench_gpt_throughput: the ~350M GPT in bf16, stages 0 and 3 against a plain loop, model TFLOP/s, each stage
 #     with the fused CUDA Adam and again with the tensor-op step, and where each side's time goes;
+#   - bench_llama_throughput: a Llama 3.2 1B-shaped model in bf16, seq 2048, stages 0 and 3: tokens/s and MFU;
 #   - bench_offload_step: a 0.65B GPT in bf16 at stage 2 (12 layers of hidden 2048: the 1.3B one's 24 layers take
 #     most of the 150 s in pinning and setup), offload_optimizer none / cpu / cpu with overlap_step
 #     (pinned), model TFLOP/s.
 # Everything it prints also lands in $OUT (default ./gpu_check_out). Exit status: 0 when the tests passed.
 # Sized for one device-tool call (10 minutes at most): each phase's timeout is cut to what is left of
 # DS_GPU_DEADLINE_S (default 560 s from the start), the tests at most 240 s, the benches 150 s each; the time the
-# tests leave for the benches is DS_GPU_TEST_RESERVE (150 s), the throughput bench's for the offload one
-# DS_GPU_BENCH_RESERVE (80 s).
+# tests leave for the benches is DS_GPU_TEST_RESERVE (200 s), the throughput bench's for the offload one
+# DS_GPU_BENCH_RESERVE (140 s: the Llama bench then gets up to 100 s, leaving 40 s for the offload one).
 # Narrowing a rerun: DS_GPU_TEST_REGEX (ctest -R), DS_GPU_BUILD_TYPE (RelWithDebInfo gives line numbers), and
 # DS_GPU_GDB="<test binary>:<gtest filter> ...": each run alone under cuda-gdb beside the tests, its backtrace at a
 # crash appended to $OUT/gdb.txt.
@@ -61,7 +62,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${DS_GPU_BUILD_TYPE:-Re
   || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 targets=(deepspeed_cli ds_report comm_device_test ops_test runtime_test activation_checkpointing_test swap_test
          zero_dist_test stage3_dist_test tp_dist_test moe_dist_test sequence_dist_test gpt_pipeline_dist_test
-         engine_checkpoint_dist_test bench_gpt_throughput bench_offload_step)
+         engine_checkpoint_dist_test bench_gpt_throughput bench_llama_throughput bench_offload_step)
 # A target that fails to build does not stop the others' runs (ctest reports a missing executable).
 build_status=0
 ninja -C "$build" -k 0 -j"$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 \
@@ -85,7 +86,7 @@ log "built in $(( $(date +%s) - start )) s"
 } 2>&1 | tee -a "$out/summary.txt"
 
 status=$build_status
-t=$(cap 240 ${DS_GPU_TEST_RESERVE:-150})
+t=$(cap 240 ${DS_GPU_TEST_RESERVE:-200})
 [ "$t" -ge 20 ] || { log "tests skipped: $t s left"; t=0; status=1; }
 gdb_pids=()
 gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
@@ -117,7 +118,7 @@ timeout 60 "$build/bin/ds_report" > "$out/ds_report.txt" 2>&1
 { grep -i "fused CUDA" "$out/ds_report.txt"; sed -n '/^GPU:/,/^---/p' "$out/ds_report.txt"; } \
   | tee -a "$out/summary.txt"
 
-t=$(cap 150 ${DS_GPU_BENCH_RESERVE:-80})
+t=$(cap 150 ${DS_GPU_BENCH_RESERVE:-140})
 if [ "$t" -ge 30 ]; then
   log "bench_gpt_throughput: up to $t s"
   # shellcheck disable=SC2086
@@ -128,6 +129,18 @@ if [ "$t" -ge 30 ]; then
   log "throughput done at $(( $(date +%s) - start )) s"
 else
   log "bench_gpt_throughput skipped: $t s left"
+fi
+
+t=$(cap 100 40)
+if [ "$t" -ge 30 ]; then
+  log "bench_llama_throughput: up to $t s"
+  # shellcheck disable=SC2086
+  timeout "$t" "$build/bin/bench_llama_throughput" ${DS_GPU_LLAMA_ARGS:-} > "$out/llama.txt" 2>&1 \
+    || log "bench_llama_throughput failed or timed out (exit $?)"
+  tee -a "$out/summary.txt" < "$out/llama.txt"
+  log "llama done at $(( $(date +%s) - start )) s"
+else
+  log "bench_llama_throughput skipped: $t s left"
 fi
 
 t=$(cap 150 5)

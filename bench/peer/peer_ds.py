@@ -4,6 +4,7 @@ initial weights bench_peer_ours exported, on the batches peer_gpt.peer_tokens() 
     DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 python -m torch.distributed.run --nproc_per_node 2 \
         bench/peer/peer_ds.py --deepspeed_config bench/peer/configs/zero2.json --init init.safetensors
     ... peer_ds.py --ddp --deepspeed_config bench/peer/configs/zero0.json ...   (DDP, the config's Adam settings)
+    ... peer_ds.py --model_dir llama/ ...   (MODEL=llama: the HF folder peer_llama.py wrote, via from_pretrained)
 
 Rank 0 prints `peer_row side=ds label=... median_s=... base_mib=... vmhwm_mib=... loss=... steps=...`, the same
 line bench_peer_ours prints (run_peer.sh collects both): the median over the timed steps of the slowest rank's
@@ -27,6 +28,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_gpt  # noqa: E402
+import peer_llama  # noqa: E402
 
 
 def status_mib(key):
@@ -44,10 +46,15 @@ def max_over_ranks(values):
 
 
 def build_model(args, config, stage):
-    """The GPT with the exported initial weights. At stage 3 it is built inside deepspeed.zero.Init (as the C++
+    """With --model_dir: the HF Llama from its folder, as HF Trainer builds it (inside deepspeed.zero.Init at stage 3,
+    through HfDeepSpeedConfig); `args.keep` holds what must outlive the build. Otherwise the GPT with the exported
+    initial weights. At stage 3 it is built inside deepspeed.zero.Init (as the C++
     side builds its blocks inside zero::Init), so no rank holds the whole model, and each module's weights are
     written inside GatheredParameters(modifier_rank=0) and partitioned again."""
     import deepspeed
+    if args.model_dir:
+        model, args.keep = peer_llama.load(args.model_dir, config)
+        return model
     if stage != 3:
         model = peer_gpt.GPT(**peer_gpt.REFERENCE)
         peer_gpt.load_safetensors(dict(model.named_parameters()), args.init)
@@ -85,13 +92,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deepspeed_config", required=True, help="DeepSpeed JSON config (DDP: its optimizer params)")
     parser.add_argument("--ddp", action="store_true", help="plain torch DDP + torch.optim Adam(W) instead")
-    parser.add_argument("--init", required=True, help="initial weights (bench_peer_ours --export_init)")
+    parser.add_argument("--init", help="initial weights of the GPT (bench_peer_ours --export_init)")
+    parser.add_argument("--model_dir", help="train this HF Llama folder (peer_llama.py) instead of the GPT")
     parser.add_argument("--label", default="", help="configuration name printed in the result line")
     parser.add_argument("--steps", type=int, default=6, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--seed", type=int, default=1234, help="data seed")
     parser.add_argument("--local_rank", type=int, default=-1, help="set by a launcher")
     args = parser.parse_args()
+    if bool(args.init) == bool(args.model_dir):
+        parser.error("pass exactly one of --init (the GPT) and --model_dir (the Llama)")
     with open(args.deepspeed_config) as f:
         config = json.load(f)
     micro = config["train_micro_batch_size_per_gpu"]
@@ -105,15 +115,22 @@ def main():
         deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = peer_gpt.REFERENCE
+    seq_len, vocab = cfg["seq_len"], cfg["vocab_size"]
+    if args.model_dir:
+        with open(os.path.join(args.model_dir, "config.json")) as f:
+            seq_len, vocab = peer_llama.SEQ_LEN, json.load(f)["vocab_size"]
     total = args.warmup + args.steps
-    batches = [peer_gpt.peer_tokens(args.seed, s, rank, world, micro, cfg["seq_len"], cfg["vocab_size"])
-               for s in range(total)]
+    batches = [peer_gpt.peer_tokens(args.seed, s, rank, world, micro, seq_len, vocab) for s in range(total)]
     dist.barrier()
     base = status_mib("VmRSS")
 
+    forward = peer_llama.loss_of if args.model_dir else (lambda m, x, y: m(x, y))
     if args.ddp:
-        model = peer_gpt.GPT(**cfg)
-        peer_gpt.load_safetensors(dict(model.named_parameters()), args.init)
+        if args.model_dir:
+            model, _ = peer_llama.load(args.model_dir)
+        else:
+            model = peer_gpt.GPT(**cfg)
+            peer_gpt.load_safetensors(dict(model.named_parameters()), args.init)
         model = torch.nn.parallel.DistributedDataParallel(model)
         # DeepSpeed's "Adam" with adam_w_mode true is AdamW (decoupled decay); foreach off: the CPU default.
         adamw = opt_params.get("adam_w_mode", True) or config["optimizer"]["type"].lower() == "adamw"
@@ -125,7 +142,7 @@ def main():
         clip = config.get("gradient_clipping", 1.0)
 
         def train_step(x, y):
-            loss = model(x, y)
+            loss = forward(model, x, y)
             loss.backward()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -139,7 +156,7 @@ def main():
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
 
         def train_step(x, y):
-            loss = engine(x, y)
+            loss = forward(engine, x, y)
             engine.backward(loss)
             engine.step()
             return loss

@@ -8,6 +8,10 @@
 //
 //   peer_row side=ours label=... median_s=... base_mib=... vmhwm_mib=... loss=... steps=...
 //
+// With --model_dir DIR (run_peer.sh's MODEL=llama) it trains the Hugging Face Llama folder that
+// peer_llama.py wrote instead (deepspeed/models/llama.h, loaded with load_hf_weights; at stage 3
+// built under zero::Init with each decoder layer a unit, so each rank reads only its partitions).
+//
 // Same model: the GPT is built from --seed with per-layer generators (GPTConfig::init_seed), which
 // gives the same values whether its blocks are ZeRO-3 units or not; --export_init writes exactly
 // those values, so peer_ds.py loads them into its mirror of models/gpt.cc (peer_gpt.py). Same data:
@@ -40,6 +44,8 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
+#include "deepspeed/models/hf_checkpoint.h"
+#include "deepspeed/models/llama.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
 
@@ -52,6 +58,8 @@ struct Args {
   std::string config_path;
   std::string export_init;  // write the initial weights here and exit (no distributed run)
   std::string label;
+  std::string model_dir;  // an HF Llama folder instead of the reference GPT
+  int64_t seq_len = 128;  // with model_dir (the GPT's is its config's, also 128)
   int64_t steps = 6;
   int64_t warmup = 2;
   int64_t seed = 1234;
@@ -131,26 +139,36 @@ int train(const Args& args) {
            ": set train_micro_batch_size_per_gpu (both sides build their batches from it)");
   const int64_t micro = *config.train_micro_batch_size_per_gpu;
   deepspeed::models::GPTConfig cfg = peer_gpt(args.seed);
+  std::optional<deepspeed::models::LlamaConfig> llama_cfg;
+  if (!args.model_dir.empty()) llama_cfg = deepspeed::models::LlamaConfig::from_file(args.model_dir + "/config.json");
+  const int64_t seq_len = llama_cfg ? args.seq_len : cfg.seq_len;
+  const int64_t vocab = llama_cfg ? llama_cfg->vocab_size : cfg.vocab_size;
   const int64_t total = args.warmup + args.steps;
   std::vector<at::Tensor> xs, ys;
   for (int64_t s = 0; s < total; ++s) {
-    at::Tensor tokens = peer_tokens(static_cast<uint64_t>(args.seed), s, rank, world, micro,
-                                    cfg.seq_len, cfg.vocab_size);
-    xs.push_back(tokens.narrow(1, 0, cfg.seq_len).contiguous());
-    ys.push_back(tokens.narrow(1, 1, cfg.seq_len).contiguous());
+    at::Tensor tokens = peer_tokens(static_cast<uint64_t>(args.seed), s, rank, world, micro, seq_len, vocab);
+    xs.push_back(tokens.narrow(1, 0, seq_len).contiguous());
+    ys.push_back(tokens.narrow(1, 1, seq_len).contiguous());
   }
   dc::barrier();
   const double base = status_mib("VmRSS");
 
-  // Stage 3: every block a unit, partitioned as soon as it is built (as peer_ds.py builds under
-  // zero.Init).
+  // Stage 3: every block (decoder layer) a unit, partitioned as soon as it is built (as
+  // peer_ds.py builds under zero.Init).
   cfg.shard_blocks = config.zero.stage == 3;
   std::optional<deepspeed::models::GPT> model;
+  std::optional<deepspeed::models::LlamaForCausalLM> llama;
   {
     deepspeed::zero::Init init(config);
-    model.emplace(cfg);
+    if (llama_cfg) {
+      llama_cfg->shard_layers = config.zero.stage == 3;
+      llama.emplace(*llama_cfg);
+    } else {
+      model.emplace(cfg);
+    }
   }
-  deepspeed::Engine engine = deepspeed::initialize(*model, config);
+  if (llama) deepspeed::models::load_hf_weights(**llama, args.model_dir);
+  deepspeed::Engine engine = llama ? deepspeed::initialize(*llama, config) : deepspeed::initialize(*model, config);
   if (rank == 0 && config.optimizer) {
     // What src/runtime/optimizer.cc reads from the same keys (DeepSpeed's defaults where unset).
     const auto& p = config.optimizer->params;
@@ -204,6 +222,9 @@ int main(int argc, char** argv) {
   deepspeed::add_config_arguments(app, ds);
   app.add_option("--export_init", args.export_init,
                  "write the initial weights (safetensors) to this file and exit");
+  app.add_option("--model_dir", args.model_dir,
+                 "train this Hugging Face Llama folder (bench/peer/peer_llama.py) instead of the GPT");
+  app.add_option("--seq_len", args.seq_len, "tokens per sample with --model_dir")->check(deepspeed::check_at_least(1));
   app.add_option("--label", args.label, "configuration name printed in the result line");
   app.add_option("--steps", args.steps, "timed steps")->check(deepspeed::check_at_least(1));
   app.add_option("--warmup", args.warmup, "untimed steps first")

@@ -23,6 +23,10 @@
 # must then agree to fp32 rounding: a relative difference above LOSS_BOUND (see peer_report.py for where it comes
 # from) fails the run (exit 1) after the table is printed. The load average is printed before and after.
 #
+# MODEL=llama trains a tiny Hugging Face Llama instead (peer_llama.py: 12.6M parameters, grouped-query attention,
+# llama3 rope scaling, seq 128), made once by transformers' save_pretrained; both sides load that one folder, DeepSpeed's
+# with from_pretrained (inside zero.Init at stage 3, through HfDeepSpeedConfig, as HF Trainer does), ours with
+# load_hf_weights. Default MODEL=gpt.
 # Other knobs: MASTER_PORT (29841), NPROC (2), SEED (1234), PYTHON, LOSS_BOUND. SKIP_WITHOUT_DEEPSPEED=<code>: exit
 # with <code> instead of 2 when $PYTHON cannot import deepspeed (the ctest uses 77, "skipped").
 # First use on a machine: DeepSpeed JIT-builds its CPU ops (fused_adam for the ZeRO configurations, cpu_adam for
@@ -41,6 +45,11 @@ STEPS=${STEPS:-6}
 WARMUP=${WARMUP:-2}
 SEED=${SEED:-1234}
 CONFIGS=${CONFIGS:-zero0 zero1 zero2 zero3 zero2_offload zero3_offload ddp}
+MODEL=${MODEL:-gpt}
+if [[ $MODEL != gpt && $MODEL != llama ]]; then
+  echo "run_peer.sh: MODEL must be gpt or llama, got '$MODEL'" >&2
+  exit 2
+fi
 
 for exe in "$BIN/deepspeed" "$BIN/bench_peer_ours"; do
   if [[ ! -x $exe ]]; then
@@ -55,13 +64,15 @@ for cfg in $CONFIGS; do
   fi
 done
 export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
-if ! "$PYTHON" -c 'import deepspeed' > /dev/null 2>&1; then
-  echo "run_peer.sh: $PYTHON cannot import deepspeed (set PYTHON, or create .venv: requirements.txt)" >&2
+imports=deepspeed
+[[ $MODEL == llama ]] && imports="deepspeed, transformers, accelerate"
+if ! "$PYTHON" -c "import $imports" > /dev/null 2>&1; then
+  echo "run_peer.sh: $PYTHON cannot import $imports (set PYTHON, or create .venv: requirements.txt)" >&2
   exit "${SKIP_WITHOUT_DEEPSPEED:-2}"
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/peer.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+trap '[[ -n ${KEEP_WORK:-} ]] || rm -rf "$WORK"' EXIT
 ROWS=$WORK/rows.txt
 : > "$ROWS"
 
@@ -88,8 +99,17 @@ for name in sorted(set(sys.argv[1:])):
 PY
 fi
 
-"$BIN/bench_peer_ours" --export_init "$WORK/init.safetensors" --seed "$SEED" > "$WORK/export.log" 2>&1 ||
-  { cat "$WORK/export.log" >&2; exit 1; }
+# The starting weights both sides read: our GPT's initialisation, or transformers' Llama folder.
+if [[ $MODEL == gpt ]]; then
+  "$BIN/bench_peer_ours" --export_init "$WORK/init.safetensors" --seed "$SEED" > "$WORK/export.log" 2>&1 ||
+    { cat "$WORK/export.log" >&2; exit 1; }
+  MODEL_ARGS_OURS=() MODEL_ARGS_DS=(--init "$WORK/init.safetensors")
+else
+  "$PYTHON" "$HERE/peer_llama.py" "$WORK/llama" --seed "$SEED" > "$WORK/export.log" 2>&1 ||
+    { cat "$WORK/export.log" >&2; exit 1; }
+  MODEL_ARGS_OURS=(--model_dir "$WORK/llama") MODEL_ARGS_DS=(--model_dir "$WORK/llama")
+fi
+echo "model: $MODEL"
 
 # run_side <ours|ds|ddp> <config>: one launch; its result lines go to $ROWS.
 run_side() {
@@ -98,11 +118,11 @@ run_side() {
   case $side in
     ours)
       "$BIN/deepspeed" --num_procs "$NPROC" --master_port "$PORT" "$BIN/bench_peer_ours" \
-        --deepspeed_config "$config" "${common[@]}" > "$log" 2>&1 || side_failed "$side" "$cfg" "$log" ;;
+        --deepspeed_config "$config" "${MODEL_ARGS_OURS[@]}" "${common[@]}" > "$log" 2>&1 || side_failed "$side" "$cfg" "$log" ;;
     ds | ddp)
       [[ $side == ddp ]] && config="$HERE/configs/zero0.json"  # its optimizer section only
       "$PYTHON" -m torch.distributed.run --nproc_per_node "$NPROC" --master_addr 127.0.0.1 --master_port "$PORT" \
-        "$HERE/peer_ds.py" --deepspeed_config "$config" --init "$WORK/init.safetensors" "${common[@]}" \
+        "$HERE/peer_ds.py" --deepspeed_config "$config" "${MODEL_ARGS_DS[@]}" "${common[@]}" \
         $([[ $side == ddp ]] && echo --ddp) > "$log" 2>&1 || side_failed "$side" "$cfg" "$log" ;;
   esac
   grep -ho 'peer_\(row\|optimizer\) .*' "$log" >> "$ROWS" || side_failed "$side" "$cfg" "$log"
