@@ -56,6 +56,7 @@ struct Layout {
   int sp = 1;
   bool checkpointing = false;  // activation checkpointing per decoder layer
   bool bf16 = false;           // bf16 weights and activations, fp32 masters (the config's bf16 section)
+  bool offload = false;        // offload_optimizer and (at stage 3) offload_param to the CPU
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -65,6 +66,9 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
           "tensor_parallel": {"autotp_size": )" +
       std::to_string(layout.tp) + R"(}, "sequence_parallel_size": )" + std::to_string(layout.sp) +
       R"(, "zero_optimization": {"stage": )" + std::to_string(layout.stage) +
+      (layout.offload ? std::string(R"(, "offload_optimizer": {"device": "cpu"})") +
+                            (layout.stage == 3 ? R"(, "offload_param": {"device": "cpu"})" : "")
+                      : std::string()) +
       R"(, "stage3_param_persistence_threshold": 0}, "bf16": {"enabled": )" + (layout.bf16 ? "true" : "false") + "}}");
   dm::LlamaConfig cfg = dm::LlamaConfig::from_file(folder(name) + "/config.json");
   cfg.shard_layers = layout.stage == 3;
@@ -87,6 +91,13 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
   auto engine = deepspeed::initialize(model, config);
   if (layout.bf16) {
     EXPECT_EQ(model->parameters().front().scalar_type(), at::kBFloat16);
+  }
+  if (layout.offload) {
+    // The offload is taken, not ignored: the optimizer's states (and at stage 3 the partitions) are host buffers.
+    const auto held = engine.model_state_bytes();
+    EXPECT_GE(held.offloaded_to_host,
+              held.master_weights + held.optimizer_states + (layout.stage == 3 ? held.params : 0));
+    EXPECT_GT(held.offloaded_to_host, 0);
   }
   const int64_t recomputed_before = deepspeed::checkpointing::stats().recomputes;
   // Consecutive ranks share a replica (tensor or sequence parallel); a sequence-parallel rank holds its part of
@@ -142,6 +153,18 @@ TEST(LlamaParallel, Zero3MatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
   for (const char* name : {"llama", "qwen2"}) expect_plain_libtorch(name, Layout{3, 1});
+}
+
+// Optimizer states and (at stage 3) the parameters' partitions offloaded to host memory: the same sums, so the same
+// bound as in device memory.
+TEST(LlamaParallel, OffloadMatchesPlainLibTorch) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
+  for (int stage : {2, 3}) {
+    Layout offload{stage};
+    offload.offload = true;
+    expect_plain_libtorch("llama", offload);
+  }
 }
 
 // Each decoder layer recomputed in backward gives the plain loop's gradients, also with its parameters gathered again
