@@ -2,26 +2,19 @@
 #include "checkpoint/safetensors_reader.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/mapped_file.h"
 #include "deepspeed/checkpoint.h"
 
 namespace deepspeed::checkpoint {
 
 struct SafetensorsFile::Mapping {
+  std::shared_ptr<const MappedFile> file;
   const char* data = nullptr;
   size_t size = 0;
-  ~Mapping() {
-    if (data != nullptr) ::munmap(const_cast<char*>(data), size);
-  }
 };
 
 at::ScalarType safetensors_scalar_type(const std::string& name, const std::string& where) {
@@ -35,27 +28,6 @@ at::ScalarType safetensors_scalar_type(const std::string& name, const std::strin
 }
 
 namespace {
-
-const char* map_file(const std::string& path, size_t* size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DS_CHECK_T(CheckpointError, fd >= 0, path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw CheckpointError(path + ": cannot stat: " + std::strerror(err));
-  }
-  *size = static_cast<size_t>(st.st_size);
-  if (*size == 0) {
-    ::close(fd);
-    throw CheckpointError(path + ": empty file, not safetensors");
-  }
-  void* p = ::mmap(nullptr, *size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  DS_CHECK_T(CheckpointError, p != MAP_FAILED, path, ": cannot map: ", std::strerror(err));
-  return static_cast<const char*>(p);
-}
 
 uint64_t read_le64(const char* p) {
   uint64_t v = 0;
@@ -98,8 +70,15 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping_(std::make_shared<Mapping>()) {
-  mapping_->data = map_file(path, &mapping_->size);
+  try {
+    mapping_->file = MappedFile::open(path);
+  } catch (const Error& e) {  // cannot open or map: a missing weights file is a checkpoint error to callers
+    throw CheckpointError(e.what());
+  }
+  mapping_->data = mapping_->file->data();
+  mapping_->size = mapping_->file->size();
   const size_t size = mapping_->size;
+  DS_CHECK_T(CheckpointError, size > 0, path, ": empty file, not safetensors");
   DS_CHECK_T(CheckpointError, size >= 8, path, ": ", size, " bytes, shorter than a safetensors header");
   const uint64_t header_len = read_le64(mapping_->data);
   DS_CHECK_T(CheckpointError, header_len <= size - 8, path, ": the header claims ", header_len,
@@ -136,11 +115,7 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 void SafetensorsFile::drop_pages(const SafetensorsTensor& entry) const {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = reinterpret_cast<uintptr_t>(mapping_->data + data_start_ + entry.begin) / page * page;
-  const uintptr_t last = reinterpret_cast<uintptr_t>(mapping_->data + data_start_ + entry.end);
-  // Only whole pages inside the mapping; a page shared with the next tensor is dropped too, which costs a re-read.
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  mapping_->file->drop_pages(data_start_ + entry.begin, data_start_ + entry.end);
 }
 
 at::Tensor SafetensorsFile::tensor(const SafetensorsTensor& entry) const {
