@@ -41,6 +41,13 @@ class LaunchError : public Error {
   using Error::Error;
 };
 
+// Bad training data: a tokenized corpus (.bin/.idx), its sample index, a dataset description or a tokenizer file.
+// The message names the file (and the entry) on one line.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string str_cat(const Args&... args) {
