@@ -20,7 +20,7 @@ constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;  // magic, version, dtype code, sequence count, document count
 
 template <typename T>
-T load(const char* p) {
+T load_le(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
@@ -40,7 +40,7 @@ bool known_type(uint8_t code) { return code == 1 || code == 2 || code == 3 || co
 void widen(TokenType type, const char* src, int64_t n, int64_t* out) {
   auto copy = [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(load<T>(src + i * sizeof(T)));
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(load_le<T>(src + i * sizeof(T)));
   };
   switch (type) {
     case TokenType::kUInt8:
@@ -133,14 +133,14 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   DS_CHECK_T(
       DataError, std::memcmp(p, kMagic, sizeof(kMagic)) == 0, idx_path,
       ": no MMIDIDX magic (not a Megatron/DeepSpeed mmap indexed dataset; the older 'TNTIDX' format is not read)");
-  const uint64_t version = load<uint64_t>(p + 9);
+  const uint64_t version = load_le<uint64_t>(p + 9);
   DS_CHECK_T(DataError, version == 1, idx_path, ": index version ", version, " (only version 1 exists)");
-  const uint8_t code = load<uint8_t>(p + 17);
+  const uint8_t code = load_le<uint8_t>(p + 17);
   DS_CHECK_T(
       DataError, known_type(code), idx_path, ": dtype code ", static_cast<int>(code),
       code == 6 || code == 7 ? " is a float type, which holds no token ids" : " is not one of the format's (1-8)");
   type_ = static_cast<TokenType>(code);
-  const uint64_t n = load<uint64_t>(p + 18), docs = load<uint64_t>(p + 26);
+  const uint64_t n = load_le<uint64_t>(p + 18), docs = load_le<uint64_t>(p + 26);
   // 12 bytes per sequence, 8 per document index: both counts bounded by the file's size before any arithmetic.
   DS_CHECK_T(DataError, n <= size / 12 && docs <= size / 8, idx_path, ": the header counts ", n, " sequences and ",
              docs, " document indices, more than its ", size, " bytes hold (truncated, or not an index)");
@@ -164,7 +164,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
              token_type_name(type_), " tokens (truncated?)");
   for (int64_t i = 0; i < num_sequences_; ++i) {
     const int64_t length = sequence_length(i);
-    const int64_t pointer = load<int64_t>(p + pointers_at_ + 8 * static_cast<size_t>(i));
+    const int64_t pointer = load_le<int64_t>(p + pointers_at_ + 8 * static_cast<size_t>(i));
     DS_CHECK_T(DataError, length >= 0, idx_path, ": sequence ", i, " has length ", length);
     DS_CHECK_T(DataError,
                pointer >= 0 && static_cast<uint64_t>(pointer) % item == 0 &&
@@ -192,11 +192,11 @@ IndexedDataset::IndexedDataset(IndexedDataset&&) noexcept = default;
 IndexedDataset& IndexedDataset::operator=(IndexedDataset&&) noexcept = default;
 
 int64_t IndexedDataset::sequence_length(int64_t i) const {
-  return load<int32_t>(idx_->data() + lengths_at_ + 4 * static_cast<size_t>(i));
+  return load_le<int32_t>(idx_->data() + lengths_at_ + 4 * static_cast<size_t>(i));
 }
 
 int64_t IndexedDataset::document_index(int64_t k) const {
-  return load<int64_t>(idx_->data() + documents_at_ + 8 * static_cast<size_t>(k));
+  return load_le<int64_t>(idx_->data() + documents_at_ + 8 * static_cast<size_t>(k));
 }
 
 void IndexedDataset::read(int64_t i, int64_t offset, int64_t length, int64_t* out) const {
@@ -206,7 +206,7 @@ void IndexedDataset::read(int64_t i, int64_t offset, int64_t length, int64_t* ou
   DS_CHECK_T(DataError, offset >= 0 && length >= 0 && offset + length <= total, prefix_, ": tokens [", offset, ", ",
              offset + length, ") of sequence ", i, ", which has ", total);
   const size_t item = token_bytes(type_);
-  const size_t begin = static_cast<size_t>(load<int64_t>(idx_->data() + pointers_at_ + 8 * static_cast<size_t>(i))) +
+  const size_t begin = static_cast<size_t>(load_le<int64_t>(idx_->data() + pointers_at_ + 8 * static_cast<size_t>(i))) +
                        static_cast<size_t>(offset) * item;
   widen(type_, bin_->data() + begin, length, out);
   // Every kDropEveryBytes read, the whole mapping's pages go back. Not the read range's pages after each read: a
