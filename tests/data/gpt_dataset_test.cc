@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "deepspeed/data/blended_dataset.h"
 #include "deepspeed/error.h"
 #include "temp_dir.h"
 
@@ -54,14 +55,14 @@ dd::GPTDatasetOptions options_of(const Case& c, const std::string& cache) {
   return o;
 }
 
-std::vector<int64_t> all_samples(const dd::GPTDataset& ds) {
-  std::vector<int64_t> out(static_cast<size_t>(ds.size() * (ds.sequence_length() + 1)));
-  for (int64_t i = 0; i < ds.size(); ++i) ds.read(i, out.data() + i * (ds.sequence_length() + 1));
+std::vector<int64_t> all_samples(const dd::TokenDataset& ds) {
+  std::vector<int64_t> out(static_cast<size_t>(ds.size() * ds.sample_length()));
+  for (int64_t i = 0; i < ds.size(); ++i) ds.read(i, out.data() + i * ds.sample_length());
   return out;
 }
 
-std::vector<int64_t> megatron_samples(const Case& c) {
-  std::ifstream in(data_dir() + "/gpt_" + c.name + ".samples", std::ios::binary);
+std::vector<int64_t> read_samples(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::vector<int64_t> out;
   for (int64_t v; in.read(reinterpret_cast<char*>(&v), sizeof(v));) out.push_back(v);
   return out;
@@ -72,7 +73,7 @@ TEST(GPTDataset, GivesMegatronCoresSamplesInItsOrder) {
   ds_test::TempDir cache("gpt_cache");
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
-    const std::vector<int64_t> want = megatron_samples(c);
+    const std::vector<int64_t> want = read_samples(data_dir() + "/gpt_" + c.name + ".samples");
     ASSERT_FALSE(want.empty());
     dd::GPTDataset ds(corpus(), options_of(c, cache.path()));
     EXPECT_EQ(ds.size() * (c.sequence_length + 1), static_cast<int64_t>(want.size()));
@@ -92,7 +93,7 @@ TEST(GPTDataset, CachesItsIndicesAndRebuildsWhatDoesNotMatch) {
   ASSERT_FALSE(data_dir().empty()) << "ctest sets DS_MEGATRON_DATA";
   ds_test::TempDir cache("gpt_cache");
   const Case& c = kCases[1];
-  const std::vector<int64_t> want = megatron_samples(c);
+  const std::vector<int64_t> want = read_samples(data_dir() + "/gpt_" + c.name + ".samples");
   std::string path;
   {
     dd::GPTDataset built(corpus(), options_of(c, cache.path()));
@@ -166,6 +167,64 @@ TEST(GPTDataset, RefusesOptionsItCannotServeByName) {
   refused(o, "[0, 50)");
   dd::GPTDataset ds(corpus(), options_of(kCases[0], cache.path()));
   EXPECT_THROW(ds.get(ds.size()), deepspeed::DataError);
+}
+
+// megatron_gpt_samples.py's BLENDS, as data paths over DS_MEGATRON_DATA.
+struct Blend {
+  const char* name;
+  std::string path;
+  int64_t sequence_length, num_samples;
+  uint32_t seed;
+};
+
+TEST(BlendedDataset, GivesMegatronCoresBlendInItsOrder) {
+  ASSERT_FALSE(data_dir().empty()) << "ctest sets DS_MEGATRON_DATA";
+  const std::string a = data_dir() + "/megatron_uint16", b = data_dir() + "/megatron_int32";
+  const Blend blends[] = {{"blend_30_70", "0.3 " + a + " 0.7 " + b, 16, 200, 1234},
+                          {"blend_three", "2 " + a + " 1 " + b + " 1 " + a, 7, 150, 7},
+                          {"blend_by_size", a + " " + b, 7, 500, 3}};
+  ds_test::TempDir cache("blend_cache");
+  for (const Blend& blend : blends) {
+    SCOPED_TRACE(blend.name);
+    dd::GPTDatasetOptions o;
+    o.sequence_length = blend.sequence_length;
+    o.num_samples = blend.num_samples;
+    o.seed = blend.seed;
+    o.cache_dir = cache.path();
+    const auto ds = dd::build_gpt_dataset(blend.path, o);
+    const std::vector<int64_t> want = read_samples(data_dir() + "/blend_" + blend.name + ".samples");
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(ds->size() * ds->sample_length(), static_cast<int64_t>(want.size()));
+    EXPECT_EQ(all_samples(*ds), want);
+  }
+}
+
+TEST(BlendedDataset, RefusesABadDataPathByEntry) {
+  auto refused = [](const std::string& path, const std::string& says) {
+    try {
+      dd::parse_data_path(path);
+      ADD_FAILURE() << "accepted \"" << path << "\"";
+    } catch (const deepspeed::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("   ", "empty");
+  refused("0.5 corpusA 0.5", "'0.5' has no corpus prefix");
+  refused("corpusA 0.3", "'0.3' looks like a weight");
+  refused("-1 corpusA 2 corpusB", "'-1' (before 'corpusA') is not a positive weight");
+  refused("0.5 0.5 corpusA x", "'0.5' follows a weight");
+  const dd::DataPath p = dd::parse_data_path("30 a 10 b");
+  EXPECT_EQ(p.prefixes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(p.weights, (std::vector<double>{0.75, 0.25}));
+  EXPECT_TRUE(dd::parse_data_path("a b").weights.empty());
+  dd::GPTDatasetOptions o;
+  o.sequence_length = 16;
+  try {
+    dd::build_gpt_dataset("0.5 " + data_dir() + "/megatron_uint16 0.5 " + data_dir() + "/megatron_int32", o);
+    ADD_FAILURE() << "a blend without a sample count";
+  } catch (const deepspeed::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("number of samples must be given"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

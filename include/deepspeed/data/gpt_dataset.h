@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "deepspeed/data/indexed_dataset.h"
+#include "deepspeed/data/token_dataset.h"
 
 namespace deepspeed::checkpoint {
 class MappedFile;
@@ -41,17 +42,18 @@ struct GPTDatasetOptions {
   std::string cache_dir;
 };
 
-class GPTDataset {
+class GPTDataset : public TokenDataset {
  public:
   // Builds or loads the indices. DataError naming the corpus for options it cannot serve (a sequence length below 2,
   // an empty or out-of-range split, a corpus too small for one sample).
   GPTDataset(std::shared_ptr<const IndexedDataset> corpus, const GPTDatasetOptions& options);
-  ~GPTDataset();
+  ~GPTDataset() override;
   GPTDataset(GPTDataset&&) noexcept;
   GPTDataset& operator=(GPTDataset&&) noexcept;
 
   // Samples available: at least options.num_samples (a few more when the last epoch holds more whole windows).
-  int64_t size() const { return num_samples_; }
+  int64_t size() const override { return num_samples_; }
+  int64_t sample_length() const override { return options_.sequence_length + 1; }
   int64_t num_epochs() const { return num_epochs_; }
   int64_t sequence_length() const { return options_.sequence_length; }
   // The cache file the indices live in, and whether this construction found it (true) or built it.
@@ -59,7 +61,7 @@ class GPTDataset {
   bool loaded_from_cache() const { return loaded_from_cache_; }
 
   // Sample `i` (0 <= i < size(), after the shuffle): sequence_length + 1 token ids into `out`.
-  void read(int64_t i, int64_t* out) const;
+  void read(int64_t i, int64_t* out) const override;
   at::Tensor get(int64_t i) const;
 
  private:
