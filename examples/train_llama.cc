@@ -23,7 +23,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "corpus.h"
+#include "training_batches.h"
 #include "deepspeed/arguments.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
@@ -42,9 +42,9 @@ namespace examples {
 deepspeed::models::LlamaConfig read_model_config(const TrainLlamaArgs& args) {
   auto cfg = deepspeed::models::LlamaConfig::from_file(args.model_dir.empty() ? args.model_config
                                                                               : args.model_dir + "/config.json");
-  if (cfg.vocab_size < 256)
+  if (args.megatron_data_path.empty() && cfg.vocab_size < 256)
     throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
-                                " cannot hold byte-level tokens (256 values)");
+                                " cannot hold byte-level tokens (256 values): give tokenized data with --data_path");
   return cfg;
 }
 
@@ -56,11 +56,7 @@ namespace dm = deepspeed::models;
 using Args = examples::TrainLlamaArgs;
 
 dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& config) {
-  dm::LlamaConfig cfg =
-      dm::LlamaConfig::from_file(args.model_dir.empty() ? args.model_config : args.model_dir + "/config.json");
-  if (cfg.vocab_size < 256)
-    throw std::invalid_argument("the model's vocab_size " + std::to_string(cfg.vocab_size) +
-                                " cannot hold byte-level tokens (256 values)");
+  dm::LlamaConfig cfg = examples::read_model_config(args);
   cfg.shard_layers = config.zero.stage == 3;
   cfg.gradient_checkpointing = args.gradient_checkpointing;
   if (config.tensor_parallel.autotp_size > 1)
@@ -114,27 +110,28 @@ int train(const Args& args) {
   options.auto_values.hidden_size = model->config().hidden_size;
   auto engine = deepspeed::initialize(model, config, options);
 
-  const at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), args.seq_len);
-  deepspeed::DataParallelSampler sampler(windows.size(0), engine.train_micro_batch_size_per_gpu(),
-                                         engine.gradient_accumulation_steps(), engine.dp_rank(), engine.dp_world_size(),
-                                         static_cast<uint64_t>(args.seed));
+  examples::TrainingBatches data(args.data_path, args.megatron_data_path, args.seq_len, args.steps,
+                                 static_cast<uint64_t>(args.seed), model->config().vocab_size,
+                                 engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
+                                 engine.dp_rank(), engine.dp_world_size());
   if (engine.global_rank() == 0)
-    std::printf("train_llama: %s, %lld parameters, %d ranks, global batch %lld of %lld tokens\n",
+    std::printf("train_llama: %s, %lld parameters, %d ranks, global batch %lld of %lld tokens; %s\n",
                 model->config().architecture.c_str(), static_cast<long long>(model->config().num_parameters()),
                 engine.world_size(), static_cast<long long>(engine.train_batch_size()),
-                static_cast<long long>(args.seq_len));
+                static_cast<long long>(args.seq_len), data.describe().c_str());
   int64_t first_step = 0;
-  if (!args.load_dir.empty()) {  // resume: weights, optimizer, schedule and counters; the data goes on at the step
+  if (!args.load_dir.empty()) {  // resume: weights, optimizer, schedule and counters; the data at the next sample
     if (!engine.load_checkpoint(args.load_dir))
       throw std::runtime_error("--load_dir " + args.load_dir + ": no checkpoint");
     first_step = engine.global_steps();
+    data.resume(engine.global_samples());
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0.0;
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
-      const at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m), at::kLong));
+      const at::Tensor batch = data.micro_batch(m);
       at::Tensor x = batch.narrow(1, 0, args.seq_len), y = batch.narrow(1, 1, args.seq_len);
       if (sp > 1) {  // this rank's part of each sequence
         const int64_t part = args.seq_len / sp, first = (deepspeed::comm::get_rank() % sp) * part;
@@ -147,6 +144,7 @@ int train(const Args& args) {
       step_loss += loss.item<double>();
     }
     last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
+    data.next();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   at::Tensor loss_t = at::tensor({last_loss}, at::kDouble);
@@ -184,7 +182,9 @@ int main(int argc, char** argv) {
   auto* dir = app.add_option("--model_dir", args.model_dir, "Hugging Face folder: config.json and safetensors");
   auto* cfg = app.add_option("--model_config", args.model_config, "config.json alone: random initial weights");
   dir->excludes(cfg);
-  app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
+  app.add_option("--data", args.data_path, "training text, byte-level (default: /usr/share/common-licenses)");
+  app.add_option("--data_path", args.megatron_data_path,
+                 "tokenized corpora, Megatron's data path: PREFIX (PREFIX.bin/.idx) or \"W1 PREFIX1 W2 PREFIX2 ...\"");
   app.add_option("--steps", args.steps, "optimizer steps")->check(deepspeed::check_at_least(1));
   app.add_option("--seq_len", args.seq_len, "tokens per sequence")->check(deepspeed::check_at_least(1));
   app.add_option("--seed", args.seed, "initial-weights and data-order seed");

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "corpus.h"
+#include "training_batches.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
 #include "deepspeed/models/hf_checkpoint.h"
@@ -61,30 +61,31 @@ int train_llama_pipeline(const TrainLlamaArgs& args, const deepspeed::Config& co
 
   const int rank = deepspeed::comm::get_rank();
   const int data_rank = module->topology().get_coord(rank).get("data");
-  const at::Tensor windows = make_windows(load_corpus(args.data_path), args.seq_len);
   const deepspeed::Engine& stage = engine.stage_engine();
-  deepspeed::DataParallelSampler sampler(windows.size(0), stage.train_micro_batch_size_per_gpu(),
-                                         stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size(),
-                                         static_cast<uint64_t>(args.seed));
+  TrainingBatches data(args.data_path, args.megatron_data_path, args.seq_len, args.steps,
+                       static_cast<uint64_t>(args.seed), cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
+                       stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
   if (rank == 0)
-    std::printf("train_llama: %s, %lld parameters, %d stages x %d data-parallel ranks, global batch %lld\n",
+    std::printf("train_llama: %s, %lld parameters, %d stages x %d data-parallel ranks, global batch %lld; %s\n",
                 cfg.architecture.c_str(), static_cast<long long>(cfg.num_parameters()), engine.num_stages(),
-                engine.dp_world_size(), static_cast<long long>(stage.train_batch_size()));
+                engine.dp_world_size(), static_cast<long long>(stage.train_batch_size()), data.describe().c_str());
   int64_t first_step = 0;
   if (!args.load_dir.empty()) {
     if (!engine.load_checkpoint(args.load_dir))
       throw std::runtime_error("--load_dir " + args.load_dir + ": no checkpoint");
     first_step = engine.global_steps();
+    data.resume(stage.global_samples());
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0.0;
   for (int64_t step = first_step; step < args.steps; ++step) {
     int64_t m = 0;
     at::Tensor loss = engine.train_batch([&] {
-      const at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m++), at::kLong));
+      const at::Tensor batch = data.micro_batch(m++);
       return dsp::MicroBatch{batch.narrow(1, 0, args.seq_len), batch.narrow(1, 1, args.seq_len)};
     });
     last_loss = loss.item<double>();
+    data.next();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The whole model's weights (each stage's once), for the norm and the folder.
