@@ -24,8 +24,8 @@
 // global steps, so a run resumed at step 5 with --steps 10 runs 5 more. The checkpoint may come from another number
 // of ranks or ZeRO stage, as long as the global batch (train_batch_size) is the same.
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,20 +35,20 @@
 #include <stdexcept>
 #include <string>
 
-#include "corpus.h"
 #include "deepspeed/accelerator.h"
 #include "deepspeed/arguments.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
-#include "deepspeed/moe/layer.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
+#include "deepspeed/moe/layer.h"
 #include "deepspeed/sequence/layer.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
 #include "train_gpt_args.h"
+#include "training_batches.h"
 
 namespace examples {
 
@@ -61,14 +61,6 @@ int64_t resumed_step(const std::optional<deepspeed::LoadCheckpointResult>& loade
   if (deepspeed::comm::get_rank() == 0)
     std::printf("train_gpt: resumed at step %lld\n", static_cast<long long>(global_steps));
   return global_steps;
-}
-
-// The data step to resume at, by samples consumed: a checkpoint saved at another global batch goes on from its next
-// sample.
-int64_t resumed_data_step(int64_t samples, int64_t batch, const std::string& load_dir) {
-  DS_CHECK(samples % batch == 0, "--load_dir ", load_dir, ": the checkpoint had consumed ", samples,
-           " samples, not a whole number of global batches of ", batch, "; resume at a global batch that divides it");
-  return samples / batch;
 }
 
 deepspeed::checkpoint::StateDict data_position(int64_t done) {
@@ -177,36 +169,33 @@ int train(const Args& args) {
   options.auto_values.hidden_size = args.model.hidden;
   auto engine = deepspeed::initialize(model, config, options);
 
-  at::Tensor windows = examples::make_windows(examples::load_corpus(args.data_path), model_cfg.seq_len);
-  deepspeed::DataParallelSampler sampler(windows.size(0), engine.train_micro_batch_size_per_gpu(),
-                                         engine.gradient_accumulation_steps(), engine.dp_rank(),
-                                         engine.dp_world_size(), static_cast<uint64_t>(args.seed));
+  examples::TrainingBatches batches(args.data_path, args.megatron_data_path, model_cfg.seq_len, args.steps,
+                                    static_cast<uint64_t>(args.seed), model_cfg.vocab_size,
+                                    engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
+                                    engine.dp_rank(), engine.dp_world_size());
   if (rank == 0) {
     const std::string data = " x data parallel " + std::to_string(engine.dp_world_size()) + ")";
     std::string layout;
     if (engine.mp_world_size() > 1) layout = " (tensor parallel " + std::to_string(engine.mp_world_size()) + data;
     if (sp > 1) layout = " (sequence parallel " + std::to_string(sp) + data;
-    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d ranks%s, global batch %lld\n",
-                static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
-                static_cast<long long>(model_cfg.seq_len), engine.world_size(), layout.c_str(),
-                static_cast<long long>(engine.train_batch_size()));
+    std::printf("train_gpt: %lld parameters, %s, %d ranks%s, global batch %lld\n",
+                static_cast<long long>(model_cfg.num_parameters()), batches.describe().c_str(), engine.world_size(),
+                layout.c_str(), static_cast<long long>(engine.train_batch_size()));
     std::fflush(stdout);
   }
 
-  int64_t first_step = 0, data_offset = 0;  // data step = optimizer step + data_offset
+  int64_t first_step = 0;
   if (!args.load_dir.empty()) {
     auto loaded = engine.load_checkpoint(args.load_dir);  // before global_steps(): it sets them
     first_step = examples::resumed_step(loaded, engine.global_steps(), args.load_dir);
-    data_offset =
-        examples::resumed_data_step(engine.global_samples(), engine.train_batch_size(), args.load_dir) - first_step;
+    batches.resume(engine.global_samples());  // the next sample, whatever the global batch was
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
-      auto idx = sampler.micro_batch(step + data_offset, m);
-      at::Tensor batch = windows.index_select(0, at::tensor(idx, at::kLong));
+      at::Tensor batch = batches.micro_batch(m);
       at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
       if (sp > 1) {  // this rank's part of each sequence
         const int64_t part = model_cfg.seq_len / sp, first = (rank % sp) * part;
@@ -219,6 +208,7 @@ int train(const Args& args) {
       step_loss += loss.item<double>();
     }
     last_loss = step_loss / static_cast<double>(engine.gradient_accumulation_steps());
+    batches.next();
     if (examples::is_save_point(args, step + 1))
       engine.save_checkpoint(args.save_dir, std::nullopt, examples::data_position(step + 1));
   }
@@ -257,7 +247,9 @@ int main(int argc, char** argv) {
   // config.
   deepspeed::ConfigArguments ds;
   deepspeed::add_config_arguments(app, ds);
-  app.add_option("--data", args.data_path, "training text (default: /usr/share/common-licenses)");
+  app.add_option("--data", args.data_path, "training text, byte-level (default: /usr/share/common-licenses)");
+  app.add_option("--data_path", args.megatron_data_path,
+                 "tokenized corpora, Megatron's data path: PREFIX (PREFIX.bin/.idx) or \"W1 PREFIX1 W2 PREFIX2 ...\"");
   app.add_option("--steps", args.steps, "optimizer steps")->check(deepspeed::check_at_least(1));
   app.add_option("--seed", args.seed, "model and data-order seed");
   auto* save_dir =

@@ -15,7 +15,8 @@ namespace examples {
 
 struct TrainGptArgs {
   std::string config_path;
-  std::string data_path;
+  std::string data_path;           // --data: byte-level text
+  std::string megatron_data_path;  // --data_path: tokenized corpora (deepspeed/data/)
   int64_t steps = 100;
   std::string save_dir;
   int64_t save_interval = 0;  // 0: only after the last step

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "corpus.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
@@ -23,6 +22,7 @@
 #include "deepspeed/tp/parallel_linear.h"
 #include "gpt_pipe.h"
 #include "train_gpt_args.h"
+#include "training_batches.h"
 
 namespace examples {
 namespace {
@@ -92,34 +92,33 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
 
   const int data_rank = module->topology().get_coord(rank).get("data");
   const int model_rank = tp > 1 ? module->topology().get_coord(rank).get("model") : 0;
-  at::Tensor windows = make_windows(load_corpus(args.data_path), model_cfg.seq_len);
   const deepspeed::Engine& stage = engine.stage_engine();
-  deepspeed::DataParallelSampler sampler(windows.size(0), stage.train_micro_batch_size_per_gpu(),
-                                         stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size(),
-                                         static_cast<uint64_t>(args.seed));
+  TrainingBatches data(args.data_path, args.megatron_data_path, model_cfg.seq_len, args.steps,
+                       static_cast<uint64_t>(args.seed), model_cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
+                       stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
   if (rank == 0) {
     const std::string tensor = tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : "";
-    std::printf("train_gpt: %lld parameters, %lld windows of %lld tokens, %d stages x %d data-parallel%s ranks, "
-                "global batch %lld\n",
-                static_cast<long long>(model_cfg.num_parameters()), static_cast<long long>(windows.size(0)),
-                static_cast<long long>(model_cfg.seq_len), engine.num_stages(), engine.dp_world_size(),
-                tensor.c_str(), static_cast<long long>(stage.train_batch_size()));
+    std::printf("train_gpt: %lld parameters, %s, %d stages x %d data-parallel%s ranks, global batch %lld\n",
+                static_cast<long long>(model_cfg.num_parameters()), data.describe().c_str(), engine.num_stages(),
+                engine.dp_world_size(), tensor.c_str(), static_cast<long long>(stage.train_batch_size()));
     std::fflush(stdout);
   }
   int64_t first_step = 0;
   if (!args.load_dir.empty()) {
     auto loaded = engine.load_checkpoint(args.load_dir);  // before global_steps(): it sets them
     first_step = resumed_step(loaded, engine.global_steps(), args.load_dir);
+    data.resume(stage.global_samples());
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
   for (int64_t step = first_step; step < args.steps; ++step) {
     int64_t m = 0;
     at::Tensor loss = engine.train_batch([&] {
-      at::Tensor batch = windows.index_select(0, at::tensor(sampler.micro_batch(step, m++), at::kLong));
+      at::Tensor batch = data.micro_batch(m++);
       return dsp::MicroBatch{batch.narrow(1, 0, model_cfg.seq_len), batch.narrow(1, 1, model_cfg.seq_len)};
     });
     last_loss = loss.item<double>();
+    data.next();
     if (is_save_point(args, step + 1)) engine.save_checkpoint(args.save_dir, std::nullopt, data_position(step + 1));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -3,7 +3,8 @@
 # builder trains the tiny Llama at 2 ranks; a run stopped after 2 steps and resumed at 1 rank (the same global batch
 # of 8 as one micro-batch of 8) ends at the uninterrupted run's loss (one that re-read its first samples instead
 # measured 4.9e-2 away);
-# a blend of two corpora trains; a token outside the vocabulary and a missing corpus fail with one line naming them.
+# a blend of two corpora trains; a token outside the vocabulary and a missing corpus fail with one line naming them;
+# train_gpt trains on the same corpus.
 # Usage: train_llama_data_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
 bin=$1 src=$2 port=$3
@@ -51,4 +52,10 @@ if run 2 --deepspeed_config "$z2" --data_path "$work/missing" --steps 2 > "$work
   echo "a missing corpus was accepted"; exit 1
 fi
 grep -q "$work/missing.idx: cannot open" "$work/missing.log" || { cat "$work/missing.log"; exit 1; }
-echo "train_llama on tokenized corpora: OK"
+# train_gpt reads the same corpora.
+"$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" --deepspeed_config "$src/examples/configs/gpt_zero2.json" \
+  --data_path "$work/corpus_text_document" --steps 2 --seq_len 32 --layers 2 --hidden 64 --heads 4 > "$work/gpt.log" 2>&1 \
+  || { cat "$work/gpt.log"; exit 1; }
+grep -q "samples of 32 tokens from $work/corpus_text_document" "$work/gpt.log" && grep -q 'final step=2 loss=' "$work/gpt.log" \
+  || { cat "$work/gpt.log"; exit 1; }
+echo "train_llama and train_gpt on tokenized corpora: OK"
