@@ -12,6 +12,8 @@ TrainingBatches::TrainingBatches(const std::string& text_path, const std::string
                                  int64_t steps, uint64_t seed, int64_t vocab, int64_t micro, int64_t gas, int dp_rank,
                                  int dp_size)
     : seq_len_(seq_len), vocab_(vocab), data_path_(data_path) {
+  DS_CHECK(text_path.empty() || data_path.empty(), "give --data (byte-level text) or --data_path (tokenized corpora), ",
+           "not both");
   if (data_path.empty()) {
     windows_ = make_windows(load_corpus(text_path), seq_len);
     sampler_.emplace(windows_.size(0), micro, gas, dp_rank, dp_size, seed);

@@ -2,7 +2,8 @@
 multilingual test text: the references of tests/tokenizer (our tokenizer must give the same ids from the same
 tokenizer.json).
 
-Usage: make_tokenizers.py OUT_DIR. Writes OUT_DIR/<name>/tokenizer.json for
+Usage: make_tokenizers.py OUT_DIR [SHIPPED_DIR]. With SHIPPED_DIR (examples/tokenizer, the main job's), its
+tokenizer.json is copied to OUT_DIR/shipped/ with its expected ids too. Writes OUT_DIR/<name>/tokenizer.json for
   gpt2:   the GPT-2 layout: ByteLevel pre-tokenizer with its own regex, no added special tokens;
   llama3: the Llama 3 / Qwen2 layout: a Split on Llama 3's regex (case-insensitive contractions, digits in threes,
           look-ahead) then ByteLevel without regex, ignore_merges, special tokens and a TemplateProcessing that
@@ -79,8 +80,8 @@ def train(name):
 
 def main():
     out = sys.argv[1]
-    for name in ("gpt2", "llama3"):
-        tok = train(name)
+    for name in ("gpt2", "llama3") + (("shipped",) if len(sys.argv) > 2 else ()):
+        tok = Tokenizer.from_file(f"{sys.argv[2]}/tokenizer.json") if name == "shipped" else train(name)
         os.makedirs(f"{out}/{name}", exist_ok=True)
         tok.save(f"{out}/{name}/tokenizer.json")
         expected = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids,
