@@ -169,7 +169,7 @@ int train(const Args& args) {
   options.auto_values.hidden_size = args.model.hidden;
   auto engine = deepspeed::initialize(model, config, options);
 
-  examples::TrainingBatches batches(args.data_path, args.megatron_data_path, model_cfg.seq_len, args.steps,
+  examples::TrainingBatches batches(args.data_path, args.megatron_data_path, "", model_cfg.seq_len, args.steps,
                                     static_cast<uint64_t>(args.seed), model_cfg.vocab_size,
                                     engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
                                     engine.dp_rank(), engine.dp_world_size());
@@ -195,8 +195,7 @@ int train(const Args& args) {
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
-      at::Tensor batch = batches.micro_batch(m);
-      at::Tensor x = batch.narrow(1, 0, model_cfg.seq_len), y = batch.narrow(1, 1, model_cfg.seq_len);
+      auto [x, y] = batches.micro_batch(m);
       if (sp > 1) {  // this rank's part of each sequence
         const int64_t part = model_cfg.seq_len / sp, first = (rank % sp) * part;
         x = x.narrow(1, first, part);

@@ -93,7 +93,7 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   const int data_rank = module->topology().get_coord(rank).get("data");
   const int model_rank = tp > 1 ? module->topology().get_coord(rank).get("model") : 0;
   const deepspeed::Engine& stage = engine.stage_engine();
-  TrainingBatches data(args.data_path, args.megatron_data_path, model_cfg.seq_len, args.steps,
+  TrainingBatches data(args.data_path, args.megatron_data_path, "", model_cfg.seq_len, args.steps,
                        static_cast<uint64_t>(args.seed), model_cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
                        stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
   if (rank == 0) {
@@ -114,8 +114,8 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   for (int64_t step = first_step; step < args.steps; ++step) {
     int64_t m = 0;
     at::Tensor loss = engine.train_batch([&] {
-      at::Tensor batch = data.micro_batch(m++);
-      return dsp::MicroBatch{batch.narrow(1, 0, model_cfg.seq_len), batch.narrow(1, 1, model_cfg.seq_len)};
+      auto [x, y] = data.micro_batch(m++);
+      return dsp::MicroBatch{x, y};
     });
     last_loss = loss.item<double>();
     data.next();

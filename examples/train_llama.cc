@@ -110,7 +110,7 @@ int train(const Args& args) {
   options.auto_values.hidden_size = model->config().hidden_size;
   auto engine = deepspeed::initialize(model, config, options);
 
-  examples::TrainingBatches data(args.data_path, args.megatron_data_path, args.seq_len, args.steps,
+  examples::TrainingBatches data(args.data_path, args.megatron_data_path, args.sft_data_path, args.seq_len, args.steps,
                                  static_cast<uint64_t>(args.seed), model->config().vocab_size,
                                  engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
                                  engine.dp_rank(), engine.dp_world_size());
@@ -128,11 +128,12 @@ int train(const Args& args) {
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0.0;
+  int64_t trained_tokens = 0;  // targets the loss counted (an SFT prompt's do not)
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
-      const at::Tensor batch = data.micro_batch(m);
-      at::Tensor x = batch.narrow(1, 0, args.seq_len), y = batch.narrow(1, 1, args.seq_len);
+      auto [x, y] = data.micro_batch(m);
+      trained_tokens += (y != -100).sum().item<int64_t>();
       if (sp > 1) {  // this rank's part of each sequence
         const int64_t part = args.seq_len / sp, first = (deepspeed::comm::get_rank() % sp) * part;
         x = x.narrow(1, first, part);
@@ -163,9 +164,13 @@ int train(const Args& args) {
     group.all_reduce(part, deepspeed::comm::ReduceOp::kSum);
     sq[1] = part.item<double>();
   }
+  // Tokens per second counts the tokens that trained, each once: every rank of a tensor- or sequence-parallel group
+  // counted its replica's whole micro-batch.
+  at::Tensor trained = at::tensor({static_cast<double>(trained_tokens)}, at::kDouble);
+  deepspeed::comm::get_world_group().all_reduce(trained, deepspeed::comm::ReduceOp::kSum);
+  const double replicas = static_cast<double>(engine.world_size()) / static_cast<double>(engine.dp_world_size());
   examples::print_final(engine.global_steps(), loss_t.item<double>(), sq.sum().item<double>(),
-                        static_cast<double>((args.steps - first_step) * engine.train_batch_size() * args.seq_len),
-                        seconds);
+                        trained.item<double>() / replicas, seconds);
   if (!args.save_dir.empty()) engine.save_checkpoint(args.save_dir);
   if (!args.save_hf.empty()) save_hf(args, model);
   return 0;
@@ -183,6 +188,8 @@ int main(int argc, char** argv) {
   auto* cfg = app.add_option("--model_config", args.model_config, "config.json alone: random initial weights");
   dir->excludes(cfg);
   app.add_option("--data", args.data_path, "training text, byte-level (default: /usr/share/common-licenses)");
+  app.add_option("--sft_data_path", args.sft_data_path,
+                 "fine-tuning pairs: ds_preprocess --sft's output prefix (the loss counts only the responses)");
   app.add_option("--data_path", args.megatron_data_path,
                  "tokenized corpora, Megatron's data path: PREFIX (PREFIX.bin/.idx) or \"W1 PREFIX1 W2 PREFIX2 ...\"");
   app.add_option("--steps", args.steps, "optimizer steps")->check(deepspeed::check_at_least(1));

@@ -12,6 +12,7 @@ namespace examples {
 struct TrainLlamaArgs {
   std::string config_path, model_dir, model_config, data_path, save_hf, save_dir, load_dir;
   std::string megatron_data_path;  // --data_path: tokenized corpora (deepspeed/data/); data_path is --data's text
+  std::string sft_data_path;       // --sft_data_path: ds_preprocess --sft output
   int64_t steps = 20;
   int64_t seq_len = 128;
   int64_t seed = 1234;

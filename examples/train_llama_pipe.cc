@@ -62,7 +62,7 @@ int train_llama_pipeline(const TrainLlamaArgs& args, const deepspeed::Config& co
   const int rank = deepspeed::comm::get_rank();
   const int data_rank = module->topology().get_coord(rank).get("data");
   const deepspeed::Engine& stage = engine.stage_engine();
-  TrainingBatches data(args.data_path, args.megatron_data_path, args.seq_len, args.steps,
+  TrainingBatches data(args.data_path, args.megatron_data_path, args.sft_data_path, args.seq_len, args.steps,
                        static_cast<uint64_t>(args.seed), cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
                        stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
   if (rank == 0)
@@ -81,8 +81,8 @@ int train_llama_pipeline(const TrainLlamaArgs& args, const deepspeed::Config& co
   for (int64_t step = first_step; step < args.steps; ++step) {
     int64_t m = 0;
     at::Tensor loss = engine.train_batch([&] {
-      const at::Tensor batch = data.micro_batch(m++);
-      return dsp::MicroBatch{batch.narrow(1, 0, args.seq_len), batch.narrow(1, 1, args.seq_len)};
+      auto [x, y] = data.micro_batch(m++);
+      return dsp::MicroBatch{x, y};
     });
     last_loss = loss.item<double>();
     data.next();

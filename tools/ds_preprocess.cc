@@ -32,6 +32,11 @@ int main(int argc, char** argv) {
   app.add_option("--eod-token", o.eod_token, "that token's text (default: tokenizer_config.json's eos_token)");
   app.add_flag("--add-special-tokens", o.add_special_tokens, "the tokenizer's special tokens (a BOS) on each document");
   app.add_option("--workers", o.workers, "tokenizing threads")->check(CLI::Range(1, 1024));
+  app.add_flag("--sft", o.sft,
+               "fine-tuning pairs: each line's prompt then response, with a loss mask on the response "
+               "(<prefix>_sft_document and <prefix>_sft_loss_mask_document)");
+  app.add_option("--prompt-key", o.prompt_key, "with --sft: the prompt's key");
+  app.add_option("--response-key", o.response_key, "with --sft: the response's key");
   app.add_option("--log-interval", log_interval, "lines between progress lines")->check(CLI::Range(1, 1 << 30));
   app.add_flag("--split-sentences", split_sentences, "not supported (Megatron splits with NLTK)");
   CLI11_PARSE(app, argc, argv);

@@ -60,10 +60,12 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
   DS_CHECK_T(DataError, in.good(), o.input, ": cannot open");
   PreprocessStats stats;
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> out;
-  for (const auto& key : o.json_keys) {
-    stats.prefixes.push_back(o.output_prefix + "_" + key + "_document");
-    out.push_back(
-        std::make_unique<IndexedDatasetBuilder>(stats.prefixes.back(), token_type_for_vocab(tok->vocab_size())));
+  const std::vector<std::string> names = o.sft ? std::vector<std::string>{"sft", "sft_loss_mask"} : o.json_keys;
+  for (size_t k = 0; k < names.size(); ++k) {
+    stats.prefixes.push_back(o.output_prefix + "_" + names[k] + "_document");
+    const bool mask = o.sft && k == 1;
+    out.push_back(std::make_unique<IndexedDatasetBuilder>(
+        stats.prefixes.back(), mask ? TokenType::kUInt8 : token_type_for_vocab(tok->vocab_size())));
   }
   const size_t batch = static_cast<size_t>(o.workers) * 256;
   int64_t line_number = 0;
@@ -80,6 +82,23 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
       }
       DS_CHECK_T(DataError, j.is_object(), o.input, ":", number, ": not a JSON object");
       rows[i].ids.clear();
+      if (o.sft) {
+        for (const auto& key : {o.prompt_key, o.response_key})
+          DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key,
+                     "\"");
+        std::vector<int64_t> ids = tok->encode(j[o.prompt_key].get<std::string>(), o.add_special_tokens);
+        std::vector<int64_t> mask(ids.size(), 0);
+        for (const int64_t id : tok->encode(j[o.response_key].get<std::string>(), false)) {
+          ids.push_back(id);
+          mask.push_back(1);
+        }
+        if (eod) {
+          ids.push_back(*eod);
+          mask.push_back(1);
+        }
+        rows[i].ids = {std::move(ids), std::move(mask)};
+        continue;
+      }
       for (const auto& key : o.json_keys) {
         DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key, "\"");
         std::vector<int64_t> ids = tok->encode(j[key].get<std::string>(), o.add_special_tokens);
@@ -128,7 +147,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
       if (lines[i].empty()) continue;
       for (size_t k = 0; k < out.size(); ++k) {
         out[k]->add_document(rows[i].ids[k]);
-        stats.tokens += static_cast<int64_t>(rows[i].ids[k].size());
+        if (!o.sft || k == 0) stats.tokens += static_cast<int64_t>(rows[i].ids[k].size());
       }
       ++stats.documents;
     }

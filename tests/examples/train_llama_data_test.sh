@@ -4,7 +4,7 @@
 # of 8 as one micro-batch of 8) ends at the uninterrupted run's loss (one that re-read its first samples instead
 # measured 4.9e-2 away);
 # a blend of two corpora trains; a token outside the vocabulary and a missing corpus fail with one line naming them;
-# train_gpt trains on the same corpus.
+# fine-tuning pairs from ds_preprocess --sft train; train_gpt trains on the same corpus.
 # Usage: train_llama_data_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
 bin=$1 src=$2 port=$3
@@ -52,6 +52,18 @@ if run 2 --deepspeed_config "$z2" --data_path "$work/missing" --steps 2 > "$work
   echo "a missing corpus was accepted"; exit 1
 fi
 grep -q "$work/missing.idx: cannot open" "$work/missing.log" || { cat "$work/missing.log"; exit 1; }
+# Fine-tuning pairs: ds_preprocess --sft with the shipped tokenizer (4096 ids), trained by a 4096-id tiny Llama.
+printf '%s\n' '{"prompt": "What is the GPL?", "response": "A copyleft licence."}' \
+  '{"prompt": "Who may copy it?", "response": "Everyone, under its terms."}' \
+  '{"prompt": "Is there a warranty?", "response": "No, there is no warranty for the program."}' > "$work/pairs.jsonl"
+"$bin/ds_preprocess" --input "$work/pairs.jsonl" --output-prefix "$work/pairs" --tokenizer-model "$src/examples/tokenizer" \
+  --sft --append-eod > "$work/sft_prep.log" 2>&1 || { cat "$work/sft_prep.log"; exit 1; }
+sed 's/"vocab_size": 256/"vocab_size": 4096/' "$src/examples/models/tiny_llama/config.json" > "$work/tiny4096.json"
+"$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_llama" --model_config "$work/tiny4096.json" \
+  --seq_len 32 --deepspeed_config "$z2" --sft_data_path "$work/pairs" --steps 2 > "$work/sft.log" 2>&1 \
+  || { cat "$work/sft.log"; exit 1; }
+grep -q "fine-tuning samples of 32 tokens from $work/pairs" "$work/sft.log" && grep -q 'final step=2 loss=' "$work/sft.log" \
+  || { cat "$work/sft.log"; exit 1; }
 # train_gpt reads the same corpora.
 "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" --deepspeed_config "$src/examples/configs/gpt_zero2.json" \
   --data_path "$work/corpus_text_document" --steps 2 --seq_len 32 --layers 2 --hidden 64 --heads 4 > "$work/gpt.log" 2>&1 \

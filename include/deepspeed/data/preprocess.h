@@ -25,6 +25,13 @@ struct PreprocessOptions {
   std::string eod_token;            // its text; "": the folder's tokenizer_config.json eos_token
   bool add_special_tokens = false;  // the tokenizer's post-processor tokens (a BOS) on each document
   int workers = 1;                  // tokenizing threads
+  // Fine-tuning data: each line {"<prompt_key>": "...", "<response_key>": "..."} becomes one document, the prompt's
+  // ids (with the tokenizer's special tokens when add_special_tokens) then the response's (and the end-of-document
+  // token), written to <output_prefix>_sft_document with a loss mask beside it, <output_prefix>_sft_loss_mask_document
+  // (uint8, 1 on the response's tokens and the end-of-document token: the tokens the loss counts). json_keys is unused.
+  bool sft = false;
+  std::string prompt_key = "prompt";
+  std::string response_key = "response";
   // Called now and then with the lines done, the tokens written and the input bytes read (a progress bar).
   std::function<void(int64_t lines, int64_t tokens, int64_t bytes)> progress;
 };
