@@ -44,10 +44,75 @@ int64_t eod_id(const Tokenizer& tok, const PreprocessOptions& o) {
   return *id;
 }
 
-// One line's documents, one per key.
-struct Row {
-  std::vector<std::vector<int64_t>> ids;
-};
+// One line's documents, one per key (with sft: the document and its loss mask).
+using Row = std::vector<std::vector<int64_t>>;
+
+// The documents of input line `number` (its text `line`, not blank).
+Row tokenize_line(const std::string& line, int64_t number, const Tokenizer& tok, std::optional<int64_t> eod,
+                  const PreprocessOptions& o) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    throw DataError(o.input + ":" + std::to_string(number) + ": not a JSON object (" + e.what() + ")");
+  }
+  DS_CHECK_T(DataError, j.is_object(), o.input, ":", number, ": not a JSON object");
+  const std::vector<std::string> keys = o.sft ? std::vector<std::string>{o.prompt_key, o.response_key} : o.json_keys;
+  for (const auto& key : keys)
+    DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key, "\"");
+  Row row;
+  if (o.sft) {  // the prompt (mask 0), then the response and the end of the document (mask 1)
+    std::vector<int64_t> ids = tok.encode(j[o.prompt_key].get<std::string>(), o.add_special_tokens);
+    std::vector<int64_t> mask(ids.size(), 0);
+    std::vector<int64_t> response = tok.encode(j[o.response_key].get<std::string>(), false);
+    if (eod) response.push_back(*eod);
+    ids.insert(ids.end(), response.begin(), response.end());
+    mask.resize(ids.size(), 1);
+    return {std::move(ids), std::move(mask)};
+  }
+  for (const auto& key : o.json_keys) {
+    std::vector<int64_t> ids = tok.encode(j[key].get<std::string>(), o.add_special_tokens);
+    if (eod) ids.push_back(*eod);
+    row.push_back(std::move(ids));
+  }
+  return row;
+}
+
+// Up to `count` lines of `in` ("" for a blank one); false at the end of the input.
+bool read_lines(std::ifstream& in, size_t count, std::vector<std::string>& lines, PreprocessStats& stats) {
+  lines.clear();
+  for (std::string line; lines.size() < count;) {
+    if (!std::getline(in, line)) return false;
+    stats.bytes += static_cast<int64_t>(line.size()) + 1;
+    lines.push_back(line.find_first_not_of(" \t\r") == std::string::npos ? std::string() : std::move(line));
+  }
+  return true;
+}
+
+// Every line of `lines` tokenized by `workers` threads, each a contiguous share; the first error (by line) is
+// rethrown after all have stopped.
+std::vector<Row> tokenize_lines(const std::vector<std::string>& lines, int64_t first_line, const Tokenizer& tok,
+                                std::optional<int64_t> eod, const PreprocessOptions& o) {
+  std::vector<Row> rows(lines.size());
+  const size_t n = lines.size(), share = (n + static_cast<size_t>(o.workers) - 1) / static_cast<size_t>(o.workers);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(o.workers));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < o.workers && static_cast<size_t>(w) * share < n; ++w) {
+    const size_t a = static_cast<size_t>(w) * share, b = std::min(n, a + share);
+    threads.emplace_back([&, a, b, w] {
+      try {
+        for (size_t i = a; i < b; ++i)
+          if (!lines[i].empty()) rows[i] = tokenize_line(lines[i], first_line + static_cast<int64_t>(i), tok, eod, o);
+      } catch (...) {
+        errors[static_cast<size_t>(w)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return rows;
+}
 
 }  // namespace
 
@@ -67,87 +132,17 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
     out.push_back(std::make_unique<IndexedDatasetBuilder>(
         stats.prefixes.back(), mask ? TokenType::kUInt8 : token_type_for_vocab(tok->vocab_size())));
   }
-  const size_t batch = static_cast<size_t>(o.workers) * 256;
   int64_t line_number = 0;
   std::vector<std::string> lines;
-  std::vector<Row> rows;
-  auto tokenize = [&](size_t first, size_t end, int64_t first_line) {
-    for (size_t i = first; i < end; ++i) {
-      const int64_t number = first_line + static_cast<int64_t>(i);
-      json j;
-      try {
-        j = json::parse(lines[i]);
-      } catch (const json::exception& e) {
-        throw DataError(o.input + ":" + std::to_string(number) + ": not a JSON object (" + e.what() + ")");
-      }
-      DS_CHECK_T(DataError, j.is_object(), o.input, ":", number, ": not a JSON object");
-      rows[i].ids.clear();
-      if (o.sft) {
-        for (const auto& key : {o.prompt_key, o.response_key})
-          DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key,
-                     "\"");
-        std::vector<int64_t> ids = tok->encode(j[o.prompt_key].get<std::string>(), o.add_special_tokens);
-        std::vector<int64_t> mask(ids.size(), 0);
-        for (const int64_t id : tok->encode(j[o.response_key].get<std::string>(), false)) {
-          ids.push_back(id);
-          mask.push_back(1);
-        }
-        if (eod) {
-          ids.push_back(*eod);
-          mask.push_back(1);
-        }
-        rows[i].ids = {std::move(ids), std::move(mask)};
-        continue;
-      }
-      for (const auto& key : o.json_keys) {
-        DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key, "\"");
-        std::vector<int64_t> ids = tok->encode(j[key].get<std::string>(), o.add_special_tokens);
-        if (eod) ids.push_back(*eod);
-        rows[i].ids.push_back(std::move(ids));
-      }
-    }
-  };
   for (bool more = true; more;) {
-    lines.clear();
-    const int64_t first_line = line_number + 1;
-    for (std::string line; lines.size() < batch;) {
-      if (!std::getline(in, line)) {
-        more = false;
-        break;
-      }
-      ++line_number;
-      stats.bytes += static_cast<int64_t>(line.size()) + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) {  // blank lines carry no document
-        lines.emplace_back();
-        continue;
-      }
-      lines.push_back(std::move(line));
-    }
-    rows.assign(lines.size(), Row{});
-    // Each worker a contiguous share; the first error (by line) is rethrown after all have stopped.
-    const size_t n = lines.size(), share = (n + static_cast<size_t>(o.workers) - 1) / static_cast<size_t>(o.workers);
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(o.workers));
-    std::vector<std::thread> threads;
-    for (int w = 0; w < o.workers && static_cast<size_t>(w) * share < n; ++w) {
-      const size_t a = static_cast<size_t>(w) * share, b = std::min(n, a + share);
-      threads.emplace_back([&, a, b, w] {
-        try {
-          // Blank lines are skipped inside: they have no JSON.
-          for (size_t i = a; i < b; ++i)
-            if (!lines[i].empty()) tokenize(i, i + 1, first_line);
-        } catch (...) {
-          errors[static_cast<size_t>(w)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    for (size_t i = 0; i < n; ++i) {
-      if (lines[i].empty()) continue;
+    more = read_lines(in, static_cast<size_t>(o.workers) * 256, lines, stats);
+    const std::vector<Row> rows = tokenize_lines(lines, line_number + 1, *tok, eod, o);
+    line_number += static_cast<int64_t>(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].empty()) continue;  // a blank line carries no document
       for (size_t k = 0; k < out.size(); ++k) {
-        out[k]->add_document(rows[i].ids[k]);
-        if (!o.sft || k == 0) stats.tokens += static_cast<int64_t>(rows[i].ids[k].size());
+        out[k]->add_document(rows[i][k]);
+        if (!o.sft || k == 0) stats.tokens += static_cast<int64_t>(rows[i][k].size());
       }
       ++stats.documents;
     }
