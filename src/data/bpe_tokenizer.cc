@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "data/regex.h"
+#include "data/tokenizers.h"
 #include "deepspeed/data/tokenizer.h"
 #include "deepspeed/error.h"
 
@@ -318,15 +319,7 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  std::string file = path;
-  if (std::filesystem::is_directory(path)) {
-    file = path + "/tokenizer.json";
-    DS_CHECK_T(DataError, std::filesystem::exists(file), path,
-               ": no tokenizer.json in the folder (a SentencePiece tokenizer.model is not built yet)");
-  }
-  DS_CHECK_T(DataError, file.size() >= 5 && file.substr(file.size() - 5) == ".json", file,
-             ": not a tokenizer.json (a SentencePiece tokenizer.model is not built yet)");
+std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& file) {
   std::ifstream in(file);
   DS_CHECK_T(DataError, in.good(), file, ": cannot open");
   json j;

@@ -8,6 +8,9 @@ tokenizer.json is copied to OUT_DIR/shipped/ with its expected ids too. Writes O
   llama3: the Llama 3 / Qwen2 layout: a Split on Llama 3's regex (case-insensitive contractions, digits in threes,
           look-ahead) then ByteLevel without regex, ignore_merges, special tokens and a TemplateProcessing that
           prepends <|begin_of_text|>;
+  spm:    a SentencePiece BPE model with byte fallback (the Llama 2 / Mistral layout), trained by `sentencepiece`
+          0.2.0 into OUT_DIR/spm/tokenizer.model; its references are sentencepiece's encode, with the BOS first for
+          ids_special;
 and OUT_DIR/<name>.expected.json: [{"text": ..., "ids": [...], "ids_special": [...]}] for every line of TEXTS
 (trained on) and UNSEEN (not).
 """
@@ -78,8 +81,27 @@ def train(name):
     return tok
 
 
+def sentencepiece_model(out):
+    import io
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=model, vocab_size=400,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0,
+                                   split_digits=True, minloglevel=2)
+    os.makedirs(f"{out}/spm", exist_ok=True)
+    with open(f"{out}/spm/tokenizer.model", "wb") as f:
+        f.write(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    expected = [{"text": t, "ids": sp.encode(t), "ids_special": [sp.bos_id()] + sp.encode(t), "vocab": 400}
+                for t in TEXTS + UNSEEN]
+    with open(f"{out}/spm.expected.json", "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False)
+    print(f"spm: vocabulary {sp.get_piece_size()}, {len(expected)} texts")
+
+
 def main():
     out = sys.argv[1]
+    sentencepiece_model(out)
     for name in ("gpt2", "llama3") + (("shipped",) if len(sys.argv) > 2 else ()):
         tok = Tokenizer.from_file(f"{sys.argv[2]}/tokenizer.json") if name == "shipped" else train(name)
         os.makedirs(f"{out}/{name}", exist_ok=True)

@@ -28,8 +28,8 @@ std::string dir() {
 
 TEST(Tokenizer, GivesTokenizersIdsForEveryText) {
   ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
-  // shipped: examples/tokenizer, the main job's.
-  for (const char* name : {"gpt2", "llama3", "shipped"}) {
+  // shipped: examples/tokenizer, the main job's; spm: a SentencePiece tokenizer.model.
+  for (const char* name : {"gpt2", "llama3", "shipped", "spm"}) {
     SCOPED_TRACE(name);
     const auto tok = dd::Tokenizer::from_file(dir() + "/" + name);
     std::ifstream in(dir() + "/" + name + ".expected.json");
@@ -40,11 +40,15 @@ TEST(Tokenizer, GivesTokenizersIdsForEveryText) {
       EXPECT_EQ(tok->encode(text, false), e["ids"].get<std::vector<int64_t>>()) << "text: " << text;
       EXPECT_EQ(tok->encode(text, true), e["ids_special"].get<std::vector<int64_t>>()) << "text: " << text;
     }
-    EXPECT_EQ(tok->vocab_size(), std::string(name) == "shipped" ? 4096 : 600);
+    const std::string n = name;
+    EXPECT_EQ(tok->vocab_size(), n == "shipped" ? 4096 : n == "spm" ? 400 : 600);
   }
   const auto llama3 = dd::Tokenizer::from_file(dir() + "/llama3/tokenizer.json");
   EXPECT_EQ(llama3->token_id("<|end_of_text|>"), 1);
   EXPECT_EQ(llama3->token_id("no such token"), std::nullopt);
+  const auto spm = dd::Tokenizer::from_file(dir() + "/spm/tokenizer.model");
+  EXPECT_EQ(spm->token_id("</s>"), 2);
+  EXPECT_EQ(spm->token_id("no such piece"), std::nullopt);
 }
 
 // A copy of the llama3 tokenizer.json with `change` applied must be refused with a message holding `says`.
@@ -81,6 +85,13 @@ TEST(Tokenizer, RefusesWhatIsNotBuiltByKey) {
   EXPECT_THROW(dd::Tokenizer::from_file(tmp.path()), deepspeed::DataError);
   std::ofstream(tmp.file("tokenizer.json")) << "{not json";
   EXPECT_THROW(dd::Tokenizer::from_file(tmp.file("tokenizer.json")), deepspeed::DataError);
+  std::ofstream(tmp.file("tokenizer.model")) << "not a model";
+  try {
+    dd::Tokenizer::from_file(tmp.file("tokenizer.model"));
+    ADD_FAILURE() << "loaded a broken tokenizer.model";
+  } catch (const deepspeed::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos) << e.what();
+  }
   // Text that is not UTF-8.
   const auto tok = dd::Tokenizer::from_file(dir() + "/gpt2");
   EXPECT_THROW(tok->encode(std::string("ok \xff\xfe bad"), false), deepspeed::DataError);
