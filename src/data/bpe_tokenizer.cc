@@ -99,6 +99,9 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
   std::vector<AddedToken> added_;                        // longest first
+  // added_'s entries by their first byte (longest first), so the scan of a text tries only the tokens that can
+  // start at each position (Llama 3 has 256 special tokens).
+  std::array<std::vector<const AddedToken*>, 256> added_by_first_byte_;
   std::vector<PreTokenizer> pre_;
   std::vector<int64_t> prefix_, suffix_;  // TemplateProcessing's single template around $A
   std::optional<int64_t> unk_;
@@ -156,6 +159,8 @@ BpeTokenizer::BpeTokenizer(const json& j, const std::string& path) : path_(path)
   }
   std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (const auto& a : added_)
+    if (!a.content.empty()) added_by_first_byte_[static_cast<unsigned char>(a.content[0])].push_back(&a);
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
     read_pre_tokenizer(j["pre_tokenizer"], path + ": pre_tokenizer");
   if (j.contains("post_processor") && !j["post_processor"].is_null())
@@ -219,9 +224,9 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text, bool add_specia
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* hit = nullptr;
-    for (const auto& a : added_) {
-      if (!a.content.empty() && text.compare(i, a.content.size(), a.content) == 0) {
-        hit = &a;
+    for (const AddedToken* a : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      if (text.compare(i, a->content.size(), a->content) == 0) {
+        hit = a;
         break;
       }
     }

@@ -105,7 +105,7 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> corpus, const GPTDa
     return;
   }
   std::filesystem::create_directories(dir);
-  build(cache_path_);
+  build(cache_path_, tokens_per_epoch);
   DS_CHECK_T(DataError, load(cache_path_), cache_path_, ": the index just written does not read back");
 }
 
@@ -139,10 +139,8 @@ bool GPTDataset::load(const std::string& path) {
   return true;
 }
 
-void GPTDataset::build(const std::string& path) const {
+void GPTDataset::build(const std::string& path, int64_t tokens_per_epoch) const {
   const int64_t first = options_.first_sequence, end = options_.end_sequence, seq = options_.sequence_length;
-  int64_t tokens_per_epoch = 0;
-  for (int64_t s = first; s < end; ++s) tokens_per_epoch += corpus_->sequence_length(s);
   // Megatron separates the final epoch from the shuffle when it contributes under 80% of an epoch's samples.
   bool separate_final_epoch = false;
   int64_t samples_sans_final_epoch = 0;

@@ -60,7 +60,6 @@ Row tokenize_line(const std::string& line, int64_t number, const Tokenizer& tok,
   const std::vector<std::string> keys = o.sft ? std::vector<std::string>{o.prompt_key, o.response_key} : o.json_keys;
   for (const auto& key : keys)
     DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key, "\"");
-  Row row;
   if (o.sft) {  // the prompt (mask 0), then the response and the end of the document (mask 1)
     std::vector<int64_t> ids = tok.encode(j[o.prompt_key].get<std::string>(), o.add_special_tokens);
     std::vector<int64_t> mask(ids.size(), 0);
@@ -70,6 +69,7 @@ Row tokenize_line(const std::string& line, int64_t number, const Tokenizer& tok,
     mask.resize(ids.size(), 1);
     return {std::move(ids), std::move(mask)};
   }
+  Row row;
   for (const auto& key : o.json_keys) {
     std::vector<int64_t> ids = tok.encode(j[key].get<std::string>(), o.add_special_tokens);
     if (eod) ids.push_back(*eod);

@@ -180,6 +180,17 @@ TEST(LlamaParallel, ActivationCheckpointingMatchesPlainLibTorch) {
   for (int stage : {2, 3}) expect_plain_libtorch("llama", Layout{stage, 1, 1, /*checkpointing=*/true});
 }
 
+// The largest relative difference over the steps between the losses of `layout` and of the plain fp32 loop.
+double worst_loss_difference_from_plain(const Layout& layout, const std::string& temp_name) {
+  const llama_reference::Run want = plain_libtorch("llama", comm::get_world_size());
+  ds_test::TempDir base(temp_name);
+  const llama_reference::Run got = train_parallel("llama", layout, shared_dir(base.path()) + "/saved");
+  double worst = 0;
+  for (size_t s = 0; s < want.losses.size(); ++s)
+    worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+  return worst;
+}
+
 // bf16 at ZeRO-2 against the plain fp32 loop: the weights and activations are bf16 (8 bits of mantissa), the masters
 // fp32, so the losses differ by bf16 roundings that largely average out over the vocabulary's softmax, not by
 // fp32's. Measured worst relative loss difference over the steps: 1.5e-4 at AVX2, 9.3e-5 at AVX-512 (the bound is 4x
@@ -189,16 +200,10 @@ TEST(LlamaParallel, ActivationCheckpointingMatchesPlainLibTorch) {
 TEST(LlamaParallel, Bf16StaysWithinBf16RoundingOfPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
-  const int dp = comm::get_world_size();
-  const llama_reference::Run want = plain_libtorch("llama", dp);
-  ds_test::TempDir base("llama_bf16");
   Layout bf16;
   bf16.stage = 2;
   bf16.bf16 = true;
-  const llama_reference::Run got = train_parallel("llama", bf16, shared_dir(base.path()) + "/saved");
-  double worst = 0;
-  for (size_t s = 0; s < want.losses.size(); ++s)
-    worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+  const double worst = worst_loss_difference_from_plain(bf16, "llama_bf16");
   EXPECT_WITHIN(worst, tolerance::measured(1.507e-4, 9.308e-5));
   EXPECT_GT(worst, 100 * tolerance::kFp32Epsilon) << "it did not train in bf16";
 }
@@ -209,16 +214,10 @@ TEST(LlamaParallel, Bf16StaysWithinBf16RoundingOfPlainLibTorch) {
 TEST(LlamaParallel, Fp16StaysWithinFp16RoundingOfPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
-  const int dp = comm::get_world_size();
-  const llama_reference::Run want = plain_libtorch("llama", dp);
-  ds_test::TempDir base("llama_fp16");
   Layout fp16;
   fp16.stage = 3;
   fp16.fp16 = true;
-  const llama_reference::Run got = train_parallel("llama", fp16, shared_dir(base.path()) + "/saved");
-  double worst = 0;
-  for (size_t s = 0; s < want.losses.size(); ++s)
-    worst = std::max(worst, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
+  const double worst = worst_loss_difference_from_plain(fp16, "llama_fp16");
   EXPECT_WITHIN(worst, tolerance::measured(3.602e-5, 2.969e-5));
   EXPECT_GT(worst, 10 * tolerance::kFp32Epsilon) << "it did not train in fp16";
 }

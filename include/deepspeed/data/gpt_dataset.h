@@ -65,7 +65,7 @@ class GPTDataset : public TokenDataset {
   at::Tensor get(int64_t i) const;
 
  private:
-  void build(const std::string& path) const;
+  void build(const std::string& path, int64_t tokens_per_epoch) const;
   bool load(const std::string& path);
 
   std::shared_ptr<const IndexedDataset> corpus_;
