@@ -14,8 +14,9 @@ packages=(
   python3-venv
   # config, command lines, NVMe I/O
   nlohmann-json3-dev libcli11-dev liburing-dev
-  # tokenizers: the byte-level BPE pre-tokenizer regexes (Unicode classes, look-ahead); SentencePiece models
-  libpcre2-dev libsentencepiece-dev
+  # tokenizers: the byte-level BPE pre-tokenizer regexes (Unicode classes, look-ahead); SentencePiece models;
+  # Unicode normal forms (Qwen2's NFC normalizer)
+  libpcre2-dev libsentencepiece-dev libicu-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # tests inspect processes (no orphan ranks)

@@ -1,7 +1,7 @@
 // The byte-level BPE tokenizer of a Hugging Face tokenizer.json (deepspeed/data/tokenizer.h), step for step as
 // `tokenizers` runs it: added tokens split out of the raw text (leftmost, longest), each other segment through the
-// pre-tokenizers (regex splits, the ByteLevel byte-to-character map), each piece through the BPE merges by rank,
-// and the post-processor's special tokens around the result.
+// normalizer (Unicode normal forms), the pre-tokenizers (regex splits, the ByteLevel byte-to-character map), each piece
+// through the BPE merges by rank, and the post-processor's special tokens around the result.
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -15,6 +15,7 @@
 
 #include "data/regex.h"
 #include "data/tokenizers.h"
+#include "data/unicode_normalizer.h"
 #include "deepspeed/data/tokenizer.h"
 #include "deepspeed/error.h"
 
@@ -102,6 +103,7 @@ class BpeTokenizer : public Tokenizer {
   // added_'s entries by their first byte (longest first), so the scan of a text tries only the tokens that can
   // start at each position (Llama 3 has 256 special tokens).
   std::array<std::vector<const AddedToken*>, 256> added_by_first_byte_;
+  std::unique_ptr<UnicodeNormalizer> normalizer_;  // null: none
   std::vector<PreTokenizer> pre_;
   std::vector<int64_t> prefix_, suffix_;  // TemplateProcessing's single template around $A
   std::optional<int64_t> unk_;
@@ -129,8 +131,7 @@ BpeTokenizer::BpeTokenizer(const json& j, const std::string& path) : path_(path)
   expect_default(model, "continuing_subword_prefix", json(""), path + ": model");
   expect_default(model, "end_of_word_suffix", json(""), path + ": model");
   if (j.contains("normalizer") && !j["normalizer"].is_null())
-    throw DataError(path + ": normalizer " + j["normalizer"].value("type", j["normalizer"].dump()) +
-                    " is not supported (only tokenizers without a normalizer)");
+    normalizer_ = std::make_unique<UnicodeNormalizer>(j["normalizer"], path + ": normalizer");
   ignore_merges_ = model.value("ignore_merges", false);
   for (const auto& [token, id] : model.at("vocab").items()) {
     vocab_[token] = id.get<int64_t>();
@@ -245,7 +246,9 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text, bool add_specia
 }
 
 void BpeTokenizer::encode_segment(std::string_view segment, std::vector<int64_t>& out) const {
-  std::vector<std::string> pieces{std::string(segment)};
+  // The normalizer sees each segment between added tokens, as `tokenizers` applies it (added tokens are matched on
+  // the raw text: those marked "normalized" whose normal form differs from their text would match differently).
+  std::vector<std::string> pieces{normalizer_ ? normalizer_->apply(segment) : std::string(segment)};
   for (const auto& step : pre_) {
     std::vector<std::string> next;
     for (auto& piece : pieces) {

@@ -8,6 +8,8 @@ tokenizer.json is copied to OUT_DIR/shipped/ with its expected ids too. Writes O
   llama3: the Llama 3 / Qwen2 layout: a Split on Llama 3's regex (case-insensitive contractions, digits in threes,
           look-ahead) then ByteLevel without regex, ignore_merges, special tokens and a TemplateProcessing that
           prepends <|begin_of_text|>;
+  qwen2:  the llama3 layout behind Qwen2's NFC normalizer, no BOS (composed and decomposed marks meet);
+  nfkc:   the gpt2 layout behind a Sequence normalizer [NFKD, NFC] (compatibility forms: ½, ², ǅ, Ⅻ, ﬁ);
   spm:    a SentencePiece BPE model with byte fallback (the Llama 2 / Mistral layout), trained by `sentencepiece`
           0.2.0 into OUT_DIR/spm/tokenizer.model; its references are sentencepiece's encode, with the BOS first for
           ids_special;
@@ -18,7 +20,7 @@ import json
 import os
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 TEXTS = [
     "Hello world! The quick brown fox jumps over the lazy dog.",
@@ -36,7 +38,7 @@ TEXTS = [
     "\n",
     "a",
     "<|begin_of_text|>special tokens <|end_of_text|> inside text<|eot_id|>",
-    "Ünïcödé ẞ ß ǅ ǆ Ⅻ ½ ² ٣ ४",
+    "Ünïcödé ẞ ß ǅ ǆ Ⅻ ½ ² ٣ ४ \ufb01nal \ufb00 \u212b vs \u00c5, \u2126 vs \u03a9, \u1e9b\u0323",
 ]
 
 # Texts the tokenizers were not trained on: words split part-way by the merges.
@@ -59,8 +61,12 @@ def training_text():
 
 
 def train(name):
-    tok = Tokenizer(models.BPE(ignore_merges=(name == "llama3")))
-    if name == "gpt2":
+    tok = Tokenizer(models.BPE(ignore_merges=(name in ("llama3", "qwen2"))))
+    if name == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    elif name == "nfkc":
+        tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.NFC()])
+    if name in ("gpt2", "nfkc"):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -70,7 +76,7 @@ def train(name):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=600, min_frequency=2, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=SPECIAL if name == "llama3" else [])
+                                  special_tokens=SPECIAL if name in ("llama3", "qwen2") else [])
     tok.train_from_iterator(training_text(), trainer=trainer)
     if name == "llama3":
         bos = tok.token_to_id(SPECIAL[0])
@@ -102,7 +108,7 @@ def sentencepiece_model(out):
 def main():
     out = sys.argv[1]
     sentencepiece_model(out)
-    for name in ("gpt2", "llama3") + (("shipped",) if len(sys.argv) > 2 else ()):
+    for name in ("gpt2", "llama3", "qwen2", "nfkc") + (("shipped",) if len(sys.argv) > 2 else ()):
         tok = Tokenizer.from_file(f"{sys.argv[2]}/tokenizer.json") if name == "shipped" else train(name)
         os.makedirs(f"{out}/{name}", exist_ok=True)
         tok.save(f"{out}/{name}/tokenizer.json")

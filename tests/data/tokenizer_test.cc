@@ -29,7 +29,8 @@ std::string dir() {
 TEST(Tokenizer, GivesTokenizersIdsForEveryText) {
   ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
   // shipped: examples/tokenizer, the main job's; spm: a SentencePiece tokenizer.model.
-  for (const char* name : {"gpt2", "llama3", "shipped", "spm"}) {
+  // qwen2 and nfkc: behind normalizers (NFC; NFKD then NFC).
+  for (const char* name : {"gpt2", "llama3", "qwen2", "nfkc", "shipped", "spm"}) {
     SCOPED_TRACE(name);
     const auto tok = dd::Tokenizer::from_file(dir() + "/" + name);
     std::ifstream in(dir() + "/" + name + ".expected.json");
@@ -72,7 +73,12 @@ void expect_refused(const std::function<void(json&)>& change, const std::string&
 TEST(Tokenizer, RefusesWhatIsNotBuiltByKey) {
   ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
   expect_refused([](json& j) { j["model"]["type"] = "WordPiece"; }, "model.type \"WordPiece\"");
-  expect_refused([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer NFC");
+  expect_refused([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer: type \"Lowercase\"");
+  expect_refused(
+      [](json& j) {
+        j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}};
+      },
+      "normalizer: type \"Strip\"");
   expect_refused([](json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback = true");
   expect_refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithPrevious"; },
                  "Split behavior \"MergedWithPrevious\"");
@@ -95,6 +101,9 @@ TEST(Tokenizer, RefusesWhatIsNotBuiltByKey) {
   // Text that is not UTF-8.
   const auto tok = dd::Tokenizer::from_file(dir() + "/gpt2");
   EXPECT_THROW(tok->encode(std::string("ok \xff\xfe bad"), false), deepspeed::DataError);
+  // ... and through a normalizer, which would otherwise turn the bad bytes into U+FFFD without a word.
+  const auto qwen2 = dd::Tokenizer::from_file(dir() + "/qwen2");
+  EXPECT_THROW(qwen2->encode(std::string("ok \xff\xfe bad"), false), deepspeed::DataError);
 }
 
 }  // namespace

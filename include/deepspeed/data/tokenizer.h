@@ -5,11 +5,12 @@
 //   std::vector<int64_t> ids = tok->encode("Hello world", /*add_special_tokens=*/false);
 //
 // Built: SentencePiece models (`tokenizer.model`: Llama 2, Mistral), through Debian's libsentencepiece, the BOS first
-// with add_special_tokens; and byte-level BPE `tokenizer.json` files (GPT-2, Llama 3, Qwen2 style without a
-// normalizer): added and special tokens split out first, the pre-tokenizer (ByteLevel with or without GPT-2's regex,
+// with add_special_tokens; and byte-level BPE `tokenizer.json` files (GPT-2, Llama 3, Qwen2 style): added and
+// special tokens split out first, the normalizer (Unicode normal forms NFC, NFD, NFKC, NFKD through ICU, and Sequences
+// of them: Qwen2 asks for NFC), the pre-tokenizer (ByteLevel with or without GPT-2's regex,
 // Split on a regex with the Isolated or Removed behaviour, and Sequences of them; the regexes run on PCRE2 with Unicode
 // classes), BPE merges by rank (ignore_merges as Llama 3 sets it), and the TemplateProcessing / ByteLevel
-// post-processors. Anything else a tokenizer.json asks for (another model type, a normalizer, another pre-tokenizer or
+// post-processors. Anything else a tokenizer.json asks for (another model type or normalizer, another pre-tokenizer or
 // split behaviour, byte fallback, subword prefixes) is refused by key and value with DataError naming the file.
 #pragma once
 
