@@ -107,6 +107,7 @@ int train(const Args& args) {
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = args.seq_len;
+  options.count_trained_tokens = true;  // the log's tokens/s counts the targets that train, not an SFT prompt's
   options.auto_values.hidden_size = model->config().hidden_size;
   auto engine = deepspeed::initialize(model, config, options);
 
@@ -139,6 +140,7 @@ int train(const Args& args) {
         x = x.narrow(1, first, part);
         y = y.narrow(1, first, part);
       }
+      engine.add_trained_tokens((y != -100).sum().item<int64_t>());
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();

@@ -64,6 +64,10 @@ struct InitializeOptions {
   // Tokens in one sample (the sequence length of a language model), if the model has tokens: the step log and the
   // monitors then report tokens/s as well (samples/s x this).
   int64_t tokens_per_sample = 0;
+  // The training loop reports the tokens each micro-batch trained (Engine::add_trained_tokens: the targets the loss
+  // counts, without an SFT prompt's or padding), and tokens/s counts those instead. Set it on every rank: each step
+  // then sums the count over the data-parallel ranks (one all-reduce of one number).
+  bool count_trained_tokens = false;
 
   // For an engine that holds one part of a larger layout (the pipeline engine builds one per stage):
   // The ranks holding copies of this module, over which gradients are reduced and ZeRO partitions (null: the world).
@@ -149,6 +153,11 @@ class Engine {
   // rank's partition, all-gather of the updated parameters (stages 1/2), LR schedule, zero gradients. Otherwise
   // only counts the micro-step.
   void step();
+  // With InitializeOptions::count_trained_tokens: `tokens` trained on this rank by the current micro-batch (e.g.
+  // (labels != -100).sum()); tokens/s in the step log, progress bar and monitors counts these, summed over the
+  // data-parallel ranks. Under tensor parallelism every rank of a group reports its replica's count; under sequence
+  // parallelism each rank its slice's.
+  void add_trained_tokens(int64_t tokens);
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -1,6 +1,7 @@
 // See console_observer.h.
 #include "runtime/console_observer.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace deepspeed::runtime {
@@ -15,14 +16,16 @@ ConsoleObserver::ConsoleObserver(const ConsoleOptions& options, LogLineSource so
 void ConsoleObserver::on_report(const StepReport& report) {
   loss_sum_ += report.loss;
   ++loss_count_;
+  if (report.trained_tokens >= 0) trained_tokens_ = std::max<int64_t>(trained_tokens_, 0) + report.trained_tokens;
   if (options_.steps_per_print > 0 && report.global_steps % options_.steps_per_print == 0) print_line(report);
-  if (bar_) bar_->on_step(report.global_steps, report.loss);
+  if (bar_) bar_->on_step(report.global_steps, report.loss, report.trained_tokens);
 }
 
 void ConsoleObserver::on_resume(int64_t global_steps) {
   window_.restart(global_steps);  // the next line covers the steps after the load only
   loss_sum_ = 0.0;
   loss_count_ = 0;
+  trained_tokens_ = -1;
 }
 
 void ConsoleObserver::print_line(const StepReport& report) {
@@ -30,6 +33,8 @@ void ConsoleObserver::print_line(const StepReport& report) {
   const double window_loss = loss_count_ > 0 ? loss_sum_ / static_cast<double>(loss_count_) : 0.0;
   loss_sum_ = 0.0;
   loss_count_ = 0;
+  const int64_t trained_tokens = trained_tokens_;
+  trained_tokens_ = -1;
   const LogLineParts parts = source_(report, window_loss, window);  // every rank: it may run a collective
   if (!options_.writer) return;
   StepLine line;
@@ -43,6 +48,8 @@ void ConsoleObserver::print_line(const StepReport& report) {
   const double samples = static_cast<double>(window.steps * options_.samples_per_step);
   line.samples_per_sec = window.seconds > 0 ? samples / window.seconds : 0.0;
   line.tokens_per_sample = options_.tokens_per_sample;
+  if (trained_tokens >= 0 && window.seconds > 0)
+    line.trained_tokens_per_sec = static_cast<double>(trained_tokens) / window.seconds;
   line.seconds_per_step = window.steps > 0 ? window.seconds / static_cast<double>(window.steps) : 0.0;
   line.extra = parts.extra;
   if (bar_) bar_->clear_line();

@@ -52,6 +52,7 @@ class ConsoleObserver : public StepObserver {
   LogWindow window_;
   double loss_sum_ = 0.0;  // StepReport::loss since the last line
   int64_t loss_count_ = 0;
+  int64_t trained_tokens_ = -1;  // StepReport::trained_tokens since the last line (-1: not counted)
 };
 
 }  // namespace deepspeed::runtime

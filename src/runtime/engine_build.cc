@@ -101,9 +101,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   print_comms_summary_ = config_.comms_logger.enabled && comm::get_rank() == 0;
   breakdown_ = config_.wall_clock_breakdown;
   total_steps_ = options.total_steps;
-  DS_CHECK(options.tokens_per_sample >= 0, "InitializeOptions::tokens_per_sample must be >= 0, got ",
-           options.tokens_per_sample);
-  tokens_per_sample_ = options.tokens_per_sample;
+  tokens_ = runtime::TokenTally(options);
   if (config_.fp16.enabled) scaler_ = std::make_unique<runtime::LossScaler>(loss_scaler_options(config_.fp16));
   nonfinite_ = runtime::NonFiniteGuard::for_config(config_);
 

@@ -17,6 +17,7 @@ void Engine::begin_forward() { impl_->begin_forward(); }
 void Engine::end_forward() { impl_->end_forward(); }
 void Engine::backward(const at::Tensor& loss) { impl_->backward(loss); }
 void Engine::step() { impl_->step(); }
+void Engine::add_trained_tokens(int64_t tokens) { impl_->tokens_.add(tokens); }
 void Engine::train(bool on) { impl_->module_->train(on); }
 bool Engine::is_training() const { return impl_->module_->is_training(); }
 bool Engine::is_gradient_accumulation_boundary() const { return impl_->is_boundary(); }

@@ -28,6 +28,7 @@
 #include "runtime/stage_engine.h"
 #include "runtime/step_observer.h"
 #include "runtime/timers.h"
+#include "runtime/token_tally.h"
 #include "zero/deferred_reduction.h"
 #include "zero/flat_params.h"
 #include "zero/stage.h"
@@ -126,7 +127,7 @@ class EngineImpl : public runtime::StageEngine {
   int64_t total_steps_ = 0;
   double global_grad_norm_ = -1.0;
 
-  int64_t tokens_per_sample_ = 0;  // InitializeOptions::tokens_per_sample
+  runtime::TokenTally tokens_;  // InitializeOptions::tokens_per_sample, count_trained_tokens
   bool print_comms_summary_ = false;
 
   // The side features (console, monitors, flops profiler, autotuning probe) as observers of every step
@@ -137,7 +138,7 @@ class EngineImpl : public runtime::StageEngine {
   using FullNumels = runtime::FullNumels;
   FullNumels full_numels() const;
   // The StepReport of the optimizer step just taken, with `loss` as the observers get it.
-  runtime::StepReport step_report(double loss) const;
+  runtime::StepReport step_report(double loss);  // closes the step's token tally (a collective when counting)
   // The engine's part of the console's log line: the window's loss averaged over ranks, the breakdown table.
   runtime::LogLineParts log_line_parts(double window_loss, int64_t window_steps);
   runtime::LogLineSource log_line_source_;  // the pipeline engine's, when set

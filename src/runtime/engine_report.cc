@@ -21,7 +21,7 @@ void EngineImpl::add_observers() {
   parts.config = &config_;
   parts.module = module_;
   parts.total_steps = total_steps_;
-  parts.tokens_per_sample = tokens_per_sample_;
+  parts.tokens_per_sample = tokens_.tokens_per_sample();
   parts.model_parallel_size = layout_.model_parallel.is_member() ? layout_.model_parallel.size() : 1;
   parts.partitioned_parameters = zero::partitions_parameters(*stage_);
   parts.full_numels = [this] { return full_numels(); };
@@ -41,8 +41,9 @@ EngineImpl::FullNumels EngineImpl::full_numels() const {
   return full;
 }
 
-runtime::StepReport EngineImpl::step_report(double loss) const {
+runtime::StepReport EngineImpl::step_report(double loss) {
   runtime::StepReport r;
+  r.trained_tokens = tokens_.close_step(layout_.data_parallel);
   r.global_steps = global_steps_;
   r.global_samples = global_samples();
   r.loss = loss;

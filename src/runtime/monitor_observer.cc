@@ -35,7 +35,10 @@ void MonitorObserver::on_report(const StepReport& report) {
   if (seconds > 0) {
     const double samples_per_sec = static_cast<double>(samples_per_step_) / seconds;
     add("samples_per_sec", samples_per_sec);
-    if (tokens_per_sample_ > 0) add("tokens_per_sec", samples_per_sec * static_cast<double>(tokens_per_sample_));
+    if (report.trained_tokens >= 0)
+      add("tokens_per_sec", static_cast<double>(report.trained_tokens) / seconds);
+    else if (tokens_per_sample_ > 0)
+      add("tokens_per_sec", samples_per_sec * static_cast<double>(tokens_per_sample_));
   }
   add("memory_allocated_mb",
       static_cast<double>(accelerator::get_accelerator().memory_stats().allocated_bytes) / (1024.0 * 1024.0));

@@ -63,11 +63,13 @@ bool progress_bar_wanted(bool stdout_is_tty) {
 ProgressBar::ProgressBar(int64_t total, int64_t tokens_per_sample, int64_t samples_per_step)
     : total_(total), tokens_per_sample_(tokens_per_sample), samples_per_step_(samples_per_step) {}
 
-void ProgressBar::on_step(int64_t step, double loss) {
+void ProgressBar::on_step(int64_t step, double loss, int64_t trained_tokens) {
   const Clock::time_point now = Clock::now();
   if (first_step_ < 0) {
     first_step_ = step;
     first_time_ = now;
+  } else if (trained_tokens >= 0) {
+    trained_tokens_ = std::max<int64_t>(trained_tokens_, 0) + trained_tokens;  // the first step only starts the clock
   }
   const bool last = step >= total_;
   if (finished_) return;  // the bar ended at the last step; steps beyond `total` draw nothing
@@ -77,8 +79,10 @@ void ProgressBar::on_step(int64_t step, double loss) {
   const double steps_per_sec =
       steps > 0 && seconds > 0 ? static_cast<double>(steps) / seconds : 0.0;
   const double samples_per_sec = steps_per_sec * static_cast<double>(samples_per_step_);
-  const double tokens_per_sec =
-      tokens_per_sample_ > 0 ? samples_per_sec * static_cast<double>(tokens_per_sample_) : -1;
+  const double tokens_per_sec = trained_tokens_ >= 0
+                                    ? (seconds > 0 ? static_cast<double>(trained_tokens_) / seconds : 0.0)
+                                : tokens_per_sample_ > 0 ? samples_per_sec * static_cast<double>(tokens_per_sample_)
+                                                         : -1;
   const double eta = steps_per_sec > 0 ? static_cast<double>(total_ - step) / steps_per_sec : -1.0;
   const std::string frame =
       format_progress_bar(step, total_, samples_per_sec, tokens_per_sec, loss, last ? 0.0 : eta) +

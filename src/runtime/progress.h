@@ -40,7 +40,8 @@ class ProgressBar {
   // After optimizer step `step` (1-based): redraws at most every 0.2 s, and always at the last
   // step, which ends the line. Rates and the ETA are averaged from the first step on (the first
   // step, with its warm-up, excluded).
-  void on_step(int64_t step, double loss);
+  // `trained_tokens`: the step's StepReport::trained_tokens (-1: not counted; tokens/s is then per sample).
+  void on_step(int64_t step, double loss, int64_t trained_tokens = -1);
   // Erases the bar before a log line is printed (cursor at the line's start already); the next step
   // redraws it below that line whatever the time since the last frame.
   void clear_line();
@@ -49,6 +50,7 @@ class ProgressBar {
   using Clock = std::chrono::steady_clock;
   int64_t total_, tokens_per_sample_, samples_per_step_;
   int64_t first_step_ = -1;
+  int64_t trained_tokens_ = -1;  // since the first step (-1: not counted)
   Clock::time_point first_time_, last_draw_;
   bool drawn_ = false;
   bool cleared_ = false;

@@ -33,8 +33,10 @@ std::string format_step_line(const StepLine& l) {
   }
   std::snprintf(buf, sizeof(buf), " | %.1f samples/s", l.samples_per_sec);
   out += buf;
-  if (l.tokens_per_sample > 0) {
-    std::snprintf(buf, sizeof(buf), " | %.0f tokens/s", l.samples_per_sec * static_cast<double>(l.tokens_per_sample));
+  if (l.trained_tokens_per_sec >= 0 || l.tokens_per_sample > 0) {
+    std::snprintf(buf, sizeof(buf), " | %.0f tokens/s",
+                  l.trained_tokens_per_sec >= 0 ? l.trained_tokens_per_sec
+                                                : l.samples_per_sec * static_cast<double>(l.tokens_per_sample));
     out += buf;
   }
   if (!l.extra.empty()) out += " | " + l.extra;

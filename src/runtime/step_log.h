@@ -23,6 +23,7 @@ struct StepLine {
   int64_t skipped_steps = 0;
   double samples_per_sec = 0.0;
   int64_t tokens_per_sample = 0;  // 0: no tokens/s
+  double trained_tokens_per_sec = -1;  // >= 0: the tokens that trained (StepReport::trained_tokens), not the above
   double seconds_per_step = 0.0;  // of the window, for the ETA
   std::string extra;              // what only one engine reports, e.g. "stage 0 idle 12%"
 };

@@ -25,6 +25,9 @@ struct StepReport {
   double grad_norm = -1.0;           // -1: not computed; infinity: fp16 overflow skipped the step
   std::optional<double> loss_scale;  // fp16 only
   int64_t skipped_steps = 0;         // fp16 overflow skips so far
+  // The step's tokens that trained, summed over the data-parallel ranks (Engine::add_trained_tokens); -1: not
+  // counted (tokens/s is then samples/s x tokens_per_sample).
+  int64_t trained_tokens = -1;
 };
 
 class StepObserver {

@@ -119,4 +119,52 @@ TEST(CsvMonitorEngine, RowsReadBackToTheEnginesValues) {
   }
 }
 
+// InitializeOptions::count_trained_tokens: tokens/s counts what the loop reported through add_trained_tokens, summed
+// over both ranks, not samples x seq_len. Both rates of a row share one step's time, so their ratio is exact:
+// (tokens of the step over both ranks) / (samples of the step).
+TEST(CsvMonitorEngine, TokensPerSecCountsTheTrainedTokensOfEveryRank) {
+  tiny_gpt::ensure_comm();
+  const int rank = deepspeed::comm::get_rank();
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ds_csv_tokens_" + std::string(port ? port : "0"))).string();
+  if (rank == 0) std::filesystem::remove_all(dir);
+  deepspeed::comm::barrier();
+  const auto config = deepspeed::Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+          "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+          "csv_monitor": {"enabled": true, "output_path": ")" +
+      dir + R"(", "job_name": "tokens"}})");
+  {  // without the option the call is refused, not ignored
+    auto model = tiny_gpt::make_model(tiny_gpt::config());
+    auto engine = deepspeed::initialize(model, config);
+    EXPECT_THROW(engine.add_trained_tokens(5), deepspeed::Error);
+  }
+  auto model = tiny_gpt::make_model(tiny_gpt::config());
+  deepspeed::InitializeOptions options;
+  options.tokens_per_sample = tiny_gpt::config().seq_len;
+  options.count_trained_tokens = true;
+  auto engine = deepspeed::initialize(model, config, options);
+  EXPECT_THROW(engine.add_trained_tokens(-1), deepspeed::Error);
+  const at::Tensor data = tiny_gpt::dataset(tiny_gpt::config());
+  const int steps = 3;
+  for (int s = 0; s < steps; ++s) {
+    for (int m = 0; m < 2; ++m) engine.add_trained_tokens(3 * (rank + 1) + s);  // rank 0: 3+s, rank 1: 6+s
+    tiny_gpt::train(engine, data, 1, s);
+  }
+  deepspeed::comm::barrier();
+  if (rank == 0) {
+    const auto samples = rows_of(dir + "/tokens/Train_Samples_samples_per_sec.csv");
+    const auto tokens = rows_of(dir + "/tokens/Train_Samples_tokens_per_sec.csv");
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(steps));
+    ASSERT_EQ(samples.size(), static_cast<size_t>(steps));
+    for (int s = 0; s < steps; ++s) {
+      const double step_tokens = 2.0 * ((3 + s) + (6 + s));  // 2 micro-batches on each of 2 ranks
+      EXPECT_NEAR(tokens[s].second / samples[s].second, step_tokens / 8.0, 1e-9 * step_tokens)
+          << "step " << s << ": 8 samples per step";
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace

@@ -20,6 +20,11 @@ TEST(StepLog, Fp32LineWithProgressTokensAndEta) {
   EXPECT_EQ(rt::format_step_line(l),
             "step 20/100 (20%) | loss 2.3100 | lr [0.001,0.0005] | grad_norm 0.8123 | 12.5 samples/s | "
             "3200 tokens/s | ETA 1m04s");
+  l.trained_tokens_per_sec = 1234.4;  // counted by the training loop (an SFT batch's response tokens): these win
+  EXPECT_NE(rt::format_step_line(l).find("12.5 samples/s | 1234 tokens/s"), std::string::npos)
+      << rt::format_step_line(l);
+  l.tokens_per_sample = 0;  // no tokens per sample given: the counted tokens still show
+  EXPECT_NE(rt::format_step_line(l).find("| 1234 tokens/s"), std::string::npos) << rt::format_step_line(l);
 }
 
 TEST(StepLog, Fp16FieldsAndAnEngineOwnFieldWithoutKnownTotal) {
