@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
                "(<prefix>_sft_document and <prefix>_sft_loss_mask_document)");
   app.add_option("--prompt-key", o.prompt_key, "with --sft: the prompt's key");
   app.add_option("--response-key", o.response_key, "with --sft: the response's key");
+  app.add_option("--chat-template", o.chat_template,
+                 "with --sft: conversations ({\"messages\": [{\"role\", \"content\"}...]}) rendered by this JSON "
+                 "template; the assistant's {% generation %} span trains");
+  app.add_option("--messages-key", o.messages_key, "with --chat-template: the conversation's key");
   app.add_option("--log-interval", log_interval, "lines between progress lines")->check(CLI::Range(1, 1 << 30));
   app.add_flag("--split-sentences", split_sentences, "not supported (Megatron splits with NLTK)");
   CLI11_PARSE(app, argc, argv);

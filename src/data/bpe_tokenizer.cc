@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "data/json_file.h"
 #include "data/regex.h"
 #include "data/tokenizers.h"
 #include "data/unicode_normalizer.h"
@@ -328,14 +329,7 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& file) {
-  std::ifstream in(file);
-  DS_CHECK_T(DataError, in.good(), file, ": cannot open");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw DataError(file + ": not JSON (" + e.what() + ")");
-  }
+  const json j = read_json_file(file);
   try {
     return std::make_unique<BpeTokenizer>(j, file);
   } catch (const json::exception& e) {

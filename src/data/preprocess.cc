@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "data/chat_template.h"
+#include "data/json_file.h"
 #include "deepspeed/data/indexed_dataset.h"
 #include "deepspeed/data/tokenizer.h"
 #include "deepspeed/error.h"
@@ -26,14 +28,7 @@ int64_t eod_id(const Tokenizer& tok, const PreprocessOptions& o) {
                                              ? std::filesystem::path(o.tokenizer)
                                              : std::filesystem::path(o.tokenizer).parent_path();
     const std::string config = (folder / "tokenizer_config.json").string();
-    std::ifstream in(config);
-    DS_CHECK_T(DataError, in.good(), "--append-eod: no --eod-token given and no ", config, " to read eos_token from");
-    json j;
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      throw DataError(config + ": not JSON (" + e.what() + ")");
-    }
+    const json j = read_json_file(config, "missing, and no --eod-token given (--append-eod reads eos_token from it)");
     const json eos = j.value("eos_token", json());
     token = eos.is_string() ? eos.get<std::string>() : eos.is_object() ? eos.value("content", "") : "";
     DS_CHECK_T(DataError, !token.empty(), config, ": no eos_token (give --eod-token)");
@@ -47,9 +42,36 @@ int64_t eod_id(const Tokenizer& tok, const PreprocessOptions& o) {
 // One line's documents, one per key (with sft: the document and its loss mask).
 using Row = std::vector<std::vector<int64_t>>;
 
+// What turns a line into ids: the tokenizer, the end-of-document token, the chat template (null: pairs or text).
+struct LineEncoder {
+  const Tokenizer& tok;
+  std::optional<int64_t> eod;
+  const ChatTemplate* chat;
+};
+
+// A conversation's document and mask: each chunk of the rendered template tokenized on its own, the first with the
+// tokenizer's special tokens when asked.
+Row tokenize_conversation(const json& j, const std::string& where, const LineEncoder& e, const PreprocessOptions& o) {
+  DS_CHECK_T(DataError, j.contains(o.messages_key), where, ": no \"", o.messages_key, "\" (the conversation)");
+  std::vector<int64_t> ids, mask;
+  bool first = true;
+  for (const ChatChunk& c : e.chat->render(j[o.messages_key], where)) {
+    const std::vector<int64_t> part = e.tok.encode(c.text, first && o.add_special_tokens);
+    first = false;
+    ids.insert(ids.end(), part.begin(), part.end());
+    mask.resize(ids.size(), c.trained ? 1 : 0);
+  }
+  if (e.eod) {
+    ids.push_back(*e.eod);
+    mask.push_back(1);
+  }
+  return {std::move(ids), std::move(mask)};
+}
+
 // The documents of input line `number` (its text `line`, not blank).
-Row tokenize_line(const std::string& line, int64_t number, const Tokenizer& tok, std::optional<int64_t> eod,
-                  const PreprocessOptions& o) {
+Row tokenize_line(const std::string& line, int64_t number, const LineEncoder& e, const PreprocessOptions& o) {
+  const Tokenizer& tok = e.tok;
+  const std::optional<int64_t>& eod = e.eod;
   json j;
   try {
     j = json::parse(line);
@@ -57,6 +79,7 @@ Row tokenize_line(const std::string& line, int64_t number, const Tokenizer& tok,
     throw DataError(o.input + ":" + std::to_string(number) + ": not a JSON object (" + e.what() + ")");
   }
   DS_CHECK_T(DataError, j.is_object(), o.input, ":", number, ": not a JSON object");
+  if (e.chat != nullptr) return tokenize_conversation(j, o.input + ":" + std::to_string(number), e, o);
   const std::vector<std::string> keys = o.sft ? std::vector<std::string>{o.prompt_key, o.response_key} : o.json_keys;
   for (const auto& key : keys)
     DS_CHECK_T(DataError, j.contains(key) && j[key].is_string(), o.input, ":", number, ": no string \"", key, "\"");
@@ -91,8 +114,8 @@ bool read_lines(std::ifstream& in, size_t count, std::vector<std::string>& lines
 
 // Every line of `lines` tokenized by `workers` threads, each a contiguous share; the first error (by line) is
 // rethrown after all have stopped.
-std::vector<Row> tokenize_lines(const std::vector<std::string>& lines, int64_t first_line, const Tokenizer& tok,
-                                std::optional<int64_t> eod, const PreprocessOptions& o) {
+std::vector<Row> tokenize_lines(const std::vector<std::string>& lines, int64_t first_line, const LineEncoder& e,
+                                const PreprocessOptions& o) {
   std::vector<Row> rows(lines.size());
   const size_t n = lines.size(), share = (n + static_cast<size_t>(o.workers) - 1) / static_cast<size_t>(o.workers);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(o.workers));
@@ -102,7 +125,7 @@ std::vector<Row> tokenize_lines(const std::vector<std::string>& lines, int64_t f
     threads.emplace_back([&, a, b, w] {
       try {
         for (size_t i = a; i < b; ++i)
-          if (!lines[i].empty()) rows[i] = tokenize_line(lines[i], first_line + static_cast<int64_t>(i), tok, eod, o);
+          if (!lines[i].empty()) rows[i] = tokenize_line(lines[i], first_line + static_cast<int64_t>(i), e, o);
       } catch (...) {
         errors[static_cast<size_t>(w)] = std::current_exception();
       }
@@ -121,6 +144,12 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
   DS_CHECK_T(DataError, o.workers >= 1, "--workers ", o.workers, ": at least 1");
   const auto tok = Tokenizer::from_file(o.tokenizer);
   const std::optional<int64_t> eod = o.append_eod ? std::optional<int64_t>(eod_id(*tok, o)) : std::nullopt;
+  DS_CHECK_T(DataError, o.chat_template.empty() || o.sft,
+             "--chat-template: give --sft too (conversations are "
+             "fine-tuning data)");
+  std::optional<ChatTemplate> chat;
+  if (!o.chat_template.empty()) chat = ChatTemplate::from_file(o.chat_template);
+  const LineEncoder encoder{*tok, eod, chat ? &*chat : nullptr};
   std::ifstream in(o.input, std::ios::binary);
   DS_CHECK_T(DataError, in.good(), o.input, ": cannot open");
   PreprocessStats stats;
@@ -136,7 +165,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& o) {
   std::vector<std::string> lines;
   for (bool more = true; more;) {
     more = read_lines(in, static_cast<size_t>(o.workers) * 256, lines, stats);
-    const std::vector<Row> rows = tokenize_lines(lines, line_number + 1, *tok, eod, o);
+    const std::vector<Row> rows = tokenize_lines(lines, line_number + 1, encoder, o);
     line_number += static_cast<int64_t>(lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
       if (lines[i].empty()) continue;  // a blank line carries no document

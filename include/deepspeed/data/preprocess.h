@@ -32,6 +32,13 @@ struct PreprocessOptions {
   bool sft = false;
   std::string prompt_key = "prompt";
   std::string response_key = "response";
+  // Conversations instead of pairs: with sft, each line {"<messages_key>": [{"role": ..., "content": ...}, ...]}
+  // rendered by this chat template file (src/data/chat_template.h has its format: each role's wrapping, and the
+  // assistant turn's trained span between {% generation %} and {% endgeneration %}, as transformers marks it); the
+  // mask is 1 on the trained spans (and the end-of-document token). The tokenizer's special tokens (a BOS), with
+  // add_special_tokens, open the conversation.
+  std::string chat_template;
+  std::string messages_key = "messages";
   // Called now and then with the lines done, the tokens written and the input bytes read (a progress bar).
   std::function<void(int64_t lines, int64_t tokens, int64_t bytes)> progress;
 };
