@@ -165,6 +165,7 @@ int train(const Args& args) {
   deepspeed::InitializeOptions options;
   options.total_steps = args.steps;
   options.tokens_per_sample = args.model.seq_len;
+  options.count_trained_tokens = true;  // tokens/s counts what trains (a curriculum's cut sequences)
   // "auto" bucket sizes and thresholds in a Hugging Face style config follow the model's width.
   options.auto_values.hidden_size = args.model.hidden;
   auto engine = deepspeed::initialize(model, config, options);
@@ -173,6 +174,7 @@ int train(const Args& args) {
                                     static_cast<uint64_t>(args.seed), model_cfg.vocab_size,
                                     engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
                                     engine.dp_rank(), engine.dp_world_size());
+  batches.use_curriculum(engine.config());
   if (rank == 0) {
     const std::string data = " x data parallel " + std::to_string(engine.dp_world_size()) + ")";
     std::string layout;
@@ -194,13 +196,16 @@ int train(const Args& args) {
   double last_loss = std::nan("");
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
+    batches.begin_step(engine.global_steps() + 1);
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       auto [x, y] = batches.micro_batch(m);
       if (sp > 1) {  // this rank's part of each sequence
-        const int64_t part = model_cfg.seq_len / sp, first = (rank % sp) * part;
+        examples::check_divides(x.size(1), sp);
+        const int64_t part = x.size(1) / sp, first = (rank % sp) * part;
         x = x.narrow(1, first, part);
         y = y.narrow(1, first, part);
       }
+      engine.add_trained_tokens((y != -100).sum().item<int64_t>());
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,9 @@ int train_pipeline(const TrainGptArgs& args, const deepspeed::Config& config) {
   TrainingBatches data(args.data_path, args.megatron_data_path, "", model_cfg.seq_len, args.steps,
                        static_cast<uint64_t>(args.seed), model_cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
                        stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
+  data.use_curriculum(cfg);
+  if (data.has_curriculum())  // every stage would have to agree on each step's activation shapes
+    throw std::invalid_argument("data_efficiency's sequence-length curriculum is not supported with pipeline stages");
   if (rank == 0) {
     const std::string tensor = tp > 1 ? " x " + std::to_string(tp) + " tensor-parallel" : "";
     std::printf("train_gpt: %lld parameters, %s, %d stages x %d data-parallel%s ranks, global batch %lld\n",

@@ -115,6 +115,7 @@ int train(const Args& args) {
                                  static_cast<uint64_t>(args.seed), model->config().vocab_size,
                                  engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(),
                                  engine.dp_rank(), engine.dp_world_size());
+  data.use_curriculum(engine.config());
   if (engine.global_rank() == 0)
     std::printf("train_llama: %s, %lld parameters, %d ranks, global batch %lld of %lld tokens; %s\n",
                 model->config().architecture.c_str(), static_cast<long long>(model->config().num_parameters()),
@@ -132,11 +133,13 @@ int train(const Args& args) {
   int64_t trained_tokens = 0;  // targets the loss counted (an SFT prompt's do not)
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
+    data.begin_step(engine.global_steps() + 1);
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       auto [x, y] = data.micro_batch(m);
       trained_tokens += (y != -100).sum().item<int64_t>();
       if (sp > 1) {  // this rank's part of each sequence
-        const int64_t part = args.seq_len / sp, first = (deepspeed::comm::get_rank() % sp) * part;
+        examples::check_divides(x.size(1), sp);
+        const int64_t part = x.size(1) / sp, first = (deepspeed::comm::get_rank() % sp) * part;
         x = x.narrow(1, first, part);
         y = y.narrow(1, first, part);
       }

@@ -65,6 +65,9 @@ int train_llama_pipeline(const TrainLlamaArgs& args, const deepspeed::Config& co
   TrainingBatches data(args.data_path, args.megatron_data_path, args.sft_data_path, args.seq_len, args.steps,
                        static_cast<uint64_t>(args.seed), cfg.vocab_size, stage.train_micro_batch_size_per_gpu(),
                        stage.gradient_accumulation_steps(), data_rank, engine.dp_world_size());
+  data.use_curriculum(config);
+  if (data.has_curriculum())  // every stage would have to agree on each step's activation shapes
+    throw std::invalid_argument("data_efficiency's sequence-length curriculum is not supported with pipeline stages");
   if (rank == 0)
     std::printf("train_llama: %s, %lld parameters, %d stages x %d data-parallel ranks, global batch %lld; %s\n",
                 cfg.architecture.c_str(), static_cast<long long>(cfg.num_parameters()), engine.num_stages(),

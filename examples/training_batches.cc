@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
 #include "corpus.h"
 #include "deepspeed/data/blended_dataset.h"
 #include "deepspeed/data/sft_dataset.h"
@@ -53,7 +57,17 @@ Batch TrainingBatches::micro_batch(int64_t m) {
     batch = windows_.index_select(0, at::tensor(sampler_->micro_batch(data_step_, m), at::kLong));
   }
   // A window holds seq_len + 1 tokens (targets: shifted by one); an SFT sample its inputs, then its targets.
-  return {batch.narrow(1, 0, seq_len_), batch.narrow(1, sft_ ? seq_len_ : 1, seq_len_)};
+  Batch out{batch.narrow(1, 0, seq_len_), batch.narrow(1, sft_ ? seq_len_ : 1, seq_len_)};
+  if (curriculum_) std::tie(out.inputs, out.targets) = curriculum_->truncate(out.inputs, out.targets);
+  return out;
+}
+
+void TrainingBatches::use_curriculum(const deepspeed::Config& config) {
+  curriculum_ = deepspeed::data::SeqlenCurriculum::from_config(config);
+}
+
+void TrainingBatches::begin_step(int64_t global_step) {
+  if (curriculum_) curriculum_->update(global_step);
 }
 
 void TrainingBatches::next() {
@@ -77,12 +91,21 @@ void TrainingBatches::resume(int64_t consumed_samples) {
 }
 
 std::string TrainingBatches::describe() const {
+  const std::string cut = curriculum_ ? " (cut by the sequence-length curriculum)" : "";
   if (sft_)
     return std::to_string(dataset_->size()) + " fine-tuning samples of " + std::to_string(seq_len_) + " tokens from " +
-           data_path_;
+           data_path_ + cut;
   if (loader_)
-    return std::to_string(dataset_->size()) + " samples of " + std::to_string(seq_len_) + " tokens from " + data_path_;
-  return std::to_string(windows_.size(0)) + " windows of " + std::to_string(seq_len_) + " byte-level tokens";
+    return std::to_string(dataset_->size()) + " samples of " + std::to_string(seq_len_) + " tokens from " + data_path_ +
+           cut;
+  return std::to_string(windows_.size(0)) + " windows of " + std::to_string(seq_len_) + " byte-level tokens" + cut;
+}
+
+void check_divides(int64_t length, int sp) {
+  if (length % sp != 0)
+    throw std::invalid_argument("a sequence of " + std::to_string(length) +
+                                " tokens does not split over the sequence-parallel size " + std::to_string(sp) +
+                                " (with a curriculum: make min_difficulty and difficulty_step multiples of it)");
 }
 
 }  // namespace examples

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "deepspeed/data.h"
+#include "deepspeed/data/curriculum.h"
 #include "deepspeed/data/sample_loader.h"
 
 namespace examples {
@@ -34,6 +35,13 @@ class TrainingBatches {
   TrainingBatches(const std::string& text_path, const std::string& data_path, const std::string& sft_path,
                   int64_t seq_len, int64_t steps, uint64_t seed, int64_t vocab, int64_t micro, int64_t gas, int dp_rank,
                   int dp_size);
+
+  // DeepSpeed's sequence-length curriculum of `config`, when it enables one (deepspeed/data/curriculum.h): each
+  // step's batches are then cut to the schedule's length. With it, call begin_step before each step's micro-batches.
+  void use_curriculum(const deepspeed::Config& config);
+  // The optimizer step the next micro-batches train (engine.global_steps() + 1): the curriculum's length for it.
+  void begin_step(int64_t global_step);
+  bool has_curriculum() const { return curriculum_ != nullptr; }
 
   // This rank's micro-batch `m` of the current global batch.
   Batch micro_batch(int64_t m);
@@ -55,6 +63,10 @@ class TrainingBatches {
   // Tokenized corpora.
   std::shared_ptr<const deepspeed::data::TokenDataset> dataset_;
   std::optional<deepspeed::data::SampleLoader> loader_;
+  std::unique_ptr<deepspeed::data::SeqlenCurriculum> curriculum_;  // null: whole sequences
 };
+
+// A sequence of `length` tokens split over `sp` sequence-parallel ranks: std::invalid_argument unless it divides.
+void check_divides(int64_t length, int sp);
 
 }  // namespace examples

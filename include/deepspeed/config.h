@@ -30,6 +30,7 @@
 #include "deepspeed/config/auto_values.h"
 #include "deepspeed/config/autotuning_config.h"
 #include "deepspeed/config/batch_config.h"
+#include "deepspeed/config/data_efficiency_config.h"
 #include "deepspeed/config/feature_config.h"
 #include "deepspeed/config/optimizer_config.h"
 #include "deepspeed/config/params.h"
@@ -86,6 +87,7 @@ struct Config {
   FlopsProfilerConfig flops_profiler;
   AutotuningConfig autotuning;
   TensorParallelConfig tensor_parallel;
+  DataEfficiencyConfig data_efficiency;  // also read from the pre-0.19.8 top-level curriculum_learning
   // Ulysses sequence parallelism (DeepSpeed's top-level key): ranks that split each sequence; 1 is off.
   int sequence_parallel_size = 1;
 

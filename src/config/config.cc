@@ -14,20 +14,7 @@ namespace deepspeed::config {
 namespace {
 
 // An unsupported section: accepted only when absent, null or `"enabled": false`. Not dumped.
-Field<Config> unsupported_key(const std::string& key) {
-  return custom_key<Config>(
-      key, "section", "not implemented: refused unless \"enabled\": false",
-      [](ObjectReader& r, const std::string& name, Config&) {
-        const Json* v = r.find(name);
-        if (!v || v->is_null()) return;
-        const bool disabled =
-            v->is_object() && v->contains("enabled") && (*v)["enabled"].is_boolean() && !(*v)["enabled"].get<bool>();
-        if (!disabled)
-          fail_at(name,
-                  "DeepSpeed's '" + name + "' is not supported by deepspeed-cpp; remove it or set \"enabled\": false");
-      },
-      [](const Config&) { return std::optional<OrderedJson>(); });
-}
+Field<Config> unsupported_key(const std::string& key) { return disabled_only_key<Config>(key, "'" + key + "'"); }
 
 // Batch keys: "auto" or null means "not given", for the arithmetic to solve ("auto" is recorded so an unsolvable
 // batch can say so). Dumped only when known.
@@ -163,11 +150,11 @@ std::vector<Field<Config>> top_level_values() {
             if (c.gradient_predivide_factor == 0.0) fail_at(key, "expected a number > 0, got 0");
           },
           [](const C& c) { return std::optional<OrderedJson>(c.gradient_predivide_factor); }),
-      bool_key<C>("sparse_gradients", &C::sparse_gradients, "refused when true"),
+      removed_in_deepspeed(bool_key<C>("sparse_gradients", &C::sparse_gradients, "refused when true")),
       bool_key<C>("disable_allgather", &C::disable_allgather, "refused when true"),
       bool_key<C>("dataloader_drop_last", &C::dataloader_drop_last,
                   "DataParallelSampler always drops the last partial batch; false is refused"),
-      bool_key<C>("graph_harvesting", &C::graph_harvesting, "refused when true"),
+      removed_in_deepspeed(bool_key<C>("graph_harvesting", &C::graph_harvesting, "refused when true")),
       bool_key<C>("use_data_before_expert_parallelism", &C::use_data_before_expert_parallelism, "refused when true"),
       choice_key<C>("gradient_allreduce_op", &C::gradient_allreduce_op, {"mean", "sum"},
                     "how data-parallel gradients combine", /*case_insensitive=*/true),
@@ -218,11 +205,9 @@ std::vector<Field<Config>> top_level_sections() {
   using C = Config;
   std::vector<Field<C>> f = {
       own_section_key<OptimizerConfig>("optimizer", &C::optimizer, parse_optimizer_config, dump_optimizer_config,
-                                       optimizer_catalogue,
-                                       "the optimizer: type and params"),
+                                       optimizer_catalogue, "the optimizer: type and params"),
       own_section_key<SchedulerConfig>("scheduler", &C::scheduler, parse_scheduler_config, dump_scheduler_config,
-                                       scheduler_catalogue,
-                                       "the learning-rate schedule: type and params"),
+                                       scheduler_catalogue, "the learning-rate schedule: type and params"),
       section_key<C>("fp16", &C::fp16, fp16_section(), "fp16 training with loss scaling"),
       section_key<C>("bf16", &C::bf16, bf16_section(), "bf16 training").alias("bfloat16"),
       section_key<C>("data_types", &C::data_types, data_types_section(), "dtypes of accumulation and storage"),
@@ -262,13 +247,15 @@ std::vector<Field<Config>> top_level_sections() {
       monitor_key("wandb", &MonitorConfig::wandb, wandb_section(), "Weights & Biases"),
       section_key<C>("flops_profiler", &C::flops_profiler, flops_profiler_section(), "per-module FLOPs profile"),
       section_key<C>("autotuning", &C::autotuning, autotuning_section(), "the autotuner"),
+      section_key<C>("data_efficiency", &C::data_efficiency, data_efficiency_section(),
+                     "data efficiency: the sequence-length curriculum"),
+      legacy_curriculum_key(),  // after data_efficiency: it fills that
   };
   // DeepSpeed features this build does not implement. They are accepted only when switched off, so a config written
   // for DeepSpeed never silently loses a feature it asked for.
-  for (const char* key :
-       {"amp", "elasticity", "compression_training", "curriculum_learning", "data_efficiency", "sparse_attention",
-        "quantize_training", "eigenvalue", "progressive_layer_drop", "hybrid_engine", "nebula", "weight_quantization",
-        "compile", "comet", "torch_autocast", "datastates_ckpt", "expert_parallel"})
+  for (const char* key : {"amp", "elasticity", "compression_training", "sparse_attention", "quantize_training",
+                          "eigenvalue", "progressive_layer_drop", "hybrid_engine", "nebula", "weight_quantization",
+                          "compile", "comet", "torch_autocast", "datastates_ckpt", "expert_parallel"})
     f.push_back(unsupported_key(key));
   return f;
 }

@@ -57,6 +57,8 @@ struct Field {
   std::function<std::optional<OrderedJson>(const S& s)> dump;
   // A nested section's own keys (below `prefix`), for the catalogue.
   std::function<std::vector<KeyInfo>(const std::string& prefix)> children;
+  // The catalogue's default where the dump leaves the key out (removed_in_deepspeed, dumped_when_set).
+  std::function<std::optional<OrderedJson>(const S& s)> default_value;
 
   Field& alias(std::string other) {
     aliases.push_back(std::move(other));
@@ -136,7 +138,12 @@ class Section {
       k.accepts_auto = f.accepts_auto;
       k.ours = f.ours;
       k.deepspeed = kind_ == SectionKind::kPydantic ? "pydantic field" : "read from a dict";
-      if (!f.children) k.default_json = defaults.contains(f.name) ? defaults[f.name].dump() : "unset";
+      if (f.default_value) {
+        const std::optional<OrderedJson> d = f.default_value(S{});
+        k.default_json = d ? d->dump() : "unset";
+      } else if (!f.children) {
+        k.default_json = defaults.contains(f.name) ? defaults[f.name].dump() : "unset";
+      }
       const std::string path = k.path;
       out.push_back(std::move(k));
       if (f.children) {
@@ -244,6 +251,48 @@ Field<S> section_key(std::string name, M S::*m, const Section<M>& section, std::
   };
   f.dump = [m, sec](const S& s) { return std::optional<OrderedJson>(sec->dump(s.*m)); };
   f.children = [sec](const std::string& prefix) { return sec->keys(prefix); };
+  return f;
+}
+
+// A key DeepSpeed 0.19.8 removed (its config refuses the key even at its default value) that older configs carry:
+// read as `f` reads it, never dumped, so that a config this build writes is one DeepSpeed reads. Each such key is
+// accepted only at its default (feature_gate.cc), so leaving it out of the dump loses nothing.
+template <class S>
+Field<S> removed_in_deepspeed(Field<S> f) {
+  f.default_value = f.dump;
+  f.dump = [](const S&) { return std::optional<OrderedJson>(); };
+  return f;
+}
+
+// A key of this build that DeepSpeed 0.19.8's pydantic section does not have (it refuses extra keys): dumped only
+// when it differs from the default, so that a config not using it dumps to one DeepSpeed reads.
+template <class S>
+Field<S> dumped_when_set(Field<S> f) {
+  auto dump = f.dump;
+  f.default_value = dump;
+  f.dump = [dump](const S& s) {
+    std::optional<OrderedJson> mine = dump(s), plain = dump(S{});
+    return mine == plain ? std::optional<OrderedJson>() : mine;
+  };
+  return f;
+}
+
+// A DeepSpeed section this build does not implement: accepted only when absent, null or {"enabled": false ...}, so
+// a config written for DeepSpeed never silently loses a feature it asked for. Not dumped.
+template <class S>
+Field<S> disabled_only_key(std::string name, const std::string& what) {
+  Field<S> f{std::move(name), {}, "section", false, "not implemented: refused unless \"enabled\": false"};
+  f.read = [what](ObjectReader& r, const std::string& key, S&) {
+    const Json* v = r.find(key);
+    if (!v || v->is_null()) return;
+    const bool disabled =
+        v->is_object() && v->contains("enabled") && (*v)["enabled"].is_boolean() && !(*v)["enabled"].get<bool>();
+    if (!disabled)
+      fail_at(r.path_of(key), "DeepSpeed's " + what +
+                                  " is not supported by deepspeed-cpp; remove it or set "
+                                  "\"enabled\": false");
+  };
+  f.dump = [](const S&) { return std::optional<OrderedJson>(); };
   return f;
 }
 

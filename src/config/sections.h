@@ -27,6 +27,9 @@ const Section<WandbConfig>& wandb_section();
 const Section<FlopsProfilerConfig>& flops_profiler_section();
 const Section<AutotuningConfig>& autotuning_section();
 const Section<TensorParallelConfig>& tensor_parallel_section();
+const Section<DataEfficiencyConfig>& data_efficiency_section();
+// DeepSpeed < 0.19.8's top-level curriculum_learning, read into data_efficiency (never dumped).
+Field<Config> legacy_curriculum_key();
 // The top level: its own keys and every section above, so Config's parse, dump and key catalogue.
 const Section<Config>& config_section();
 

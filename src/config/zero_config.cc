@@ -53,7 +53,8 @@ const Section<OffloadOptimizerConfig>& offload_optimizer_section() {
           bool_key<C>("pipeline_write", &C::pipeline_write, "write a sub-group back while the next steps (nvme)"),
           bool_key<C>("fast_init", &C::fast_init, "create the swap files without writing zeros (nvme)"),
           number_key<C>("ratio", &C::ratio, 0.0, 1.0, "share of the states offloaded (< 1: stage 3 only)"),
-          bool_key<C>("overlap_step", &C::overlap_step, "step on the host while the next backward runs"),
+          dumped_when_set(
+              bool_key<C>("overlap_step", &C::overlap_step, "step on the host while the next backward runs")),
           bool_key<C>("super_offload", &C::super_offload, "SuperOffload's speculative host step"),
           number_key<C>("cpuadam_cores_perc", &C::cpuadam_cores_perc, 0.0, 1.0,
                         "share of the host cores the host optimizer uses"),
@@ -362,9 +363,10 @@ std::vector<Field<ZeroConfig>> extension_fields() {
                   "refused when true: frozen parameters are never gathered here"),
       bool_key<C>("zero_quantized_gradients", &C::zero_quantized_gradients,
                   "ZeRO++ int4 gradient reductions (stage 3)"),
-      int_key<C, int>("mics_shard_size", &C::mics_shard_size, std::numeric_limits<int>::min(),
-                      std::numeric_limits<int>::max(), "MiCS: refused when > 0"),
-      bool_key<C>("mics_hierarchical_params_gather", &C::mics_hierarchical_params_gather, "refused when true"),
+      removed_in_deepspeed(int_key<C, int>("mics_shard_size", &C::mics_shard_size, std::numeric_limits<int>::min(),
+                                           std::numeric_limits<int>::max(), "MiCS: refused when > 0")),
+      removed_in_deepspeed(
+          bool_key<C>("mics_hierarchical_params_gather", &C::mics_hierarchical_params_gather, "refused when true")),
       bool_key<C>("memory_efficient_linear", &C::memory_efficient_linear, "refused when false at stage 3"),
       bool_key<C>("pipeline_loading_checkpoint", &C::pipeline_loading_checkpoint, "refused when true"),
       bool_key<C>("override_module_apply", &C::override_module_apply, "refused when true at stage 3"),

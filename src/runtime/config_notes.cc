@@ -29,6 +29,13 @@ void print_config_notes(const Config& config, const std::vector<config::AutoReso
   for (const std::string& w : config.warnings()) std::fprintf(stderr, "deepspeed: warning: %s\n", w.c_str());
   for (const auto& r : filled)
     std::fprintf(stderr, "deepspeed: \"auto\" %s = %s (%s)\n", r.path.c_str(), r.value.c_str(), r.how.c_str());
+  // The curriculum cuts the batches before they reach the engine, as DeepSpeed's does: say who must apply it.
+  if (const config::CurriculumMetricConfig* c = config.data_efficiency.seqlen_curriculum())
+    std::fprintf(stderr,
+                 "deepspeed: data_efficiency: a sequence-length curriculum from %lld to %lld tokens (%s); the training "
+                 "loop cuts each step's batches with deepspeed::data::SeqlenCurriculum\n",
+                 static_cast<long long>(*c->min_difficulty), static_cast<long long>(*c->max_difficulty),
+                 c->schedule_type.c_str());
 }
 
 }  // namespace deepspeed::runtime

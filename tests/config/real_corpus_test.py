@@ -10,7 +10,9 @@ the Trainer's defaults, ours). The test fails where
   - both fill an "auto" and the values differ;
   - both accept and what DeepSpeed made of a key a run acts on (batch, clipping, precision, stage, offload devices,
     stage-3 bounds, reduce bucket, optimizer type and hyperparameters, scheduler type) differs from our resolved
-    config (ds_check_config's stdout).
+    config (ds_check_config's stdout);
+  - both accept and DeepSpeed refuses our resolved config: what this build writes (a dump, a checkpoint's config)
+    must be a config DeepSpeed reads (keys DeepSpeed 0.19.8 removed or never had are left out of it).
 Warnings (keys DeepSpeed ignores) count as accepting; each must name the key.
 
   python real_corpus_test.py DS_CHECK_CONFIG
@@ -21,6 +23,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE / "corpus" / "real"
@@ -66,6 +69,24 @@ def same_value(theirs, mine):
     return theirs == parsed
 
 
+def dumps_refused(dumps, env):
+    """Our resolved configs through DeepSpeed's verdict: one failure line per config it refuses."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for name, resolved in dumps.items():
+            paths.append(os.path.join(tmp, name))
+            with open(paths[-1], "w") as f:
+                json.dump(resolved, f)
+        run = subprocess.run([sys.executable, str(HERE / "deepspeed_verdict.py")] + paths, capture_output=True,
+                             text=True, timeout=900, env=env)
+    if run.returncode != 0:
+        return [f"deepspeed_verdict.py on our dumps exited {run.returncode}: {run.stderr[-500:]}"]
+    verdicts = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    refused = [f"{d['file']}: DeepSpeed refuses our resolved config: {d['error'][:200]}" for d in verdicts
+               if d["verdict"] != "accept"]
+    return refused + ([] if len(verdicts) == len(dumps) else ["no verdict for some of our dumps"])
+
+
 def main():
     tool = sys.argv[1]
     files = sorted(CORPUS.glob("*.json"))
@@ -81,6 +102,7 @@ def main():
         return 1
     theirs = {json.loads(line)["file"]: json.loads(line) for line in run.stdout.splitlines() if line.strip()}
     failures, agreed, listed = [], 0, 0
+    dumps = {}  # file -> our resolved config, where both accept
     for f in files:
         d = theirs.get(f.name)
         if d is None:
@@ -117,9 +139,11 @@ def main():
                     mine = mine.lower()
                 if not same_value(value, json.dumps(mine)):
                     failures.append(f"{f.name}: {key}: DeepSpeed acts on {value}, ours {mine}")
+            dumps[f.name] = resolved
+    failures += dumps_refused(dumps, env)
     accepted = sum(1 for d in theirs.values() if d["verdict"] == "accept")
     print(f"{len(files)} real configs: DeepSpeed accepts {accepted}; we agree on {agreed}, {listed} listed "
-          f"differences")
+          f"differences; {len(dumps)} of our resolved configs went back through DeepSpeed")
     for line in failures:
         print("FAIL:", line)
     return 1 if failures else 0
