@@ -59,6 +59,10 @@ dm::LlamaForCausalLM build_model(const Args& args, const deepspeed::Config& conf
   dm::LlamaConfig cfg = examples::read_model_config(args);
   cfg.shard_layers = config.zero.stage == 3;
   cfg.gradient_checkpointing = args.gradient_checkpointing;
+  cfg.tiled_mlp_tokens = args.tiled_mlp_tokens > 0 ? args.tiled_mlp_tokens
+                         : args.tiled_mlp_compute  ? cfg.hidden_size
+                                                   : 0;
+  cfg.tiled_loss_tokens = args.tiled_loss_tokens;
   if (config.tensor_parallel.autotp_size > 1)
     cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(config.tensor_parallel.autotp_size).tensor_parallel;
   if (config.sequence_parallel_size > 1)
@@ -211,6 +215,13 @@ int main(int argc, char** argv) {
       ->check(deepspeed::check_at_least(1));
   app.add_flag("--gradient_checkpointing", args.gradient_checkpointing,
                "recompute each decoder layer in backward instead of keeping its activations");
+  app.add_flag("--tiled_mlp_compute", args.tiled_mlp_compute,
+               "run each MLP hidden_size positions at a time (ALST's tiled MLP)");
+  app.add_option("--tiled_mlp_tokens", args.tiled_mlp_tokens, "run each MLP this many positions at a time")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--tiled_loss_tokens", args.tiled_loss_tokens,
+                 "compute the head's logits and loss this many positions at a time (never the whole logits)")
+      ->check(deepspeed::check_at_least(1));
   CLI11_PARSE(app, argc, argv);
   if (ds.deepspeed_config.empty()) return app.exit(CLI::RequiredError("--deepspeed_config"));
   if (args.model_dir.empty() && args.model_config.empty())

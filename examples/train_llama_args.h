@@ -19,6 +19,9 @@ struct TrainLlamaArgs {
   int tp_size = 1;
   int sp_size = 1;
   bool gradient_checkpointing = false;
+  bool tiled_mlp_compute = false;  // ArcticTraining's name: the MLP tiled by hidden_size positions
+  int64_t tiled_mlp_tokens = 0;    // an explicit tile (0: none, or hidden_size with tiled_mlp_compute)
+  int64_t tiled_loss_tokens = 0;
   int pipe_stages = 0;  // 0: no pipeline
 };
 

@@ -37,6 +37,8 @@ std::function<std::string(const std::string&)> stage_names(const dm::LlamaConfig
 }  // namespace
 
 int train_llama_pipeline(const TrainLlamaArgs& args, const deepspeed::Config& config) {
+  if (args.tiled_mlp_compute || args.tiled_mlp_tokens > 0 || args.tiled_loss_tokens > 0)
+    throw std::invalid_argument("--tiled_mlp_compute/--tiled_mlp_tokens/--tiled_loss_tokens: not with --pipe_stages");
   if (args.tp_size > 1 || args.sp_size > 1 || args.gradient_checkpointing)
     throw std::invalid_argument(
         "--pipe_stages does not combine with --tp_size, --sp_size or --gradient_checkpointing "

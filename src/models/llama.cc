@@ -8,6 +8,7 @@
 
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/error.h"
+#include "deepspeed/sequence/tiling.h"
 #include "deepspeed/tp/parallel_linear.h"
 
 namespace deepspeed::models {
@@ -63,6 +64,17 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 // What sequence parallelism needs of the config: both head counts divisible by the group's size.
+void check_tiling(const LlamaConfig& cfg) {
+  DS_CHECK_T(ConfigError, cfg.tiled_mlp_tokens >= 0 && cfg.tiled_loss_tokens >= 0,
+             "Llama: tiled_mlp_tokens and tiled_loss_tokens must be >= 0 (0: untiled), got ", cfg.tiled_mlp_tokens,
+             " and ", cfg.tiled_loss_tokens);
+  if (cfg.tiled_mlp_tokens == 0 && cfg.tiled_loss_tokens == 0) return;
+  DS_CHECK_T(ConfigError, !cfg.tensor_parallel.is_member(),
+             "Llama: sequence tiling does not combine with tensor parallelism yet");
+  DS_CHECK_T(ConfigError, cfg.tiled_loss_tokens == 0 || !cfg.shard_layers || cfg.tie_word_embeddings,
+             "Llama: the tiled loss does not combine with an untied head that is a ZeRO-3 unit (shard_layers) yet");
+}
+
 void check_sequence_parallel(const LlamaConfig& cfg) {
   if (!cfg.sequence_parallel.is_member()) return;
   const int64_t p = cfg.sequence_parallel.size();
@@ -175,7 +187,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   return o_proj_.forward<at::Tensor>(out.reshape({b, s, heads_ * head_dim_}));
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) {
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) : tile_(cfg.tiled_mlp_tokens) {
   const int64_t h = cfg.hidden_size, i = cfg.intermediate_size;
   gate_proj_ = add_linear(*this, "gate_proj", h, i, cfg.mlp_bias, cfg, Split::kColumn);
   up_proj_ = add_linear(*this, "up_proj", h, i, cfg.mlp_bias, cfg, Split::kColumn);
@@ -183,6 +195,11 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) {
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
+  if (tile_ == 0) return untiled(x);
+  return sequence::tiled_compute([this](const at::Tensor& t) { return untiled(t); }, x, parameters(), tile_);
+}
+
+at::Tensor LlamaMLPImpl::untiled(const at::Tensor& x) {
   return down_proj_.forward<at::Tensor>(at::silu(gate_proj_.forward<at::Tensor>(x)) * up_proj_.forward<at::Tensor>(x));
 }
 
@@ -202,6 +219,7 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor&
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg) : cfg_(cfg) {
   check_tensor_parallel(cfg);
   check_sequence_parallel(cfg);
+  check_tiling(cfg);
   auto make_embedding = [&] {
     torch::nn::Embedding e(cfg.vocab_size, cfg.hidden_size);
     init_like_transformers(*e, cfg.initializer_range);
@@ -292,12 +310,29 @@ at::Tensor LlamaForCausalLMImpl::local_logits(const at::Tensor& tokens) {
   return at::linear(h, model_->embedding_weight());
 }
 
+// The mean cross-entropy with the head and loss run tiled_loss_tokens positions at a time.
+at::Tensor LlamaForCausalLMImpl::tiled_loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor h = model_->forward(tokens);
+  std::vector<at::Tensor> weights;
+  sequence::TileFn head;
+  if (!lm_head_.is_empty()) {
+    weights = lm_head_.ptr()->parameters();
+    head = [this](const at::Tensor& t) { return lm_head_.forward<at::Tensor>(t); };
+  } else {
+    weights = {model_->embedding_weight()};
+    head = [this](const at::Tensor& t) { return at::linear(t, model_->embedding_weight()); };
+  }
+  const at::Tensor sum = sequence::tiled_cross_entropy_sum(head, h, targets, weights, cfg_.tiled_loss_tokens);
+  return sum / (targets != -100).sum().to(sum.scalar_type());
+}
+
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& tokens) {
   const at::Tensor local = local_logits(tokens);
   return cfg_.tensor_parallel.is_member() ? tp::gather_from_region(local, cfg_.tensor_parallel) : local;
 }
 
 at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  if (cfg_.tiled_loss_tokens > 0) return tiled_loss(tokens, targets);
   // transformers computes the loss in fp32.
   const at::Tensor l = local_logits(tokens).to(at::kFloat);
   if (cfg_.tensor_parallel.is_member())

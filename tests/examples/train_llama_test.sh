@@ -62,8 +62,9 @@ grep -q 'final step=2 loss=' "$work/z3.log" || { cat "$work/z3.log"; exit 1; }
 run --model_dir "$work/z3" --deepspeed_config "$src/examples/configs/llama_zero2.json" --tp_size 2 --steps 2 \
     --seq_len 32 --save_hf "$work/tp" > "$work/tp.log" 2>&1 || { cat "$work/tp.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/tp.log" || { cat "$work/tp.log"; exit 1; }
+# Ulysses with ALST's tiling flags (the MLP hidden_size positions at a time, the loss 7 at a time).
 run --model_dir "$work/tp" --deepspeed_config "$src/examples/configs/llama_zero2.json" --sp_size 2 --steps 2 \
-    --seq_len 32 > "$work/sp.log" 2>&1 || { cat "$work/sp.log"; exit 1; }
+    --seq_len 32 --tiled_mlp_compute --tiled_loss_tokens 7 > "$work/sp.log" 2>&1 || { cat "$work/sp.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/sp.log" || { cat "$work/sp.log"; exit 1; }
 printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}}' > "$work/pipe.json"

@@ -58,6 +58,8 @@ struct Layout {
   bool bf16 = false;           // bf16 weights and activations, fp32 masters (the config's bf16 section)
   bool offload = false;        // offload_optimizer and (at stage 3) offload_param to the CPU
   bool fp16 = false;           // fp16 weights and activations, fp32 masters, dynamic loss scaling
+  int64_t tiled_mlp = 0;       // LlamaConfig::tiled_mlp_tokens
+  int64_t tiled_loss = 0;      // LlamaConfig::tiled_loss_tokens
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -75,6 +77,8 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
   dm::LlamaConfig cfg = dm::LlamaConfig::from_file(folder(name) + "/config.json");
   cfg.shard_layers = layout.stage == 3;
   cfg.gradient_checkpointing = layout.checkpointing;
+  cfg.tiled_mlp_tokens = layout.tiled_mlp;
+  cfg.tiled_loss_tokens = layout.tiled_loss;
   if (layout.tp > 1) cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(layout.tp).tensor_parallel;
   if (layout.sp > 1) cfg.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(layout.sp).sequence_parallel;
   dm::LlamaForCausalLM model = [&] {
@@ -178,6 +182,27 @@ TEST(LlamaParallel, ActivationCheckpointingMatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
   for (int stage : {2, 3}) expect_plain_libtorch("llama", Layout{stage, 1, 1, /*checkpointing=*/true});
+}
+
+// Sequence tiling (ALST): the MLP 5 and the loss 7 positions at a time (neither divides a micro-batch's 24) give the
+// untiled plain loop's losses and weights: at ZeRO-2; at ZeRO-3 with each layer's MLP tiled inside its unit and
+// recomputed by activation checkpointing; and with the tied head of Qwen2 at ZeRO-3 (the loss tiled over the
+// embedding's weight). Each tile's sums are the untiled ones' (a weight's gradient adds its tiles' parts: the same
+// terms in another grouping), so the bound is the fp32 layouts'.
+TEST(LlamaParallel, SequenceTilingMatchesPlainLibTorch) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
+  Layout zero2{2};
+  zero2.tiled_mlp = 5;
+  zero2.tiled_loss = 7;
+  expect_plain_libtorch("llama", zero2);
+  Layout zero3{3, 1, 1, /*checkpointing=*/true};
+  zero3.tiled_mlp = 5;
+  expect_plain_libtorch("llama", zero3);
+  Layout tied{3};
+  tied.tiled_mlp = 5;
+  tied.tiled_loss = 7;
+  expect_plain_libtorch("qwen2", tied);
 }
 
 // The largest relative difference over the steps between the losses of `layout` and of the plain fp32 loop.

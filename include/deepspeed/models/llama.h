@@ -75,6 +75,13 @@ struct LlamaConfig {
   // its input and reruns in backward (deepspeed::checkpointing::checkpoint, so the config's activation_checkpointing
   // section applies: cpu_checkpointing, ...). Only while training with gradients on.
   bool gradient_checkpointing = false;
+  // Sequence tiling, ALST's memory half (deepspeed/sequence/tiling.h; ArcticTraining's tiled_mlp_compute): each MLP
+  // runs `tiled_mlp_tokens` positions at a time (DeepSpeed's TiledMLP takes hidden_size) and the loss
+  // `tiled_loss_tokens` at a time, so no [seq, intermediate] activation or [seq, vocab] logits tensor exists beyond
+  // one tile's. 0: untiled. The loss and every gradient are the untiled ones up to the order of sums. Not with
+  // tensor_parallel; the tiled loss not with an untied head under shard_layers (its head is a ZeRO-3 unit of its own).
+  int64_t tiled_mlp_tokens = 0;
+  int64_t tiled_loss_tokens = 0;
   // Tensor parallelism (Megatron's layout) over this group when set: q/k/v and the MLP's gate/up column-parallel
   // (heads, key/value heads and intermediate width split over the group), o_proj and down_proj row-parallel, the
   // embedding and an untied head vocabulary-parallel, the loss the vocabulary-parallel cross-entropy. Each layer is
@@ -145,6 +152,8 @@ class LlamaMLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
  private:
+  at::Tensor untiled(const at::Tensor& x);
+  int64_t tile_ = 0;  // LlamaConfig::tiled_mlp_tokens
   torch::nn::AnyModule gate_proj_, up_proj_, down_proj_;
 };
 TORCH_MODULE(LlamaMLP);
@@ -200,6 +209,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaModel model_{nullptr};
   // This rank's logits: [batch, seq, vocab], or its slice of the vocabulary under tensor parallelism.
   at::Tensor local_logits(const at::Tensor& tokens);
+  at::Tensor tiled_loss(const at::Tensor& tokens, const at::Tensor& targets);
   torch::nn::AnyModule lm_head_;  // untied: Linear, or ColumnParallelLinear over the vocabulary
   std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::LinearImpl>> lm_head_unit_;  // shard_layers, untied
 };
