@@ -64,6 +64,18 @@ void differentiate(const at::Tensor& root, const at::Tensor& root_grad, const at
   }
 }
 
+// fn over x's rows in tiles, joined and shaped as x with fn's feature count.
+at::Tensor run_tiles(const TileFn& fn, const at::Tensor& x, int64_t tile) {
+  const at::Tensor rows = x.reshape({-1, x.size(-1)});
+  std::vector<at::Tensor> outs;
+  for (int64_t first = 0; first < rows.size(0); first += tile)
+    outs.push_back(fn(rows.narrow(0, first, std::min(tile, rows.size(0) - first))));
+  const at::Tensor y = at::cat(outs, 0);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(y.size(-1));
+  return y.reshape(shape);
+}
+
 struct TileState : torch::CustomClassHolder {
   TileFn fn;
   int64_t tile = 1;
@@ -76,23 +88,18 @@ class TiledCompute : public torch::autograd::Function<TiledCompute> {
   static variable_list forward(AutogradContext* ctx, const c10::intrusive_ptr<TileState>& state,
                                at::TensorList inputs) {
     const at::Tensor& x = inputs[0];
-    const at::Tensor rows = x.reshape({-1, x.size(-1)});
-    std::vector<at::Tensor> outs;
+    at::Tensor y;
     {
       at::NoGradGuard no_grad;
-      for (int64_t first = 0; first < rows.size(0); first += state->tile)
-        outs.push_back(state->fn(rows.narrow(0, first, std::min(state->tile, rows.size(0) - first))));
+      y = run_tiles(state->fn, x, state->tile);
     }
-    at::Tensor y = at::cat(outs, 0);
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-    shape.push_back(y.size(-1));
     ctx->save_for_backward({x});
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
     ctx->saved_data["x_grad"] = x.requires_grad();
     // The weights by reference, not as saved variables: ZeRO-3 gathers them again for backward, which a saved
     // variable's version check would take for an in-place change.
     for (size_t w = 0; w < state->num_weights; ++w) ctx->saved_data["w" + std::to_string(w)] = inputs[1 + w];
-    return {y.reshape(shape)};
+    return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -194,14 +201,7 @@ at::Tensor tiled_compute(const TileFn& fn, const at::Tensor& x, const std::vecto
   state->num_weights = weights.size();
   if (!at::GradMode::is_enabled() || (!x.requires_grad() && weights.empty())) {
     at::NoGradGuard no_grad;
-    const at::Tensor rows = x.reshape({-1, x.size(-1)});
-    std::vector<at::Tensor> outs;
-    for (int64_t first = 0; first < rows.size(0); first += tile_tokens)
-      outs.push_back(fn(rows.narrow(0, first, std::min(tile_tokens, rows.size(0) - first))));
-    at::Tensor y = at::cat(outs, 0);
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-    shape.push_back(y.size(-1));
-    return y.reshape(shape);
+    return run_tiles(fn, x, tile_tokens);
   }
   variable_list inputs{x};
   inputs.insert(inputs.end(), weights.begin(), weights.end());
