@@ -8,6 +8,7 @@
 
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/error.h"
+#include "deepspeed/sequence/loss.h"
 #include "deepspeed/sequence/tiling.h"
 #include "deepspeed/tp/parallel_linear.h"
 
@@ -63,7 +64,6 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
                                           /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
 }
 
-// What sequence parallelism needs of the config: both head counts divisible by the group's size.
 void check_tiling(const LlamaConfig& cfg) {
   DS_CHECK_T(ConfigError, cfg.tiled_mlp_tokens >= 0 && cfg.tiled_loss_tokens >= 0,
              "Llama: tiled_mlp_tokens and tiled_loss_tokens must be >= 0 (0: untiled), got ", cfg.tiled_mlp_tokens,
@@ -75,6 +75,8 @@ void check_tiling(const LlamaConfig& cfg) {
              "Llama: the tiled loss does not combine with an untied head that is a ZeRO-3 unit (shard_layers) yet");
 }
 
+// What sequence parallelism needs of the config: the query heads divisible by the group's size, and the key/value
+// heads either divisible by it or dividing it (then each is replicated to one per rank, as UlyssesSPAttentionHF does).
 void check_sequence_parallel(const LlamaConfig& cfg) {
   if (!cfg.sequence_parallel.is_member()) return;
   const int64_t p = cfg.sequence_parallel.size();
@@ -83,10 +85,10 @@ void check_sequence_parallel(const LlamaConfig& cfg) {
              "tensor parallelism yet");
   DS_CHECK_T(ConfigError, cfg.num_attention_heads % p == 0, "config.json: num_attention_heads ",
              cfg.num_attention_heads, " does not split over ", p, " sequence-parallel ranks");
-  DS_CHECK_T(ConfigError, cfg.num_key_value_heads % p == 0, "config.json: num_key_value_heads ",
-             cfg.num_key_value_heads, " does not split over ", p,
-             " sequence-parallel ranks (Ulysses gives each "
-             "rank whole key/value heads)");
+  DS_CHECK_T(ConfigError, cfg.num_key_value_heads % p == 0 || p % cfg.num_key_value_heads == 0,
+             "config.json: num_key_value_heads ", cfg.num_key_value_heads, " neither splits over nor divides ", p,
+             " sequence-parallel ranks (Ulysses gives each rank whole key/value heads, replicated when there are "
+             "fewer than ranks)");
 }
 
 // What tensor parallelism needs of the config: each split count divisible by the group's size.
@@ -164,6 +166,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
       return causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2);
     };
     ulysses_ = register_module("ulysses", deepspeed::sequence::DistributedAttention(local, cfg.sequence_parallel));
+    const int64_t p = cfg.sequence_parallel.size();
+    if (kv_heads_ < p) kv_replicas_ = p / kv_heads_;
   }
 }
 
@@ -181,9 +185,20 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   const at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
-  // [batch, seq, heads, dim]: this rank's tokens, exchanged by Ulysses for whole sequences of some heads.
-  const at::Tensor out = ulysses_ ? ulysses_->forward(q.transpose(1, 2), k.transpose(1, 2), v)
-                                  : causal_attention(q, k, v.transpose(1, 2)).transpose(1, 2);
+  // [batch, seq, heads, dim]: this rank's tokens, exchanged by Ulysses for whole sequences of some heads. With fewer
+  // key/value heads than ranks, each is repeated so that every rank gets the one its query heads share (the copies'
+  // gradients add up in the repeat's backward).
+  at::Tensor out;
+  if (ulysses_) {
+    at::Tensor kl = k.transpose(1, 2), vl = v;
+    if (kv_replicas_ > 1) {
+      kl = kl.repeat_interleave(kv_replicas_, 2);
+      vl = vl.repeat_interleave(kv_replicas_, 2);
+    }
+    out = ulysses_->forward(q.transpose(1, 2), kl, vl);
+  } else {
+    out = causal_attention(q, k, v.transpose(1, 2)).transpose(1, 2);
+  }
   return o_proj_.forward<at::Tensor>(out.reshape({b, s, heads_ * head_dim_}));
 }
 
@@ -323,7 +338,7 @@ at::Tensor LlamaForCausalLMImpl::tiled_loss(const at::Tensor& tokens, const at::
     head = [this](const at::Tensor& t) { return at::linear(t, model_->embedding_weight()); };
   }
   const at::Tensor sum = sequence::tiled_cross_entropy_sum(head, h, targets, weights, cfg_.tiled_loss_tokens);
-  return sum / (targets != -100).sum().to(sum.scalar_type());
+  return sequence::sequence_parallel_mean(sum, (targets != -100).sum(), cfg_.sequence_parallel);
 }
 
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& tokens) {
@@ -337,6 +352,11 @@ at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Ten
   const at::Tensor l = local_logits(tokens).to(at::kFloat);
   if (cfg_.tensor_parallel.is_member())
     return tp::vocab_parallel_cross_entropy_mean(l, targets, cfg_.tensor_parallel, /*ignore_index=*/-100);
+  if (cfg_.sequence_parallel.is_member()) {  // the mean over the whole sequences' positions, weighted by rank
+    const at::Tensor sum = at::cross_entropy_loss(l.reshape({-1, l.size(-1)}), targets.reshape({-1}), /*weight=*/{},
+                                                  at::Reduction::Sum, /*ignore_index=*/-100);
+    return sequence::sequence_parallel_mean(sum, (targets != -100).sum(), cfg_.sequence_parallel);
+  }
   return at::cross_entropy_loss(l.reshape({-1, l.size(-1)}), targets.reshape({-1}), /*weight=*/{}, at::Reduction::Mean,
                                 /*ignore_index=*/-100);
 }

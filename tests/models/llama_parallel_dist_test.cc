@@ -60,6 +60,7 @@ struct Layout {
   bool fp16 = false;           // fp16 weights and activations, fp32 masters, dynamic loss scaling
   int64_t tiled_mlp = 0;       // LlamaConfig::tiled_mlp_tokens
   int64_t tiled_loss = 0;      // LlamaConfig::tiled_loss_tokens
+  bool sft = false;            // targets -100 but on the last positions (llama_reference::batch)
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -115,7 +116,7 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
   const int64_t part = kSeq / layout.sp, first = (comm::get_rank() % layout.sp) * part;
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = batch(cfg.vocab_size, step, dp);
+    auto [x, y] = batch(cfg.vocab_size, step, dp, layout.sft);
     at::Tensor loss = engine.forward(x.narrow(0, d * kMicro, kMicro).narrow(1, first, part),
                                      y.narrow(0, d * kMicro, kMicro).narrow(1, first, part));
     engine.backward(loss);
@@ -143,7 +144,7 @@ void expect_plain_libtorch(const std::string& name, Layout layout) {
   const int dp = comm::get_world_size() / (layout.tp * layout.sp);
   ds_test::TempDir base("llama_parallel");
   const std::string saved = shared_dir(base.path()) + "/saved";
-  const Run want = plain_libtorch(name, dp);
+  const Run want = plain_libtorch(name, dp, layout.sft);
   const Run got = train_parallel(name, layout, saved);
   const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 96 + dp + layout.tp + layout.sp, kSteps);
   ASSERT_EQ(got.losses.size(), want.losses.size());
@@ -262,20 +263,35 @@ TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
   }
 }
 
+// Ulysses over every rank of the run (2, or 4 in llama_ulysses_dist_4ranks): grouped-query attention with as many
+// key/value heads as ranks or more, and with fewer (Mistral's one, Llama's two at 4 ranks: each repeated to one per
+// rank, as UlyssesSPAttentionHF does), and Qwen3's q/k norms, at ZeRO stage 2; then an SFT-like batch whose trained
+// positions all lie in the last rank's part (the other ranks count none), at ZeRO-2 and, with the loss tiled, at
+// ZeRO-3: the loss is the whole sequences' mean, so the gradients are the single process's. A per-rank mean would
+// give the other ranks 0/0 and weigh the last one by the number of ranks.
 TEST(LlamaParallel, UlyssesMatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
-  // Grouped-query attention (2 key/value heads, one per rank) and Qwen3's q/k norms, at ZeRO stage 2.
-  for (const char* name : {"llama", "qwen3"}) expect_plain_libtorch(name, Layout{2, 1, 2});
-  // Mistral's one key/value head cannot go whole to each of 2 ranks: refused by key before anything is built.
-  dm::LlamaConfig mistral = dm::LlamaConfig::from_file(folder("mistral") + "/config.json");
-  mistral.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(2).sequence_parallel;
+  const int sp = comm::get_world_size();
+  for (const char* name : {"llama", "qwen3", "mistral"}) expect_plain_libtorch(name, Layout{2, 1, sp});
+  Layout sft{2, 1, sp};
+  sft.sft = true;
+  expect_plain_libtorch("llama", sft);
+  Layout sft3{3, 1, sp};
+  sft3.sft = true;
+  sft3.tiled_mlp = 5;
+  sft3.tiled_loss = 4;
+  expect_plain_libtorch("qwen2", sft3);
+  // Three key/value heads neither split over nor divide 2 ranks: refused by key before anything is built.
+  dm::LlamaConfig odd = dm::LlamaConfig::from_json(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 96,
+      "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 6,
+      "num_key_value_heads": 3})");
+  odd.sequence_parallel = deepspeed::sequence::sequence_parallel_groups(2).sequence_parallel;
   try {
-    dm::LlamaForCausalLM m(mistral);
-    ADD_FAILURE() << "one key/value head over 2 sequence-parallel ranks was accepted";
+    dm::LlamaForCausalLM m(odd);
+    ADD_FAILURE() << "3 key/value heads over 2 sequence-parallel ranks were accepted";
   } catch (const deepspeed::ConfigError& e) {
-    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("num_key_value_heads 1 does not split over 2 "
-                                                            "sequence-parallel ranks"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("num_key_value_heads 3 neither splits over nor divides"));
   }
 }
 

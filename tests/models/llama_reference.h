@@ -31,11 +31,17 @@ inline std::string folder(const std::string& name) {
   return std::string(d != nullptr ? d : "") + "/" + name;
 }
 
+// Positions that train in an SFT-like batch (`sft`): the last kSftTrained of each sequence (the "response"); the
+// others' targets are -100. Under sequence parallelism at 2 or 4 ranks they all lie in the last rank's part.
+constexpr int64_t kSftTrained = 3;
+
 // Global batch of step `step`: world x kMicro sequences; rank r's micro-batch is rows [r * kMicro, (r + 1) * kMicro).
-inline std::pair<at::Tensor, at::Tensor> batch(int64_t vocab, int step, int world) {
+inline std::pair<at::Tensor, at::Tensor> batch(int64_t vocab, int step, int world, bool sft = false) {
   at::Generator g = at::detail::createCPUGenerator(1000 + step);
   const at::Tensor tokens = at::randint(vocab, {world * kMicro, kSeq + 1}, g, at::kLong);
-  return {tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq)};
+  at::Tensor targets = tokens.narrow(1, 1, kSeq).clone();
+  if (sft) targets.narrow(1, 0, kSeq - kSftTrained).fill_(-100);
+  return {tokens.narrow(1, 0, kSeq), targets};
 }
 
 struct Run {
@@ -43,12 +49,12 @@ struct Run {
   std::map<std::string, at::Tensor> params;
 };
 
-inline Run plain_libtorch(const std::string& name, int world) {
+inline Run plain_libtorch(const std::string& name, int world, bool sft = false) {
   dm::LlamaForCausalLM model(dm::LlamaConfig::from_file(folder(name) + "/config.json"));
   dm::load_hf_weights(*model, folder(name));
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = batch(model->config().vocab_size, step, world);
+    auto [x, y] = batch(model->config().vocab_size, step, world, sft);
     for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
     at::Tensor loss = model->forward(x, y);
     loss.backward();

@@ -93,8 +93,12 @@ struct LlamaConfig {
   // Ulysses sequence parallelism over this group when set: forward takes this rank's part of each sequence (P equal
   // consecutive parts in group-rank order, rotary positions counted from the part's first token) and the attention
   // exchanges it for whole sequences of heads / P query heads and num_key_value_heads / P key/value heads
-  // (deepspeed::sequence::DistributedAttention); the loss is the mean over this rank's tokens. Needs both head counts
-  // divisible by the group's size (refused by key otherwise); not with tensor_parallel. Build over
+  // (deepspeed::sequence::DistributedAttention; with fewer key/value heads than P, each is repeated P /
+  // num_key_value_heads times so every rank gets the one its query heads share, as DeepSpeed's UlyssesSPAttentionHF
+  // does); the loss is the mean over the whole sequences' counted positions, the same on every rank of the group
+  // (deepspeed/sequence/loss.h: an SFT response in one rank's part weighs as without the split). Needs
+  // num_attention_heads divisible by P and
+  // num_key_value_heads divisible by or dividing P (refused by key otherwise); not with tensor_parallel. Build over
   // deepspeed::sequence::sequence_parallel_groups(P).sequence_parallel and train with sequence_parallel_size P.
   deepspeed::comm::ProcessGroup sequence_parallel;
 
@@ -138,6 +142,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;  // this rank's heads under tensor parallelism
+  int64_t kv_replicas_ = 1;              // Ulysses with fewer key/value heads than ranks: copies of each
   // torch::nn::Linear, or its column-/row-parallel split (LlamaConfig::tensor_parallel).
   torch::nn::AnyModule q_proj_, k_proj_, v_proj_, o_proj_;
   LlamaRMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3
