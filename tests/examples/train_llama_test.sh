@@ -66,6 +66,12 @@ grep -q 'final step=2 loss=' "$work/tp.log" || { cat "$work/tp.log"; exit 1; }
 run --model_dir "$work/tp" --deepspeed_config "$src/examples/configs/llama_zero2.json" --sp_size 2 --steps 2 \
     --seq_len 32 --tiled_mlp_compute --tiled_loss_tokens 7 > "$work/sp.log" 2>&1 || { cat "$work/sp.log"; exit 1; }
 grep -q 'final step=2 loss=' "$work/sp.log" || { cat "$work/sp.log"; exit 1; }
+# The README's long-sequence command (the shipped ALST config: Ulysses, ZeRO-3, tiling, checkpointing), shorter.
+run --model_config "$src/examples/models/tiny_llama/config.json" \
+    --deepspeed_config "$src/examples/configs/llama_long_sequence.json" --seq_len 1024 --steps 2 \
+    --tiled_mlp_compute --tiled_loss_tokens 256 --gradient_checkpointing > "$work/long.log" 2>&1 \
+  || { cat "$work/long.log"; exit 1; }
+grep -q 'final step=2 loss=' "$work/long.log" || { cat "$work/long.log"; exit 1; }
 printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}}' > "$work/pipe.json"
 run --model_dir "$work/tp" --deepspeed_config "$work/pipe.json" --pipe_stages 2 --steps 2 \
