@@ -33,6 +33,9 @@ struct KeyInfo {
   bool accepts_auto = false;
   std::string deepspeed;  // how DeepSpeed treats the key
   std::string ours;       // what it does here
+  // False for a key a dump leaves out at its default (removed_in_deepspeed, dumped_when_set): DeepSpeed 0.19.8
+  // refuses it.
+  bool dumped_at_default = true;
 };
 
 // "one of none, cpu, nvme".
@@ -141,6 +144,7 @@ class Section {
       if (f.default_value) {
         const std::optional<OrderedJson> d = f.default_value(S{});
         k.default_json = d ? d->dump() : "unset";
+        k.dumped_at_default = false;
       } else if (!f.children) {
         k.default_json = defaults.contains(f.name) ? defaults[f.name].dump() : "unset";
       }

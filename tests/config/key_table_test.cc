@@ -59,6 +59,10 @@ TEST(KeyTable, EachKeyAloneAtItsDefaultReadsAndDumpsBack) {
       // Sections with no effect here (timers) are checked and not written back.
       if (dot != std::string::npos && !at(dumped, k.path.substr(0, dot))) continue;
       const Json* back = at(dumped, k.path);
+      if (!k.dumped_at_default) {  // a key DeepSpeed 0.19.8 refuses: left out, so our dump stays DeepSpeed's
+        EXPECT_EQ(back, nullptr) << "dumped at its default";
+        continue;
+      }
       ASSERT_NE(back, nullptr) << "not dumped";
       EXPECT_EQ(*back, value);
       ++checked;
