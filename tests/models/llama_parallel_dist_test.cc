@@ -265,7 +265,8 @@ TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
 
 // Ulysses over every rank of the run (2, or 4 in llama_ulysses_dist_4ranks): grouped-query attention with as many
 // key/value heads as ranks or more, and with fewer (Mistral's one, Llama's two at 4 ranks: each repeated to one per
-// rank, as UlyssesSPAttentionHF does), and Qwen3's q/k norms, at ZeRO stage 2; then an SFT-like batch whose trained
+// rank, as UlyssesSPAttentionHF does), and Qwen3's q/k norms, at ZeRO stage 2; Llama at stages 0 and 1 and at 3
+// with offload; then an SFT-like batch whose trained
 // positions all lie in the last rank's part (the other ranks count none), at ZeRO-2 and, with the loss tiled, at
 // ZeRO-3: the loss is the whole sequences' mean, so the gradients are the single process's. A per-rank mean would
 // give the other ranks 0/0 and weigh the last one by the number of ranks.
@@ -274,6 +275,11 @@ TEST(LlamaParallel, UlyssesMatchesPlainLibTorch) {
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
   const int sp = comm::get_world_size();
   for (const char* name : {"llama", "qwen3", "mistral"}) expect_plain_libtorch(name, Layout{2, 1, sp});
+  // Composed with the other ZeRO stages, and with optimizer and parameter offload to host memory at stage 3.
+  for (int stage : {0, 1}) expect_plain_libtorch("llama", Layout{stage, 1, sp});
+  Layout offload{3, 1, sp};
+  offload.offload = true;
+  expect_plain_libtorch("llama", offload);
   Layout sft{2, 1, sp};
   sft.sft = true;
   expect_plain_libtorch("llama", sft);
