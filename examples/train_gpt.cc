@@ -43,6 +43,7 @@
 #include "deepspeed/error.h"
 #include "deepspeed/moe/layer.h"
 #include "deepspeed/sequence/layer.h"
+#include "deepspeed/sequence/shard.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
@@ -194,18 +195,20 @@ int train(const Args& args) {
   }
   const auto start = std::chrono::steady_clock::now();
   double last_loss = std::nan("");
+  int64_t trained_tokens = 0;  // targets this rank's loss counted (its part of each sequence under Ulysses)
   for (int64_t step = first_step; step < args.steps; ++step) {
     double step_loss = 0.0;
     batches.begin_step(engine.global_steps() + 1);
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       auto [x, y] = batches.micro_batch(m);
-      if (sp > 1) {  // this rank's part of each sequence
-        examples::check_divides(x.size(1), sp);
-        const int64_t part = x.size(1) / sp, first = (rank % sp) * part;
-        x = x.narrow(1, first, part);
-        y = y.narrow(1, first, part);
+      if (sp > 1) {  // this rank's part of each sequence (a curriculum's cut padded to a multiple of sp)
+        auto shard = deepspeed::sequence::shard_sequence(x, y, model_cfg.sequence_parallel);
+        x = shard.input_ids;
+        y = shard.labels;
       }
-      engine.add_trained_tokens((y != -100).sum().item<int64_t>());
+      const int64_t counted = (y != -100).sum().item<int64_t>();
+      trained_tokens += counted;
+      engine.add_trained_tokens(counted);
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));
       engine.backward(loss);
       engine.step();
@@ -231,8 +234,11 @@ int train(const Args& args) {
   }
   sq += other_experts_sq(*model);
   sq += other_tensor_ranks_sq(*model);
-  const double tokens =
-      static_cast<double>(std::max<int64_t>(args.steps - first_step, 0) * engine.train_batch_size() * model_cfg.seq_len);
+  // Tokens that trained, each once: a curriculum's cut sequences at their length; every rank of a tensor-parallel
+  // group counted its replica's whole micro-batch, a sequence-parallel rank its part.
+  at::Tensor trained = at::tensor({static_cast<double>(trained_tokens)}, at::kDouble);
+  world.all_reduce(trained, deepspeed::comm::ReduceOp::kSum);
+  const double tokens = trained.item<double>() / static_cast<double>(std::max(1, config.tensor_parallel.autotp_size));
   examples::print_final(engine.global_steps(),
                         first_step < args.steps ? std::optional<double>(loss_t.item<double>()) : std::nullopt, sq,
                         tokens, seconds);
@@ -275,6 +281,12 @@ int main(int argc, char** argv) {
       ->check(deepspeed::check_at_least(1));
   app.add_option("--sp_size", args.sp_size,
                  "split each sequence over this many ranks (Ulysses; data parallel over the remaining ranks)")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--tiled_mlp_tokens", args.model.tiled_mlp_tokens,
+                 "run each block's MLP this many positions at a time (ALST's tiled MLP)")
+      ->check(deepspeed::check_at_least(1));
+  app.add_option("--tiled_loss_tokens", args.model.tiled_loss_tokens,
+                 "compute the head's logits and loss this many positions at a time (never the whole logits)")
       ->check(deepspeed::check_at_least(1));
   app.add_option("--pipe_stages", args.pipe_stages,
                  "run as a pipeline of this many stages (data parallel over the remaining ranks)")

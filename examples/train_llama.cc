@@ -23,7 +23,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "training_batches.h"
 #include "deepspeed/arguments.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/data.h"
@@ -31,11 +30,13 @@
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
 #include "deepspeed/sequence/layer.h"
+#include "deepspeed/sequence/shard.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
 #include "final_line.h"
 #include "train_llama_args.h"
+#include "training_batches.h"
 
 namespace examples {
 
@@ -141,11 +142,10 @@ int train(const Args& args) {
     for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
       auto [x, y] = data.micro_batch(m);
       trained_tokens += (y != -100).sum().item<int64_t>();
-      if (sp > 1) {  // this rank's part of each sequence
-        examples::check_divides(x.size(1), sp);
-        const int64_t part = x.size(1) / sp, first = (deepspeed::comm::get_rank() % sp) * part;
-        x = x.narrow(1, first, part);
-        y = y.narrow(1, first, part);
+      if (sp > 1) {  // this rank's part of each sequence (a curriculum's cut padded to a multiple of sp)
+        auto shard = deepspeed::sequence::shard_sequence(x, y, model->config().sequence_parallel);
+        x = shard.input_ids;
+        y = shard.labels;
       }
       engine.add_trained_tokens((y != -100).sum().item<int64_t>());
       at::Tensor loss = engine.forward(x.to(engine.device()), y.to(engine.device()));

@@ -101,11 +101,4 @@ std::string TrainingBatches::describe() const {
   return std::to_string(windows_.size(0)) + " windows of " + std::to_string(seq_len_) + " byte-level tokens" + cut;
 }
 
-void check_divides(int64_t length, int sp) {
-  if (length % sp != 0)
-    throw std::invalid_argument("a sequence of " + std::to_string(length) +
-                                " tokens does not split over the sequence-parallel size " + std::to_string(sp) +
-                                " (with a curriculum: make min_difficulty and difficulty_step multiples of it)");
-}
-
 }  // namespace examples

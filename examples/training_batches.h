@@ -66,7 +66,4 @@ class TrainingBatches {
   std::unique_ptr<deepspeed::data::SeqlenCurriculum> curriculum_;  // null: whole sequences
 };
 
-// A sequence of `length` tokens split over `sp` sequence-parallel ranks: std::invalid_argument unless it divides.
-void check_divides(int64_t length, int sp);
-
 }  // namespace examples

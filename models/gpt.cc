@@ -8,6 +8,8 @@
 #include <string>
 
 #include "deepspeed/profiling/flops_profiler.h"
+#include "deepspeed/sequence/loss.h"
+#include "deepspeed/sequence/tiling.h"
 #include "gpt_init.h"
 #include "gpt_moe.h"
 
@@ -85,7 +87,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   return maybe_dropout(tp_proj_ ? tp_proj_->forward(y) : proj_->forward(y), dropout_, is_training());
 }
 
-GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout) {
+GPTBlockImpl::GPTBlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout), mlp_tile_(cfg.tiled_mlp_tokens) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
   attn_ = register_module("attn", CausalSelfAttention(cfg));
   ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
@@ -108,9 +110,22 @@ at::Tensor GPTBlockImpl::forward(const at::Tensor& x) {
   deepspeed::profiling::ModuleScope scope(*this);
   auto h = x + attn_->forward(ln1_->forward(x));
   const at::Tensor normed = ln2_->forward(h);
-  const at::Tensor up = at::gelu(tp_fc_ ? tp_fc_->forward(normed) : fc_->forward(normed), "tanh");
-  auto m = tp_fc_proj_ ? tp_fc_proj_->forward(up) : fc_proj_->forward(up);
+  const at::Tensor m = mlp_tile_ == 0
+                           ? mlp(normed)
+                           : deepspeed::sequence::tiled_compute([this](const at::Tensor& t) { return mlp(t); }, normed,
+                                                                mlp_weights(), mlp_tile_);
   return h + maybe_dropout(m, dropout_, is_training());
+}
+
+at::Tensor GPTBlockImpl::mlp(const at::Tensor& normed) {
+  const at::Tensor up = at::gelu(tp_fc_ ? tp_fc_->forward(normed) : fc_->forward(normed), "tanh");
+  return tp_fc_proj_ ? tp_fc_proj_->forward(up) : fc_proj_->forward(up);
+}
+
+std::vector<at::Tensor> GPTBlockImpl::mlp_weights() const {
+  std::vector<at::Tensor> out = fc_->parameters();
+  for (const auto& p : fc_proj_->parameters()) out.push_back(p);
+  return out;
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg) : cfg_(cfg) {
@@ -221,8 +236,7 @@ at::Tensor GPTImpl::logits(const at::Tensor& tokens) {
   return tp_wte_ ? deepspeed::tp::gather_from_region(local, cfg_.tensor_parallel) : local;
 }
 
-at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
-  deepspeed::profiling::ModuleScope scope(*this);
+at::Tensor GPTImpl::hidden_states(const at::Tensor& tokens) {
   const int64_t t = tokens.size(1);
   if (t > cfg_.seq_len) {
     throw std::invalid_argument("GPT: sequence of " + std::to_string(t) + " tokens exceeds seq_len " +
@@ -250,7 +264,10 @@ at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
       x = block->as<GPTBlockImpl>()->forward(x);
     }
   }
-  x = ln_f_->forward(x);
+  return ln_f_->forward(x);
+}
+
+at::Tensor GPTImpl::head(const at::Tensor& x) {
   if (tp_wte_ && cfg_.tied_head)
     return at::matmul(deepspeed::tp::copy_to_region(x, cfg_.tensor_parallel), tp_wte_->weight.t());
   if (tp_lm_head_) return tp_lm_head_->forward(x);
@@ -258,13 +275,43 @@ at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
   return lm_head_unit_ ? lm_head_unit_->forward(x) : lm_head_->forward(x);
 }
 
-at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  auto out = local_logits(tokens);
+std::vector<at::Tensor> GPTImpl::head_weights() const {
+  // (Tiling is refused with tensor parallelism and with the head a unit of its own.)
+  return cfg_.tied_head ? std::vector<at::Tensor>{wte_->weight} : lm_head_->parameters();
+}
+
+at::Tensor GPTImpl::local_logits(const at::Tensor& tokens) {
+  deepspeed::profiling::ModuleScope scope(*this);
+  return head(hidden_states(tokens));
+}
+
+at::Tensor GPTImpl::lm_loss(const at::Tensor& tokens, const at::Tensor& targets) {
   if (tp_wte_) {
+    const at::Tensor out = local_logits(tokens);
     return deepspeed::tp::vocab_parallel_cross_entropy_mean(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
                                                             cfg_.tensor_parallel);
   }
-  auto loss = at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
+  if (cfg_.tiled_loss_tokens == 0 && !cfg_.sequence_parallel.is_member()) {
+    const at::Tensor out = local_logits(tokens);
+    return at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
+  }
+  at::Tensor sum;
+  if (cfg_.tiled_loss_tokens > 0) {
+    deepspeed::profiling::ModuleScope scope(*this);
+    sum = deepspeed::sequence::tiled_cross_entropy_sum([this](const at::Tensor& t) { return head(t); },
+                                                       hidden_states(tokens), targets, head_weights(),
+                                                       cfg_.tiled_loss_tokens);
+  } else {
+    const at::Tensor out = local_logits(tokens);
+    sum = at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), targets.reshape({-1}), /*weight=*/{},
+                                 at::Reduction::Sum, /*ignore_index=*/-100);
+  }
+  // Under sequence parallelism the mean over the whole sequences' counted positions, whichever rank holds them.
+  return deepspeed::sequence::sequence_parallel_mean(sum, (targets != -100).sum(), cfg_.sequence_parallel);
+}
+
+at::Tensor GPTImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor loss = lm_loss(tokens, targets);
   if (!cfg_.moe.enabled()) return loss;
   return loss + cfg_.moe.aux_loss_coef * aux_loss_.to(loss.scalar_type());
 }

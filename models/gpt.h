@@ -80,10 +80,17 @@ struct GPTConfig {
   // Ulysses sequence parallelism over this group when set: forward takes this rank's part of each sequence (P equal
   // consecutive parts in group-rank order, so rank r's tokens sit at positions r*t .. (r+1)*t - 1) and the attention
   // exchanges it for whole sequences of heads / P heads (deepspeed::sequence::DistributedAttention); the loss is the
-  // mean over this rank's tokens. Weights are whole. Needs heads divisible by the group size, dropout 0, no tensor
+  // mean over the whole sequences' counted positions (targets not -100), the same on every rank of the group
+  // (deepspeed/sequence/loss.h). Weights are whole. Needs heads divisible by the group size, dropout 0, no tensor
   // parallelism and no MoE. Build it over deepspeed::sequence::sequence_parallel_groups(P).sequence_parallel and
   // train with sequence_parallel_size P.
   deepspeed::comm::ProcessGroup sequence_parallel;
+  // Sequence tiling, ALST's memory half (deepspeed/sequence/tiling.h): each dense block's MLP runs
+  // `tiled_mlp_tokens` positions at a time, the head and loss `tiled_loss_tokens` at a time, so no [seq, 4 x hidden]
+  // or [seq, vocab] tensor exists beyond one tile's. 0: untiled. Not with tensor parallelism; the tiled loss not with
+  // an untied head that is a ZeRO-3 unit (shard_blocks).
+  int64_t tiled_mlp_tokens = 0;
+  int64_t tiled_loss_tokens = 0;
   // Number of MoE blocks (every other block, starting with block 1).
   int64_t num_moe_blocks() const { return moe.enabled() ? layers / 2 : 0; }
   // Experts of the i-th MoE block.
@@ -122,7 +129,11 @@ class GPTBlockImpl : public torch::nn::Module {
   void split(const deepspeed::comm::ProcessGroup& group);
 
  private:
+  at::Tensor mlp(const at::Tensor& normed);
+  std::vector<at::Tensor> mlp_weights() const;  // the untiled MLP's (tiling is refused with tensor parallelism)
+
   double dropout_;
+  int64_t mlp_tile_;  // GPTConfig::tiled_mlp_tokens
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
@@ -152,6 +163,14 @@ class GPTImpl : public torch::nn::Module {
   void split_tensor_parallel();
   // Logits of this rank's slice of the vocabulary (all of it without tensor parallelism).
   at::Tensor local_logits(const at::Tensor& tokens);
+  // The final LayerNorm's output [batch, seq, hidden]: the head's input.
+  at::Tensor hidden_states(const at::Tensor& tokens);
+  // The LM head (untied, or the token embedding's weight) on hidden states; its weights.
+  at::Tensor head(const at::Tensor& h);
+  std::vector<at::Tensor> head_weights() const;
+  // The cross-entropy of the next-token targets: the mean over counted positions, weighted over the
+  // sequence-parallel group when there is one; the head and loss tiled with tiled_loss_tokens.
+  at::Tensor lm_loss(const at::Tensor& tokens, const at::Tensor& targets);
 
   GPTConfig cfg_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};

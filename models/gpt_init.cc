@@ -28,6 +28,13 @@ void check_config(const GPTConfig& c) {
   }
   if (c.dropout < 0 || c.dropout >= 1)
     fail("dropout must be in [0, 1), got " + std::to_string(c.dropout));
+  if (c.tiled_mlp_tokens < 0 || c.tiled_loss_tokens < 0)
+    fail("tiled_mlp_tokens and tiled_loss_tokens must be >= 0 (0: untiled), got " + std::to_string(c.tiled_mlp_tokens) +
+         " and " + std::to_string(c.tiled_loss_tokens));
+  const bool tiled = c.tiled_mlp_tokens > 0 || c.tiled_loss_tokens > 0;
+  if (tiled && c.tensor_parallel.is_member()) fail("sequence tiling does not combine with tensor parallelism yet");
+  if (c.tiled_loss_tokens > 0 && c.shard_blocks && !c.tied_head)
+    fail("the tiled loss does not combine with an untied head that is a ZeRO-3 unit (shard_blocks) yet");
 }
 
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {

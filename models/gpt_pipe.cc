@@ -39,6 +39,9 @@ void GPTEmbeddingImpl::split(const comm::ProcessGroup& group) {
 
 std::vector<pipe::LayerSpec> gpt_pipeline_layers(const GPTConfig& cfg) {
   check_config(cfg);
+  // The pipeline's loss is its own function of the last stage's logits (gpt_pipeline_loss_fn).
+  if (cfg.tiled_loss_tokens > 0)
+    throw std::invalid_argument("GPT pipeline layers: tiled_loss_tokens is not supported in a pipeline yet");
   if (cfg.tensor_parallel.is_member()) {
     const int t = cfg.tensor_parallel.size();
     if (cfg.heads % t != 0 || cfg.vocab_size % t != 0 || cfg.moe.enabled() || cfg.dropout != 0.0 ||

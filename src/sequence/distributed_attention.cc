@@ -32,7 +32,8 @@ struct AllToAll : public torch::autograd::Function<AllToAll> {
     ctx->saved_data["group"] = comm::group_capsule(group);
     ctx->saved_data["scatter"] = scatter_dim;
     ctx->saved_data["gather"] = gather_dim;
-    return exchange(x, const_cast<comm::ProcessGroup&>(group), scatter_dim, gather_dim);
+    comm::ProcessGroup g = group;  // a handle: copies share the group
+    return exchange(x, g, scatter_dim, gather_dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const int64_t scatter = ctx->saved_data["scatter"].toInt(), gather = ctx->saved_data["gather"].toInt();

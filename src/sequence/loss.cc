@@ -17,7 +17,7 @@ using torch::autograd::variable_list;
 // rank's place (each rank used every entry).
 struct GatherScalars : public torch::autograd::Function<GatherScalars> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const comm::ProcessGroup& group) {
-    auto& g = const_cast<comm::ProcessGroup&>(group);
+    comm::ProcessGroup g = group;  // a handle: copies share the group
     ctx->saved_data["group"] = comm::group_capsule(group);
     at::Tensor all = at::empty({g.size()}, x.options());
     g.all_gather_into_tensor(all, x.reshape({1}).contiguous());
@@ -38,7 +38,8 @@ at::Tensor sequence_parallel_mean(const at::Tensor& loss_sum, const at::Tensor& 
   const at::Tensor n = count.to(loss_sum.scalar_type()).reshape({});
   if (!group.is_member() || group.size() == 1) return loss_sum / n;
   at::Tensor total = n.detach().clone().reshape({1});
-  const_cast<comm::ProcessGroup&>(group).all_reduce(total);
+  comm::ProcessGroup g = group;  // a handle: copies share the group
+  g.all_reduce(total);
   return GatherScalars::apply(loss_sum, group).sum() / total.reshape({});
 }
 

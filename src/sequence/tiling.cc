@@ -158,7 +158,8 @@ class TiledLoss : public torch::autograd::Function<TiledLoss> {
       const at::Tensor t = tile_of(rows, first, n, x_grad_wanted);
       at::Tensor loss;
       {
-        at::AutoGradMode grad_on(true);
+        // A graph only when something takes a gradient (not in evaluation: no weights, no hidden gradient).
+        at::AutoGradMode grad_on(x_grad_wanted || !weights.empty());
         loss = cross_entropy_sum(state->fn(t), targets.narrow(0, first, n));
       }
       differentiate(loss, one, t, weights, x_grad_wanted ? x_grad.narrow(0, first, n) : at::Tensor(), weight_grads);

@@ -92,7 +92,15 @@ struct ReferenceRun {
   double lr_factor = 1.0;  // scales the SGD step (the same as scaling every gradient): the tests' controls
   // How many times a parameter's squared gradient counts in the norm (default once): a control for norms.
   std::function<double(const std::string& name)> norm_weight;
+  int64_t sft_trained = 0;  // > 0: only the last sft_trained positions of each sequence train (sft_targets)
 };
+
+// An SFT-like batch: targets -100 but on the last `trained` positions of each sequence (the "response").
+inline at::Tensor sft_targets(const at::Tensor& targets, int64_t trained) {
+  at::Tensor out = targets.clone();
+  if (trained > 0) out.narrow(1, 0, out.size(1) - trained).fill_(-100);
+  return out;
+}
 
 // Plain LibTorch: the whole GPT in one process, every replica's micro-batches in turn, each loss divided by the
 // number of micro-batches in the global batch, then torch::optim::Adam or SGD written out as p - (lr x g) (torch's
@@ -112,7 +120,7 @@ inline Trained train_reference(const deepspeed::models::GPTConfig& cfg, const Re
     for (int d = 0; d < r.dp; ++d) {
       for (int m = 0; m < r.gas; ++m) {
         auto [x, y] = micro_batch(data, step, d, r.dp, m, r.micro, r.gas, r.data_seed);
-        at::Tensor loss = model->forward(x, y);
+        at::Tensor loss = model->forward(x, r.sft_trained > 0 ? sft_targets(y, r.sft_trained) : y);
         total += loss.item<double>();
         (loss / static_cast<double>(r.dp * r.gas)).backward();
       }

@@ -272,6 +272,17 @@ PY
     # --sp_size: each sequence split over 2 or 4 ranks (alone, and 2 x 2 data parallel) trains the model one rank
     # trains on the same global batch of 8, at ZeRO 0 and (zero3.json: AdamW, micro 4 = sp 2 x dp 2) ZeRO 3.
     split_layouts --sp_size "sequence parallel" zero3.json
+    # ALST's tiling (--tiled_mlp_tokens, --tiled_loss_tokens; tiles that do not divide a rank's part) trains as the
+    # untiled split run does.
+    run 2 micro8.json --steps 6 --sp_size 2 || fail "untiled sp run exited with $?"
+    want_loss=$(final_field loss); want_l2=$(final_field params_l2)
+    run 2 micro8.json --steps 6 --sp_size 2 --tiled_mlp_tokens 5 --tiled_loss_tokens 7 || fail "tiled sp run exited with $?"
+    python3 - "$want_loss" "$(final_field loss)" "$want_l2" "$(final_field params_l2)" <<'PY' || fail "tiled run disagrees"
+import os, sys
+a, b, c, d = (float(x) for x in sys.argv[1:])
+bound = float(os.environ["DS_LAYOUT_BOUND"])
+assert abs(a - b) <= bound * abs(a) and abs(c - d) <= bound * abs(c), (a, b, c, d)
+PY
     ;;
   sequence_parallel_bad)
     run 2 micro4.json --steps 2 --sp_size 3 && fail "--sp_size 3 on 2 ranks must be refused"

@@ -31,6 +31,7 @@
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
 #include "deepspeed/sequence/layer.h"
+#include "deepspeed/sequence/shard.h"
 #include "deepspeed/tp/groups.h"
 #include "deepspeed/zero.h"
 #include "llama_reference.h"
@@ -61,6 +62,7 @@ struct Layout {
   int64_t tiled_mlp = 0;       // LlamaConfig::tiled_mlp_tokens
   int64_t tiled_loss = 0;      // LlamaConfig::tiled_loss_tokens
   bool sft = false;            // targets -100 but on the last positions (llama_reference::batch)
+  bool variable = false;       // sequence lengths 12, 9, 7 (llama_reference::step_length)
 };
 
 Run train_parallel(const std::string& name, Layout layout, const std::string& save_dir) {
@@ -111,14 +113,14 @@ Run train_parallel(const std::string& name, Layout layout, const std::string& sa
   }
   const int64_t recomputed_before = deepspeed::checkpointing::stats().recomputes;
   // Consecutive ranks share a replica (tensor or sequence parallel); a sequence-parallel rank holds its part of
-  // each sequence.
+  // each sequence (deepspeed::sequence::shard_sequence: padded when the ranks do not divide its length).
   const int replica = layout.tp * layout.sp, dp = comm::get_world_size() / replica, d = comm::get_rank() / replica;
-  const int64_t part = kSeq / layout.sp, first = (comm::get_rank() % layout.sp) * part;
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = batch(cfg.vocab_size, step, dp, layout.sft);
-    at::Tensor loss = engine.forward(x.narrow(0, d * kMicro, kMicro).narrow(1, first, part),
-                                     y.narrow(0, d * kMicro, kMicro).narrow(1, first, part));
+    auto [x, y] = batch(cfg.vocab_size, step, dp, layout.sft, layout.variable);
+    const auto shard = deepspeed::sequence::shard_sequence(x.narrow(0, d * kMicro, kMicro),
+                                                           y.narrow(0, d * kMicro, kMicro), cfg.sequence_parallel);
+    at::Tensor loss = engine.forward(shard.input_ids, shard.labels);
     engine.backward(loss);
     engine.step();
     at::Tensor mean = loss.detach().clone();
@@ -144,7 +146,7 @@ void expect_plain_libtorch(const std::string& name, Layout layout) {
   const int dp = comm::get_world_size() / (layout.tp * layout.sp);
   ds_test::TempDir base("llama_parallel");
   const std::string saved = shared_dir(base.path()) + "/saved";
-  const Run want = plain_libtorch(name, dp, layout.sft);
+  const Run want = plain_libtorch(name, dp, layout.sft, layout.variable);
   const Run got = train_parallel(name, layout, saved);
   const double bound = tolerance::reordered(tolerance::kFp32Epsilon, 96 + dp + layout.tp + layout.sp, kSteps);
   ASSERT_EQ(got.losses.size(), want.losses.size());
@@ -269,7 +271,8 @@ TEST(LlamaParallel, TensorParallelMatchesPlainLibTorch) {
 // with offload; then an SFT-like batch whose trained
 // positions all lie in the last rank's part (the other ranks count none), at ZeRO-2 and, with the loss tiled, at
 // ZeRO-3: the loss is the whole sequences' mean, so the gradients are the single process's. A per-rank mean would
-// give the other ranks 0/0 and weigh the last one by the number of ranks.
+// give the other ranks 0/0 and weigh the last one by the number of ranks. Last, a sequence length per step (12, 9, 7)
+// that the ranks do not always divide: shard_sequence pads the end with ignored targets.
 TEST(LlamaParallel, UlyssesMatchesPlainLibTorch) {
   if (!comm::is_initialized()) comm::init_distributed();
   ASSERT_NE(std::getenv("DS_HF_MODELS"), nullptr) << "ctest sets DS_HF_MODELS";
@@ -288,6 +291,11 @@ TEST(LlamaParallel, UlyssesMatchesPlainLibTorch) {
   sft3.tiled_mlp = 5;
   sft3.tiled_loss = 4;
   expect_plain_libtorch("qwen2", sft3);
+  // A length per step, two of them padded to a multiple of the ranks (seq_length_is_variable), with the loss tiled.
+  Layout variable{2, 1, sp};
+  variable.variable = true;
+  variable.tiled_loss = 4;
+  expect_plain_libtorch("llama", variable);
   // Three key/value heads neither split over nor divide 2 ranks: refused by key before anything is built.
   dm::LlamaConfig odd = dm::LlamaConfig::from_json(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 96,
       "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 6,

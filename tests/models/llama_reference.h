@@ -35,13 +35,22 @@ inline std::string folder(const std::string& name) {
 // others' targets are -100. Under sequence parallelism at 2 or 4 ranks they all lie in the last rank's part.
 constexpr int64_t kSftTrained = 3;
 
+// The sequence length of step `step`: kSeq, or with `variable` lengths 12, 9, 7 (neither of the last two divides by
+// 2 or 4 ranks: sequence parallelism pads them).
+inline int64_t step_length(int step, bool variable) {
+  constexpr int64_t kVariable[] = {kSeq, 9, 7};
+  return variable ? kVariable[step % 3] : kSeq;
+}
+
 // Global batch of step `step`: world x kMicro sequences; rank r's micro-batch is rows [r * kMicro, (r + 1) * kMicro).
-inline std::pair<at::Tensor, at::Tensor> batch(int64_t vocab, int step, int world, bool sft = false) {
+inline std::pair<at::Tensor, at::Tensor> batch(int64_t vocab, int step, int world, bool sft = false,
+                                               bool variable = false) {
   at::Generator g = at::detail::createCPUGenerator(1000 + step);
-  const at::Tensor tokens = at::randint(vocab, {world * kMicro, kSeq + 1}, g, at::kLong);
-  at::Tensor targets = tokens.narrow(1, 1, kSeq).clone();
-  if (sft) targets.narrow(1, 0, kSeq - kSftTrained).fill_(-100);
-  return {tokens.narrow(1, 0, kSeq), targets};
+  const int64_t seq = step_length(step, variable);
+  const at::Tensor tokens = at::randint(vocab, {world * kMicro, seq + 1}, g, at::kLong);
+  at::Tensor targets = tokens.narrow(1, 1, seq).clone();
+  if (sft) targets.narrow(1, 0, seq - kSftTrained).fill_(-100);
+  return {tokens.narrow(1, 0, seq), targets};
 }
 
 struct Run {
@@ -49,12 +58,12 @@ struct Run {
   std::map<std::string, at::Tensor> params;
 };
 
-inline Run plain_libtorch(const std::string& name, int world, bool sft = false) {
+inline Run plain_libtorch(const std::string& name, int world, bool sft = false, bool variable = false) {
   dm::LlamaForCausalLM model(dm::LlamaConfig::from_file(folder(name) + "/config.json"));
   dm::load_hf_weights(*model, folder(name));
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = batch(model->config().vocab_size, step, world, sft);
+    auto [x, y] = batch(model->config().vocab_size, step, world, sft, variable);
     for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
     at::Tensor loss = model->forward(x, y);
     loss.backward();

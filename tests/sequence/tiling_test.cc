@@ -2,7 +2,8 @@
 // through tiled_compute and a head's cross-entropy through tiled_cross_entropy_sum give the same output or loss and
 // the same gradient of the input and of every weight, at tile sizes that divide the rows and that do not (the last
 // tile shorter), one row, and more than all of them. Each weight's gradient reaches autograd once per backward (a hook
-// counts), which ZeRO's reduction hooks rely on.
+// counts), which ZeRO's reduction hooks rely on. The GPT and the Llama family take the tiles their configs ask for
+// (their loss's graph holds one tiled MLP per block and the tiled loss), so a setting cannot be silently ignored.
 #include "deepspeed/sequence/tiling.h"
 
 #include <ATen/ATen.h>
@@ -11,9 +12,13 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/modules/linear.h>
 
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "deepspeed/models/llama.h"
+#include "gpt.h"
 #include "tolerance.h"
 
 namespace {
@@ -118,6 +123,52 @@ TEST(SequenceTiling, CrossEntropyAndItsGradientsEqualTheUntiledOnes) {
                std::invalid_argument);
   EXPECT_THROW(ds::tiled_compute([&](const at::Tensor& t) { return head(t); }, h0, {head->weight}, 0),
                std::invalid_argument);
+}
+
+}  // namespace
+
+namespace {
+
+// How many nodes of `loss`'s autograd graph have a name containing `what` (custom functions are named after their
+// class).
+int graph_nodes_named(const at::Tensor& loss, const std::string& what) {
+  std::vector<torch::autograd::Node*> stack{loss.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int found = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name().find(what) != std::string::npos) ++found;
+    for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+  }
+  return found;
+}
+
+TEST(SequenceTiling, ModelsTakeTheTilesTheirConfigsAskFor) {
+  const at::Tensor tokens = at::randint(64, {2, 12}, at::kLong), targets = at::randint(64, {2, 12}, at::kLong);
+  deepspeed::models::GPTConfig gpt;
+  gpt.vocab_size = 64;
+  gpt.seq_len = 12;
+  gpt.layers = 3;
+  gpt.hidden = 16;
+  gpt.heads = 2;
+  deepspeed::models::LlamaConfig llama = deepspeed::models::LlamaConfig::from_json(
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 16, "intermediate_size": 24,
+          "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1})");
+  for (int64_t tile : {int64_t{0}, int64_t{5}}) {
+    SCOPED_TRACE(tile);
+    gpt.tiled_mlp_tokens = gpt.tiled_loss_tokens = tile;
+    llama.tiled_mlp_tokens = llama.tiled_loss_tokens = tile;
+    const at::Tensor g = deepspeed::models::GPT(gpt)->forward(tokens, targets);
+    const at::Tensor l = deepspeed::models::LlamaForCausalLM(llama)->forward(tokens, targets);
+    EXPECT_EQ(graph_nodes_named(g, "TiledCompute"), tile > 0 ? gpt.layers : 0);
+    EXPECT_EQ(graph_nodes_named(g, "TiledLoss"), tile > 0 ? 1 : 0);
+    EXPECT_EQ(graph_nodes_named(l, "TiledCompute"), tile > 0 ? llama.num_hidden_layers : 0);
+    EXPECT_EQ(graph_nodes_named(l, "TiledLoss"), tile > 0 ? 1 : 0);
+  }
+  gpt.tiled_mlp_tokens = -1;
+  EXPECT_THROW(deepspeed::models::GPT{gpt}, std::invalid_argument);
 }
 
 }  // namespace

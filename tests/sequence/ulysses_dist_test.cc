@@ -23,6 +23,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/error.h"
 #include "deepspeed/sequence/layer.h"
+#include "deepspeed/sequence/shard.h"
 #include "deepspeed/zero.h"
 #include "gpt.h"
 #include "gpt_training.h"
@@ -125,8 +126,10 @@ ds::models::GPTConfig gpt_config(bool bias) {
 
 using gpt_training::Trained;
 
-Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& optimizer, double lr_factor = 1.0) {
+Trained reference(const ds::models::GPTConfig& cfg, int dp, const std::string& optimizer, double lr_factor = 1.0,
+                  int64_t sft_trained = 0) {
   gpt_training::ReferenceRun r;
+  r.sft_trained = sft_trained;
   r.dp = dp;
   r.micro = kMicro;
   r.gas = kGas;
@@ -150,8 +153,9 @@ std::string config_json(const std::string& optimizer, int stage, int sp, const s
          extra + "}";
 }
 
+// `sft_trained` > 0: only the last sft_trained positions of each sequence train (gpt_training::sft_targets).
 Trained train_sp(ds::models::GPTConfig cfg, int sp, int stage, const std::string& optimizer,
-                 const std::string& extra = "") {
+                 const std::string& extra = "", int64_t sft_trained = 0) {
   cfg.sequence_parallel = sq::sequence_parallel_groups(sp).sequence_parallel;
   cfg.shard_blocks = stage == 3;
   ds::models::GPT model = [&] {
@@ -161,20 +165,20 @@ Trained train_sp(ds::models::GPTConfig cfg, int sp, int stage, const std::string
   auto engine = ds::initialize(model, ds::Config::from_string(config_json(optimizer, stage, sp, extra)));
   EXPECT_EQ(engine.dp_world_size(), ds::comm::get_world_size() / sp);
   const at::Tensor data = gpt_training::dataset(cfg.vocab_size, cfg.seq_len, kSamples);
-  const int64_t part = cfg.seq_len / sp, first = (ds::comm::get_rank() % sp) * part;
   Trained run;
   for (int step = 0; step < kSteps; ++step) {
     double total = 0;
     for (int m = 0; m < kGas; ++m) {
       auto [x, y] = gpt_training::micro_batch(data, step, engine.dp_rank(), engine.dp_world_size(), m, kMicro, kGas,
                                               kDataSeed);
-      at::Tensor loss = engine.forward(x.narrow(1, first, part).to(engine.device()),
-                                         y.narrow(1, first, part).to(engine.device()));
+      const sq::SequenceShard shard =
+          sq::shard_sequence(x, gpt_training::sft_targets(y, sft_trained), cfg.sequence_parallel);
+      at::Tensor loss = engine.forward(shard.input_ids.to(engine.device()), shard.labels.to(engine.device()));
       total += loss.item<double>();
       engine.backward(loss);
       engine.step();
     }
-    // Each rank's loss is the mean over its tokens: the world's mean is the mean over all tokens.
+    // Each rank's loss is the mean over its group's sequences: the world's mean is the mean over all tokens.
     at::Tensor mean = at::tensor({total / kGas}, at::kDouble);
     ds::comm::get_world_group().all_reduce(mean, ds::comm::ReduceOp::kAvg);
     run.losses.push_back(mean.item<double>());
@@ -226,6 +230,31 @@ TEST(Ulysses, GptSgdMatchesPlainLibTorch) {
       if (stage == 0) {
         EXPECT_GT(max_param_error(run, reference(cfg, dp, "SGD", 1.5)), 10 * bound) << "the control must fail";
       }
+    }
+  }
+}
+
+// ALST on the GPT: each block's MLP tiled 5 positions at a time and the head and loss 7 at a time (neither divides a
+// rank's part of 8 or 4 positions), and an SFT-like batch whose trained positions (the last 3) all lie in the last
+// rank's part, at ZeRO-2 and ZeRO-3, against the untiled plain loop. The loss is the whole sequences' mean (a per-rank
+// mean would give the other ranks 0/0 and weigh the last by P); the tiles regroup no sum beyond the SGD test's terms.
+TEST(Ulysses, GptTiledWithAnSftMaskMatchesPlainLibTorch) {
+  ensure_comm();
+  for (int sp : sp_sizes()) {
+    const int dp = ds::comm::get_world_size() / sp;
+    const auto cfg = gpt_config(/*bias=*/true);
+    const Trained ref = reference(cfg, dp, "SGD", 1.0, /*sft_trained=*/3);
+    for (int stage : {2, 3}) {
+      SCOPED_TRACE("sp " + std::to_string(sp) + " x dp " + std::to_string(dp) + ", stage " + std::to_string(stage));
+      auto tiled = cfg;
+      tiled.tiled_mlp_tokens = 5;
+      tiled.tiled_loss_tokens = 7;
+      const Trained run = train_sp(tiled, sp, stage, "SGD", "", /*sft_trained=*/3);
+      const double bound =
+          tolerance::reordered(tolerance::kFp32Epsilon, dp * kGas * kMicro * cfg.seq_len + 4 * cfg.hidden, kSteps);
+      EXPECT_WITHIN(max_param_error(run, ref), bound);
+      EXPECT_WITHIN(gpt_training::max_series_error(run.losses, ref.losses), bound);
+      EXPECT_WITHIN(gpt_training::max_series_error(run.norms, ref.norms), bound);
     }
   }
 }
