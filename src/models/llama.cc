@@ -171,7 +171,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
   }
 }
 
-at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> LlamaAttentionImpl::project(const at::Tensor& x, const at::Tensor& cos,
+                                                                           const at::Tensor& sin) {
   const int64_t b = x.size(0), s = x.size(1);
   // [batch, seq, heads, head_dim]; Qwen3 normalises each head before the rotation.
   at::Tensor q = q_proj_.forward<at::Tensor>(x).view({b, s, heads_, head_dim_});
@@ -182,9 +183,28 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  const at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
+  at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
+  return {q, k, v};
+}
+
+at::Tensor LlamaAttentionImpl::forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                              const at::Tensor& mask, at::Tensor& keys, at::Tensor& values,
+                                              int64_t start) {
+  const int64_t b = x.size(0), s = x.size(1);
+  auto [q, k, v] = project(x, cos, sin);
+  keys.narrow(2, start, s).copy_(k);
+  values.narrow(2, start, s).copy_(v.transpose(1, 2));
+  const at::Tensor out = at::scaled_dot_product_attention(
+      q, keys.narrow(2, 0, start + s), values.narrow(2, 0, start + s), mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+      /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
+  return o_proj_.forward<at::Tensor>(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
+}
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t b = x.size(0), s = x.size(1);
+  auto [q, k, v] = project(x, cos, sin);
   // [batch, seq, heads, dim]: this rank's tokens, exchanged by Ulysses for whole sequences of some heads. With fewer
   // key/value heads than ranks, each is repeated so that every rank gets the one its query heads share (the copies'
   // gradients add up in the repeat's backward).
@@ -228,6 +248,14 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg) {
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), cos, sin);
+  return h + mlp_->forward(post_attention_layernorm_->forward(h));
+}
+
+at::Tensor LlamaDecoderLayerImpl::forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                                 const at::Tensor& mask, at::Tensor& keys, at::Tensor& values,
+                                                 int64_t start) {
+  const at::Tensor h =
+      x + self_attn_->forward_cached(input_layernorm_->forward(x), cos, sin, mask, keys, values, start);
   return h + mlp_->forward(post_attention_layernorm_->forward(h));
 }
 
@@ -314,8 +342,9 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg) : cfg_(cfg) {
   register_module("lm_head", lm_head_.ptr());
 }
 
-at::Tensor LlamaForCausalLMImpl::local_logits(const at::Tensor& tokens) {
-  const at::Tensor h = model_->forward(tokens);
+at::Tensor LlamaForCausalLMImpl::local_logits(const at::Tensor& tokens) { return head(model_->forward(tokens)); }
+
+at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& h) {
   if (lm_head_unit_) return lm_head_unit_->forward(h);
   if (!lm_head_.is_empty()) return lm_head_.forward<at::Tensor>(h);
   // Tied: the embedding's rows are the head's; under tensor parallelism this rank's vocabulary slice, whose input

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/sequence/layer.h"
@@ -114,6 +116,17 @@ struct LlamaConfig {
   int64_t num_parameters() const;
 };
 
+// Keys and values of the positions a model has already run, for decoding a token at a time (transformers'
+// past_key_values; deepspeed/inference/generate.h drives it): per decoder layer [batch, this rank's key/value heads,
+// capacity, head_dim], preallocated once; positions [0, length) hold values. `valid` [batch, capacity] bool is false
+// at a left-padded prompt's padding, which no position attends to; the caller marks each position before running it.
+struct LlamaKVCache {
+  std::vector<at::Tensor> keys, values;
+  at::Tensor valid;
+  int64_t length = 0;
+  int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
+};
+
 // x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype, times the weight.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
@@ -139,8 +152,17 @@ class LlamaAttentionImpl : public torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaConfig& cfg);
   // x [batch, seq, hidden]; cos, sin [seq, head_dim] in x's dtype.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // Incremental decoding: x's keys and values written to keys / values [batch, kv heads, capacity, head_dim] at
+  // positions [start, start + seq), then x attends to positions [0, start + seq) where `mask` [batch, 1, seq,
+  // start + seq] (bool) allows. cos, sin [batch, 1, seq, head_dim].
+  at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                            at::Tensor& keys, at::Tensor& values, int64_t start);
 
  private:
+  // q [batch, heads, seq, dim] and k [batch, kv heads, seq, dim] rotated; v [batch, seq, kv heads, dim].
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> project(const at::Tensor& x, const at::Tensor& cos,
+                                                         const at::Tensor& sin);
+
   int64_t heads_, kv_heads_, head_dim_;  // this rank's heads under tensor parallelism
   int64_t kv_replicas_ = 1;              // Ulysses with fewer key/value heads than ranks: copies of each
   // torch::nn::Linear, or its column-/row-parallel split (LlamaConfig::tensor_parallel).
@@ -168,6 +190,9 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaDecoderLayerImpl(const LlamaConfig& cfg);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // LlamaAttentionImpl::forward_cached's arguments.
+  at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                            at::Tensor& keys, at::Tensor& values, int64_t start);
 
  private:
   LlamaRMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
@@ -185,6 +210,9 @@ class LlamaModelImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens);
   // The token embedding's weight (this rank's vocabulary rows under tensor parallelism): the tied head's too.
   const at::Tensor& embedding_weight() const;
+  // The final hidden states of tokens [batch, seq] at rotary `positions` [batch, seq], run after the cache's
+  // `length` positions; appends their keys and values and advances `length` (LlamaForCausalLMImpl::decode).
+  at::Tensor forward_cached(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache);
 
  private:
   at::Tensor embed(const at::Tensor& tokens);
@@ -209,9 +237,19 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   at::Tensor logits(const at::Tensor& tokens);
   const LlamaConfig& config() const { return cfg_; }
 
+  // Incremental decoding. An empty cache for `batch` sequences of up to `capacity` positions, in the model's dtype
+  // and on its device (this rank's key/value heads under tensor parallelism).
+  LlamaKVCache make_kv_cache(int64_t batch, int64_t capacity) const;
+  // Runs tokens [batch, seq] at rotary `positions` [batch, seq] after the cache's positions (cache.valid must already
+  // mark the new ones), appends their keys and values, and returns the last position's logits [batch, vocab] in fp32
+  // (the whole vocabulary under tensor parallelism). No gradients. Not with shard_layers or sequence parallelism.
+  at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache);
+
  private:
   LlamaConfig cfg_;
   LlamaModel model_{nullptr};
+  // The head on hidden states [..., hidden]: this rank's logits (its vocabulary slice under tensor parallelism).
+  at::Tensor head(const at::Tensor& h);
   // This rank's logits: [batch, seq, vocab], or its slice of the vocabulary under tensor parallelism.
   at::Tensor local_logits(const at::Tensor& tokens);
   at::Tensor tiled_loss(const at::Tensor& tokens, const at::Tensor& targets);

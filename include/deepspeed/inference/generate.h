@@ -1,0 +1,36 @@
+// Text generation with a KV cache for the Llama family (deepspeed/models/llama.h), as transformers' `generate` does
+// it: prompts of different lengths are left-padded into one batch (the padding masked out, rotary positions counted
+// from each prompt's first real token), the whole batch's prompts run once (prefill) filling the cache, then one
+// token per row per step (decode), each step's scores processed and the next tokens chosen by
+// deepspeed/inference/logits_processing.h until every row has stopped or the token limit is reached.
+//
+//   deepspeed::inference::GenerationConfig g;
+//   g.max_new_tokens = 64;
+//   auto out = deepspeed::inference::generate(*model, {{1, 15043, 29892}, {1, 450}}, g);
+//   // out.tokens[i]: prompt i's new tokens, up to and including its stop token
+//
+// Under tensor parallelism every rank of the group calls it with the same prompts and config (and seed): each holds
+// its heads' cache and the logits are gathered, so every rank chooses the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "deepspeed/inference/generation_config.h"
+#include "deepspeed/models/llama.h"
+
+namespace deepspeed::inference {
+
+struct GenerateResult {
+  std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens, up to and including its first stop token
+  double first_token_seconds = 0;            // prefill and the first token's choice (time to first token)
+  double decode_seconds = 0;                 // the decode steps after it
+  int64_t decode_steps = 0;                  // tokens chosen after the first, per row
+};
+
+// Prompts: token ids (each non-empty). Pads with cfg.pad_token_id (else eos_token_id[0], else 0) on the left.
+// Throws std::invalid_argument for an empty prompt list or prompt, ConfigError for a bad config.
+GenerateResult generate(models::LlamaForCausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerationConfig& cfg);
+
+}  // namespace deepspeed::inference

@@ -1,0 +1,78 @@
+// Incremental decoding for the Llama family (deepspeed/models/llama.h: LlamaKVCache, decode): each call runs only the
+// new positions, their keys and values written into the preallocated cache, and attention reads the cache through
+// scaled_dot_product_attention with a mask for the padding and causality. Kept apart from llama.cc, whose training
+// path it shares the layers with.
+#include <ATen/ATen.h>
+
+#include "deepspeed/error.h"
+#include "deepspeed/models/llama.h"
+#include "deepspeed/tp/parallel_linear.h"
+
+namespace deepspeed::models {
+
+namespace {
+
+// [batch, 1, seq, start + seq] bool: new position i (at start + i) sees the valid positions up to itself, and always
+// itself (a padding position sees nothing else, and a row of a softmax must not be empty: its output is unused).
+at::Tensor step_mask(const at::Tensor& valid, int64_t start, int64_t seq) {
+  const int64_t total = start + seq;
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(valid.device());
+  const at::Tensor key = at::arange(total, opts).view({1, total});
+  const at::Tensor query = at::arange(start, total, opts).view({seq, 1});
+  const at::Tensor causal = key.le(query);  // [seq, total]
+  const at::Tensor self = key.eq(query);
+  const at::Tensor seen = valid.narrow(1, 0, total).view({valid.size(0), 1, 1, total});
+  return at::logical_or(at::logical_and(seen, causal.view({1, 1, seq, total})), self.view({1, 1, seq, total}));
+}
+
+}  // namespace
+
+at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache) {
+  DS_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "Llama decode: tokens ", tokens.sizes(),
+           " and positions ", positions.sizes(), " must both be [batch, seq]");
+  const int64_t b = tokens.size(0), seq = tokens.size(1), start = cache.length;
+  DS_CHECK(static_cast<int64_t>(cache.keys.size()) == static_cast<int64_t>(layers_->size()) && cache.valid.defined() &&
+               cache.valid.size(0) == b,
+           "Llama decode: the cache was not made by this model for a batch of ", b);
+  DS_CHECK(start + seq <= cache.capacity(), "Llama decode: ", start + seq, " positions exceed the cache's capacity ",
+           cache.capacity());
+  cfg_.check_sequence(start + seq);
+  at::Tensor h = embed(tokens);
+  auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);  // [batch, seq, head_dim]
+  cos = cos.to(h.scalar_type()).unsqueeze(1);
+  sin = sin.to(h.scalar_type()).unsqueeze(1);
+  const at::Tensor mask = step_mask(cache.valid, start, seq);
+  for (size_t i = 0; i < layers_->size(); ++i) {
+    h = layers_->ptr(i)->as<LlamaDecoderLayerImpl>()->forward_cached(h, cos, sin, mask, cache.keys[i], cache.values[i],
+                                                                     start);
+  }
+  cache.length = start + seq;
+  return norm_->forward(h);
+}
+
+LlamaKVCache LlamaForCausalLMImpl::make_kv_cache(int64_t batch, int64_t capacity) const {
+  DS_CHECK(batch >= 1 && capacity >= 1, "Llama decode: a cache needs batch and capacity >= 1, got ", batch, " and ",
+           capacity);
+  const at::Tensor& w = model_->embedding_weight();
+  const int64_t tp = cfg_.tensor_parallel.is_member() ? cfg_.tensor_parallel.size() : 1;
+  const int64_t kv_heads = cfg_.num_key_value_heads / tp;
+  LlamaKVCache cache;
+  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
+    cache.keys.push_back(at::zeros({batch, kv_heads, capacity, cfg_.head_dim}, w.options()));
+    cache.values.push_back(at::zeros({batch, kv_heads, capacity, cfg_.head_dim}, w.options()));
+  }
+  cache.valid = at::zeros({batch, capacity}, w.options().dtype(at::kBool));
+  return cache;
+}
+
+at::Tensor LlamaForCausalLMImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache) {
+  DS_CHECK(!cfg_.shard_layers && !cfg_.sequence_parallel.is_member(),
+           "Llama decode: not with ZeRO-3 units (shard_layers) or sequence parallelism; build the model without them");
+  at::NoGradGuard no_grad;
+  const at::Tensor h = model_->forward_cached(tokens, positions, cache);
+  const at::Tensor last = head(h.narrow(1, h.size(1) - 1, 1)).select(1, 0);
+  const at::Tensor whole = cfg_.tensor_parallel.is_member() ? tp::gather_from_region(last, cfg_.tensor_parallel) : last;
+  return whole.to(at::kFloat);
+}
+
+}  // namespace deepspeed::models
