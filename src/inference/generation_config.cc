@@ -4,16 +4,21 @@
 #include "deepspeed/inference/generation_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "deepspeed/error.h"
+#include "inference/json_fields.h"
 
 namespace deepspeed::inference {
 namespace {
 
-using Json = nlohmann::json;
+using json_fields::got;
+using json_fields::integer_of;
+using json_fields::Json;
+using json_fields::read_bool;
+using json_fields::read_integer;
+using json_fields::read_number;
+using json_fields::value_of;
 
 // A key of transformers' GenerationConfig that changes which tokens come out when it leaves its default. A file
 // setting one is refused: decoding without it would give other text than transformers does. Keys that change
@@ -77,30 +82,6 @@ void refuse_unimplemented(const Json& j, const std::string& source) {
   }
 }
 
-// The value of `key`, or nullptr when the file leaves it out or sets it to null (transformers' "unset").
-const Json* value_of(const Json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string got(const Json& v) { return detail::printable(v.dump()); }
-
-int64_t integer_of(const Json& v, const std::string& source, const char* key) {
-  DS_CHECK_T(ConfigError, v.is_number_integer(), source, ": ", key, " must be an integer, got ", got(v));
-  return v.get<int64_t>();
-}
-
-void read_integer(const Json& j, const std::string& source, const char* key, int64_t& out) {
-  if (const Json* v = value_of(j, key)) out = integer_of(*v, source, key);
-}
-
-void read_number(const Json& j, const std::string& source, const char* key, double& out) {
-  const Json* v = value_of(j, key);
-  if (v == nullptr) return;
-  DS_CHECK_T(ConfigError, v->is_number(), source, ": ", key, " must be a number, got ", got(*v));
-  out = v->get<double>();
-}
-
 // eos_token_id: one id or a list of them, as transformers accepts.
 std::vector<int64_t> read_token_ids(const Json& j, const std::string& source, const char* key) {
   const Json* v = value_of(j, key);
@@ -118,23 +99,14 @@ std::vector<int64_t> read_token_ids(const Json& j, const std::string& source, co
 }  // namespace
 
 GenerationConfig GenerationConfig::from_json(const std::string& text, const std::string& source_name) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw ConfigError(source_name + ": not JSON (" + detail::printable(e.what()) + ")");
-  }
-  DS_CHECK_T(ConfigError, j.is_object(), source_name, ": not a JSON object");
+  const Json j = json_fields::parse_object(text, source_name);
   refuse_unimplemented(j, source_name);
 
   GenerationConfig c;
   read_integer(j, source_name, "max_new_tokens", c.max_new_tokens);
   if (value_of(j, "max_new_tokens") == nullptr && value_of(j, "max_length") != nullptr)
     c.max_length = integer_of(j["max_length"], source_name, "max_length");
-  if (const Json* v = value_of(j, "do_sample")) {
-    DS_CHECK_T(ConfigError, v->is_boolean(), source_name, ": do_sample must be true or false, got ", got(*v));
-    c.do_sample = v->get<bool>();
-  }
+  read_bool(j, source_name, "do_sample", c.do_sample);
   read_number(j, source_name, "temperature", c.temperature);
   read_integer(j, source_name, "top_k", c.top_k);
   read_number(j, source_name, "top_p", c.top_p);
@@ -146,11 +118,7 @@ GenerationConfig GenerationConfig::from_json(const std::string& text, const std:
 }
 
 GenerationConfig GenerationConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  DS_CHECK_T(ConfigError, in.good(), path, ": cannot read the generation config");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), path);
+  return from_json(json_fields::read_text(path, "generation config"), path);
 }
 
 void GenerationConfig::check(const std::string& source_name) const {
