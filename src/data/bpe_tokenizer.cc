@@ -1,7 +1,9 @@
 // The byte-level BPE tokenizer of a Hugging Face tokenizer.json (deepspeed/data/tokenizer.h), step for step as
 // `tokenizers` runs it: added tokens split out of the raw text (leftmost, longest), each other segment through the
 // normalizer (Unicode normal forms), the pre-tokenizers (regex splits, the ByteLevel byte-to-character map), each piece
-// through the BPE merges by rank, and the post-processor's special tokens around the result.
+// through the BPE merges by rank, and the post-processor's special tokens around the result. Decoding runs the other
+// way: ids to token strings, the ByteLevel decoder's characters back to bytes, and those bytes read as UTF-8 the way
+// Rust's String::from_utf8_lossy reads them.
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "data/json_file.h"
 #include "data/regex.h"
@@ -54,6 +57,66 @@ std::array<std::string, 256> byte_level_alphabet() {
   return out;
 }
 
+// The inverse of byte_level_alphabet, indexed by code point: the byte a character stands for, -1 for a character
+// that stands for none. Every alphabet character is below U+0800, so two UTF-8 bytes at most.
+std::array<int16_t, 0x800> byte_level_inverse() {
+  std::array<int16_t, 0x800> out;
+  out.fill(-1);
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    out[printable ? b : next++] = static_cast<int16_t>(b);
+  }
+  return out;
+}
+
+// How many bytes of `s` from `i` on make one well-formed UTF-8 character (Unicode's table 3-7), 0 if the byte at `i`
+// cannot start one. A shorter prefix that could still be completed counts as far as it goes, negated, so the caller
+// replaces that maximal subpart with one U+FFFD as from_utf8_lossy does.
+int utf8_sequence_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  int n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  for (int k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return -k;
+    const unsigned char b = byte(i + k);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -k;
+  }
+  return n;
+}
+
+// `bytes` as UTF-8 text, each maximal ill-formed subpart replaced by U+FFFD (String::from_utf8_lossy).
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const int n = utf8_sequence_length(bytes, i);
+    if (n > 0) {
+      out.append(bytes.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += n == 0 ? 1 : -n;
+    }
+  }
+  return out;
+}
+
 // The UTF-8 characters of `s`, each as its own string.
 std::vector<std::string> characters(const std::string& s) {
   std::vector<std::string> out;
@@ -76,12 +139,14 @@ struct PreTokenizer {
 struct AddedToken {
   std::string content;
   int64_t id;
+  bool special;
 };
 
 class BpeTokenizer : public Tokenizer {
  public:
   BpeTokenizer(const json& j, const std::string& path);
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
   int64_t vocab_size() const override { return vocab_size_; }
   std::optional<int64_t> token_id(const std::string& token) const override {
     const auto it = vocab_.find(token);
@@ -94,6 +159,8 @@ class BpeTokenizer : public Tokenizer {
  private:
   void read_pre_tokenizer(const json& p, const std::string& where);
   void read_post_processor(const json& p, const std::string& where);
+  void read_decoder(const json& d);
+  std::string byte_level_decode(const std::vector<std::string_view>& tokens) const;
   void encode_segment(std::string_view segment, std::vector<int64_t>& out) const;
   void encode_piece(const std::string& piece, std::vector<int64_t>& out) const;
 
@@ -111,6 +178,14 @@ class BpeTokenizer : public Tokenizer {
   bool ignore_merges_ = false;
   int64_t vocab_size_ = 0;
   std::array<std::string, 256> bytes_ = byte_level_alphabet();
+  // Decoding: each id's token string (none where no token has the id), the special added tokens'
+  // contents (`tokenizers` drops tokens by their string), and the decoder: how many ByteLevel steps, or why none runs.
+  std::vector<std::optional<std::string>> token_of_id_;
+  std::unordered_set<std::string> special_;
+  std::array<int16_t, 0x800> byte_of_char_ = byte_level_inverse();
+  int byte_level_decoders_ = 0;
+  bool join_with_spaces_ = true;  // no decoder at all (an empty Sequence joins without them)
+  std::string decoder_refusal_;   // non-empty: decode throws it
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // piece -> ids
 };
@@ -156,9 +231,17 @@ BpeTokenizer::BpeTokenizer(const json& j, const std::string& path) : path_(path)
   for (const auto& a : j.value("added_tokens", json::array())) {
     const std::string where = path + ": added token " + a.value("content", "?");
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) expect_default(a, flag, json(false), where);
-    added_.push_back({a.at("content").get<std::string>(), a.at("id").get<int64_t>()});
+    added_.push_back({a.at("content").get<std::string>(), a.at("id").get<int64_t>(),
+                      a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>()});
     vocab_size_ = std::max(vocab_size_, added_.back().id + 1);
+    if (added_.back().special) special_.insert(added_.back().content);
   }
+  // Added tokens win over the model's own for an id, as in `tokenizers`' id_to_token.
+  token_of_id_.resize(static_cast<size_t>(vocab_size_));
+  for (const auto& [token, id] : vocab_)
+    if (id >= 0) token_of_id_[static_cast<size_t>(id)] = token;
+  for (const auto& a : added_)
+    if (a.id >= 0) token_of_id_[static_cast<size_t>(a.id)] = a.content;
   std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
   for (const auto& a : added_)
@@ -167,6 +250,23 @@ BpeTokenizer::BpeTokenizer(const json& j, const std::string& path) : path_(path)
     read_pre_tokenizer(j["pre_tokenizer"], path + ": pre_tokenizer");
   if (j.contains("post_processor") && !j["post_processor"].is_null())
     read_post_processor(j["post_processor"], path + ": post_processor");
+  if (j.contains("decoder") && !j["decoder"].is_null()) read_decoder(j["decoder"]);
+}
+
+// An unsupported decoder fails decode, not the load: encode needs no decoder, and files that encode today
+// (ds_preprocess's) must keep loading.
+void BpeTokenizer::read_decoder(const json& d) {
+  join_with_spaces_ = false;
+  const bool typed = d.is_object() && d.contains("type") && d["type"].is_string();
+  const std::string type = typed ? d["type"].get<std::string>() : "";
+  if (type == "ByteLevel") {
+    ++byte_level_decoders_;  // its options only move offsets
+  } else if (type == "Sequence" && d.contains("decoders") && d["decoders"].is_array()) {
+    for (const auto& step : d["decoders"]) read_decoder(step);
+  } else if (decoder_refusal_.empty()) {
+    decoder_refusal_ = path_ + ": decoder type \"" + type +
+                       "\" is not supported, so decode cannot run (ByteLevel, a Sequence of ByteLevel, or no decoder)";
+  }
 }
 
 void BpeTokenizer::read_pre_tokenizer(const json& p, const std::string& where) {
@@ -244,6 +344,55 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text, bool add_specia
   if (start < text.size()) encode_segment(text.substr(start), out);
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  DS_CHECK_T(DataError, decoder_refusal_.empty(), decoder_refusal_);
+  std::vector<std::string_view> tokens;
+  tokens.reserve(ids.size());
+  for (const int64_t id : ids) {
+    DS_CHECK_T(DataError, id >= 0 && id < vocab_size_, path_, ": cannot decode token id ", id,
+               ", the vocabulary size is ", vocab_size_);
+    const auto& token = token_of_id_[static_cast<size_t>(id)];
+    if (!token) continue;  // an id between the vocabulary's ids: `tokenizers` skips it too
+    if (skip_special_tokens && special_.count(*token) != 0) continue;
+    tokens.push_back(*token);
+  }
+  if (byte_level_decoders_ == 0) {  // no decoder: `tokenizers` joins the token strings with spaces
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) out.append(i > 0 && join_with_spaces_ ? " " : "").append(tokens[i]);
+    return out;
+  }
+  std::string text = byte_level_decode(tokens);
+  for (int i = 1; i < byte_level_decoders_; ++i) text = byte_level_decode({text});
+  return text;
+}
+
+// The ByteLevel decoder: a token whose characters are all in the byte-level alphabet becomes their bytes, any other
+// (an added token such as "a b") its own UTF-8; then all of it is read as UTF-8 at once, so a character split
+// across tokens joins up and only what stays broken becomes U+FFFD.
+std::string BpeTokenizer::byte_level_decode(const std::vector<std::string_view>& tokens) const {
+  std::string bytes, mapped;
+  for (const std::string_view token : tokens) {
+    mapped.clear();
+    bool all_mapped = true;
+    for (size_t i = 0; i < token.size() && all_mapped;) {
+      const auto c = static_cast<unsigned char>(token[i]);
+      uint32_t cp = 0x800;  // stands for "not in the alphabet"
+      size_t n = 1;
+      if (c < 0x80) {
+        cp = c;
+      } else if ((c & 0xE0) == 0xC0 && i + 1 < token.size()) {
+        cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
+        n = 2;
+      }
+      all_mapped = cp < byte_of_char_.size() && byte_of_char_[cp] >= 0;
+      if (all_mapped) mapped += static_cast<char>(byte_of_char_[cp]);
+      i += n;
+    }
+    bytes.append(all_mapped ? std::string_view(mapped) : token);
+  }
+  return utf8_lossy(bytes);
 }
 
 void BpeTokenizer::encode_segment(std::string_view segment, std::vector<int64_t>& out) const {

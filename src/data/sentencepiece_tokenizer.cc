@@ -1,6 +1,6 @@
 // SentencePiece models (tokenizer.model: Llama 2, Mistral, ...) through Debian's libsentencepiece: the library's own
 // Encode, so the ids are SentencePiece's; add_special_tokens puts the model's BOS first, as transformers' Llama and
-// Mistral tokenizers do.
+// Mistral tokenizers do; decode is the library's Decode, which renders control pieces (BOS, EOS) as nothing.
 #include <sentencepiece_processor.h>
 
 #include "data/tokenizers.h"
@@ -26,6 +26,22 @@ class SentencePieceTokenizer : public Tokenizer {
     if (add_special_tokens && sp_.bos_id() >= 0) out.push_back(sp_.bos_id());
     out.insert(out.end(), ids.begin(), ids.end());
     return out;
+  }
+
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+    std::vector<int> kept;
+    kept.reserve(ids.size());
+    for (const int64_t id : ids) {
+      // Checked here so that the message names the id and the vocabulary size.
+      DS_CHECK_T(DataError, id >= 0 && id < vocab_size(), file_, ": cannot decode token id ", id,
+                 ", the vocabulary size is ", vocab_size());
+      if (skip_special_tokens && sp_.IsControl(static_cast<int>(id))) continue;
+      kept.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    const auto status = sp_.Decode(kept, &text);
+    DS_CHECK_T(DataError, status.ok(), file_, ": cannot decode (", status.ToString(), ")");
+    return text;
   }
 
   int64_t vocab_size() const override { return sp_.GetPieceSize(); }

@@ -15,6 +15,13 @@ tokenizer.json is copied to OUT_DIR/shipped/ with its expected ids too. Writes O
           ids_special;
 and OUT_DIR/<name>.expected.json: [{"text": ..., "ids": [...], "ids_special": [...]}] for every line of TEXTS
 (trained on) and UNSEEN (not).
+
+Decoding: OUT_DIR/<name>.decode.json: [{"ids": [...], "skip_special_tokens": bool, "text": ...}], the reference's
+decode (tokenizers' decode; sentencepiece's decode for spm, control pieces dropped first with skip_special_tokens) of
+each text's ids and ids_special (both skip_special_tokens values), of every id alone, of the ids of each text cut
+after and before every token (cuts inside a multi-byte character), and of the byte tokens of BYTE_CUTS (ill-formed
+UTF-8 that comes out as U+FFFD, one per maximal ill-formed subpart as Rust's from_utf8_lossy counts them); also for
+  nodecoder: the llama3 tokenizer.json without a decoder (tokenizers then joins the token strings with spaces).
 """
 import json
 import os
@@ -50,6 +57,13 @@ UNSEEN = [
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Byte sequences that are not UTF-8, as ids of single-byte tokens: a character cut at the end or start, a lead byte
+# followed by ASCII, an overlong form, a surrogate, a code point above U+10FFFF, a lone continuation byte, bytes that
+# are never UTF-8, and a good character between bad ones.
+BYTE_CUTS = [b"\xe6\x97", b"\xf0\x9f\x98", b"\x97\xa5", b"\xe6\x97A", b"\xf0\x9f\x98 x", b"\xc0\xaf",
+             b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xfe\xff", b"\xff\xe6\x97\xa5\xe6",
+             b"\xe2\x82", b"\xf1\x80\x80", b"a\xc3", b"\xc3\xa9\xc3"]
+
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
 
 
@@ -87,6 +101,47 @@ def train(name):
     return tok
 
 
+def gpt2_bytes_to_unicode():
+    # GPT-2's byte-to-character map, which names the byte tokens of a byte-level BPE vocabulary.
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    chars, extra = {}, 256
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(extra)
+            extra += 1
+    return chars
+
+
+def decode_cases(name, decode, expected, vocab_size, byte_id):
+    # The decode references of one tokenizer: decode(ids, skip) is the reference; byte_id(b) the id of byte b's token.
+    cases = []
+
+    def add(ids, skip=False):
+        cases.append({"ids": ids, "skip_special_tokens": skip, "text": decode(ids, skip)})
+
+    for e in expected:
+        add(e["ids"])
+        add(e["ids_special"], False)
+        add(e["ids_special"], True)
+    for i in range(vocab_size):
+        add([i])
+    for e in expected[4:6] + expected[-2:-1]:  # CJK and Hangul, emoji with joiners, umlauts and CJK
+        for k in range(1, len(e["ids"])):
+            add(e["ids"][:k])
+            add(e["ids"][k:])
+    for cut in BYTE_CUTS:
+        add([byte_id(b) for b in cut])
+    assert name == "nodecoder" or any("\ufffd" in c["text"] for c in cases[-len(BYTE_CUTS):]), name
+    return cases
+
+
+def write_decode_cases(out, name, cases):
+    with open(f"{out}/{name}.decode.json", "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False)
+
+
 def sentencepiece_model(out):
     import io
     import sentencepiece as spm
@@ -102,6 +157,12 @@ def sentencepiece_model(out):
                 for t in TEXTS + UNSEEN]
     with open(f"{out}/spm.expected.json", "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False)
+
+    def decode(ids, skip):
+        return sp.decode([i for i in ids if not (skip and sp.is_control(i))])
+
+    write_decode_cases(out, "spm", decode_cases("spm", decode, expected, sp.get_piece_size(),
+                                                lambda b: sp.piece_to_id(f"<0x{b:02X}>")))
     print(f"spm: vocabulary {sp.get_piece_size()}, {len(expected)} texts")
 
 
@@ -116,7 +177,26 @@ def main():
                      "ids_special": tok.encode(t, add_special_tokens=True).ids} for t in TEXTS + UNSEEN]
         with open(f"{out}/{name}.expected.json", "w", encoding="utf-8") as f:
             json.dump(expected, f, ensure_ascii=False)
+        write_bpe_decode_cases(out, name, tok, expected)
+        if name == "llama3":
+            tok.decoder = None
+            os.makedirs(f"{out}/nodecoder", exist_ok=True)
+            tok.save(f"{out}/nodecoder/tokenizer.json")
+            write_bpe_decode_cases(out, "nodecoder", tok, expected)
         print(f"{name}: vocabulary {tok.get_vocab_size()}, {len(TEXTS)} texts")
+
+
+def write_bpe_decode_cases(out, name, tok, expected):
+    byte_char = gpt2_bytes_to_unicode()
+
+    def decode(ids, skip):
+        return tok.decode(ids, skip_special_tokens=skip)
+
+    cases = decode_cases(name, decode, expected, tok.get_vocab_size(), lambda b: tok.token_to_id(byte_char[b]))
+    if name in ("gpt2", "llama3", "shipped"):  # no normalizer: decoding gives the text back
+        for e, c in zip(expected, cases[::3]):
+            assert c["text"] == e["text"], (name, e["text"], c["text"])
+    write_decode_cases(out, name, cases)
 
 
 if __name__ == "__main__":

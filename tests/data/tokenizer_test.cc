@@ -1,14 +1,16 @@
 // deepspeed::data::Tokenizer against Hugging Face `tokenizers` (tests/data/make_tokenizers.py trained two byte-level
 // BPE tokenizers with it and wrote its ids for a multilingual text: Latin with diacritics, combining marks, CJK,
 // Hangul, emoji sequences with joiners and modifiers, whitespace runs, digits, code, special tokens in the text):
-// the same ids, with and without the post-processor's special tokens. Then what a tokenizer.json may ask for that is
-// not built, refused by key.
+// the same ids, with and without the post-processor's special tokens; and the same text back from decode, for each
+// text's ids, every id alone and ids that cut characters (U+FFFD where `tokenizers` puts it). Then what a
+// tokenizer.json may ask for that is not built, refused by key.
 #include "deepspeed/data/tokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -52,14 +54,113 @@ TEST(Tokenizer, GivesTokenizersIdsForEveryText) {
   EXPECT_EQ(spm->token_id("no such piece"), std::nullopt);
 }
 
-// A copy of the llama3 tokenizer.json with `change` applied must be refused with a message holding `says`.
-void expect_refused(const std::function<void(json&)>& change, const std::string& says) {
+// Every reference decode of make_tokenizers.py: each text's ids (with the BOS, skipping it and not), every id alone,
+// each text cut after and before every token, and byte tokens that are not UTF-8. A wrong byte-to-character
+// inverse, added tokens sent around the decoder, special tokens kept or dropped wrongly, U+FFFD per byte instead of
+// per ill-formed subpart, or no space-join without a decoder each show here.
+TEST(Tokenizer, DecodesAsTokenizersDoes) {
+  ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
+  for (const char* name : {"gpt2", "llama3", "qwen2", "nfkc", "shipped", "spm", "nodecoder"}) {
+    SCOPED_TRACE(name);
+    const auto tok = dd::Tokenizer::from_file(dir() + "/" + name);
+    std::ifstream in(dir() + "/" + name + ".decode.json");
+    const json cases = json::parse(in);
+    ASSERT_GT(cases.size(), 400u);
+    int wrong = 0, replaced = 0;
+    for (const auto& c : cases) {
+      const auto ids = c["ids"].get<std::vector<int64_t>>();
+      const std::string want = c["text"].get<std::string>();
+      const std::string got = tok->decode(ids, c["skip_special_tokens"].get<bool>());
+      if (want.find("\xEF\xBF\xBD") != std::string::npos) ++replaced;
+      if (got == want) continue;
+      ADD_FAILURE() << "ids " << c["ids"].dump() << " skip " << c["skip_special_tokens"] << ": got '" << got
+                    << "', want '" << want << "'";
+      if (++wrong == 10) break;
+    }
+    if (std::string(name) != "nodecoder") EXPECT_GT(replaced, 10) << "the cuts must reach the U+FFFD path";
+  }
+}
+
+// Without a normalizer, decode(encode(text)) is the text; with the BOS too when decode skips it.
+TEST(Tokenizer, DecodeGivesEncodedTextBack) {
+  ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
+  for (const char* name : {"gpt2", "llama3", "shipped"}) {
+    SCOPED_TRACE(name);
+    const auto tok = dd::Tokenizer::from_file(dir() + "/" + name);
+    std::ifstream in(dir() + "/" + name + ".expected.json");
+    for (const auto& e : json::parse(in)) {
+      const std::string text = e["text"].get<std::string>();
+      EXPECT_EQ(tok->decode(tok->encode(text, false)), text);
+      if (text.find("<|") == std::string::npos) EXPECT_EQ(tok->decode(tok->encode(text, true), true), text);
+    }
+  }
+}
+
+// The llama3 tokenizer.json with `change` applied, written into `tmp`; its path.
+std::string changed_llama3(const std::function<void(json&)>& change, const ds_test::TempDir& tmp) {
   std::ifstream in(dir() + "/llama3/tokenizer.json");
   json j = json::parse(in);
   change(j);
-  ds_test::TempDir tmp("tokenizer_bad");
   const std::string path = tmp.file("tokenizer.json");
   std::ofstream(path) << j.dump();
+  return path;
+}
+
+// `call` must throw DataError whose message holds each of `says`.
+void expect_data_error(const std::function<void()>& call, const std::vector<std::string>& says) {
+  try {
+    call();
+    ADD_FAILURE() << "no error, expected one saying " << says[0];
+  } catch (const deepspeed::DataError& e) {
+    for (const auto& s : says) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
+  }
+}
+
+// Ids outside the vocabulary are named with its size (tokenizers drops them without a word); a decoder decode cannot
+// follow still loads and encodes, and decode says which decoder; a Sequence holding only ByteLevel decodes as
+// ByteLevel, an empty one as the token strings joined.
+TEST(Tokenizer, DecodeRefusesWhatItCannotDecode) {
+  ASSERT_FALSE(dir().empty()) << "ctest sets DS_TOKENIZERS";
+  const auto llama3 = dd::Tokenizer::from_file(dir() + "/llama3");
+  expect_data_error([&] { llama3->decode({5, 12345}); }, {"token id 12345", "vocabulary size is 600"});
+  expect_data_error([&] { llama3->decode({-1}, true); }, {"token id -1", "600"});
+  const auto spm = dd::Tokenizer::from_file(dir() + "/spm");
+  expect_data_error([&] { spm->decode({400}); }, {"token id 400", "vocabulary size is 400", "tokenizer.model"});
+  expect_data_error([&] { spm->decode({-7}, true); }, {"token id -7"});
+
+  const std::vector<int64_t> ids = llama3->encode("Grüße, 日本語 <|eot_id|>!", true);
+  ds_test::TempDir tmp("tokenizer_decoder");
+  const std::string metaspace = changed_llama3([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }, tmp);
+  const auto refused = dd::Tokenizer::from_file(metaspace);
+  EXPECT_EQ(refused->encode("Grüße", true), llama3->encode("Grüße", true));
+  expect_data_error([&] { refused->decode(ids); }, {metaspace, "decoder type \"Metaspace\""});
+  const std::string strip = changed_llama3(
+      [](json& j) {
+        j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}, {{"type", "Strip"}}}}};
+      },
+      tmp);
+  expect_data_error([&] { dd::Tokenizer::from_file(strip)->decode(ids); }, {"decoder type \"Strip\""});
+  const std::string sequence = changed_llama3(
+      [](json& j) {
+        j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}}}};
+      },
+      tmp);
+  EXPECT_EQ(dd::Tokenizer::from_file(sequence)->decode(ids, false), "<|begin_of_text|>Grüße, 日本語 <|eot_id|>!");
+  // An empty Sequence passes the token strings through and joins them without the spaces of no decoder at all.
+  const std::string empty = changed_llama3(
+      [](json& j) {
+        j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array()}};
+      },
+      tmp);
+  std::string joined = dd::Tokenizer::from_file(dir() + "/nodecoder")->decode(ids);
+  std::erase(joined, ' ');  // byte-level token strings hold no spaces (a space is "Ġ")
+  EXPECT_EQ(dd::Tokenizer::from_file(empty)->decode(ids), joined);
+}
+
+// A copy of the llama3 tokenizer.json with `change` applied must be refused with a message holding `says`.
+void expect_refused(const std::function<void(json&)>& change, const std::string& says) {
+  ds_test::TempDir tmp("tokenizer_bad");
+  const std::string path = changed_llama3(change, tmp);
   try {
     dd::Tokenizer::from_file(path);
     ADD_FAILURE() << "accepted: " << says;
