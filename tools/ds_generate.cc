@@ -5,7 +5,8 @@
 //   ds_generate --model_dir DIR --prompt "Once" --temperature 0.8 --top_p 0.9 --seed 1
 //   deepspeed --num_procs 2 ds_generate --model_dir DIR --tp_size 2 --prompt "..."   # tensor parallel
 //
-// The folder's generation_config.json gives the defaults (as transformers' generate takes them); --temperature,
+// The folder's generation_config.json (else config.json's stop tokens) gives the defaults, as transformers' generate
+// takes them; --temperature,
 // --top_k and --top_p turn sampling on, --greedy off. Each --prompt is tokenized with the special tokens (a BOS) as
 // transformers' tokenizer(prompt) does, all prompts generated as one batch, and rank 0 prints each continuation
 // (special tokens skipped) on its own line block, after "=== prompt i ===" when there are several. Exit 1 with one
@@ -45,7 +46,10 @@ struct Options {
 
 // The folder's generation_config.json (transformers' defaults without one), then the command line over it.
 di::GenerationConfig generation_config(const Options& o) {
-  const std::string file = o.model_dir + "/generation_config.json";
+  // Without a generation_config.json, the stop and pad tokens of config.json, as transformers'
+  // GenerationConfig.from_model_config takes them.
+  std::string file = o.model_dir + "/generation_config.json";
+  if (!std::filesystem::exists(file)) file = o.model_dir + "/config.json";
   di::GenerationConfig g =
       std::filesystem::exists(file) ? di::GenerationConfig::from_file(file) : di::GenerationConfig();
   if (o.max_new_tokens) {

@@ -68,6 +68,7 @@ GenerateResult generate(models::LlamaForCausalLMImpl& model, const std::vector<s
   const int64_t rows = ids.size(0), prompt_len = ids.size(1), limit = cfg.new_token_limit(prompt_len);
   models::LlamaKVCache cache = model.make_kv_cache(rows, prompt_len + limit);
   cache.valid.narrow(1, 0, prompt_len).copy_(real);
+  cache.padded = !real.all().item<bool>();
   // transformers' position ids: each real token's index among its row's real tokens (padding's are unused).
   at::Tensor positions = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0);
   at::Generator generator = make_generator(cfg, device);

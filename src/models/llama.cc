@@ -196,8 +196,11 @@ at::Tensor LlamaAttentionImpl::forward_cached(const at::Tensor& x, const at::Ten
   auto [q, k, v] = project(x, cos, sin);
   keys.narrow(2, start, s).copy_(k);
   values.narrow(2, start, s).copy_(v.transpose(1, 2));
+  // Without a mask (no padding): a prefill from position 0 is causal; one new position sees everything before it.
+  const bool causal = !mask.defined() && s > 1;
   const at::Tensor out = at::scaled_dot_product_attention(
-      q, keys.narrow(2, 0, start + s), values.narrow(2, 0, start + s), mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+      q, keys.narrow(2, 0, start + s), values.narrow(2, 0, start + s),
+      mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, /*dropout_p=*/0.0, causal,
       /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
   return o_proj_.forward<at::Tensor>(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
 }

@@ -41,7 +41,10 @@ at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Te
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);  // [batch, seq, head_dim]
   cos = cos.to(h.scalar_type()).unsqueeze(1);
   sin = sin.to(h.scalar_type()).unsqueeze(1);
-  const at::Tensor mask = step_mask(cache.valid, start, seq);
+  // scaled_dot_product_attention's causal mask is aligned top-left: right for a prefill from 0 and for one new
+  // position; anything else, or padding, takes the explicit mask.
+  const bool plain = !cache.padded && (start == 0 || seq == 1);
+  const at::Tensor mask = plain ? at::Tensor() : step_mask(cache.valid, start, seq);
   for (size_t i = 0; i < layers_->size(); ++i) {
     h = layers_->ptr(i)->as<LlamaDecoderLayerImpl>()->forward_cached(h, cos, sin, mask, cache.keys[i], cache.values[i],
                                                                      start);

@@ -4,7 +4,8 @@
 # of 8 as one micro-batch of 8) ends at the uninterrupted run's loss (one that re-read its first samples instead
 # measured 4.9e-2 away);
 # a blend of two corpora trains; a token outside the vocabulary and a missing corpus fail with one line naming them;
-# fine-tuning pairs from ds_preprocess --sft train; train_gpt trains on the same corpus.
+# fine-tuning pairs from ds_preprocess --sft train, and the saved folder generates with ds_generate; train_gpt trains
+# on the same corpus.
 # Usage: train_llama_data_test.sh BIN_DIR SOURCE_DIR PORT
 set -euo pipefail
 bin=$1 src=$2 port=$3
@@ -60,10 +61,16 @@ printf '%s\n' '{"prompt": "What is the GPL?", "response": "A copyleft licence."}
   --sft --append-eod > "$work/sft_prep.log" 2>&1 || { cat "$work/sft_prep.log"; exit 1; }
 sed 's/"vocab_size": 256/"vocab_size": 4096/' "$src/examples/models/tiny_llama/config.json" > "$work/tiny4096.json"
 "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_llama" --model_config "$work/tiny4096.json" \
-  --seq_len 32 --deepspeed_config "$z2" --sft_data_path "$work/pairs" --steps 2 > "$work/sft.log" 2>&1 \
-  || { cat "$work/sft.log"; exit 1; }
+  --seq_len 32 --deepspeed_config "$z2" --sft_data_path "$work/pairs" --steps 2 --save_hf "$work/trained" \
+  > "$work/sft.log" 2>&1 || { cat "$work/sft.log"; exit 1; }
 grep -q "fine-tuning samples of 32 tokens from $work/pairs" "$work/sft.log" && grep -q 'final step=2 loss=' "$work/sft.log" \
   || { cat "$work/sft.log"; exit 1; }
+# The README's walk-through from there: the tokenizer beside the saved folder, then ds_generate continues a prompt.
+cp "$src/examples/tokenizer/tokenizer.json" "$src/examples/tokenizer/tokenizer_config.json" "$work/trained/"
+"$bin/ds_generate" --model_dir "$work/trained" --prompt "What is the GPL?" --max_new_tokens 8 --print_ids \
+  > "$work/generate.log" 2>&1 || { cat "$work/generate.log"; exit 1; }
+[ "$(grep -c '^ids: [0-9]' "$work/generate.log")" = 1 ] && [ "$(grep -o '[0-9][0-9]*' <<< "$(grep '^ids:' "$work/generate.log")" | wc -l)" = 8 ] \
+  || { cat "$work/generate.log"; echo "ds_generate did not print 8 new tokens"; exit 1; }
 # train_gpt reads the same corpora.
 "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" --deepspeed_config "$src/examples/configs/gpt_zero2.json" \
   --data_path "$work/corpus_text_document" --steps 2 --seq_len 32 --layers 2 --hidden 64 --heads 4 > "$work/gpt.log" 2>&1 \

@@ -124,6 +124,9 @@ struct LlamaKVCache {
   std::vector<at::Tensor> keys, values;
   at::Tensor valid;
   int64_t length = 0;
+  // Whether any position is padding (false: every position of every row is valid, so attention needs no mask beyond
+  // causality, and scaled_dot_product_attention takes its causal path). Set by whoever marks `valid`.
+  bool padded = true;
   int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
 };
 
@@ -154,7 +157,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   // Incremental decoding: x's keys and values written to keys / values [batch, kv heads, capacity, head_dim] at
   // positions [start, start + seq), then x attends to positions [0, start + seq) where `mask` [batch, 1, seq,
-  // start + seq] (bool) allows. cos, sin [batch, 1, seq, head_dim].
+  // start + seq] (bool) allows; an undefined mask: all of them, causally. cos, sin [batch, 1, seq, head_dim].
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
 
