@@ -2,8 +2,9 @@
 // folder, measured as bench/inference/transformers_generate.py measures transformers' generate (the same prompts,
 // settings and timing), so run_generate_bench.sh can print the two side by side.
 //
-//   bench_generate MODEL_DIR BATCH PROMPT_TOKENS NEW_TOKENS REPEATS THREADS
+//   [DS_KERNEL_INJECT=1] bench_generate MODEL_DIR BATCH PROMPT_TOKENS NEW_TOKENS REPEATS THREADS
 //
+// DS_KERNEL_INJECT=1: replace_with_kernel_inject (q/k/v and gate/up fused into one matmul each).
 // Prompts: BATCH rows of PROMPT_TOKENS ids drawn with seed 0 (the same ids as the Python side: both read them from
 // numpy-free arithmetic below). Greedy, no stop token (every row makes NEW_TOKENS). Time to first token: the median
 // over REPEATS of generate with 1 new token; decode: (NEW_TOKENS - 1) x BATCH tokens over the median time of
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   di::InferenceConfig ic;
   ic.dtype = c10::ScalarType::Float;
   ic.max_out_tokens = tokens + new_tokens;
+  const char* inject = std::getenv("DS_KERNEL_INJECT");
+  ic.replace_with_kernel_inject = inject != nullptr && std::string(inject) == "1";
   auto engine = deepspeed::init_inference(dir, ic);
   const auto p = prompts(batch, tokens, engine.module()->config().vocab_size);
   di::GenerationConfig g;  // greedy, no stop token

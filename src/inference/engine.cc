@@ -25,6 +25,8 @@ InferenceEngine::InferenceEngine(models::LlamaForCausalLM model, InferenceConfig
              " ranks (build it over deepspeed::tp::tensor_parallel_groups(tp_size))");
   model_->to(accelerator::get_accelerator().device(), config_.dtype);
   model_->eval();
+  // DeepSpeed's kernel injection, here: q/k/v and gate/up as one matmul each (the weights share their storage).
+  if (config_.replace_with_kernel_inject) model_->fuse_projections();
 }
 
 GenerateResult InferenceEngine::generate(const std::vector<std::vector<int64_t>>& prompts,

@@ -175,15 +175,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LlamaAttentionImpl::project(const
                                                                            const at::Tensor& sin) {
   const int64_t b = x.size(0), s = x.size(1);
   // [batch, seq, heads, head_dim]; Qwen3 normalises each head before the rotation.
-  at::Tensor q = q_proj_.forward<at::Tensor>(x).view({b, s, heads_, head_dim_});
-  at::Tensor k = k_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
+  at::Tensor q, k, v;
+  if (fused_qkv_weight_.defined() && !at::GradMode::is_enabled()) {  // fuse_projections: one matmul
+    const at::Tensor qkv = at::linear(x, fused_qkv_weight_, fused_qkv_bias_);
+    const int64_t nq = heads_ * head_dim_, nkv = kv_heads_ * head_dim_;
+    q = qkv.narrow(-1, 0, nq).view({b, s, heads_, head_dim_});
+    k = qkv.narrow(-1, nq, nkv).view({b, s, kv_heads_, head_dim_});
+    v = qkv.narrow(-1, nq + nkv, nkv).view({b, s, kv_heads_, head_dim_});
+  } else {
+    q = q_proj_.forward<at::Tensor>(x).view({b, s, heads_, head_dim_});
+    k = k_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
+    v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
+  }
   if (q_norm_) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  at::Tensor v = v_proj_.forward<at::Tensor>(x).view({b, s, kv_heads_, head_dim_});
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
   return {q, k, v};
@@ -238,6 +247,11 @@ at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor LlamaMLPImpl::untiled(const at::Tensor& x) {
+  if (fused_gate_up_weight_.defined() && !at::GradMode::is_enabled()) {  // fuse_projections: one matmul
+    const at::Tensor gate_up = at::linear(x, fused_gate_up_weight_, fused_gate_up_bias_);
+    const int64_t inner = gate_up.size(-1) / 2;
+    return down_proj_.forward<at::Tensor>(at::silu(gate_up.narrow(-1, 0, inner)) * gate_up.narrow(-1, inner, inner));
+  }
   return down_proj_.forward<at::Tensor>(at::silu(gate_proj_.forward<at::Tensor>(x)) * up_proj_.forward<at::Tensor>(x));
 }
 

@@ -12,6 +12,28 @@ namespace deepspeed::models {
 
 namespace {
 
+// The weights (or biases, `name`) of `layers` stacked along the output features into one tensor, each layer's
+// parameter then set to its rows of it (a view: the storage is shared, nothing is copied twice). Undefined when the
+// layers have no such parameter.
+at::Tensor stack_into_one(const std::vector<torch::nn::AnyModule*>& layers, const std::string& name) {
+  std::vector<at::Tensor> parts;
+  for (auto* layer : layers) {
+    at::Tensor* p = layer->ptr()->named_parameters(/*recurse=*/false).find(name);
+    if (p == nullptr || !p->defined()) return {};
+    parts.push_back(p->detach());
+  }
+  at::NoGradGuard no_grad;
+  const at::Tensor joined = at::cat(parts, 0);
+  int64_t row = 0;
+  for (auto* layer : layers) {
+    at::Tensor* p = layer->ptr()->named_parameters(/*recurse=*/false).find(name);
+    const int64_t rows = p->size(0);
+    p->set_data(joined.narrow(0, row, rows));
+    row += rows;
+  }
+  return joined;
+}
+
 // [batch, 1, seq, start + seq] bool: new position i (at start + i) sees the valid positions up to itself, and always
 // itself (a padding position sees nothing else, and a row of a softmax must not be empty: its output is unused).
 at::Tensor step_mask(const at::Tensor& valid, int64_t start, int64_t seq) {
@@ -51,6 +73,29 @@ at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Te
   }
   cache.length = start + seq;
   return norm_->forward(h);
+}
+
+void LlamaAttentionImpl::fuse_projections() {
+  if (fused_qkv_weight_.defined()) return;
+  fused_qkv_weight_ = stack_into_one({&q_proj_, &k_proj_, &v_proj_}, "weight");
+  fused_qkv_bias_ = stack_into_one({&q_proj_, &k_proj_, &v_proj_}, "bias");
+}
+
+void LlamaMLPImpl::fuse_projections() {
+  if (fused_gate_up_weight_.defined()) return;
+  fused_gate_up_weight_ = stack_into_one({&gate_proj_, &up_proj_}, "weight");
+  fused_gate_up_bias_ = stack_into_one({&gate_proj_, &up_proj_}, "bias");
+}
+
+void LlamaDecoderLayerImpl::fuse_projections() {
+  self_attn_->fuse_projections();
+  mlp_->fuse_projections();
+}
+
+void LlamaForCausalLMImpl::fuse_projections() {
+  DS_CHECK(!cfg_.shard_layers, "Llama: fuse_projections does not combine with ZeRO-3 units (shard_layers)");
+  for (const auto& module : modules(/*include_self=*/false))
+    if (auto* layer = module->as<LlamaDecoderLayerImpl>()) layer->fuse_projections();
 }
 
 LlamaKVCache LlamaForCausalLMImpl::make_kv_cache(int64_t batch, int64_t capacity) const {

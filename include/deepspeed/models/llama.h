@@ -160,8 +160,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // start + seq] (bool) allows; an undefined mask: all of them, causally. cos, sin [batch, 1, seq, head_dim].
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
+  // q, k and v as one matmul (LlamaForCausalLMImpl::fuse_projections).
+  void fuse_projections();
 
  private:
+  at::Tensor fused_qkv_weight_, fused_qkv_bias_;  // q, k, v stacked; the projections' parameters are views of them
   // q [batch, heads, seq, dim] and k [batch, kv heads, seq, dim] rotated; v [batch, seq, kv heads, dim].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project(const at::Tensor& x, const at::Tensor& cos,
                                                          const at::Tensor& sin);
@@ -180,9 +183,12 @@ class LlamaMLPImpl : public torch::nn::Module {
  public:
   explicit LlamaMLPImpl(const LlamaConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
+  // gate and up as one matmul (LlamaForCausalLMImpl::fuse_projections).
+  void fuse_projections();
 
  private:
   at::Tensor untiled(const at::Tensor& x);
+  at::Tensor fused_gate_up_weight_, fused_gate_up_bias_;  // gate, up stacked; their parameters are views of them
   int64_t tile_ = 0;  // LlamaConfig::tiled_mlp_tokens
   torch::nn::AnyModule gate_proj_, up_proj_, down_proj_;
 };
@@ -193,6 +199,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaDecoderLayerImpl(const LlamaConfig& cfg);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  void fuse_projections();
   // LlamaAttentionImpl::forward_cached's arguments.
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
@@ -247,6 +254,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // mark the new ones), appends their keys and values, and returns the last position's logits [batch, vocab] in fp32
   // (the whole vocabulary under tensor parallelism). No gradients. Not with shard_layers or sequence parallelism.
   at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache);
+  // Inference's fused path (init_inference's replace_with_kernel_inject): each layer's q, k and v projections, and its
+  // MLP's gate and up, become one matmul each. Their weights move into one tensor per group, the parameters becoming
+  // views of it (no extra memory; a saved model is unchanged). Forward without gradients takes the fused matmuls;
+  // with gradients, the separate ones (training stays exact). Call after any dtype or device change; not with
+  // shard_layers.
+  void fuse_projections();
 
  private:
   LlamaConfig cfg_;
