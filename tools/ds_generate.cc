@@ -4,6 +4,7 @@
 //   ds_generate --model_dir Llama-3.2-1B --prompt "The capital of France is" --max_new_tokens 32
 //   ds_generate --model_dir DIR --prompt "Once" --temperature 0.8 --top_p 0.9 --seed 1
 //   deepspeed --num_procs 2 ds_generate --model_dir DIR --tp_size 2 --prompt "..."   # tensor parallel
+//   ds_generate --model_dir DIR --checkpoint CKPT_DIR --prompt "..."   # weights from a ZeRO training checkpoint
 //
 // The folder's generation_config.json (else config.json's stop tokens) gives the defaults, as transformers' generate
 // takes them; --temperature,
@@ -42,6 +43,7 @@ struct Options {
   int tp_size = 1;
   std::string dtype = "fp32";
   std::string inference_config;
+  std::string checkpoint;  // a ZeRO training checkpoint's folder: the weights (model_dir: config.json, tokenizer)
 };
 
 // The folder's generation_config.json (transformers' defaults without one), then the command line over it.
@@ -87,7 +89,7 @@ int run(const Options& o) {
   if (o.inference_config.empty())
     ic.max_out_tokens = std::max<int64_t>(
         ic.max_out_tokens, static_cast<int64_t>(longest) + g.new_token_limit(static_cast<int64_t>(longest)));
-  auto engine = deepspeed::init_inference(o.model_dir, ic);
+  auto engine = deepspeed::init_inference(o.model_dir, ic, o.checkpoint);
   const di::GenerateResult out = engine.generate(prompts, g);
   if (deepspeed::comm::is_initialized() && deepspeed::comm::get_rank() != 0) return 0;
   for (size_t i = 0; i < out.tokens.size(); ++i) {
@@ -128,6 +130,9 @@ int main(int argc, char** argv) {
       ->check(deepspeed::check_at_least(1));
   app.add_option("--dtype", o.dtype, "fp32, bf16 or fp16 (without --inference_config)");
   app.add_option("--inference_config", o.inference_config, "a deepspeed.init_inference config (JSON)");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "take the weights from this ZeRO training checkpoint (its latest tag) instead of the folder's "
+                 "safetensors; --model_dir still gives config.json and the tokenizer");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

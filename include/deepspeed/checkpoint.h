@@ -341,4 +341,13 @@ struct ConsolidateStats {
 ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag,
                                   const std::string& out_path, FileSystem* fs = nullptr);
 
+// The fp32 parameters of <dir>/<tag> (tag empty: `latest`) one at a time, in the checkpoint's order, without writing
+// a file: `visit(name, shape, read)`, where read() assembles that parameter whole from the ranks' mapped partitions
+// (a visitor that only checks names and shapes reads nothing). Memory: one parameter beyond the mappings. The same
+// CheckpointErrors as consolidate_fp32.
+void for_each_fp32_parameter(const std::string& dir, const std::string& tag,
+                             const std::function<void(const std::string& name, const std::vector<int64_t>& shape,
+                                                      const std::function<at::Tensor()>& read)>& visit,
+                             FileSystem* fs = nullptr);
+
 }  // namespace deepspeed::checkpoint

@@ -140,4 +140,15 @@ ConsolidateStats consolidate_fp32(const std::string& dir, const std::string& tag
   return stats;
 }
 
+void for_each_fp32_parameter(const std::string& dir, const std::string& tag_in,
+                             const std::function<void(const std::string&, const std::vector<int64_t>&,
+                                                      const std::function<at::Tensor()>&)>& visit,
+                             FileSystem* fs) {
+  if (fs == nullptr) fs = default_file_system();
+  const std::string tag = resolve_tag(dir, tag_in.empty() ? std::nullopt : std::optional<std::string>(tag_in), fs);
+  std::optional<ForeignTag> translated;
+  const PartitionIndex index = load_any_partition_index(dir, tag, fs, &translated);
+  for (const SavedParam& p : index.params) visit(p.name, p.shape, [&p] { return assemble(p).view(p.shape); });
+}
+
 }  // namespace deepspeed::checkpoint

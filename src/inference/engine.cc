@@ -51,7 +51,8 @@ inference::InferenceEngine init_inference(models::LlamaForCausalLM model, const 
   return inference::InferenceEngine(std::move(model), config);
 }
 
-inference::InferenceEngine init_inference(const std::string& model_dir, const inference::InferenceConfig& config) {
+inference::InferenceEngine init_inference(const std::string& model_dir, const inference::InferenceConfig& config,
+                                          const std::string& checkpoint_dir) {
   models::LlamaConfig cfg = models::LlamaConfig::from_file(model_dir + "/config.json");
   if (config.tp_size > 1) {
     if (!comm::is_initialized()) comm::init_distributed();
@@ -60,7 +61,10 @@ inference::InferenceEngine init_inference(const std::string& model_dir, const in
     cfg.tensor_parallel = tp::tensor_parallel_groups(config.tp_size).tensor_parallel;
   }
   models::LlamaForCausalLM model(cfg);
-  models::load_hf_weights(*model, model_dir);
+  if (checkpoint_dir.empty())
+    models::load_hf_weights(*model, model_dir);
+  else
+    models::load_fp32_checkpoint(*model, checkpoint_dir);
   return inference::InferenceEngine(std::move(model), config);
 }
 

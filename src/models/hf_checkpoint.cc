@@ -192,6 +192,40 @@ void load_hf_weights(torch::nn::Module& model, const std::string& dir, const HfL
   }
 }
 
+void load_fp32_checkpoint(torch::nn::Module& model, const std::string& dir, const std::string& tag) {
+  const std::shared_ptr<torch::nn::Module> root = model.shared_from_this();
+  DS_CHECK_T(CheckpointError, zero::construction_shapes(root).empty(), dir,
+             ": load_fp32_checkpoint does not fill ZeRO-3 partitions; load them with the engine's load_checkpoint");
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& item : model.named_parameters()) expected[item.key()] = item.value();
+  const auto splits = splits_of(model);
+  auto shape_of = [&](const at::Tensor& t) {
+    const auto split = splits.find(t.unsafeGetTensorImpl());
+    return split != splits.end() ? whole_shape(split->second) : t.sizes().vec();
+  };
+  // First every name and shape (nothing read), so a refused checkpoint leaves the model untouched.
+  std::set<std::string> seen;
+  checkpoint::for_each_fp32_parameter(
+      dir, tag, [&](const std::string& name, const std::vector<int64_t>& shape, const std::function<at::Tensor()>&) {
+        const auto it = expected.find(name);
+        DS_CHECK_T(CheckpointError, it != expected.end(), dir, ": parameter '", name,
+                   "' of the checkpoint is not in the model (another architecture or config?)");
+        DS_CHECK_T(CheckpointError, shape == shape_of(it->second), dir, ": parameter '", name, "' has shape ",
+                   shape_text(shape), ", the model's is ", shape_text(shape_of(it->second)));
+        seen.insert(name);
+      });
+  for (const auto& [name, target] : expected)
+    DS_CHECK_T(CheckpointError, seen.count(name) > 0, dir, ": the checkpoint has no parameter '", name, "'");
+  at::NoGradGuard no_grad;
+  checkpoint::for_each_fp32_parameter(
+      dir, tag, [&](const std::string& name, const std::vector<int64_t>&, const std::function<at::Tensor()>& read) {
+        at::Tensor& target = expected.at(name);
+        const auto split = splits.find(target.unsafeGetTensorImpl());
+        const at::Tensor full = read();
+        target.copy_(split == splits.end() ? full : slice_of(full, split->second));
+      });
+}
+
 std::vector<std::pair<std::string, at::Tensor>> gather_hf_weights(
     torch::nn::Module& model, std::optional<at::ScalarType> dtype,
     const std::function<std::string(const std::string&)>& hf_name) {

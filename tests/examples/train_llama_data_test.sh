@@ -62,6 +62,7 @@ printf '%s\n' '{"prompt": "What is the GPL?", "response": "A copyleft licence."}
 sed 's/"vocab_size": 256/"vocab_size": 4096/' "$src/examples/models/tiny_llama/config.json" > "$work/tiny4096.json"
 "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_llama" --model_config "$work/tiny4096.json" \
   --seq_len 32 --deepspeed_config "$z2" --sft_data_path "$work/pairs" --steps 2 --save_hf "$work/trained" \
+  --save_dir "$work/sft_ckpt" \
   > "$work/sft.log" 2>&1 || { cat "$work/sft.log"; exit 1; }
 grep -q "fine-tuning samples of 32 tokens from $work/pairs" "$work/sft.log" && grep -q 'final step=2 loss=' "$work/sft.log" \
   || { cat "$work/sft.log"; exit 1; }
@@ -71,6 +72,21 @@ cp "$src/examples/tokenizer/tokenizer.json" "$src/examples/tokenizer/tokenizer_c
   > "$work/generate.log" 2>&1 || { cat "$work/generate.log"; exit 1; }
 [ "$(grep -c '^ids: [0-9]' "$work/generate.log")" = 1 ] && [ "$(grep -o '[0-9][0-9]*' <<< "$(grep '^ids:' "$work/generate.log")" | wc -l)" = 8 ] \
   || { cat "$work/generate.log"; echo "ds_generate did not print 8 new tokens"; exit 1; }
+# The same weights straight from the run's ZeRO-2 checkpoint (both ranks' fp32 partitions), at 1 and at 2
+# tensor-parallel ranks: the same tokens. Another model's checkpoint is refused naming the parameter.
+gen=(--prompt "What is the GPL?" --max_new_tokens 8 --print_ids)
+"$bin/ds_generate" --model_dir "$work/trained" --checkpoint "$work/sft_ckpt" "${gen[@]}" > "$work/from_ckpt.log" 2>&1 \
+  && diff -q "$work/generate.log" "$work/from_ckpt.log" > /dev/null \
+  || { cat "$work/generate.log" "$work/from_ckpt.log"; echo "generation from the checkpoint differs"; exit 1; }
+"$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/ds_generate" --model_dir "$work/trained" \
+  --checkpoint "$work/sft_ckpt" --tp_size 2 "${gen[@]}" > "$work/from_ckpt_tp.log" 2>&1 \
+  && sed -n 's/^\[rank0\]: //p' "$work/from_ckpt_tp.log" | diff -q "$work/generate.log" - > /dev/null \
+  || { cat "$work/from_ckpt_tp.log"; echo "generation from the checkpoint at 2 tensor-parallel ranks differs"; exit 1; }
+if "$bin/ds_generate" --model_dir "$work/trained" --checkpoint "$work/ckpt" "${gen[@]}" > "$work/wrong.log" 2>&1; then
+  echo "another model's checkpoint was accepted"; exit 1
+fi
+grep -q "^ds_generate: error: .*parameter 'model.embed_tokens.weight' has shape \[256, 64\], the model's is \[4096, 64\]" \
+  "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
 # train_gpt reads the same corpora.
 "$bin/deepspeed" --num_procs 2 --master_port "$port" "$bin/train_gpt" --deepspeed_config "$src/examples/configs/gpt_zero2.json" \
   --data_path "$work/corpus_text_document" --steps 2 --seq_len 32 --layers 2 --hidden 64 --heads 4 > "$work/gpt.log" 2>&1 \

@@ -47,6 +47,9 @@ class InferenceEngine {
 inference::InferenceEngine init_inference(models::LlamaForCausalLM model, const inference::InferenceConfig& config);
 // Builds the model from a Hugging Face folder (config.json and safetensors) and loads it, each rank reading only its
 // slices under tensor parallelism (initialising the process group from the launcher's environment when needed).
-inference::InferenceEngine init_inference(const std::string& model_dir, const inference::InferenceConfig& config);
+// `checkpoint_dir` set: the weights come from that ZeRO training checkpoint instead (its latest tag; the fp32
+// partitions of every rank, one parameter at a time: models::load_fp32_checkpoint), the folder giving config.json.
+inference::InferenceEngine init_inference(const std::string& model_dir, const inference::InferenceConfig& config,
+                                          const std::string& checkpoint_dir = "");
 
 }  // namespace deepspeed

@@ -32,6 +32,14 @@ struct HfLoadOptions {
 };
 void load_hf_weights(torch::nn::Module& model, const std::string& dir, const HfLoadOptions& options = {});
 
+// The fp32 weights of a ZeRO training checkpoint (<dir>/<tag>, tag empty: `latest`; the partitions of every
+// data-parallel rank, as the engine's save_checkpoint wrote them, or Python DeepSpeed's), straight into `model` by
+// parameter name: one parameter assembled at a time from the mapped rank files (never the whole model), cast to the
+// parameter's dtype, a tensor-parallel layer taking only this rank's slice. Every name and shape is checked before
+// the first copy: a checkpoint of another model throws checkpoint::CheckpointError naming the parameter and leaves
+// the model as it was. Not with ZeRO-3 units (load those through the engine). Not collective.
+void load_fp32_checkpoint(torch::nn::Module& model, const std::string& dir, const std::string& tag = "");
+
 // The model's parameters whole, by name, as CPU tensors (in `dtype` when given), for save_hf_folder: ZeRO-3
 // partitions gathered one parameter at a time, tensor-parallel slices joined from their group. Collective: every rank
 // calls it and every rank gets the whole weights.
