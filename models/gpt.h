@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/models/llama.h"
 #include "deepspeed/sequence/layer.h"
 #include "deepspeed/tp/parallel_linear.h"
 #include "deepspeed/zero.h"
@@ -104,6 +105,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GPTConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
+  // Incremental decoding (GPTImpl::decode): x's keys and values written to keys / values [batch, heads, capacity,
+  // head_dim] at [start, start + seq), then x attends to [0, start + seq) where `mask` allows (undefined: causally).
+  at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& mask, at::Tensor& keys, at::Tensor& values,
+                            int64_t start);
   // Replaces q/k/v by their column-parallel and the output projection by its row-parallel form over `group`.
   void split(const deepspeed::comm::ProcessGroup& group);
 
@@ -125,6 +130,9 @@ class GPTBlockImpl : public torch::nn::Module {
  public:
   explicit GPTBlockImpl(const GPTConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
+  // CausalSelfAttentionImpl::forward_cached's arguments.
+  at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& mask, at::Tensor& keys, at::Tensor& values,
+                            int64_t start);
   // Tensor parallelism over `group` (GPTConfig::tensor_parallel): attention and MLP split, LayerNorms whole.
   void split(const deepspeed::comm::ProcessGroup& group);
 
@@ -153,6 +161,12 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor logits(const at::Tensor& tokens);
 
   const GPTConfig& config() const { return cfg_; }
+  // Incremental decoding for deepspeed::inference::generate (a CachedDecoder of these two): a cache for `batch`
+  // sequences of up to `capacity` positions, and the last position's fp32 logits of tokens [batch, seq] at learned
+  // `positions` [batch, seq], their keys and values appended. Dense blocks only, without tensor or sequence
+  // parallelism or ZeRO-3 units; no gradients.
+  deepspeed::models::LlamaKVCache make_kv_cache(int64_t batch, int64_t capacity) const;
+  at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, deepspeed::models::LlamaKVCache& cache);
   // MoE: the load-balancing losses of the last forward (scalar sum; 0 for a dense model) and the tokens each MoE
   // block sent to each expert ([experts] per MoE block).
   at::Tensor last_aux_loss() const { return aux_loss_; }

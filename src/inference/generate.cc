@@ -62,11 +62,22 @@ std::vector<std::vector<int64_t>> cut_at_stop(const at::Tensor& generated, const
 
 GenerateResult generate(models::LlamaForCausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerationConfig& cfg) {
+  CachedDecoder decoder;
+  decoder.make_cache = [&model](int64_t batch, int64_t capacity) { return model.make_kv_cache(batch, capacity); };
+  decoder.decode = [&model](const at::Tensor& tokens, const at::Tensor& positions, models::LlamaKVCache& cache) {
+    return model.decode(tokens, positions, cache);
+  };
+  decoder.device = model.parameters().front().device();
+  return generate(decoder, prompts, cfg);
+}
+
+GenerateResult generate(const CachedDecoder& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerationConfig& cfg) {
   cfg.check("generation config");
-  const c10::Device device = model.parameters().front().device();
+  const c10::Device device = model.device;
   auto [ids, real] = left_padded(prompts, pad_id(cfg), device);
   const int64_t rows = ids.size(0), prompt_len = ids.size(1), limit = cfg.new_token_limit(prompt_len);
-  models::LlamaKVCache cache = model.make_kv_cache(rows, prompt_len + limit);
+  models::LlamaKVCache cache = model.make_cache(rows, prompt_len + limit);
   cache.valid.narrow(1, 0, prompt_len).copy_(real);
   cache.padded = !real.all().item<bool>();
   // transformers' position ids: each real token's index among its row's real tokens (padding's are unused).

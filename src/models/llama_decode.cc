@@ -49,6 +49,13 @@ at::Tensor step_mask(const at::Tensor& valid, int64_t start, int64_t seq) {
 
 }  // namespace
 
+at::Tensor kv_cache_mask(const LlamaKVCache& cache, int64_t seq) {
+  // scaled_dot_product_attention's causal mask is aligned top-left: right for a prefill from 0 and for one new
+  // position; anything else, or padding, takes the explicit mask.
+  const bool plain = !cache.padded && (cache.length == 0 || seq == 1);
+  return plain ? at::Tensor() : step_mask(cache.valid, cache.length, seq);
+}
+
 at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache) {
   DS_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "Llama decode: tokens ", tokens.sizes(),
            " and positions ", positions.sizes(), " must both be [batch, seq]");
@@ -63,10 +70,7 @@ at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Te
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), positions);  // [batch, seq, head_dim]
   cos = cos.to(h.scalar_type()).unsqueeze(1);
   sin = sin.to(h.scalar_type()).unsqueeze(1);
-  // scaled_dot_product_attention's causal mask is aligned top-left: right for a prefill from 0 and for one new
-  // position; anything else, or padding, takes the explicit mask.
-  const bool plain = !cache.padded && (start == 0 || seq == 1);
-  const at::Tensor mask = plain ? at::Tensor() : step_mask(cache.valid, start, seq);
+  const at::Tensor mask = kv_cache_mask(cache, seq);
   for (size_t i = 0; i < layers_->size(); ++i) {
     h = layers_->ptr(i)->as<LlamaDecoderLayerImpl>()->forward_cached(h, cos, sin, mask, cache.keys[i], cache.values[i],
                                                                      start);

@@ -13,7 +13,10 @@
 // its heads' cache and the logits are gathered, so every rank chooses the same tokens.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "deepspeed/inference/generation_config.h"
@@ -28,8 +31,19 @@ struct GenerateResult {
   int64_t decode_steps = 0;                  // tokens chosen after the first, per row
 };
 
+// What generate needs of a model with a KV cache (models::LlamaForCausalLMImpl's make_kv_cache and decode; a model of
+// one's own fills these with its own): an empty cache for a batch and a capacity, and the last position's fp32
+// logits [batch, vocab] of new tokens at given positions, appended to the cache.
+struct CachedDecoder {
+  std::function<models::LlamaKVCache(int64_t batch, int64_t capacity)> make_cache;
+  std::function<at::Tensor(const at::Tensor& tokens, const at::Tensor& positions, models::LlamaKVCache& cache)> decode;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
 // Prompts: token ids (each non-empty). Pads with cfg.pad_token_id (else eos_token_id[0], else 0) on the left.
 // Throws std::invalid_argument for an empty prompt list or prompt, ConfigError for a bad config.
+GenerateResult generate(const CachedDecoder& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerationConfig& cfg);
 GenerateResult generate(models::LlamaForCausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerationConfig& cfg);
 

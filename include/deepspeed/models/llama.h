@@ -130,6 +130,11 @@ struct LlamaKVCache {
   int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
 };
 
+// The attention mask of `seq` new positions run after the cache's `length`: [batch, 1, seq, length + seq] bool
+// (a position sees the valid positions up to itself, and always itself), or undefined when causality alone says it
+// (nothing padded, and a prefill from position 0 or a single new position). Any model's cached decode may use it.
+at::Tensor kv_cache_mask(const LlamaKVCache& cache, int64_t seq);
+
 // x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype, times the weight.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
