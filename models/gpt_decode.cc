@@ -41,14 +41,8 @@ LlamaKVCache GPTImpl::make_kv_cache(int64_t batch, int64_t capacity) const {
   if (capacity > cfg_.seq_len)
     throw std::invalid_argument("GPT decode: " + std::to_string(capacity) + " positions exceed seq_len " +
                                 std::to_string(cfg_.seq_len));
-  const auto opts = wte_->weight.options();
-  LlamaKVCache cache;
-  for (int64_t i = 0; i < cfg_.layers; ++i) {
-    cache.keys.push_back(at::zeros({batch, cfg_.heads, capacity, cfg_.hidden / cfg_.heads}, opts));
-    cache.values.push_back(at::zeros({batch, cfg_.heads, capacity, cfg_.hidden / cfg_.heads}, opts));
-  }
-  cache.valid = at::zeros({batch, capacity}, opts.dtype(at::kBool));
-  return cache;
+  return LlamaKVCache::empty(cfg_.layers, batch, cfg_.heads, capacity, cfg_.hidden / cfg_.heads,
+                             wte_->weight.options());
 }
 
 at::Tensor GPTImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache) {

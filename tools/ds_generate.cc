@@ -83,12 +83,8 @@ int run(const Options& o) {
   di::InferenceConfig ic = inference_config(o);
   std::vector<std::vector<int64_t>> prompts;
   for (const std::string& p : o.prompts) prompts.push_back(tokenizer->encode(p, /*add_special_tokens=*/true));
-  size_t longest = 0;
-  for (const auto& p : prompts) longest = std::max(longest, p.size());
   // The cache holds what this call needs when the config leaves max_out_tokens at its default.
-  if (o.inference_config.empty())
-    ic.max_out_tokens = std::max<int64_t>(
-        ic.max_out_tokens, static_cast<int64_t>(longest) + g.new_token_limit(static_cast<int64_t>(longest)));
+  if (o.inference_config.empty()) ic.max_out_tokens = std::max(ic.max_out_tokens, di::positions_needed(prompts, g));
   auto engine = deepspeed::init_inference(o.model_dir, ic, o.checkpoint);
   const di::GenerateResult out = engine.generate(prompts, g);
   if (deepspeed::comm::is_initialized() && deepspeed::comm::get_rank() != 0) return 0;

@@ -31,18 +31,13 @@ InferenceEngine::InferenceEngine(models::LlamaForCausalLM model, InferenceConfig
 
 GenerateResult InferenceEngine::generate(const std::vector<std::vector<int64_t>>& prompts,
                                          const GenerationConfig& cfg) {
+  const int64_t total = positions_needed(prompts, cfg);
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
-  const auto total = static_cast<int64_t>(longest) + cfg.new_token_limit(static_cast<int64_t>(longest));
   DS_CHECK_T(ConfigError, total <= config_.max_out_tokens, "init_inference: a prompt of ", longest,
              " tokens plus up to ", total - static_cast<int64_t>(longest), " new ones exceeds max_out_tokens ",
              config_.max_out_tokens, " (raise it in the inference config, or lower max_new_tokens)");
   return inference::generate(*model_, prompts, cfg);
-}
-
-at::Tensor InferenceEngine::logits(const at::Tensor& tokens) {
-  at::NoGradGuard no_grad;
-  return model_->logits(tokens.to(model_->parameters().front().device()));
 }
 
 }  // namespace inference

@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -13,10 +12,6 @@
 namespace deepspeed::inference {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 int64_t pad_id(const GenerationConfig& cfg) {
   if (cfg.pad_token_id) return *cfg.pad_token_id;
@@ -77,7 +72,7 @@ GenerateResult generate(const CachedDecoder& model, const std::vector<std::vecto
   const c10::Device device = model.device;
   auto [ids, real] = left_padded(prompts, pad_id(cfg), device);
   const int64_t rows = ids.size(0), prompt_len = ids.size(1), limit = cfg.new_token_limit(prompt_len);
-  models::LlamaKVCache cache = model.make_cache(rows, prompt_len + limit);
+  models::LlamaKVCache cache = model.make_cache(rows, positions_needed(prompts, cfg));
   cache.valid.narrow(1, 0, prompt_len).copy_(real);
   cache.padded = !real.all().item<bool>();
   // transformers' position ids: each real token's index among its row's real tokens (padding's are unused).
@@ -86,30 +81,28 @@ GenerateResult generate(const CachedDecoder& model, const std::vector<std::vecto
   at::Tensor finished = at::zeros({rows}, at::TensorOptions().dtype(at::kBool).device(device));
   at::Tensor sequences = ids;
   std::vector<at::Tensor> chosen;
-  GenerateResult result;
-  const auto start = Clock::now();
   at::Tensor logits = model.decode(ids, positions, cache);
   at::Tensor next_pos = positions.narrow(1, prompt_len - 1, 1) + 1;
-  Clock::time_point decode_start;
   for (int64_t step = 0; step < limit; ++step) {
     at::Tensor next = next_tokens(process_logits(logits, sequences, cfg), cfg, &generator);
     mark_finished(next, finished, cfg);
     chosen.push_back(next);
-    if (step == 0) {
-      result.first_token_seconds = seconds_since(start);
-      decode_start = Clock::now();
-    } else {
-      ++result.decode_steps;
-    }
     sequences = at::cat({sequences, next.unsqueeze(1)}, 1);
     if (step + 1 == limit || finished.all().item<bool>()) break;
     cache.valid.narrow(1, cache.length, 1).fill_(true);
     logits = model.decode(next.unsqueeze(1), next_pos, cache);
     next_pos = next_pos + 1;
   }
-  result.decode_seconds = seconds_since(decode_start);
+  GenerateResult result;
   result.tokens = cut_at_stop(at::stack(chosen, 1), cfg);
   return result;
+}
+
+int64_t positions_needed(const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg) {
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const auto n = static_cast<int64_t>(longest);
+  return n + cfg.new_token_limit(n);
 }
 
 }  // namespace deepspeed::inference

@@ -49,6 +49,17 @@ at::Tensor step_mask(const at::Tensor& valid, int64_t start, int64_t seq) {
 
 }  // namespace
 
+LlamaKVCache LlamaKVCache::empty(int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim,
+                                 const at::TensorOptions& options) {
+  LlamaKVCache cache;
+  for (int64_t i = 0; i < layers; ++i) {
+    cache.keys.push_back(at::zeros({batch, heads, capacity, head_dim}, options));
+    cache.values.push_back(at::zeros({batch, heads, capacity, head_dim}, options));
+  }
+  cache.valid = at::zeros({batch, capacity}, options.dtype(at::kBool));
+  return cache;
+}
+
 at::Tensor kv_cache_mask(const LlamaKVCache& cache, int64_t seq) {
   // scaled_dot_product_attention's causal mask is aligned top-left: right for a prefill from 0 and for one new
   // position; anything else, or padding, takes the explicit mask.
@@ -105,16 +116,9 @@ void LlamaForCausalLMImpl::fuse_projections() {
 LlamaKVCache LlamaForCausalLMImpl::make_kv_cache(int64_t batch, int64_t capacity) const {
   DS_CHECK(batch >= 1 && capacity >= 1, "Llama decode: a cache needs batch and capacity >= 1, got ", batch, " and ",
            capacity);
-  const at::Tensor& w = model_->embedding_weight();
   const int64_t tp = cfg_.tensor_parallel.is_member() ? cfg_.tensor_parallel.size() : 1;
-  const int64_t kv_heads = cfg_.num_key_value_heads / tp;
-  LlamaKVCache cache;
-  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
-    cache.keys.push_back(at::zeros({batch, kv_heads, capacity, cfg_.head_dim}, w.options()));
-    cache.values.push_back(at::zeros({batch, kv_heads, capacity, cfg_.head_dim}, w.options()));
-  }
-  cache.valid = at::zeros({batch, capacity}, w.options().dtype(at::kBool));
-  return cache;
+  return LlamaKVCache::empty(cfg_.num_hidden_layers, batch, cfg_.num_key_value_heads / tp, capacity, cfg_.head_dim,
+                             model_->embedding_weight().options());
 }
 
 at::Tensor LlamaForCausalLMImpl::decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache) {

@@ -30,8 +30,6 @@ class InferenceEngine {
   // Each prompt's new tokens (generate.h); ConfigError when the longest prompt plus the token limit exceeds
   // max_out_tokens.
   GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg);
-  // The logits [batch, seq, vocab] of tokens (the whole vocabulary under tensor parallelism), without a cache.
-  at::Tensor logits(const at::Tensor& tokens);
   models::LlamaForCausalLM module() const { return model_; }
   const InferenceConfig& config() const { return config_; }
 

@@ -26,10 +26,11 @@ namespace deepspeed::inference {
 
 struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens, up to and including its first stop token
-  double first_token_seconds = 0;            // prefill and the first token's choice (time to first token)
-  double decode_seconds = 0;                 // the decode steps after it
-  int64_t decode_steps = 0;                  // tokens chosen after the first, per row
 };
+
+// The positions a generate call of `prompts` holds per row: the longest prompt plus the new-token limit (the cache's
+// capacity, which init_inference bounds by max_out_tokens).
+int64_t positions_needed(const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg);
 
 // What generate needs of a model with a KV cache (models::LlamaForCausalLMImpl's make_kv_cache and decode; a model of
 // one's own fills these with its own): an empty cache for a batch and a capacity, and the last position's fp32

@@ -128,6 +128,9 @@ struct LlamaKVCache {
   // causality, and scaled_dot_product_attention takes its causal path). Set by whoever marks `valid`.
   bool padded = true;
   int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
+  // An empty cache: `layers` zeroed key and value tensors [batch, heads, capacity, head_dim] with `options`.
+  static LlamaKVCache empty(int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim,
+                            const at::TensorOptions& options);
 };
 
 // The attention mask of `seq` new positions run after the cache's `length`: [batch, 1, seq, length + seq] bool
