@@ -19,6 +19,8 @@ packages=(
   libpcre2-dev libsentencepiece-dev libicu-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  # ds_serve's HTTP server (OpenAI-compatible endpoints, server-sent events); curl drives it in the serving tests
+  libcpp-httplib-dev curl
   # tests inspect processes (no orphan ranks)
   procps
   # monitor tests: TensorBoard event files are read back with Google's protobuf library (~1 MB)
