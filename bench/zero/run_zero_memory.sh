@@ -3,8 +3,8 @@
 # run: model construction, engine start, every step; read at exit by train_gpt's peak_rss_mb, the largest rank's),
 # beside the formula's model-state saving, with no allowance. One training run per row, each in fresh processes.
 #
-#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [CONFIGS="defaults tuned"] [STEPS=3] \
-#     [MALLOC_ENV="MALLOC_MMAP_THRESHOLD_=131072"] bench/zero/run_zero_memory.sh [BIN_DIR]
+#   [MODELS="25m 13m"] [PRECISIONS="fp32 bf16"] [RANKS="2 4"] [CONFIGS="defaults tuned"] [ALLOCATORS="cache glibc"] \
+#     [STEPS=3] [MALLOC_ENV="MALLOC_MMAP_THRESHOLD_=131072"] bench/zero/run_zero_memory.sh [BIN_DIR]
 #
 # BIN_DIR (default build/bin) holds `deepspeed` and `train_gpt`. Models: 25m = 8 layers, hidden 512 (4 heads), vocab
 # 256, seq 32, micro-batch 4 (25.5M parameters); 13m = the reference GPT (6 layers, hidden 384, vocab 4096, seq 128,
@@ -12,7 +12,11 @@
 # for bf16, "bf16": {"enabled": true}: "tuned" as they are (CPU-sized buckets and stage-3 bounds), "defaults" with
 # zero_optimization reduced to its stage (DeepSpeed's default buckets, what a new user's config has). The
 # environment as it comes; MALLOC_ENV adds variables (e.g. MALLOC_MMAP_THRESHOLD_=131072, glibc returning freed
-# large blocks at once, which also turns off the library's own per-step heap trim: zero/stage3/heap_trim.h).
+# large blocks at once, which also turns off the library's host block cache). Allocators: "cache" is the library's
+# default on CPU (its host block cache, src/accelerator/host_block_cache.h), "glibc" the same run with
+# DS_HOST_ALLOCATOR=default (LibTorch's own allocator and the stage-3 per-step heap trim: the library before the
+# cache). Each row's saving is against stage 0 with the same allocator; "cpu s" is the user + system seconds of all
+# ranks (start-up included), steadier than tokens/s on a shared machine.
 #
 # The formula (bytes per parameter, per rank, N ranks): parameters P, gradients G, optimizer states O (Adam: fp32
 # m and v, plus the fp32 master when the model is not fp32). fp32: P=4 G=4 O=8; bf16: P=2 G=4 (accumulated in
@@ -35,6 +39,7 @@ PRECISIONS=${PRECISIONS:-"fp32 bf16"}
 RANKS=${RANKS:-"2 4"}
 STEPS=${STEPS:-3}
 CONFIGS=${CONFIGS:-"defaults tuned"}
+ALLOCATORS=${ALLOCATORS:-"cache glibc"}
 MALLOC_ENV=${MALLOC_ENV:-"DS_BENCH_ENV=as-it-comes"}  # env(1) needs one assignment
 PORT=${MASTER_PORT:-29781}
 PYTHON=${PYTHON:-python3}
@@ -50,14 +55,25 @@ model_args() {
 }
 micro_of() { [[ $1 == 25m ]] && echo 4 || echo 8; }
 
-echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], configs [$CONFIGS], $STEPS steps," \
+echo "zero memory: models [$MODELS], precisions [$PRECISIONS], ranks [$RANKS], configs [$CONFIGS]," \
+  "allocators [$ALLOCATORS], $STEPS steps," \
   "$MALLOC_ENV; start: $(uptime)"
-printf "%-5s %-7s %-5s %-8s %-6s %12s %12s %14s %14s %8s %10s\n" model prec ranks config stage "params" "peak MB" \
-  "saving MB" "formula MB" ratio "tokens/s"
+printf "%-5s %-7s %-5s %-8s %-6s %-6s %12s %12s %14s %14s %8s %10s %8s\n" model prec ranks config alloc stage "params" \
+  "peak MB" "saving MB" "formula MB" ratio "tokens/s" "cpu s"
+ticks=$(getconf CLK_TCK)
+# user + system seconds of this shell's reaped descendants (/proc/PID/stat fields 16-17)
+children_cpu() { awk -v t="$ticks" '{ printf "%.2f", ($16 + $17) / t }' /proc/$$/stat; }
 for model in $MODELS; do
   for prec in $PRECISIONS; do
     for n in $RANKS; do
      for kind in $CONFIGS; do
+     for alloc in $ALLOCATORS; do
+      case $alloc in
+        cache) alloc_env="DS_HOST_ALLOCATOR=cache" ;;
+        glibc) alloc_env="DS_HOST_ALLOCATOR=default" ;;
+        *) echo "run_zero_memory.sh: unknown allocator '$alloc' (cache or glibc)" >&2; exit 2 ;;
+      esac
+      [[ $MALLOC_ENV == *MALLOC_* ]] && alloc_env="DS_BENCH_ALLOCATOR=$alloc"  # the user's glibc settings decide
       base=""
       for stage in 0 1 2 3; do
         [[ $prec == bf16m && $stage == 0 ]] && continue
@@ -79,20 +95,22 @@ if prec == "bf16acc":
 json.dump(c, open(dst, "w"))
 PY
         # shellcheck disable=SC2046
-        out=$(env $MALLOC_ENV "$BIN/deepspeed" --num_procs "$n" --master_port "$PORT" "$BIN/train_gpt" \
+        cpu0=$(children_cpu)
+        out=$(env $MALLOC_ENV $alloc_env "$BIN/deepspeed" --num_procs "$n" --master_port "$PORT" "$BIN/train_gpt" \
                 --deepspeed_config "$cfg" $(model_args "$model") --steps "$STEPS" 2>&1) || {
           echo "$out" | tail -20 >&2; echo "run_zero_memory.sh: stage $stage $prec $model at $n ranks failed" >&2
           exit 1; }
+        cpu=$(awk -v a="$cpu0" -v b="$(children_cpu)" 'BEGIN { printf "%.1f", b - a }')
         params=$(echo "$out" | sed -n 's/.*train_gpt: \([0-9]*\) parameters.*/\1/p' | head -1)
         peak=$(echo "$out" | sed -n 's/.*peak_rss_mb=\([0-9.]*\).*/\1/p' | head -1)
         tps=$(echo "$out" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' | head -1)
         [[ -n $params && -n $peak ]] || { echo "$out" | tail -20 >&2; exit 1; }
-        other0=bf16_peak_${n}_${kind}_0
+        other0=bf16_peak_${n}_${kind}_${alloc}_0
         [[ $prec == bf16m && -n ${!other0:-} ]] && base=${!other0}
         [[ -z $base ]] && base=$peak
-        [[ $prec == bf16 ]] && eval "bf16_peak_${n}_${kind}_$stage=$peak"
+        [[ $prec == bf16 ]] && eval "bf16_peak_${n}_${kind}_${alloc}_$stage=$peak"
         awk -v m="$model" -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v base="$base" \
-            -v kind="$kind" -v tps="$tps" '
+            -v kind="$kind" -v tps="$tps" -v alloc="$alloc" -v cpu="$cpu" '
           BEGIN {
             P = (p == "fp32") ? 4 : 2; G = (p == "bf16acc" || p == "bf16m") ? 2 : 4;
             O = (p == "fp32") ? 8 : (p == "bf16m") ? 4 : 12;
@@ -102,10 +120,10 @@ PY
             if (p == "bf16m") per = 18 - ((s >= 3 ? 2 / n : 2) + (s >= 2 ? 2 / n : 2) + 4 / n);
             formula = per * psi / 1048576; saving = base - peak;
             ratio = (s == 0) ? "-" : sprintf("%.2f", saving / formula);
-            printf "%-5s %-7s %-5s %-8s %-6s %12d %12.1f %14.1f %14.1f %8s %10s\n", m, p, n, kind, s, psi, peak, saving,
-                   formula, ratio, tps
+            printf "%-5s %-7s %-5s %-8s %-6s %-6s %12d %12.1f %14.1f %14.1f %8s %10s %8s\n", m, p, n, kind, alloc, s, psi,
+                   peak, saving, formula, ratio, tps, cpu
           }'
-        other=bf16_peak_${n}_${kind}_$stage
+        other=bf16_peak_${n}_${kind}_${alloc}_$stage
         if [[ ( $prec == bf16acc || $prec == bf16m ) && -n ${!other:-} ]]; then
           awk -v p="$prec" -v n="$n" -v s="$stage" -v psi="$params" -v peak="$peak" -v bf16="${!other}" 'BEGIN {
             per = (p == "bf16acc") ? (s >= 2 ? 2 / n : 2) : (s >= 2 ? 10 / n : 2 + 8 / n);
@@ -114,6 +132,7 @@ PY
                    (bf16 - peak) / formula }'
         fi
       done
+     done
      done
     done
   done

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "accelerator/host_block_cache.h"
 #include "config/feature_gate.h"
 #include "config/initialize_rules.h"
 #include "deepspeed/accelerator.h"
@@ -26,9 +27,9 @@
 namespace deepspeed {
 namespace {
 
-void configure_threads() {
-  // LibTorch's intra-op pool starts with 1 thread on Debian's build; share this host's cores among its ranks,
-  // unless the user chose a count explicitly.
+void configure_host() {
+  if (accelerator::get_accelerator().device().is_cpu()) accelerator::configure_host_memory(comm::get_rank() == 0);
+  // Host threads: LibTorch's pool starts with 1 on Debian's build; share the cores among ranks unless the user chose.
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
   at::set_num_threads(accelerator::host_threads_per_rank(comm::get_local_world_size()));
 }
@@ -95,7 +96,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> module, const Config& 
   facts.whole_world = layout_.whole_world;
   config::apply_initialize_rules(config::InitializePhase::kOptimizer, config_, facts);
   dtype_ = config_.bf16.enabled ? at::kBFloat16 : config_.fp16.enabled ? at::kHalf : at::kFloat;
-  configure_threads();
+  configure_host();
   if (config_.seed.has_value()) accelerator::get_accelerator().manual_seed(static_cast<uint64_t>(*config_.seed));
   comm::configure_comms_logger(comms_logger_options(config_.comms_logger));
   print_comms_summary_ = config_.comms_logger.enabled && comm::get_rank() == 0;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "accelerator/host_block_cache.h"
 #include "deepspeed/accelerator.h"
 #include "swap/aio.h"
 #include "zero/flat_stage.h"
@@ -62,7 +63,9 @@ std::unique_ptr<Stage> make_stage3(const Config& config, at::ScalarType dtype,
   Stage3Options so;
   so.precision.dtype = dtype;
   so.device = accelerator::get_accelerator().device();  // where the engine put the model
-  so.trim_heap_after_backward = so.device.is_cpu() && per_step_heap_trim_wanted();
+  // Not under the host block cache (accelerator/host_block_cache.h): the large blocks are no longer in glibc's heap.
+  so.trim_heap_after_backward =
+      so.device.is_cpu() && per_step_heap_trim_wanted() && !accelerator::host_block_cache_stats().installed;
   so.prefetch.prefetch_bucket_elems = z.prefetch_bucket_size;
   so.prefetch.max_live_elems = z.max_live_parameters;
   so.prefetch.max_reuse_distance = z.max_reuse_distance;

@@ -4,7 +4,9 @@
 // keeps freed blocks of these sizes in its heaps, resident for the rest of the run. Trimmed once at each of those
 // two points.
 //
-// And after each backward on a CPU engine, once the step's peak has passed: gathering, releasing and reducing
+// And after each backward on a CPU engine whose LibTorch allocator is glibc's (DS_HOST_ALLOCATOR=default; the
+// engine's host block cache, accelerator/host_block_cache.h, keeps large blocks out of the heap and replaces this),
+// once the step's peak has passed: gathering, releasing and reducing
 // units of several MiB each (and Gloo's own scratch, in its threads' arenas) leave freed blocks scattered through
 // glibc's heaps, and the next step's requests of other sizes grow the heaps past them instead of reusing them. On
 // the 25.5M GPT at 2 ranks (bench/zero/run_zero_memory.sh) the peak RSS was ~770 MB without the trim against
