@@ -36,7 +36,10 @@ size_t size_class(size_t n) {
 
 class BlockCache final : public c10::Allocator {
  public:
-  BlockCache(c10::Allocator* small, HostBlockCacheOptions options) : small_(small), options_(options) {}
+  BlockCache(c10::Allocator* small, HostBlockCacheOptions options)
+      : small_(small), small_deleter_(small->raw_deleter()), options_(options) {
+    DS_CHECK(small_deleter_ != nullptr, "host memory: LibTorch's CPU allocator has no raw deleter");
+  }
 
   c10::DataPtr allocate(size_t n) override {
     if (static_cast<int64_t>(n) < options_.min_block_bytes) return small_->allocate(n);
@@ -53,7 +56,8 @@ class BlockCache final : public c10::Allocator {
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-  // Large blocks only: the context is the pointer itself, so raw_allocate / raw_deallocate work through it.
+  // The context is the pointer itself for large and small blocks alike, so raw_allocate / raw_deallocate work (a
+  // wrapping allocator, e.g. a memory-counting one, uses them); give_back tells the two apart.
   c10::DeleterFnPtr raw_deleter() const override { return &BlockCache::free_block; }
 
   HostBlockCacheStats stats() {
@@ -138,8 +142,15 @@ class BlockCache final : public c10::Allocator {
   void give_back(void* ptr) {
     std::vector<Entry> unmapped;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
       const auto found = sizes_.find(ptr);
+      if (found == sizes_.end()) {
+        // A small block handed out through raw_allocate (the context is the pointer there too): the allocator
+        // behind this one made it and frees it.
+        lock.unlock();
+        small_deleter_(ptr);
+        return;
+      }
       const size_t bytes = found->second;
       sizes_.erase(found);
       stats_.live_bytes -= static_cast<int64_t>(bytes);
@@ -153,6 +164,7 @@ class BlockCache final : public c10::Allocator {
   }
 
   c10::Allocator* small_;
+  c10::DeleterFnPtr small_deleter_;
   HostBlockCacheOptions options_;
   std::mutex mutex_;
   std::unordered_map<void*, size_t> sizes_;
