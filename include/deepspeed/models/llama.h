@@ -138,6 +138,29 @@ struct LlamaKVCache {
 // (nothing padded, and a prefill from position 0 or a single new position). Any model's cached decode may use it.
 at::Tensor kv_cache_mask(const LlamaKVCache& cache, int64_t seq);
 
+// A blocked (paged) KV cache for serving many sequences at once (deepspeed/inference/ragged_engine.h drives it): per
+// decoder layer, keys and values [num_blocks, block_size, this rank's key/value heads, head_dim], so one block's
+// positions are contiguous and a flat [num_blocks * block_size, heads, head_dim] view takes a pass's new keys in one
+// index_copy_. A sequence's block table lists its blocks: position p lives in table[p / block_size], row
+// p % block_size. Which blocks are free is the caller's business (the serving engine keeps a free list).
+struct LlamaPagedKVCache {
+  std::vector<at::Tensor> keys, values;
+  int64_t block_size = 0;
+  int64_t num_blocks() const { return keys.empty() ? 0 : keys.front().size(0); }
+};
+
+// One sequence's part of a ragged pass (LlamaForCausalLMImpl::forward_paged).
+struct PagedSequence {
+  int64_t start = 0;            // its positions already in the cache: the new tokens run at start, start + 1, ...
+  int64_t length = 0;           // its new tokens, consecutive in the pass's flat tokens
+  std::vector<int64_t> blocks;  // its block table, covering at least start + length positions
+  bool wants_logits = true;     // whether the pass returns the logits of its last new token
+};
+
+// forward_paged's layout of one pass (the slots written, the keys each sequence reads, its mask), built once per pass
+// and shared by the layers (src/models/llama_paged.cc).
+struct PagedAttentionPlan;
+
 // x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype, times the weight.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
@@ -168,6 +191,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // start + seq] (bool) allows; an undefined mask: all of them, causally. cos, sin [batch, 1, seq, head_dim].
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
+  // Ragged decoding over a blocked cache: x [1, T, hidden] holds several sequences' new tokens; their keys and values
+  // go to the plan's slots of keys / values [num_blocks, block_size, kv heads, head_dim], then each sequence attends
+  // to its own positions. cos, sin [T, head_dim].
+  at::Tensor forward_paged(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                           const PagedAttentionPlan& plan, at::Tensor& keys, at::Tensor& values);
   // q, k and v as one matmul (LlamaForCausalLMImpl::fuse_projections).
   void fuse_projections();
 
@@ -211,6 +239,9 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   // LlamaAttentionImpl::forward_cached's arguments.
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
+  // LlamaAttentionImpl::forward_paged's arguments.
+  at::Tensor forward_paged(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                           const PagedAttentionPlan& plan, at::Tensor& keys, at::Tensor& values);
 
  private:
   LlamaRMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
@@ -231,6 +262,9 @@ class LlamaModelImpl : public torch::nn::Module {
   // The final hidden states of tokens [batch, seq] at rotary `positions` [batch, seq], run after the cache's
   // `length` positions; appends their keys and values and advances `length` (LlamaForCausalLMImpl::decode).
   at::Tensor forward_cached(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache);
+  // The final hidden states [1, T, hidden] of a ragged pass (LlamaForCausalLMImpl::forward_paged).
+  at::Tensor forward_paged(const at::Tensor& tokens, const std::vector<PagedSequence>& sequences,
+                           LlamaPagedKVCache& cache);
 
  private:
   at::Tensor embed(const at::Tensor& tokens);
@@ -262,6 +296,19 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // mark the new ones), appends their keys and values, and returns the last position's logits [batch, vocab] in fp32
   // (the whole vocabulary under tensor parallelism). No gradients. Not with shard_layers or sequence parallelism.
   at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, LlamaKVCache& cache);
+  // Ragged decoding (src/models/llama_paged.cc). An uninitialised blocked cache of `num_blocks` blocks of
+  // `block_size` positions in the model's dtype and on its device (this rank's key/value heads), and the bytes one
+  // block takes over all layers (keys and values), to size a cache from a memory budget.
+  LlamaPagedKVCache make_paged_kv_cache(int64_t num_blocks, int64_t block_size) const;
+  int64_t paged_kv_block_bytes(int64_t block_size) const;
+  // One forward pass over several sequences at once: tokens [T] int64 are their new tokens one after another (each
+  // sequence's `length` of them, in `sequences` order), run at positions start, start + 1, ... of that sequence; their
+  // keys and values are written to the sequence's blocks, and each attends causally to its own positions only. The
+  // linear layers run over all T tokens together. Returns the last new token's logits [n, vocab] in fp32 of the n
+  // sequences with wants_logits, in order (the whole vocabulary under tensor parallelism, every rank alike). No
+  // gradients. Not with shard_layers or sequence parallelism.
+  at::Tensor forward_paged(const at::Tensor& tokens, const std::vector<PagedSequence>& sequences,
+                           LlamaPagedKVCache& cache);
   // Inference's fused path (init_inference's replace_with_kernel_inject): each layer's q, k and v projections, and its
   // MLP's gate and up, become one matmul each. Their weights move into one tensor per group, the parameters becoming
   // views of it (no extra memory; a saved model is unchanged). Forward without gradients takes the fused matmuls;
