@@ -24,6 +24,7 @@ set(allowed_runtime "accelerator;checkpoint;comm;config;monitor;moe;ops;profilin
 set(allowed_models "accelerator;checkpoint;comm;config;sequence;tp;zero")
 set(allowed_data "checkpoint;config")
 set(allowed_inference "")
+set(allowed_serving "")
 set(allowed_pipe "accelerator;checkpoint;comm;config;monitor;moe;ops;profiling;runtime;sequence;swap;tp;zero")
 
 # ds_apply_layering(<subsystem>): gives every target defined in src/<subsystem>/ a private include root of its own,
