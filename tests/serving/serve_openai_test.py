@@ -1,7 +1,8 @@
 """ds_serve against real clients: Python's openai package (completions and chat, streamed and not) and curl (/health,
 /metrics, raw server-sent events), on loopback, with a tiny model whose expected text transformers wrote
 (serve_reference.py). Then the bad-input list sent while other requests stream, a client that disconnects
-mid-stream, a 100 MB body, and /metrics showing no request running and no KV block held at the end.
+mid-stream, a 100 MB body, and /metrics showing no request running and no KV block held at the end. Then a
+second server with --max_queue 2: the requests past it get 429 while the admitted ones get their text.
 
 With a launcher and a rank count, ds_serve runs tensor-parallel under the launcher (rank 0 serves HTTP, the other
 ranks follow its plans) on the folder without a chat template: completions, the bad inputs under load, a
@@ -300,10 +301,43 @@ def test_no_leaks():
     assert m['ds_serve_requests_total{endpoint="completions",code="200"}'] >= 3, m
 
 
-def start_server(config_path, log):
+def test_queue_full():
+    """With --max_queue 2 (the second server): 12 requests at once, each 200 tokens long (hundreds of forward passes,
+    far longer than their arrival takes): the ones past the queue get 429 with one line, the admitted ones
+    transformers' text, and afterwards nothing is held and the server takes requests again."""
+    case = max(EXPECTED["completions"], key=lambda c: c["max_tokens"])
+    body = json.dumps({"model": MODEL, "prompt": case["prompt"], "max_tokens": case["max_tokens"], "temperature": 0})
+    go, answers = threading.Barrier(12, timeout=60), []
+
+    def send():
+        go.wait()
+        answers.append(http("POST", "/v1/completions", body))
+
+    threads = [threading.Thread(target=send) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    busy = [text for status, text in answers if status == 429]
+    served = [text for status, text in answers if status == 200]
+    assert len(busy) + len(served) == 12, [status for status, _ in answers]
+    assert busy and len(served) >= 2, f"{len(served)} served, {len(busy)} refused with --max_queue 2"
+    for text in busy:
+        err = json.loads(text)["error"]
+        assert "--max_queue" in err["message"] and "\n" not in err["message"], err
+    for text in served:
+        choice = json.loads(text)["choices"][0]
+        check_completion(case, choice["text"], choice["finish_reason"], None, "admitted beside refused requests")
+    test_completions_one()
+    m = metrics()
+    assert m['ds_serve_requests_total{endpoint="completions",code="429"}'] == len(busy), m
+    assert m["ds_serve_running_requests"] == 0 and m["ds_serve_kv_blocks_used"] == 0, m
+
+
+def start_server(config_path, log, extra=()):
     folder = os.path.join(REF, "model_nochat" if LAUNCHER else "model")
     command = [DS_SERVE, "--model_dir", folder, "--served_model_name", MODEL, "--port", str(PORT),
-               "--config", config_path, "--max_body_bytes", str(1 << 20)]
+               "--config", config_path, "--max_body_bytes", str(1 << 20)] + list(extra)
     if LAUNCHER:
         command = [LAUNCHER, "--num_procs", str(TP_SIZE), "--master_port", MASTER_PORT] + command + \
                   ["--tp_size", str(TP_SIZE)]
@@ -323,42 +357,50 @@ def start_server(config_path, log):
     raise SystemExit("FAIL: ds_serve did not answer /health within 120 s")
 
 
+def run_server(config, tmp, tests, extra=()):
+    """Starts ds_serve, runs `tests` against it, stops it with SIGTERM; the names of what failed."""
+    log = open(os.path.join(tmp, "server.log"), "w+")
+    proc = start_server(config, log, extra)
+    failed = []
+    try:
+        for test in tests:
+            t0 = time.time()
+            try:
+                test()
+                print(f"ok   {test.__name__} ({time.time() - t0:.1f} s)")
+            except AssertionError as e:
+                failed.append(test.__name__)
+                print(f"FAIL {test.__name__}: {e}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "killed after 30 s"
+    log.seek(0)
+    output = log.read()
+    print("ds_serve's output:\n" + output.rstrip())
+    # The launcher exits 128 + SIGTERM once it has forwarded the signal; the ranks must have ended by themselves.
+    if code not in ((0, 143) if LAUNCHER else (0,)) or "SIGKILL" in output:
+        failed.append(f"ds_serve's exit status {code} after SIGTERM")
+        print(f"FAIL ds_serve exited with {code} after SIGTERM")
+    return failed
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "serving.json")
         with open(config, "w") as f:
             json.dump(ENGINE_CONFIG, f)
-        log = open(os.path.join(tmp, "server.log"), "w+")
-        proc = start_server(config, log)
-        failed = []
-        try:
-            tests = [test_completions, test_chat, test_stop_strings_and_seed, test_curl, test_bad_inputs_under_load,
-                     test_huge_body, test_disconnect_mid_stream, test_no_leaks]
-            if LAUNCHER:
-                tests = [test_completions, test_bad_inputs_under_load, test_disconnect_mid_stream,
-                         test_no_chat_template, test_no_leaks]
-            for test in tests:
-                t0 = time.time()
-                try:
-                    test()
-                    print(f"ok   {test.__name__} ({time.time() - t0:.1f} s)")
-                except AssertionError as e:
-                    failed.append(test.__name__)
-                    print(f"FAIL {test.__name__}: {e}")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = "killed after 30 s"
-        log.seek(0)
-        output = log.read()
-        print("ds_serve's output:\n" + output.rstrip())
-        # The launcher exits 128 + SIGTERM once it has forwarded the signal; the ranks must have ended by themselves.
-        if code not in ((0, 143) if LAUNCHER else (0,)) or "SIGKILL" in output:
-            failed.append(f"ds_serve's exit status {code} after SIGTERM")
-            print(f"FAIL ds_serve exited with {code} after SIGTERM")
+        tests = [test_completions, test_chat, test_stop_strings_and_seed, test_curl, test_bad_inputs_under_load,
+                 test_huge_body, test_disconnect_mid_stream, test_no_leaks]
+        if LAUNCHER:
+            tests = [test_completions, test_bad_inputs_under_load, test_disconnect_mid_stream,
+                     test_no_chat_template, test_no_leaks]
+        failed = run_server(config, tmp, tests)
+        if not LAUNCHER:
+            failed += run_server(config, tmp, [test_queue_full], ("--max_queue", "2"))
     if failed:
         raise SystemExit(f"FAIL: {', '.join(failed)}")
     print("serve_openai_test: all checks passed")
