@@ -23,6 +23,7 @@
 
 #include "config/json_reader.h"
 #include "deepspeed/error.h"
+#include "deepspeed/utf8.h"
 
 namespace deepspeed::config {
 namespace {
@@ -210,24 +211,6 @@ class TextParser {
     }
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // Four hex digits at `at`, or -1.
   int64_t hex4(size_t at) const {
     if (at + 4 > t_.size()) return -1;
@@ -286,7 +269,7 @@ class TextParser {
         }
       }
       if (cp >= 0xD800 && cp <= 0xDFFF) fail(pos_, "\\u escape of a lone UTF-16 surrogate");
-      append_utf8(out, static_cast<uint32_t>(cp));
+      deepspeed::append_utf8(out, static_cast<uint32_t>(cp));
       pos_ = next;
     }
   }

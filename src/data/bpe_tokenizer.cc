@@ -22,6 +22,7 @@
 #include "data/unicode_normalizer.h"
 #include "deepspeed/data/tokenizer.h"
 #include "deepspeed/error.h"
+#include "deepspeed/utf8.h"
 
 namespace deepspeed::data {
 
@@ -31,19 +32,6 @@ using json = nlohmann::json;
 
 // GPT-2's pattern, which ByteLevel(use_regex=true) splits with.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256, 257, ... in byte order; each
 // as its UTF-8 text.

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "deepspeed/utf8.h"
+
 namespace deepspeed::serving::jinja {
 
 namespace {
@@ -11,24 +13,6 @@ bool lex_is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >=
 bool lex_is_digit(char c) { return c >= '0' && c <= '9'; }
 bool lex_is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool lex_is_name_char(char c) { return lex_is_name_start(c) || lex_is_digit(c); }
-
-void lex_append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // Reads `count` hex digits at body[i]; false when they are not all there.
 bool lex_hex(const std::string& body, size_t i, int count, uint32_t& cp) {
@@ -66,12 +50,12 @@ std::string lex_unescape(const std::string& body, size_t offset) {
       while (n < 3 && i + n < body.size() && body[i + n] >= '0' && body[i + n] <= '7')
         cp = cp * 8 + (body[i + n++] - '0');
       i += n - 1;
-      lex_append_utf8(out, cp);
+      append_utf8(out, cp);
     } else if (e == 'x' || e == 'u' || e == 'U') {
       const int count = e == 'x' ? 2 : e == 'u' ? 4 : 8;
       if (!lex_hex(body, i + 1, count, cp))
         throw SyntaxError("truncated \\" + std::string(1, e) + " escape in a string", offset);
-      lex_append_utf8(out, cp);
+      append_utf8(out, cp);
       i += static_cast<size_t>(count);
     } else if (e == 'N') {
       throw SyntaxError("unsupported \\N{...} escape in a string", offset);
