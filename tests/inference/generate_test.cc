@@ -23,6 +23,7 @@
 #include "deepspeed/models/hf_checkpoint.h"
 #include "deepspeed/models/llama.h"
 #include "deepspeed/tp/groups.h"
+#include "hf_test_models.h"
 
 namespace {
 
@@ -30,25 +31,9 @@ namespace dm = deepspeed::models;
 namespace di = deepspeed::inference;
 using Rows = std::vector<std::vector<int64_t>>;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
-
-int world() {
-  if (!env("WORLD_SIZE").empty() && !deepspeed::comm::is_initialized()) deepspeed::comm::init_distributed();
-  return deepspeed::comm::is_initialized() ? deepspeed::comm::get_world_size() : 1;
-}
-
-dm::LlamaForCausalLM load(const std::string& name) {
-  const std::string dir = env("DS_HF_MODELS") + "/" + name;
-  dm::LlamaConfig cfg = dm::LlamaConfig::from_file(dir + "/config.json");
-  if (world() > 1) cfg.tensor_parallel = deepspeed::tp::tensor_parallel_groups(world()).tensor_parallel;
-  dm::LlamaForCausalLM model(cfg);
-  dm::load_hf_weights(*model, dir);
-  model->eval();
-  return model;
-}
+using hf_test_models::env;
+using hf_test_models::load;
+using hf_test_models::world;
 
 di::GenerationConfig config_of(const std::string& name, const nlohmann::json& c) {
   di::GenerationConfig g =
