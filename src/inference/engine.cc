@@ -25,8 +25,9 @@ InferenceEngine::InferenceEngine(models::LlamaForCausalLM model, InferenceConfig
              " ranks (build it over deepspeed::tp::tensor_parallel_groups(tp_size))");
   model_->to(accelerator::get_accelerator().device(), config_.dtype);
   model_->eval();
-  // DeepSpeed's kernel injection, here: q/k/v and gate/up as one matmul each (the weights share their storage).
-  if (config_.replace_with_kernel_inject) model_->fuse_projections();
+  // DeepSpeed's kernel injection, here: q/k/v and gate/up as one matmul each (the weights share their storage), and
+  // on a CPU the linear weights packed for oneDNN.
+  if (config_.replace_with_kernel_inject) model_->inject_kernels();
 }
 
 GenerateResult InferenceEngine::generate(const std::vector<std::vector<int64_t>>& prompts,

@@ -117,7 +117,7 @@ RaggedEngine::RaggedEngine(models::LlamaForCausalLM model, RaggedEngineConfig co
   s.leader = !s.group.is_member() || s.group.rank() == 0;
   s.model->to(accelerator::get_accelerator().device(), c.dtype);
   s.model->eval();
-  s.model->fuse_projections();  // q/k/v and gate/up as one matmul each, as init_inference's kernel injection
+  s.model->inject_kernels();  // fused q/k/v and gate/up, packed CPU weights: init_inference's kernel injection
   s.device = s.model->parameters().front().device();
   const int64_t blocks = ragged_cache_blocks(c, *s.model, s.device);
   s.cache = s.model->make_paged_kv_cache(blocks, c.kv_block_size);

@@ -176,8 +176,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LlamaAttentionImpl::project(const
   const int64_t b = x.size(0), s = x.size(1);
   // [batch, seq, heads, head_dim]; Qwen3 normalises each head before the rotation.
   at::Tensor q, k, v;
-  if (fused_qkv_weight_.defined() && !at::GradMode::is_enabled()) {  // fuse_projections: one matmul
-    const at::Tensor qkv = at::linear(x, fused_qkv_weight_, fused_qkv_bias_);
+  if (fused_qkv_weight_.defined() && !at::GradMode::is_enabled()) {  // inject_kernels: one matmul
+    const at::Tensor qkv = packed_qkv_.packed() ? packed_qkv_(x) : at::linear(x, fused_qkv_weight_, fused_qkv_bias_);
     const int64_t nq = heads_ * head_dim_, nkv = kv_heads_ * head_dim_;
     q = qkv.narrow(-1, 0, nq).view({b, s, heads_, head_dim_});
     k = qkv.narrow(-1, nq, nkv).view({b, s, kv_heads_, head_dim_});
@@ -211,7 +211,7 @@ at::Tensor LlamaAttentionImpl::forward_cached(const at::Tensor& x, const at::Ten
       q, keys.narrow(2, 0, start + s), values.narrow(2, 0, start + s),
       mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, /*dropout_p=*/0.0, causal,
       /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
-  return o_proj_.forward<at::Tensor>(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
+  return output_projection(out.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -231,7 +231,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   } else {
     out = causal_attention(q, k, v.transpose(1, 2)).transpose(1, 2);
   }
-  return o_proj_.forward<at::Tensor>(out.reshape({b, s, heads_ * head_dim_}));
+  return output_projection(out.reshape({b, s, heads_ * head_dim_}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg) : tile_(cfg.tiled_mlp_tokens) {
@@ -247,10 +247,12 @@ at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor LlamaMLPImpl::untiled(const at::Tensor& x) {
-  if (fused_gate_up_weight_.defined() && !at::GradMode::is_enabled()) {  // fuse_projections: one matmul
-    const at::Tensor gate_up = at::linear(x, fused_gate_up_weight_, fused_gate_up_bias_);
+  if (fused_gate_up_weight_.defined() && !at::GradMode::is_enabled()) {  // inject_kernels: one matmul
+    const at::Tensor gate_up =
+        packed_gate_up_.packed() ? packed_gate_up_(x) : at::linear(x, fused_gate_up_weight_, fused_gate_up_bias_);
     const int64_t inner = gate_up.size(-1) / 2;
-    return down_proj_.forward<at::Tensor>(at::silu(gate_up.narrow(-1, 0, inner)) * gate_up.narrow(-1, inner, inner));
+    const at::Tensor inner_act = at::silu(gate_up.narrow(-1, 0, inner)) * gate_up.narrow(-1, inner, inner);
+    return packed_down_.packed() ? packed_down_(inner_act) : down_proj_.forward<at::Tensor>(inner_act);
   }
   return down_proj_.forward<at::Tensor>(at::silu(gate_proj_.forward<at::Tensor>(x)) * up_proj_.forward<at::Tensor>(x));
 }
@@ -362,6 +364,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg) : cfg_(cfg) {
 at::Tensor LlamaForCausalLMImpl::local_logits(const at::Tensor& tokens) { return head(model_->forward(tokens)); }
 
 at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& h) {
+  if (packed_head_.packed() && !at::GradMode::is_enabled()) return packed_head_(h);  // inject_kernels on a CPU
   if (lm_head_unit_) return lm_head_unit_->forward(h);
   if (!lm_head_.is_empty()) return lm_head_.forward<at::Tensor>(h);
   // Tied: the embedding's rows are the head's; under tensor parallelism this rank's vocabulary slice, whose input

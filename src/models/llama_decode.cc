@@ -90,27 +90,59 @@ at::Tensor LlamaModelImpl::forward_cached(const at::Tensor& tokens, const at::Te
   return norm_->forward(h);
 }
 
-void LlamaAttentionImpl::fuse_projections() {
+namespace {
+
+// The packed copy of a layer that is a plain Linear (one split by tensor parallelism keeps its own forward, whose
+// collectives go around the matmul); nothing where the weights do not pack (ops::packs_linear_weights).
+void pack_plain_linear(ops::PackedLinear& packed, torch::nn::AnyModule& layer) {
+  if (const auto* linear = layer.ptr()->as<torch::nn::LinearImpl>()) packed.pack(linear->weight, linear->bias);
+}
+
+// The weights a stacked tensor was made from (stack_into_one): in-place writes to them reach it through the shared
+// storage, but count on their own version counters, which its packed copy watches.
+std::vector<at::Tensor> weights_of(const std::vector<torch::nn::AnyModule*>& layers) {
+  std::vector<at::Tensor> out;
+  for (auto* layer : layers) out.push_back(*layer->ptr()->named_parameters(/*recurse=*/false).find("weight"));
+  return out;
+}
+
+}  // namespace
+
+void LlamaAttentionImpl::inject_kernels() {
   if (fused_qkv_weight_.defined()) return;
   fused_qkv_weight_ = stack_into_one({&q_proj_, &k_proj_, &v_proj_}, "weight");
   fused_qkv_bias_ = stack_into_one({&q_proj_, &k_proj_, &v_proj_}, "bias");
+  // Column-split under tensor parallelism: still one local matmul.
+  packed_qkv_.pack(fused_qkv_weight_, fused_qkv_bias_, weights_of({&q_proj_, &k_proj_, &v_proj_}));
+  pack_plain_linear(packed_o_, o_proj_);
 }
 
-void LlamaMLPImpl::fuse_projections() {
+at::Tensor LlamaAttentionImpl::output_projection(const at::Tensor& x) {
+  return packed_o_.packed() && !at::GradMode::is_enabled() ? packed_o_(x) : o_proj_.forward<at::Tensor>(x);
+}
+
+void LlamaMLPImpl::inject_kernels() {
   if (fused_gate_up_weight_.defined()) return;
   fused_gate_up_weight_ = stack_into_one({&gate_proj_, &up_proj_}, "weight");
   fused_gate_up_bias_ = stack_into_one({&gate_proj_, &up_proj_}, "bias");
+  packed_gate_up_.pack(fused_gate_up_weight_, fused_gate_up_bias_, weights_of({&gate_proj_, &up_proj_}));
+  pack_plain_linear(packed_down_, down_proj_);
 }
 
-void LlamaDecoderLayerImpl::fuse_projections() {
-  self_attn_->fuse_projections();
-  mlp_->fuse_projections();
+void LlamaDecoderLayerImpl::inject_kernels() {
+  self_attn_->inject_kernels();
+  mlp_->inject_kernels();
 }
 
-void LlamaForCausalLMImpl::fuse_projections() {
-  DS_CHECK(!cfg_.shard_layers, "Llama: fuse_projections does not combine with ZeRO-3 units (shard_layers)");
+void LlamaForCausalLMImpl::inject_kernels() {
+  DS_CHECK(!cfg_.shard_layers, "Llama: inject_kernels does not combine with ZeRO-3 units (shard_layers)");
   for (const auto& module : modules(/*include_self=*/false))
-    if (auto* layer = module->as<LlamaDecoderLayerImpl>()) layer->fuse_projections();
+    if (auto* layer = module->as<LlamaDecoderLayerImpl>()) layer->inject_kernels();
+  if (cfg_.tensor_parallel.is_member()) return;  // the head's vocabulary split keeps its own forward
+  if (!lm_head_.is_empty())
+    pack_plain_linear(packed_head_, lm_head_);
+  else
+    packed_head_.pack(model_->embedding_weight(), {});  // tied: the embedding's rows
 }
 
 LlamaKVCache LlamaForCausalLMImpl::make_kv_cache(int64_t batch, int64_t capacity) const {

@@ -3,14 +3,18 @@
 // several sequences' new tokens back to back, without padding: the embedding, the norms, the projections and the MLP
 // run over all of them at once (where batching pays), and only attention is split up. Each layer writes the pass's
 // keys and values into their cache slots with one index_copy_, then runs scaled_dot_product_attention once per
-// prompt chunk (over that sequence's gathered blocks) and once for all single-token decodes together (their keys
-// gathered into one padded batch). Kept apart from llama_decode.cc, whose cache is one dense tensor per row.
+// prompt chunk (over that sequence's gathered blocks). The single-token decodes attend together: on a CPU through
+// deepspeed/ops/paged_attention.h, which reads their keys where they lie; elsewhere by scaled_dot_product_attention
+// over their keys gathered into one padded batch. Kept apart from llama_decode.cc, whose cache is one dense tensor
+// per row.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "deepspeed/error.h"
 #include "deepspeed/models/llama.h"
+#include "deepspeed/ops/paged_attention.h"
 #include "deepspeed/tp/parallel_linear.h"
 
 namespace deepspeed::models {
@@ -28,6 +32,7 @@ struct PagedAttentionGroup {
 struct PagedAttentionPlan {
   at::Tensor write_slots;  // [T] where each new token's key and value go
   std::vector<PagedAttentionGroup> groups;
+  std::vector<ops::PagedDecodeSequence> decodes;  // on a CPU: the decodes, for ops::paged_decode_attention
 };
 
 namespace {
@@ -107,8 +112,10 @@ PagedAttentionGroup paged_chunk_group(const PagedSequence& s, int64_t first_row,
   return g;
 }
 
+// `in_place_decodes`: the decodes go to ops::paged_decode_attention (the block tables are the sequences' own:
+// `sequences` outlives the plan) instead of one gathered group.
 PagedAttentionPlan make_paged_plan(const std::vector<PagedSequence>& sequences, int64_t block_size,
-                                   const c10::Device& device) {
+                                   const c10::Device& device, bool in_place_decodes) {
   const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
   PagedAttentionPlan plan;
   std::vector<int64_t> write, decode_rows;
@@ -117,7 +124,9 @@ PagedAttentionPlan make_paged_plan(const std::vector<PagedSequence>& sequences, 
   for (size_t i = 0; i < sequences.size(); ++i) {
     const PagedSequence& s = sequences[i];
     for (int64_t p = s.start; p < s.start + s.length; ++p) write.push_back(paged_slot(s, p, block_size));
-    if (s.length == 1 && s.start > 0) {
+    if (s.length == 1 && s.start > 0 && in_place_decodes) {
+      plan.decodes.push_back({row, s.start + 1, s.blocks.data()});
+    } else if (s.length == 1 && s.start > 0) {
       decoders.push_back(i);
       decode_rows.push_back(row);
     } else {
@@ -178,7 +187,10 @@ at::Tensor LlamaAttentionImpl::forward_paged(const at::Tensor& x, const at::Tens
         /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
     out.index_copy_(1, g.rows, og.permute({1, 0, 2, 3}).reshape({heads_, g.count * g.length, head_dim_}));
   }
-  return o_proj_.forward<at::Tensor>(out.transpose(0, 1).reshape({1, t, heads_ * head_dim_}));
+  if (!plan.decodes.empty())  // scaled_dot_product_attention's default scale
+    ops::paged_decode_attention(queries, keys, values, plan.decodes, 1.0 / std::sqrt(static_cast<double>(head_dim_)),
+                                out);
+  return output_projection(out.transpose(0, 1).reshape({1, t, heads_ * head_dim_}));
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward_paged(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -199,7 +211,8 @@ at::Tensor LlamaModelImpl::forward_paged(const at::Tensor& tokens, const std::ve
     cfg_.check_sequence(s.start + s.length);
     for (int64_t p = s.start; p < s.start + s.length; ++p) positions.push_back(p);
   }
-  const PagedAttentionPlan plan = make_paged_plan(sequences, cache.block_size, tokens.device());
+  const PagedAttentionPlan plan = make_paged_plan(sequences, cache.block_size, tokens.device(),
+                                                  ops::paged_decode_attention_supports(cache.keys.front()));
   at::Tensor h = embed(tokens.unsqueeze(0));  // [1, T, hidden]
   auto [cos, sin] = rope_cos_sin(inv_freq_.to(tokens.device()), at::tensor(positions, at::kLong).to(tokens.device()));
   cos = cos.to(h.scalar_type());

@@ -82,6 +82,36 @@ TEST(LlamaFamily, LogitsAreTransformers) {
   expect_transformers_logits("llama_sharded", "llama");
 }
 
+// inject_kernels (init_inference's kernel injection: fused q/k/v and gate/up, on a CPU every plain linear weight
+// packed for oneDNN, the head's included) keeps transformers' logits without gradients and leaves the separate, exact
+// matmuls with gradients. Then weights changed in place after the injection (a checkpoint loaded into a served
+// model) must give the new weights' logits: a packed copy gone stale would keep the old ones (off by O(1)).
+TEST(LlamaFamily, InjectedKernelsKeepTheLogitsAndFollowWeightChanges) {
+  REQUIRE_MODELS();
+  for (const std::string name : {"llama", "qwen2", "qwen3"}) {  // untied; tied with q/k/v biases; q/k norms
+    SCOPED_TRACE(name);
+    const auto ref = reference(models_dir() + "/" + name + ".reference.safetensors");
+    dm::LlamaForCausalLM plain = load(models_dir() + "/" + name), injected = load(models_dir() + "/" + name);
+    injected->inject_kernels();
+    const at::Tensor& tokens = ref.at("tokens");
+    const double bound = tolerance::reordered(tolerance::kFp32Epsilon, plain->config().intermediate_size,
+                                              3 * plain->config().num_hidden_layers);
+    EXPECT_TRUE(at::equal(injected->logits(tokens), plain->logits(tokens)));  // with gradients
+    at::NoGradGuard no_grad;
+    EXPECT_WITHIN(tolerance::relative_max_error(injected->logits(tokens), ref.at("logits")), bound);
+    for (dm::LlamaForCausalLM* m : {&plain, &injected}) {
+      auto params = (*m)->named_parameters();
+      for (const char* p : {"model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.o_proj.weight",
+                            "model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+                            "model.embed_tokens.weight", "lm_head.weight"})
+        if (at::Tensor* t = params.find(p)) t->mul_(-1.5);
+    }
+    const at::Tensor changed = plain->logits(tokens);
+    EXPECT_GT(tolerance::relative_max_error(changed, ref.at("logits")), 0.1);  // the change is not lost in the bound
+    EXPECT_WITHIN(tolerance::relative_max_error(injected->logits(tokens), changed), bound);
+  }
+}
+
 TEST(LlamaFamily, ConfigAsTransformersReadsIt) {
   REQUIRE_MODELS();
   const dm::LlamaConfig llama = dm::LlamaConfig::from_file(models_dir() + "/llama/config.json");

@@ -6,11 +6,11 @@
 // Built: dtype (fp32 / fp16 / bf16 in any of DeepSpeed's spellings: "fp16", "float16", "half", "torch.float16", ...),
 // tensor_parallel.tp_size (and the legacy mp_size), max_out_tokens (prompt plus generated tokens per sequence: the
 // KV cache's bound), replace_with_kernel_inject / kernel_inject (each layer's q/k/v and gate/up projections fused
-// into one matmul each, LlamaForCausalLMImpl::fuse_projections; attention is scaled_dot_product_attention on a
-// preallocated cache either way). Keys for
-// what is not built here (CUDA graphs, Triton, ZeRO-Inference, quantization, MoE inference, injection policies,
-// checkpoint descriptions, ...) are refused by name when they ask for something other than DeepSpeed's default; an
-// unknown key is refused as DeepSpeed's pydantic model refuses it.
+// into one matmul each and, on a CPU, the linear weights packed for oneDNN: LlamaForCausalLMImpl::inject_kernels;
+// attention is scaled_dot_product_attention on a preallocated cache either way). Keys for what is not built here (CUDA
+// graphs, Triton, ZeRO-Inference, quantization, MoE inference, injection policies, checkpoint descriptions, ...) are
+// refused by name when they ask for something other than DeepSpeed's default; an unknown key is refused as DeepSpeed's
+// pydantic model refuses it.
 #pragma once
 
 #include <c10/core/ScalarType.h>

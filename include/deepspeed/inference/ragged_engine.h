@@ -98,9 +98,9 @@ struct EngineMetrics {
 class RaggedEngine {
  public:
   // Casts the model to config.dtype on the accelerator, in evaluation mode, with its q/k/v and gate/up projections
-  // fused (LlamaForCausalLMImpl::fuse_projections), and allocates the cache. ConfigError when the model's
-  // tensor-parallel group is not tp_size ranks, or "reserve" leaves no room for a block. Under tensor parallelism
-  // collective: every rank of the group constructs it.
+  // fused and, on a CPU, its linear weights packed (LlamaForCausalLMImpl::inject_kernels), and allocates the cache.
+  // ConfigError when the model's tensor-parallel group is not tp_size ranks, or "reserve" leaves no room for a block.
+  // Under tensor parallelism collective: every rank of the group constructs it.
   RaggedEngine(models::LlamaForCausalLM model, RaggedEngineConfig config);
   ~RaggedEngine();
   RaggedEngine(const RaggedEngine&) = delete;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/ops/packed_linear.h"
 #include "deepspeed/sequence/layer.h"
 #include "deepspeed/zero.h"
 
@@ -196,11 +197,13 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // to its own positions. cos, sin [T, head_dim].
   at::Tensor forward_paged(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                            const PagedAttentionPlan& plan, at::Tensor& keys, at::Tensor& values);
-  // q, k and v as one matmul (LlamaForCausalLMImpl::fuse_projections).
-  void fuse_projections();
+  // q, k and v as one matmul, packed on a CPU with o_proj (LlamaForCausalLMImpl::inject_kernels).
+  void inject_kernels();
 
  private:
   at::Tensor fused_qkv_weight_, fused_qkv_bias_;  // q, k, v stacked; the projections' parameters are views of them
+  deepspeed::ops::PackedLinear packed_qkv_, packed_o_;  // inject_kernels on a CPU; used without gradients
+  at::Tensor output_projection(const at::Tensor& x);    // o_proj, packed when it can be
   // q [batch, heads, seq, dim] and k [batch, kv heads, seq, dim] rotated; v [batch, seq, kv heads, dim].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project(const at::Tensor& x, const at::Tensor& cos,
                                                          const at::Tensor& sin);
@@ -219,12 +222,13 @@ class LlamaMLPImpl : public torch::nn::Module {
  public:
   explicit LlamaMLPImpl(const LlamaConfig& cfg);
   at::Tensor forward(const at::Tensor& x);
-  // gate and up as one matmul (LlamaForCausalLMImpl::fuse_projections).
-  void fuse_projections();
+  // gate and up as one matmul, packed on a CPU with down (LlamaForCausalLMImpl::inject_kernels).
+  void inject_kernels();
 
  private:
   at::Tensor untiled(const at::Tensor& x);
   at::Tensor fused_gate_up_weight_, fused_gate_up_bias_;  // gate, up stacked; their parameters are views of them
+  deepspeed::ops::PackedLinear packed_gate_up_, packed_down_;  // inject_kernels on a CPU; used without gradients
   int64_t tile_ = 0;  // LlamaConfig::tiled_mlp_tokens
   torch::nn::AnyModule gate_proj_, up_proj_, down_proj_;
 };
@@ -235,7 +239,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaDecoderLayerImpl(const LlamaConfig& cfg);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-  void fuse_projections();
+  void inject_kernels();
   // LlamaAttentionImpl::forward_cached's arguments.
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                             at::Tensor& keys, at::Tensor& values, int64_t start);
@@ -309,12 +313,14 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // gradients. Not with shard_layers or sequence parallelism.
   at::Tensor forward_paged(const at::Tensor& tokens, const std::vector<PagedSequence>& sequences,
                            LlamaPagedKVCache& cache);
-  // Inference's fused path (init_inference's replace_with_kernel_inject): each layer's q, k and v projections, and its
+  // Inference's kernels (init_inference's replace_with_kernel_inject): each layer's q, k and v projections, and its
   // MLP's gate and up, become one matmul each. Their weights move into one tensor per group, the parameters becoming
-  // views of it (no extra memory; a saved model is unchanged). Forward without gradients takes the fused matmuls;
-  // with gradients, the separate ones (training stays exact). Call after any dtype or device change; not with
-  // shard_layers.
-  void fuse_projections();
+  // views of it (no extra memory; a saved model is unchanged). On a CPU (float or bfloat16), every linear layer not
+  // split by tensor parallelism, the head included, also keeps its weight packed for oneDNN
+  // (deepspeed/ops/packed_linear.h: 1.1-2.9x faster matmuls, one more copy of those weights in memory;
+  // DS_PACKED_LINEAR=0 turns it off). Forward without gradients takes the fused and packed matmuls; with gradients,
+  // the separate ones (training stays exact). Call after any dtype or device change; not with shard_layers.
+  void inject_kernels();
 
  private:
   LlamaConfig cfg_;
@@ -325,6 +331,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   at::Tensor local_logits(const at::Tensor& tokens);
   at::Tensor tiled_loss(const at::Tensor& tokens, const at::Tensor& targets);
   torch::nn::AnyModule lm_head_;  // untied: Linear, or ColumnParallelLinear over the vocabulary
+  deepspeed::ops::PackedLinear packed_head_;  // inject_kernels on a CPU, without tensor parallelism
   std::shared_ptr<deepspeed::zero::ShardedImpl<torch::nn::LinearImpl>> lm_head_unit_;  // shard_layers, untied
 };
 TORCH_MODULE(LlamaForCausalLM);
