@@ -24,13 +24,13 @@ struct PagedDecodeSequence {
 };
 
 // q [heads, T, head_dim] (head_dim contiguous), keys and values [num_blocks, block_size, kv_heads, head_dim]
-// contiguous, all float or all bfloat16 on the CPU; out like q: row s.row of every head written for each sequence,
-// the other rows left alone. Accumulates in float. The caller guarantees the block tables are in range (the
-// model's plan checks them).
+// contiguous, all float or all bfloat16 on the CPU, head_dim at most 512; out like q: row s.row of every head written
+// for each sequence, the other rows left alone. Accumulates in float. The caller guarantees the block tables are in
+// range (the model's plan checks them).
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                             const std::vector<PagedDecodeSequence>& sequences, double scale, at::Tensor& out);
 
-// Whether paged_decode_attention takes a cache of this dtype and device.
+// Whether paged_decode_attention takes a cache of this dtype, device and head size.
 bool paged_decode_attention_supports(const at::Tensor& keys);
 
 }  // namespace deepspeed::ops
