@@ -3,13 +3,13 @@
 # (the same engine with max_ragged_sequence_count 1) and against transformers' batched generate (static batches,
 # serve_transformers.py), the same random Llama-shaped folder (written by transformers, with the shipped byte-level
 # tokenizer), fp32 and thread count. serve_load.py drives the server: CLIENTS concurrent streaming clients on
-# loopback, PER_CLIENT requests each, staggered starts, prompts of 8-160 tokens and outputs of 32-256 (decode-heavy,
-# as chat is). Reported: generated tokens/s, time to first token and per-token latency p50/p99, the engine's time
+# loopback working through one list of REQUESTS requests (each sends the next as soon as its last one ended),
+# staggered starts, prompts of 8-160 tokens and outputs of 32-256 (decode-heavy, as chat is). Reported: generated tokens/s, time to first token and per-token latency p50/p99, the engine's time
 # per forward pass and new tokens per pass (from /metrics), and the throughput ratios.
 # Shapes: "small" (hidden 256, 4 layers, intermediate 688, 4 heads / 2 key/value heads) and "medium" (hidden 1024,
 # 8 layers, intermediate 2816, 16 / 4 heads), both with the tokenizer's 4096-word vocabulary.
 #
-#   [SHAPES="small medium"] [CLIENTS=8] [PER_CLIENT=3] [THREADS=1] [PORT=18431] \
+#   [SHAPES="small medium"] [CLIENTS=8] [REQUESTS=64] [THREADS=1] [PORT=18431] \
 #     bench/inference/run_serve_bench.sh [BIN_DIR]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,7 +19,7 @@ BIN=${1:-build/bin}
 PY=${DS_PYTHON:-$ROOT/.venv/bin/python}
 SHAPES=${SHAPES:-small medium}
 CLIENTS=${CLIENTS:-8}
-PER_CLIENT=${PER_CLIENT:-3}
+REQUESTS=${REQUESTS:-64}
 # One thread each by default: on a shared 2-core machine two OpenMP threads spin against other work and lose 10-100x
 # (transformers' generate measured 26 tok/s at 2 threads, 3100 at 1, one minute apart, the machine at load 4).
 THREADS=${THREADS:-1}
@@ -70,7 +70,7 @@ serve_run() {  # shape mode -> serve_load's line
   done
   # Answered by our server, not by another one on the port (ours then failed to bind and exited).
   kill -0 "$SERVER" 2>/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
-  "$PY" "$HERE/serve_load.py" "$PORT" bench "$CLIENTS" "$PER_CLIENT" | tail -1
+  "$PY" "$HERE/serve_load.py" "$PORT" bench "$CLIENTS" "$REQUESTS" | tail -1
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
 }
 
@@ -81,7 +81,7 @@ echo "|---|---|---:|---:|---:|---:|---:|"
 for shape in $SHAPES; do
   cont=$(serve_run "$shape" continuous)
   serial=$(serve_run "$shape" serial)
-  hf=$(OMP_NUM_THREADS=$THREADS "$PY" "$HERE/serve_transformers.py" "$WORK/$shape" "$CLIENTS" "$PER_CLIENT" \
+  hf=$(OMP_NUM_THREADS=$THREADS "$PY" "$HERE/serve_transformers.py" "$WORK/$shape" "$CLIENTS" "$REQUESTS" \
        "$THREADS" 2>/dev/null | tail -1)
   c=$(field tok_s "$cont"); s=$(field tok_s "$serial"); h=$(field tok_s "$hf")
   row() { echo "| $shape | $1 | $(field tok_s "$2") | $(field ttft_p50_ms "$2") / $(field ttft_p99_ms "$2") |" \
@@ -93,5 +93,5 @@ for shape in $SHAPES; do
        "$(field step_p50_ms "$hf") / $(field step_p99_ms "$hf") (per step) | | $(python3 -c "print(f'{$h / $c:.2f}')") |"
   SUMMARY+=$(python3 -c "print(f'$shape: continuous batching {$c / $s:.2f}x one request at a time, {$c / $h:.2f}x transformers batched')")$'\n'
 done
-echo "($CLIENTS clients x $PER_CLIENT requests, $THREADS threads, fp32; ratio column: tokens/s over continuous batching's)"
+echo "($CLIENTS clients, $REQUESTS requests, $THREADS threads, fp32; ratio column: tokens/s over continuous batching's)"
 echo -n "$SUMMARY"

@@ -1,11 +1,12 @@
-"""A load client for ds_serve (run_serve_bench.sh): CLIENTS concurrent clients on loopback, each sending PER_CLIENT
-streamed /v1/completions requests one after the other (a closed loop), client i starting STAGGER * i seconds in: a
-fixed arrival pattern. Prompts and outputs of mixed lengths (workload() below; prompts as token ids so every run
-sends the same tokens). Prints one line of key=value: generated tokens/s over the whole run, time to first token and
-per-token latency (after the first) p50/p99 over the requests, and from /metrics the engine's mean time per
-forward pass and new tokens per pass.
+"""A load client for ds_serve (run_serve_bench.sh): CLIENTS concurrent clients on loopback work through one fixed
+list of REQUESTS streamed /v1/completions requests, each client sending the list's next request as soon as its
+previous one ended (a closed loop at a concurrency of CLIENTS, as vLLM's benchmark_serving --max-concurrency),
+client i starting STAGGER * i seconds in. Prompts and outputs of mixed lengths (workload() below; prompts as token
+ids so every run sends the same tokens). Prints one line of key=value: generated tokens/s over the whole run, time
+to first token and per-token latency (after the first) p50/p99 over the requests, and from /metrics the engine's
+mean time per forward pass and new tokens per pass.
 
-Usage: serve_load.py PORT MODEL CLIENTS PER_CLIENT [STAGGER]
+Usage: serve_load.py PORT MODEL CLIENTS REQUESTS [STAGGER]
 """
 
 import http.client
@@ -19,17 +20,13 @@ PROMPT_LENGTHS = [16, 96, 32, 160, 8, 48, 128, 24]
 OUTPUT_LENGTHS = [64, 192, 128, 32, 256, 96, 160, 48]
 
 
-def workload(clients, per_client, vocab):
-    """[[(prompt ids, max_tokens) for each of a client's requests] for each client]; deterministic."""
+def workload(requests, vocab):
+    """[(prompt ids, max_tokens)] in the order they are sent; deterministic."""
     out = []
-    for c in range(clients):
-        requests = []
-        for r in range(per_client):
-            k = c * per_client + r
-            n = PROMPT_LENGTHS[k % len(PROMPT_LENGTHS)]
-            prompt = [(k * 7919 + i * 104729) % (vocab - 3) + 3 for i in range(n)]
-            requests.append((prompt, OUTPUT_LENGTHS[(k * 3) % len(OUTPUT_LENGTHS)]))
-        out.append(requests)
+    for k in range(requests):
+        n = PROMPT_LENGTHS[k % len(PROMPT_LENGTHS)]
+        prompt = [(k * 7919 + i * 104729) % (vocab - 3) + 3 for i in range(n)]
+        out.append((prompt, OUTPUT_LENGTHS[(k * 3) % len(OUTPUT_LENGTHS)]))
     return out
 
 
@@ -64,15 +61,21 @@ def one_request(port, model, prompt, max_tokens):
 
 
 def main():
-    port, model, clients, per_client = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    port, model, clients, requests = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     stagger = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
-    work = workload(clients, per_client, 4096)  # the shipped tokenizer's vocabulary, which the bench folder uses
+    work = workload(requests, 4096)  # the shipped tokenizer's vocabulary, which the bench folder uses
     results, errors = [], []
     lock = threading.Lock()
+    sent = [0]  # the next request of `work` to send
 
     def client(i):
         time.sleep(stagger * i)
-        for prompt, max_tokens in work[i]:
+        while True:
+            with lock:
+                if sent[0] == len(work):
+                    return
+                prompt, max_tokens = work[sent[0]]
+                sent[0] += 1
             try:
                 r = one_request(port, model, prompt, max_tokens)
             except Exception as e:  # reported at the end

@@ -4,7 +4,7 @@ order in batches of CLIENTS, each batch left-padded to its longest prompt and ru
 batching, as a server without continuous batching would run them). Prints one line of key=value: the requests' own
 tokens per second over the whole run, and each batch's time per decoding step p50/p99.
 
-Usage: serve_transformers.py MODEL_DIR CLIENTS PER_CLIENT THREADS
+Usage: serve_transformers.py MODEL_DIR CLIENTS REQUESTS THREADS
 """
 
 import os
@@ -19,12 +19,10 @@ from serve_load import percentile, workload  # noqa: E402
 
 
 def main():
-    model_dir, clients, per_client, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    model_dir, clients, count, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    work = workload(clients, per_client, 4096)
-    # serve_load's clients send in this order: request r of every client, then r + 1.
-    requests = [work[c][r] for r in range(per_client) for c in range(clients)]
+    requests = workload(count, 4096)  # in the order serve_load's clients send them
     batches = [requests[i:i + clients] for i in range(0, len(requests), clients)]
     step_times, useful = [], 0
     start = time.perf_counter()

@@ -23,7 +23,7 @@ at::Tensor reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 
 TEST(PackedLinear, MatchesLinearAtEveryRowCountWithAndWithoutBias) {
   at::manual_seed(0);
-  constexpr int64_t in = 384, out = 96;
+  constexpr int64_t in = 384, out = 192;
   const at::Tensor w = at::randn({out, in});
   const at::Tensor b = at::randn({out});
   for (const bool with_bias : {false, true}) {
@@ -45,13 +45,13 @@ TEST(PackedLinear, MatchesLinearAtEveryRowCountWithAndWithoutBias) {
 
 TEST(PackedLinear, TakesBatchedInputsAndBfloat16) {
   at::manual_seed(1);
-  const at::Tensor w = at::randn({64, 128});
+  const at::Tensor w = at::randn({256, 256});
   PackedLinear packed;
   packed.pack(w, {});
-  const at::Tensor x = at::randn({2, 5, 128});
+  const at::Tensor x = at::randn({2, 5, 256});
   const at::Tensor got = packed(x);
-  ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 5, 64}));
-  EXPECT_WITHIN(tol::relative_max_error(got, reference(x, w, {})), tol::reordered(tol::kFp32Epsilon, 128, 1));
+  ASSERT_EQ(got.sizes(), (at::IntArrayRef{2, 5, 256}));
+  EXPECT_WITHIN(tol::relative_max_error(got, reference(x, w, {})), tol::reordered(tol::kFp32Epsilon, 256, 1));
 
   const at::Tensor wb = w.to(at::kBFloat16), xb = x.to(at::kBFloat16);
   PackedLinear packed_bf16;
@@ -65,61 +65,70 @@ TEST(PackedLinear, TakesBatchedInputsAndBfloat16) {
   ASSERT_EQ(gotb.scalar_type(), at::kBFloat16);
   // Products of bfloat16 inputs summed in float, the result rounded once to bfloat16.
   EXPECT_WITHIN(tol::relative_max_error(gotb, reference(xb, wb, {})),
-                tol::kBf16Epsilon + tol::reordered(tol::kFp32Epsilon, 128, 1));
+                tol::kBf16Epsilon + tol::reordered(tol::kFp32Epsilon, 256, 1));
 }
 
 TEST(PackedLinear, FollowsInPlaceChangesToTheWeight) {
   at::manual_seed(2);
-  at::Tensor w = at::randn({32, 64});
+  at::Tensor w = at::randn({256, 256});
   PackedLinear packed;
   packed.pack(w, {});
-  const at::Tensor x = at::randn({4, 64});
+  ASSERT_TRUE(packed.packed());
+  const at::Tensor x = at::randn({4, 256});
   {
     at::NoGradGuard no_grad;
     w.mul_(-3.0);  // a checkpoint load or an optimizer step would do the same
   }
-  EXPECT_WITHIN(tol::relative_max_error(packed(x), reference(x, w, {})), tol::reordered(tol::kFp32Epsilon, 64, 1));
+  EXPECT_WITHIN(tol::relative_max_error(packed(x), reference(x, w, {})), tol::reordered(tol::kFp32Epsilon, 256, 1));
 }
 
 // As LlamaForCausalLMImpl::inject_kernels stacks q, k and v: the parameters become views of one tensor through
 // set_data, so a write to a parameter reaches the stacked weight's storage but not its version counter.
 TEST(PackedLinear, FollowsInPlaceChangesToTheTensorsAStackedWeightIsMadeOf) {
   at::manual_seed(3);
-  at::Tensor a = at::randn({16, 64}), b = at::randn({8, 64});
+  at::Tensor a = at::randn({200, 256}), b = at::randn({56, 256});
   const at::Tensor stacked = at::cat({a, b}, 0);
-  a.set_data(stacked.narrow(0, 0, 16));
-  b.set_data(stacked.narrow(0, 16, 8));
+  a.set_data(stacked.narrow(0, 0, 200));
+  b.set_data(stacked.narrow(0, 200, 56));
   PackedLinear packed;
   packed.pack(stacked, {}, {a, b});
-  const at::Tensor x = at::randn({3, 64});
+  ASSERT_TRUE(packed.packed());
+  const at::Tensor x = at::randn({3, 256});
   {
     at::NoGradGuard no_grad;
     b.add_(1.0);
   }
-  ASSERT_EQ(stacked.narrow(0, 16, 8).sum().item<double>(), b.sum().item<double>());  // the storage is shared
+  ASSERT_EQ(stacked.narrow(0, 200, 56).sum().item<double>(), b.sum().item<double>());  // the storage is shared
   EXPECT_WITHIN(tol::relative_max_error(packed(x), reference(x, stacked, {})),
-                tol::reordered(tol::kFp32Epsilon, 64, 1));
+                tol::reordered(tol::kFp32Epsilon, 256, 1));
 }
 
 TEST(PackedLinear, PacksNothingItCannotOrMayNot) {
+  ScopedEnv unset("DS_PACKED_LINEAR", std::nullopt);
   for (const at::ScalarType t : {at::kDouble, at::kHalf}) {
     PackedLinear p;
-    p.pack(at::ones({4, 4}, t), {});
+    p.pack(at::ones({256, 256}, t), {});
     EXPECT_FALSE(p.packed()) << t;
   }
   PackedLinear vector;
-  vector.pack(at::ones({4}), {});
+  vector.pack(at::ones({65536}), {});
   EXPECT_FALSE(vector.packed());
-  EXPECT_THROW(vector(at::ones({1, 4})), std::exception);  // a caller that skipped packed() hears of it
+  EXPECT_THROW(vector(at::ones({1, 65536})), std::exception);  // a caller that skipped packed() hears of it
+  PackedLinear small, large;
+  small.pack(at::ones({255, 256}), {});  // under 65,536 elements: MKL's copy is cheaper than oneDNN's call
+  large.pack(at::ones({256, 256}), {});
+  EXPECT_FALSE(small.packed());
+  EXPECT_TRUE(large.packed());
   {
     ScopedEnv off("DS_PACKED_LINEAR", "0");
     PackedLinear p;
-    p.pack(at::ones({4, 4}), {});
+    p.pack(at::ones({256, 256}), {});
     EXPECT_FALSE(p.packed());
   }
-  PackedLinear on;
-  on.pack(at::ones({4, 4}), {});
-  EXPECT_TRUE(on.packed());
+  ScopedEnv all("DS_PACKED_LINEAR", "1");
+  PackedLinear forced;
+  forced.pack(at::ones({4, 4}), {});
+  EXPECT_TRUE(forced.packed());
 }
 
 }  // namespace

@@ -316,10 +316,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // Inference's kernels (init_inference's replace_with_kernel_inject): each layer's q, k and v projections, and its
   // MLP's gate and up, become one matmul each. Their weights move into one tensor per group, the parameters becoming
   // views of it (no extra memory; a saved model is unchanged). On a CPU (float or bfloat16), every linear layer not
-  // split by tensor parallelism, the head included, also keeps its weight packed for oneDNN
-  // (deepspeed/ops/packed_linear.h: 1.1-2.9x faster matmuls, one more copy of those weights in memory;
-  // DS_PACKED_LINEAR=0 turns it off). Forward without gradients takes the fused and packed matmuls; with gradients,
-  // the separate ones (training stays exact). Call after any dtype or device change; not with shard_layers.
+  // split by tensor parallelism, the head included, also keeps its weight packed for oneDNN when it has 65,536
+  // elements or more (deepspeed/ops/packed_linear.h: 1.1-2.9x faster matmuls, one more copy of those weights in
+  // memory; DS_PACKED_LINEAR=0 turns it off). Forward without gradients takes the fused and packed matmuls; with
+  // gradients, the separate ones (training stays exact). Call after any dtype or device change; not with shard_layers.
   void inject_kernels();
 
  private:
