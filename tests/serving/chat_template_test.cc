@@ -52,6 +52,16 @@ std::string today() {
   return std::string(buf, std::strftime(buf, sizeof(buf), "%d %b %Y", &local));
 }
 
+// Llama 3.2 dates its system message with strftime_now when no date_string is given: transformers' text then
+// carries the reference run's date, ours today's (they differ when the suite crosses midnight).
+std::string dated_today(const std::string& file, const Json& c, std::string expected) {
+  if (file.find("Llama-3.2") == std::string::npos || c["extra"].contains("date_string")) return expected;
+  const std::string then = reference()["today"].get<std::string>(), now = today();
+  for (size_t at = expected.find(then); at != std::string::npos; at = expected.find(then, at + now.size()))
+    expected.replace(at, then.size(), now);
+  return expected;
+}
+
 // Every reference case of `file`: the same text as transformers, or a ChatTemplateError carrying its message.
 void check_template(const std::string& file) {
   int checked = 0;
@@ -59,17 +69,12 @@ void check_template(const std::string& file) {
     if (c["template"] != file) continue;
     SCOPED_TRACE(file + " case " + c["case"].get<std::string>() +
                  (c["add_generation_prompt"].get<bool>() ? " with" : " without") + " generation prompt");
-    // Llama 3.2 dates its system message with strftime_now when no date_string is given.
-    if (file.find("Llama-3.2") != std::string::npos && !c["extra"].contains("date_string") &&
-        reference()["today"] != today()) {
-      GTEST_SKIP() << "the date changed between the reference run and this one";
-    }
     const ChatTemplate tmpl = load_template(file, c["special_tokens"]);
     const std::string messages = c["messages"].dump();
     const std::string extra = c["extra"].dump();
     const bool agp = c["add_generation_prompt"].get<bool>();
     if (c.contains("expected")) {
-      EXPECT_EQ(tmpl.render(messages, agp, extra), c["expected"].get<std::string>());
+      EXPECT_EQ(tmpl.render(messages, agp, extra), dated_today(file, c, c["expected"].get<std::string>()));
     } else {
       try {
         tmpl.render(messages, agp, extra);

@@ -9,20 +9,19 @@
 // enough (Psi = 3.2M) that any such buffer is several MiB, while the slack is what the plain run measures.
 // Runs at 2 and 4 ranks, each stage in processes of its own (tests/zero/CMakeLists.txt).
 #include <gtest/gtest.h>
-
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
-#include "counting_allocator.h"
 #include "deepspeed/comm.h"
-#include "deepspeed/deepspeed.h"
-#include "deepspeed/zero.h"
 #include "tiny_gpt.h"
+#include "zero_memory_peak.h"
 
 namespace {
+
+using zero_memory::counter;
 
 using deepspeed::models::GPT;
 using deepspeed::models::GPTConfig;
@@ -41,11 +40,6 @@ constexpr int64_t kStagingBuffers = 4;
 // flight (kBucket is smaller than a block, so a reduction finishes before the next unit's buffer is taken:
 // stage3_grads.cc arm_grads). A schedule that took the next buffer with the reduction still in flight holds two.
 constexpr int64_t kGradientBlocks = 1;
-
-CountingAllocator& counter() {
-  static CountingAllocator c;
-  return c;
-}
 
 GPTConfig model_config(bool units) {
   GPTConfig c;
@@ -98,17 +92,7 @@ int64_t plain_overhead(const at::Tensor& data, int64_t* psi) {
 
 // Peak live bytes over the training steps of `stage`, above `base` (the bytes live before the model was built).
 int64_t stage_peak(int stage, const at::Tensor& data, int64_t base) {
-  auto cfg = deepspeed::Config::from_string(config_json(stage));
-  GPT model = [&] {
-    deepspeed::zero::Init init(cfg);
-    return tiny_gpt::make_model(model_config(stage == 3));
-  }();
-  auto engine = deepspeed::initialize(model, cfg);
-  // From the first step on: initialize's flattening holds the model's own tensors beside the flat buffer for a
-  // moment, a one-off the formula does not describe (stage 3 builds under zero::Init and never holds the model).
-  counter().reset_peak();
-  tiny_gpt::train(engine, data, kSteps);
-  return counter().peak() - base;
+  return zero_memory::stage_peak(config_json(stage), model_config(stage == 3), data, base, kSteps);
 }
 
 void expect_peak_within_bound(int stage) {

@@ -13,23 +13,17 @@
 #include <string>
 #include <thread>
 
-#include "counting_allocator.h"
 #include "deepspeed/comm.h"
-#include "deepspeed/deepspeed.h"
-#include "deepspeed/zero.h"
 #include "tiny_gpt.h"
+#include "zero_memory_peak.h"
 
 namespace {
 
-using deepspeed::models::GPT;
+using zero_memory::counter;
+
 using deepspeed::models::GPTConfig;
 
 constexpr int kSteps = 3;
-
-CountingAllocator& counter() {
-  static CountingAllocator c;
-  return c;
-}
 
 GPTConfig model_config(bool units) {
   GPTConfig c;
@@ -57,15 +51,7 @@ void wait_for_live(int64_t base) {
 }
 
 int64_t stage_peak(int stage, const at::Tensor& data, int64_t base) {
-  auto cfg = deepspeed::Config::from_string(config_json(stage));
-  GPT model = [&] {
-    deepspeed::zero::Init init(cfg);
-    return tiny_gpt::make_model(model_config(stage == 3));
-  }();
-  auto engine = deepspeed::initialize(model, cfg);
-  counter().reset_peak();  // from the first step on (initialize's flattening is a one-off)
-  tiny_gpt::train(engine, data, kSteps);
-  return counter().peak() - base;
+  return zero_memory::stage_peak(config_json(stage), model_config(stage == 3), data, base, kSteps);
 }
 
 TEST(ZeroMemoryOrder, DefaultBucketsKeepEachStageBelowThePreviousOne) {
