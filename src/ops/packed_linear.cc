@@ -47,12 +47,14 @@ const OneDnnLinearOps& onednn_ops() {
 // outweighs MKL's copy of the weight: bench_packed_linear's tiny shape runs 2-5x slower packed at 1-16 rows.
 constexpr int64_t kMinPackedElements = 256 * 256;
 
-// DS_PACKED_LINEAR: "0" packs nothing, "1" every weight it can (the small ones too), unset the large enough ones.
+// DS_PACKED_LINEAR: "0" packs nothing, "1" every weight it can (the small ones too), unset or empty the large enough
+// ones; anything else is refused.
 bool wanted(const at::Tensor& weight) {
   const char* v = std::getenv("DS_PACKED_LINEAR");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  return weight.numel() >= kMinPackedElements;
+  if (v == nullptr || *v == '\0') return weight.numel() >= kMinPackedElements;
+  DS_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
+           "DS_PACKED_LINEAR must be 0 (no packed weights) or 1 (every weight packed), got \"", v, "\"");
+  return *v == '1';
 }
 
 }  // namespace
@@ -61,7 +63,7 @@ bool packs_linear_weights(const at::Tensor& weight) {
   const OneDnnLinearOps& ops = onednn_ops();
   return weight.defined() && weight.dim() == 2 && weight.device().is_cpu() && weight.layout() == at::kStrided &&
          (weight.scalar_type() == at::kFloat || (weight.scalar_type() == at::kBFloat16 && ops.bf16)) &&
-         ops.reorder.has_value() && wanted(weight);
+         ops.reorder.has_value() && wanted(weight);  // last: a bad DS_PACKED_LINEAR is refused where it applies
 }
 
 void PackedLinear::pack(const at::Tensor& weight, const at::Tensor& bias, std::vector<at::Tensor> sources) {

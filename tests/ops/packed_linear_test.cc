@@ -9,6 +9,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "scoped_env.h"
 #include "tolerance.h"
 
@@ -124,6 +126,16 @@ TEST(PackedLinear, PacksNothingItCannotOrMayNot) {
     PackedLinear p;
     p.pack(at::ones({256, 256}), {});
     EXPECT_FALSE(p.packed());
+  }
+  {
+    ScopedEnv bad("DS_PACKED_LINEAR", "yes");
+    PackedLinear p;
+    try {
+      p.pack(at::ones({256, 256}), {});
+      ADD_FAILURE() << "DS_PACKED_LINEAR=yes was taken";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("DS_PACKED_LINEAR must be 0"), std::string::npos) << e.what();
+    }
   }
   ScopedEnv all("DS_PACKED_LINEAR", "1");
   PackedLinear forced;
